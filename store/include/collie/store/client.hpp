@@ -1,0 +1,77 @@
+// StoreClient: the blocking TCP client of a StoreServer.
+//
+//   collie::store::StoreClient store("10.0.0.1", 29500);   // retries until the server is up
+//   store.set("addr/3", "10.0.0.4:41234");
+//   std::string peer = store.get("addr/0", std::chrono::seconds(30));
+//
+// Every call blocks until the server answers, the call's timeout runs out
+// (TimeoutError; the client stays usable), or the connection breaks
+// (ConnectionError; the client is unusable from then on). Errors name the
+// store's address, the operation and its key.
+//
+// Thread-safe: calls from several threads are serialized, one request on the
+// wire at a time. A thread blocked in get() holds the client until it
+// returns; give each thread its own client if they must wait independently.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <collie/store/client_options.hpp>
+#include <collie/store/store.hpp>
+
+namespace collie::store {
+
+class StoreClient final : public Store {
+ public:
+  // Connects to the server at host:port, retrying with exponential backoff
+  // and jitter while it is not up yet, for up to options.connect_timeout.
+  // Throws ConnectionError naming host:port and how long it tried,
+  // AuthenticationError, or ProtocolError.
+  StoreClient(std::string host, std::uint16_t port, ClientOptions options = {});
+  ~StoreClient() override;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  using Store::check;
+  using Store::multi_get;
+  using Store::multi_set;
+  using Store::wait;
+
+  void set(std::string_view key, std::string_view value, Timeout timeout = {}) override;
+  std::string get(std::string_view key, Timeout timeout = {}) override;
+  std::optional<std::string> try_get(std::string_view key, Timeout timeout = {}) override;
+  std::int64_t add(std::string_view key, std::int64_t delta, Timeout timeout = {}) override;
+  CompareSetResult compare_set(std::string_view key, std::string_view expected,
+                               std::string_view desired, Timeout timeout = {}) override;
+  void wait(std::span<const std::string> keys, Timeout timeout = {}) override;
+  bool check(std::span<const std::string> keys, Timeout timeout = {}) override;
+  bool delete_key(std::string_view key, Timeout timeout = {}) override;
+  std::int64_t count_keys(std::string_view prefix, Timeout timeout = {}) override;
+  std::vector<std::string> list_keys(std::string_view prefix, Timeout timeout = {}) override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys,
+                                     Timeout timeout = {}) override;
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values,
+                 Timeout timeout = {}) override;
+  void append(std::string_view key, std::string_view value, Timeout timeout = {}) override;
+  void barrier(std::string_view name, std::uint32_t n, Timeout timeout = {}) override;
+  std::chrono::milliseconds timeout() const override;
+
+  // Round trip to the server; returns how long it took.
+  std::chrono::nanoseconds ping(Timeout timeout = {});
+
+  // Changes the default timeout of later calls.
+  void set_timeout(std::chrono::milliseconds timeout);
+
+  // "host:port" of the server.
+  const std::string& address() const;
+
+  // The limits the server announced in the handshake.
+  StoreLimits limits() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace collie::store

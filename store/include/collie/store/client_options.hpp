@@ -1,0 +1,33 @@
+// Options shared by the store's clients.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace collie::store {
+
+struct ClientOptions {
+  // Default timeout of every call (a call may pass its own).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // How long to keep retrying while the server is not up yet (connection
+  // refused, host not resolvable). Unset: the same as `timeout`.
+  std::optional<std::chrono::milliseconds> connect_timeout;
+  // Shared secret. Empty: no authentication. When set, the client refuses a
+  // server that does not prove it knows the same token.
+  std::string token;
+  // How long a blocking call polls for its reply before its thread sleeps.
+  // A reply that comes within this time costs no wake-up (tens of
+  // microseconds on a virtual machine); one that comes later costs this much
+  // CPU once. Zero sleeps at once.
+  std::chrono::microseconds spin{50};
+};
+
+// The token from COLLIE_STORE_TOKEN, or empty when it is unset.
+std::string token_from_environment();
+
+// Reads a token file (trailing whitespace and newlines are dropped).
+// Throws collie::Error if it cannot be read or holds nothing.
+std::string read_token_file(const std::string& path);
+
+}  // namespace collie::store

@@ -1,0 +1,83 @@
+// StoreServer: the rendezvous store's TCP server.
+//
+//   collie::store::StoreServer server({.port = 0});    // port 0: a free port
+//   std::uint16_t port = server.port();                // publish the real one
+//
+// One Asio event loop on one background thread serves every connection (the
+// operations take microseconds; thousands of idle or waiting clients cost
+// only their sockets). It listens on IPv6 and IPv4: with no host given, on
+// every interface through one dual-stack socket, or on IPv4 alone where the
+// system has no IPv6. The listen backlog is the system's maximum
+// (net.core.somaxconn), so thousands of clients may connect at once.
+//
+// Hostile or broken clients affect only their own connection: a malformed,
+// truncated, oversized or random request gets an error reply and that
+// connection is closed; everyone else is served on. Memory per connection is
+// bounded by the message limit.
+//
+// Thread-safe: port(), addresses() and stop() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <collie/store/store.hpp>
+
+namespace collie::store {
+
+struct ServerOptions {
+  // Host name or address to listen on. Empty: every interface (IPv6
+  // dual-stack, or IPv4 where IPv6 is absent). A name that resolves to
+  // several addresses (localhost) is served on all of them, on one port.
+  std::string host;
+  // 0 picks a free port; port() tells which.
+  std::uint16_t port = 0;
+  // Shared secret; empty means no authentication. See PROTOCOL.md.
+  std::string token;
+  StoreLimits limits;
+  // A connection that has not finished the handshake by then is closed.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  // Blocked requests (get, wait, multi_get, barrier) one connection may have.
+  std::size_t max_waits_per_connection = 4096;
+  // After handling a request the server thread polls for the next one this
+  // long before it sleeps, so a client's next request costs no wake-up.
+  // Costs at most this much CPU per burst of requests. Zero sleeps at once.
+  std::chrono::microseconds spin{50};
+};
+
+class StoreServer {
+ public:
+  // Binds and starts serving before it returns. Throws collie::Error naming
+  // the host and port if it cannot listen (address in use, unknown host...).
+  explicit StoreServer(ServerOptions options = {});
+  // Stops the server (see stop()).
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // The port it listens on (the real one when options.port was 0).
+  std::uint16_t port() const;
+
+  // Every address it listens on, as "host:port" ("[::]:29500", "0.0.0.0:29500").
+  std::vector<std::string> addresses() const;
+
+  // Number of open client connections.
+  std::size_t connections() const;
+
+  // Stops accepting, closes every connection (clients blocked in a call get
+  // a ConnectionError at once) and joins the server thread. Idempotent.
+  void stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Raises this process's soft limit on open files to its hard limit, so one
+// process can serve or hold thousands of connections. Returns the new limit.
+std::uint64_t raise_open_file_limit();
+
+}  // namespace collie::store

@@ -1,0 +1,384 @@
+#include "key_value_state.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "describe.hpp"
+
+namespace collie::store {
+
+using wire::ErrorCode;
+using wire::Op;
+using wire::Request;
+
+namespace {
+
+std::string quoted(std::string_view key) { return fmt::format("'{}'", printable_key(key)); }
+
+}  // namespace
+
+std::size_t KeyValueState::parked() const {
+  std::size_t n = 0;
+  for (const auto& [client, waits] : waits_by_client_) n += waits.size();
+  for (const auto& [client, arrivals] : arrivals_by_client_) n += arrivals.size();
+  return n;
+}
+
+std::size_t KeyValueState::parked_by(ReplyTarget& client) const {
+  std::size_t n = 0;
+  if (auto it = waits_by_client_.find(&client); it != waits_by_client_.end()) n += it->second.size();
+  if (auto it = arrivals_by_client_.find(&client); it != arrivals_by_client_.end()) {
+    n += it->second.size();
+  }
+  return n;
+}
+
+void KeyValueState::reply_ok(ReplyTarget& client, std::uint32_t id) {
+  client.deliver(std::move(wire::begin_reply(wire::ReplyStatus::Ok, id)).finish());
+}
+
+void KeyValueState::reply_error(ReplyTarget& client, std::uint32_t id, ErrorCode code,
+                                std::string_view message) {
+  client.deliver(wire::error_reply(id, code, message));
+}
+
+void KeyValueState::write(std::string_view key, std::string value) {
+  if (auto it = data_.find(key); it != data_.end()) {
+    it->second = std::move(value);
+  } else {
+    data_.emplace(std::string(key), std::move(value));
+  }
+}
+
+void KeyValueState::handle(ReplyTarget& client, const Request& req) {
+  switch (req.op) {
+    case Op::Set:
+      write(req.keys[0], std::string(req.values[0]));
+      wake(std::string(req.keys[0]));
+      reply_ok(client, req.id);
+      return;
+    case Op::Get:
+    case Op::Wait:
+    case Op::MultiGet: {
+      const bool all_present = std::all_of(req.keys.begin(), req.keys.end(),
+                                           [&](std::string_view k) { return data_.contains(k); });
+      if (!all_present) {
+        park(client, req);
+        return;
+      }
+      Wait ready{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, req.keys.size()};
+      complete(ready);
+      return;
+    }
+    case Op::TryGet: {
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      if (auto it = data_.find(req.keys[0]); it != data_.end()) {
+        frame.body().u8(1);
+        frame.body().bytes(it->second);
+      } else {
+        frame.body().u8(0);
+      }
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::Add: add(client, req); return;
+    case Op::CompareSet: {
+      const auto key = req.keys[0];
+      const auto expected = req.values[0];
+      const auto desired = req.values[1];
+      auto it = data_.find(key);
+      const bool swap = it == data_.end() ? expected.empty() : it->second == expected;
+      if (swap) {
+        write(key, std::string(desired));
+        wake(std::string(key));
+        it = data_.find(key);
+      }
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      frame.body().u8(swap ? 1 : 0);
+      frame.body().u8(it != data_.end() ? 1 : 0);
+      frame.body().bytes(it != data_.end() ? std::string_view(it->second) : std::string_view());
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::Check: {
+      const bool all_present = std::all_of(req.keys.begin(), req.keys.end(),
+                                           [&](std::string_view k) { return data_.contains(k); });
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      frame.body().u8(all_present ? 1 : 0);
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::Delete: {
+      auto it = data_.find(req.keys[0]);
+      const bool existed = it != data_.end();
+      if (existed) data_.erase(it);
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      frame.body().u8(existed ? 1 : 0);
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::CountKeys: {
+      const auto prefix = req.keys[0];
+      std::int64_t n = 0;
+      if (prefix.empty()) {
+        n = static_cast<std::int64_t>(data_.size());
+      } else {
+        for (auto it = data_.lower_bound(prefix);
+             it != data_.end() && std::string_view(it->first).starts_with(prefix); ++it) {
+          ++n;
+        }
+      }
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      frame.body().i64(n);
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::ListKeys: {
+      const auto prefix = req.keys[0];
+      std::vector<std::string_view> keys;
+      std::size_t bytes = 64;
+      bool truncated = false;
+      for (auto it = data_.lower_bound(prefix);
+           it != data_.end() && std::string_view(it->first).starts_with(prefix); ++it) {
+        if (keys.size() == limits_.max_keys_per_request ||
+            bytes + 4 + it->first.size() > limits_.max_message_bytes) {
+          truncated = true;
+          break;
+        }
+        bytes += 4 + it->first.size();
+        keys.push_back(it->first);
+      }
+      auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+      frame.body().u8(truncated ? 1 : 0);
+      frame.body().u32(static_cast<std::uint32_t>(keys.size()));
+      for (auto key : keys) frame.body().bytes(key);
+      client.deliver(std::move(frame).finish());
+      return;
+    }
+    case Op::MultiSet:
+      // Write everything first, then wake: a wait never sees half the set.
+      for (std::size_t i = 0; i < req.keys.size(); ++i) {
+        write(req.keys[i], std::string(req.values[i]));
+      }
+      for (auto key : req.keys) wake(std::string(key));
+      reply_ok(client, req.id);
+      return;
+    case Op::Append: {
+      auto it = data_.find(req.keys[0]);
+      const std::size_t old_size = it == data_.end() ? 0 : it->second.size();
+      if (old_size + req.values[0].size() > limits_.max_value_bytes) {
+        reply_error(client, req.id, ErrorCode::LimitExceeded,
+                    fmt::format("append to {}: the value would grow to {} bytes, over the "
+                                "store's limit of {} bytes",
+                                quoted(req.keys[0]), old_size + req.values[0].size(),
+                                limits_.max_value_bytes));
+        return;
+      }
+      if (it == data_.end()) {
+        write(req.keys[0], std::string(req.values[0]));
+      } else {
+        it->second.append(req.values[0]);
+      }
+      wake(std::string(req.keys[0]));
+      reply_ok(client, req.id);
+      return;
+    }
+    case Op::Barrier: enter_barrier(client, req); return;
+    case Op::Cancel: cancel(client, req.number); return;
+    case Op::Ping: reply_ok(client, req.id); return;
+  }
+}
+
+void KeyValueState::add(ReplyTarget& client, const Request& req) {
+  const auto key = req.keys[0];
+  std::int64_t current = 0;
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    const std::string& text = it->second;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+      reply_error(client, req.id, ErrorCode::NotAnInteger,
+                  fmt::format("add to {}: the key holds {} bytes that are not a decimal int64",
+                              quoted(key), text.size()));
+      return;
+    }
+  }
+  std::int64_t updated = 0;
+  if (__builtin_add_overflow(current, req.delta, &updated)) {
+    reply_error(client, req.id, ErrorCode::Overflow,
+                fmt::format("add {} to {}: {} + {} overflows int64", req.delta, quoted(key),
+                            current, req.delta));
+    return;
+  }
+  write(key, std::to_string(updated));
+  wake(std::string(key));
+  auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
+  frame.body().i64(updated);
+  client.deliver(std::move(frame).finish());
+}
+
+// --- blocked requests -----------------------------------------------------------
+
+bool KeyValueState::advance(Wait& wait) const {
+  auto missing_from = [&](std::size_t start) {
+    std::size_t i = start;
+    while (i < wait.keys.size() && data_.contains(wait.keys[i])) ++i;
+    return i;
+  };
+  wait.next_missing = missing_from(wait.next_missing);
+  if (wait.next_missing < wait.keys.size()) return false;
+  // Keys found earlier may have been deleted since: check them again.
+  wait.next_missing = missing_from(0);
+  return wait.next_missing == wait.keys.size();
+}
+
+void KeyValueState::complete(const Wait& wait) {
+  auto frame = wire::begin_reply(wire::ReplyStatus::Ok, wait.id);
+  switch (wait.op) {
+    case Op::Get: frame.body().bytes(data_.find(wait.keys[0])->second); break;
+    case Op::MultiGet: {
+      std::size_t bytes = 64;
+      for (const auto& key : wait.keys) bytes += 4 + data_.find(key)->second.size();
+      if (bytes > limits_.max_message_bytes) {
+        reply_error(*wait.client, wait.id, ErrorCode::LimitExceeded,
+                    fmt::format("multi_get of {} keys: the reply would be {} bytes, over the "
+                                "store's limit of {} bytes per message",
+                                wait.keys.size(), bytes, limits_.max_message_bytes));
+        return;
+      }
+      frame.body().u32(static_cast<std::uint32_t>(wait.keys.size()));
+      for (const auto& key : wait.keys) frame.body().bytes(data_.find(key)->second);
+      break;
+    }
+    default: break;  // Wait: an empty OK
+  }
+  wait.client->deliver(std::move(frame).finish());
+}
+
+void KeyValueState::park(ReplyTarget& client, const Request& req) {
+  auto& mine = waits_by_client_[&client];
+  if (mine.contains(req.id) || arrivals_by_client_[&client].contains(req.id)) {
+    reply_error(client, req.id, ErrorCode::DuplicateId,
+                fmt::format("{}: request id {} is already waiting on this connection",
+                            wire::op_name(req.op), req.id));
+    return;
+  }
+  if (parked_by(client) >= max_waits_per_client_) {
+    reply_error(client, req.id, ErrorCode::TooManyWaits,
+                fmt::format("{}: this connection already has {} blocked requests, the server's "
+                            "limit",
+                            wire::op_name(req.op), max_waits_per_client_));
+    return;
+  }
+  auto wait = std::make_shared<Wait>(
+      Wait{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, 0});
+  advance(*wait);
+  mine.emplace(req.id, wait);
+  waits_by_key_[wait->keys[wait->next_missing]].push_back(std::move(wait));
+}
+
+void KeyValueState::wake(const Key& key) {
+  auto node = waits_by_key_.extract(key);
+  if (node.empty()) return;
+  for (auto& wait : node.mapped()) {
+    if (advance(*wait)) {
+      waits_by_client_[wait->client].erase(wait->id);
+      complete(*wait);
+    } else {
+      waits_by_key_[wait->keys[wait->next_missing]].push_back(wait);
+    }
+  }
+}
+
+void KeyValueState::unregister(const std::shared_ptr<Wait>& wait) {
+  auto it = waits_by_key_.find(wait->keys[wait->next_missing]);
+  if (it == waits_by_key_.end()) return;
+  std::erase(it->second, wait);
+  if (it->second.empty()) waits_by_key_.erase(it);
+}
+
+void KeyValueState::enter_barrier(ReplyTarget& client, const Request& req) {
+  const auto name = req.keys[0];
+  const std::uint32_t n = req.number;
+  if (n == 0) {
+    reply_error(client, req.id, ErrorCode::InvalidArgument,
+                fmt::format("barrier {}: n must be at least 1", quoted(name)));
+    return;
+  }
+  auto& mine = arrivals_by_client_[&client];
+  if (mine.contains(req.id) || waits_by_client_[&client].contains(req.id)) {
+    reply_error(client, req.id, ErrorCode::DuplicateId,
+                fmt::format("barrier {}: request id {} is already waiting on this connection",
+                            quoted(name), req.id));
+    return;
+  }
+  if (parked_by(client) >= max_waits_per_client_) {
+    reply_error(client, req.id, ErrorCode::TooManyWaits,
+                fmt::format("barrier {}: this connection already has {} blocked requests, the "
+                            "server's limit",
+                            quoted(name), max_waits_per_client_));
+    return;
+  }
+  auto it = barriers_.find(name);
+  if (it == barriers_.end()) it = barriers_.emplace(std::string(name), Barrier{n, {}}).first;
+  Barrier& barrier = it->second;
+  if (barrier.n != n) {
+    reply_error(client, req.id, ErrorCode::BarrierMismatch,
+                fmt::format("barrier {}: this caller says n={}, but the {} caller(s) waiting "
+                            "in it said n={}",
+                            quoted(name), n, barrier.arrived.size(), barrier.n));
+    return;
+  }
+  barrier.arrived.emplace_back(&client, req.id);
+  if (barrier.arrived.size() < n) {
+    mine.emplace(req.id, std::string(name));
+    return;
+  }
+  auto done = std::move(barrier.arrived);
+  barriers_.erase(it);
+  for (auto [target, id] : done) {
+    if (target != &client || id != req.id) arrivals_by_client_[target].erase(id);
+    reply_ok(*target, id);
+  }
+}
+
+void KeyValueState::cancel(ReplyTarget& client, std::uint32_t id) {
+  if (auto mine = waits_by_client_.find(&client); mine != waits_by_client_.end()) {
+    if (auto it = mine->second.find(id); it != mine->second.end()) {
+      unregister(it->second);
+      mine->second.erase(it);
+      return;
+    }
+  }
+  if (auto mine = arrivals_by_client_.find(&client); mine != arrivals_by_client_.end()) {
+    if (auto it = mine->second.find(id); it != mine->second.end()) {
+      if (auto b = barriers_.find(it->second); b != barriers_.end()) {
+        std::erase(b->second.arrived, std::make_pair(&client, id));
+        if (b->second.arrived.empty()) barriers_.erase(b);
+      }
+      mine->second.erase(it);
+    }
+  }
+  // Unknown id: the request already completed; its reply is on the way and
+  // the client discards it.
+}
+
+void KeyValueState::forget(ReplyTarget& client) {
+  if (auto mine = waits_by_client_.find(&client); mine != waits_by_client_.end()) {
+    for (auto& [id, wait] : mine->second) unregister(wait);
+    waits_by_client_.erase(mine);
+  }
+  if (auto mine = arrivals_by_client_.find(&client); mine != arrivals_by_client_.end()) {
+    for (auto& [id, name] : mine->second) {
+      if (auto b = barriers_.find(name); b != barriers_.end()) {
+        std::erase(b->second.arrived, std::make_pair(&client, id));
+        if (b->second.arrived.empty()) barriers_.erase(b);
+      }
+    }
+    arrivals_by_client_.erase(mine);
+  }
+}
+
+}  // namespace collie::store

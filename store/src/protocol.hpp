@@ -1,0 +1,235 @@
+// The store's wire protocol: constants, byte-order helpers, request and reply
+// encoding, and the request parser the server runs on untrusted bytes.
+// store/PROTOCOL.md is the specification; this file implements it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collie/store/store.hpp>
+
+namespace collie::store::wire {
+
+inline constexpr std::uint32_t kMagic = 0x434C5354;  // "CLST"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kProofBytes = 32;
+inline constexpr std::size_t kClientHelloBytes = 4 + 2 + 2 + kNonceBytes;
+inline constexpr std::size_t kServerHelloBytes = 4 + 2 + 1 + 1 + 16 + kNonceBytes + kProofBytes;
+inline constexpr std::size_t kFrameHeaderBytes = 4;
+// Smallest limit a server may announce for a whole message: a reply with an
+// error text must always fit.
+inline constexpr std::uint32_t kMinMessageBytes = 4096;
+
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using Proof = std::array<std::uint8_t, kProofBytes>;
+
+enum class Op : std::uint8_t {
+  Set = 1,
+  Get = 2,
+  TryGet = 3,
+  Add = 4,
+  CompareSet = 5,
+  Wait = 6,
+  Check = 7,
+  Delete = 8,
+  CountKeys = 9,
+  ListKeys = 10,
+  MultiGet = 11,
+  MultiSet = 12,
+  Append = 13,
+  Barrier = 14,
+  Cancel = 15,
+  Ping = 16,
+};
+std::string_view op_name(Op op);
+
+enum class HelloStatus : std::uint8_t { Ok = 0, UnsupportedVersion = 1 };
+enum class AuthStatus : std::uint8_t { Ok = 0, Failed = 1 };
+enum class ReplyStatus : std::uint8_t { Ok = 0, Error = 1 };
+
+// Codes carried by an error reply.
+enum class ErrorCode : std::uint16_t {
+  LimitExceeded = 1,   // a key, value, count or message over the server's limits
+  NotAnInteger = 2,    // add() on a value that is not decimal int64 text
+  Overflow = 3,        // add() would overflow int64
+  BarrierMismatch = 4, // barrier joined with a different n
+  TooManyWaits = 5,    // too many blocked requests on one connection
+  DuplicateId = 6,     // a blocked request with this id is already pending
+  Malformed = 7,       // the request could not be parsed; the server closes the connection
+  ShuttingDown = 8,    // the server is stopping
+  InvalidArgument = 9, // e.g. a barrier of n = 0
+};
+
+// --- byte order -------------------------------------------------------------
+
+inline void put_u16(std::uint8_t* p, std::uint16_t v) {
+  p[0] = static_cast<std::uint8_t>(v >> 8);
+  p[1] = static_cast<std::uint8_t>(v);
+}
+inline void put_u32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+}
+inline std::uint16_t get_u16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>((p[0] << 8) | p[1]);
+}
+inline std::uint32_t get_u32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+// Appends big-endian fields to a byte vector.
+class Writer {
+ public:
+  explicit Writer(std::vector<std::uint8_t>& out) : out_(out) {}
+  void u8(std::uint8_t v) { out_.push_back(v); }
+  void u16(std::uint16_t v);
+  void u32(std::uint32_t v);
+  void i64(std::int64_t v);
+  void bytes(std::string_view s);  // u32 length, then the bytes
+  void raw(std::span<const std::uint8_t> s) { out_.insert(out_.end(), s.begin(), s.end()); }
+
+ private:
+  std::vector<std::uint8_t>& out_;
+};
+
+// Reads big-endian fields from untrusted bytes. Every read checks the
+// remaining length first; a short read marks the reader failed and returns
+// zero/empty, so a parser checks ok() once at the end.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
+  std::uint8_t u8();
+  std::uint16_t u16();
+  std::uint32_t u32();
+  std::int64_t i64();
+  std::string_view bytes();  // a view into the input
+  std::span<const std::uint8_t> raw(std::size_t n);
+  bool ok() const { return ok_; }
+  bool at_end() const { return ok_ && pos_ == in_.size(); }
+  std::size_t remaining() const { return ok_ ? in_.size() - pos_ : 0; }
+
+ private:
+  bool take(std::size_t n);
+  std::span<const std::uint8_t> in_;
+  std::size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+// --- framing ----------------------------------------------------------------
+
+// Builds one frame: a u32 length placeholder, then the body; finish() patches
+// the length and returns the bytes ready to send.
+class FrameBuilder {
+ public:
+  FrameBuilder() : bytes_(kFrameHeaderBytes, 0) {}
+  Writer body() { return Writer(bytes_); }
+  std::size_t body_size() const { return bytes_.size() - kFrameHeaderBytes; }
+  std::vector<std::uint8_t> finish() &&;
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+};
+
+// Receive buffer that cuts a byte stream into frames. Memory grows with the
+// bytes actually received (at most about twice the frame being received, and
+// never past the frame limit), not with what a header claims, so a hostile
+// length cannot make the reader allocate.
+class FrameBuffer {
+ public:
+  explicit FrameBuffer(std::uint32_t max_frame_bytes) : max_frame_(max_frame_bytes) {}
+  void set_max_frame_bytes(std::uint32_t n) { max_frame_ = n; }
+
+  // Space to receive into; never empty.
+  std::span<std::uint8_t> prepare();
+  void commit(std::size_t n) { end_ += n; }
+
+  enum class Next { Frame, NeedMore, TooLarge };
+  // The next complete frame's body, valid until the next prepare(). TooLarge
+  // when a header announces more than the limit; frame_length() tells how much.
+  Next next(std::span<const std::uint8_t>& body);
+  std::uint32_t frame_length() const { return pending_length_; }
+  std::size_t buffered() const { return end_ - begin_; }
+
+ private:
+  std::vector<std::uint8_t> buf_;
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+  std::uint32_t max_frame_;
+  std::uint32_t pending_length_ = 0;
+};
+
+// --- handshake --------------------------------------------------------------
+
+struct ClientHello {
+  std::uint32_t magic = kMagic;
+  std::uint16_t version = kVersion;
+  bool has_token = false;
+  Nonce nonce{};
+};
+std::array<std::uint8_t, kClientHelloBytes> encode(const ClientHello& hello);
+ClientHello decode_client_hello(std::span<const std::uint8_t, kClientHelloBytes> bytes);
+
+struct ServerHello {
+  std::uint32_t magic = kMagic;
+  std::uint16_t version = kVersion;
+  HelloStatus status = HelloStatus::Ok;
+  bool auth_required = false;
+  StoreLimits limits;
+  Nonce nonce{};
+  Proof proof{};  // HMAC proving the server knows the token; zero without auth
+};
+std::array<std::uint8_t, kServerHelloBytes> encode(const ServerHello& hello);
+ServerHello decode_server_hello(std::span<const std::uint8_t, kServerHelloBytes> bytes);
+
+// --- requests ---------------------------------------------------------------
+
+// One request, as the client builds it and the server parses it. Views point
+// into the caller's strings (client) or the received frame (server).
+//   keys:   the key(s); the barrier name; the count/list prefix
+//   values: the value(s); compare_set's expected and desired
+//   delta:  add's delta
+//   number: barrier's n; cancel's target request id
+struct Request {
+  Op op = Op::Ping;
+  std::uint32_t id = 0;
+  std::vector<std::string_view> keys;
+  std::vector<std::string_view> values;
+  std::int64_t delta = 0;
+  std::uint32_t number = 0;
+};
+
+// Encodes a request as one frame (length prefix included).
+std::vector<std::uint8_t> encode(const Request& request);
+
+// Checks a request against limits; returns the error text, or nullopt.
+std::optional<std::string> check_limits(const Request& request, const StoreLimits& limits);
+
+struct ParsedRequest {
+  enum class Kind {
+    Ok,             // `request` is valid
+    LimitExceeded,  // well-formed, over a limit: reply with `error`, keep the connection
+    Malformed,      // not a valid request: reply with `error` if `request.id` is known, close
+  };
+  Kind kind = Kind::Malformed;
+  Request request;
+  std::string error;
+};
+
+// Parses one frame body received from an untrusted client. Never throws for
+// bad input, never allocates more than the input justifies.
+ParsedRequest parse_request(std::span<const std::uint8_t> body, const StoreLimits& limits);
+
+// --- replies ----------------------------------------------------------------
+
+// Starts a reply frame; the caller appends the op's payload to body().
+FrameBuilder begin_reply(ReplyStatus status, std::uint32_t id);
+std::vector<std::uint8_t> error_reply(std::uint32_t id, ErrorCode code, std::string_view message);
+
+}  // namespace collie::store::wire

@@ -1,0 +1,18 @@
+# How collie finds its dependencies: Debian packages only, never copied source.
+#   libasio-dev   -> Asio::Asio   (standalone Asio, header-only; FindAsio.cmake here)
+#   libspdlog-dev -> spdlog::spdlog (brings fmt::fmt from libfmt-dev)
+#   libssl-dev    -> OpenSSL::Crypto (HMAC-SHA256 and nonces for store authentication)
+#   libcli11-dev  -> CLI11::CLI11 (the collie command line)
+#   catch2        -> Catch2::Catch2 (tests, v2)
+list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
+
+set(THREADS_PREFER_PTHREAD_FLAG ON)
+find_package(Threads REQUIRED)
+find_package(Asio 1.18 REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(OpenSSL 1.1 REQUIRED COMPONENTS Crypto)
+find_package(CLI11 2.0 REQUIRED)
+if(COLLIE_BUILD_TESTS)
+  find_package(Catch2 2.13 REQUIRED)
+endif()

@@ -1,0 +1,42 @@
+// collie: launch jobs, serve the rendezvous store, benchmark, explain.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+#include <collie/version.hpp>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app("collie: collective communication over plain TCP.\n"
+               "Serve and query the rendezvous store, and benchmark it.",
+               "collie");
+  app.set_version_flag("--version", std::string("collie ") + collie::version());
+  app.require_subcommand(1);
+  app.footer(
+      "Environment:\n"
+      "  MASTER_ADDR, MASTER_PORT  the store's address when --addr is not given\n"
+      "  COLLIE_STORE_TOKEN        shared secret for store authentication\n"
+      "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
+      "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
+  collie::cli::add_store_command(app);
+  collie::cli::add_bench_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const collie::cli::Exit& e) {
+    return e.code;
+  } catch (const collie::Error& e) {
+    std::fprintf(stderr, "collie: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collie: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

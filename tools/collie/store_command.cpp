@@ -1,0 +1,240 @@
+// `collie store`: run the rendezvous store, and talk to it from a shell.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
+
+#include "address.hpp"
+#include "commands.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+// Writes `text` to `path` atomically (temporary file, then rename), so a
+// script polling for the file never reads half of it.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = fmt::format("{}.tmp.{}", path, getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw Error(fmt::format("cannot write '{}'", temporary));
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) throw Error(fmt::format("cannot write '{}': {}", path, ec.message()));
+}
+
+std::chrono::milliseconds seconds_option(double seconds, const char* name) {
+  if (!(seconds > 0) || !std::isfinite(seconds)) {
+    throw Error(fmt::format("{} must be a positive number of seconds, not {}", name, seconds));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+void serve(const std::string& host, std::uint16_t port, const std::string& port_file,
+           const std::string& token_file) {
+  // Block the stop signals in every thread (the server thread inherits the
+  // mask) and take them synchronously here.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  store::raise_open_file_limit();
+  store::ServerOptions options;
+  options.host = host;
+  options.port = port;
+  options.token = store_token(token_file);
+  store::StoreServer server(options);
+
+  if (!port_file.empty()) write_file_atomically(port_file, fmt::format("{}\n", server.port()));
+  std::string addresses;
+  for (const auto& address : server.addresses()) {
+    addresses += (addresses.empty() ? "" : " ") + address;
+  }
+  std::printf("collie store listening on %s port %u%s\n", addresses.c_str(), server.port(),
+              options.token.empty() ? "" : " (token required)");
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  server.stop();
+  std::printf("collie store stopped (%s)\n", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+}
+
+// Options every client subcommand shares.
+struct ClientArgs {
+  std::string addr;
+  std::string token_file;
+  double timeout_s = 300;
+  double connect_timeout_s = 10;
+
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--addr", addr, "Store address HOST:PORT (default: $MASTER_ADDR:$MASTER_PORT)");
+    cmd->add_option("--token-file", token_file,
+                    "File holding the store's token (default: $COLLIE_STORE_TOKEN)");
+    cmd->add_option("--timeout", timeout_s, "Seconds to wait for the answer")
+        ->capture_default_str();
+    cmd->add_option("--connect-timeout", connect_timeout_s,
+                    "Seconds to keep retrying while the store is not up")
+        ->capture_default_str();
+  }
+
+  std::unique_ptr<store::StoreClient> connect() const {
+    const auto address = store_address(addr);
+    store::ClientOptions options;
+    options.timeout = seconds_option(timeout_s, "--timeout");
+    options.connect_timeout = seconds_option(connect_timeout_s, "--connect-timeout");
+    options.token = store_token(token_file);
+    return std::make_unique<store::StoreClient>(address.host, address.port, options);
+  }
+};
+
+void print_line(std::string_view bytes) {
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+}  // namespace
+
+void add_store_command(CLI::App& app) {
+  auto* store_cmd = app.add_subcommand(
+      "store", "Run the rendezvous key-value store, or query one from the shell");
+  store_cmd->require_subcommand(1);
+
+  {
+    auto* cmd = store_cmd->add_subcommand("serve", "Run a store server until SIGINT or SIGTERM");
+    auto host = std::make_shared<std::string>();
+    auto port = std::make_shared<std::string>("0");
+    auto port_file = std::make_shared<std::string>();
+    auto token_file = std::make_shared<std::string>();
+    cmd->add_option("--host", *host,
+                    "Address or name to listen on (default: every interface, IPv6 and IPv4)");
+    cmd->add_option("--port", *port, "Port to listen on; 0 picks a free one")
+        ->capture_default_str();
+    cmd->add_option("--port-file", *port_file,
+                    "Write the real port to this file once listening (written atomically)");
+    cmd->add_option("--token-file", *token_file,
+                    "Require clients to prove they know the token in this file "
+                    "(default: $COLLIE_STORE_TOKEN; none: no authentication)");
+    cmd->footer(
+        "Prints one line on stdout once it listens:\n"
+        "  collie store listening on ADDRESS... port PORT\n"
+        "and stops cleanly on SIGINT or SIGTERM; clients blocked in a call get an error.");
+    cmd->callback([=] { serve(*host, parse_port(*port, "--port"), *port_file, *token_file); });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("set", "Set KEY to VALUE ('-' reads VALUE from stdin)");
+    auto args = std::make_shared<ClientArgs>();
+    auto key = std::make_shared<std::string>();
+    auto value = std::make_shared<std::string>();
+    cmd->add_option("key", *key, "Key")->required();
+    cmd->add_option("value", *value, "Value, or - for standard input")->required();
+    args->add_to(cmd);
+    cmd->callback([=] {
+      std::string data = *value;
+      if (data == "-") data.assign(std::istreambuf_iterator<char>(std::cin), {});
+      args->connect()->set(*key, data);
+    });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand(
+        "get", "Print KEY's value, waiting until it is set (up to --timeout)");
+    auto args = std::make_shared<ClientArgs>();
+    auto key = std::make_shared<std::string>();
+    auto no_wait = std::make_shared<bool>(false);
+    cmd->add_option("key", *key, "Key")->required();
+    cmd->add_flag("--no-wait", *no_wait, "Fail at once (exit 3) if the key is missing");
+    args->add_to(cmd);
+    cmd->callback([=] {
+      auto client = args->connect();
+      if (*no_wait) {
+        auto value = client->try_get(*key);
+        if (!value) {
+          std::fprintf(stderr, "collie: key '%s' is not set\n", key->c_str());
+          throw Exit{3};
+        }
+        return print_line(*value);
+      }
+      print_line(client->get(*key));
+    });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("add", "Add DELTA to the counter KEY; print the result");
+    auto args = std::make_shared<ClientArgs>();
+    auto key = std::make_shared<std::string>();
+    auto delta = std::make_shared<std::int64_t>(1);
+    cmd->add_option("key", *key, "Key")->required();
+    cmd->add_option("delta", *delta, "Amount to add")->capture_default_str();
+    args->add_to(cmd);
+    cmd->callback([=] { std::printf("%lld\n", static_cast<long long>(args->connect()->add(*key, *delta))); });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("wait", "Wait until every KEY is set (up to --timeout)");
+    auto args = std::make_shared<ClientArgs>();
+    auto keys = std::make_shared<std::vector<std::string>>();
+    cmd->add_option("keys", *keys, "Keys")->required();
+    args->add_to(cmd);
+    cmd->callback([=] { args->connect()->wait(*keys); });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("check", "Print 1 if every KEY is set now, else 0");
+    auto args = std::make_shared<ClientArgs>();
+    auto keys = std::make_shared<std::vector<std::string>>();
+    cmd->add_option("keys", *keys, "Keys")->required();
+    args->add_to(cmd);
+    cmd->callback([=] { std::printf("%d\n", args->connect()->check(*keys) ? 1 : 0); });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("delete", "Delete KEY; print 1 if it existed, else 0");
+    auto args = std::make_shared<ClientArgs>();
+    auto key = std::make_shared<std::string>();
+    cmd->add_option("key", *key, "Key")->required();
+    args->add_to(cmd);
+    cmd->callback([=] { std::printf("%d\n", args->connect()->delete_key(*key) ? 1 : 0); });
+  }
+
+  {
+    auto* cmd = store_cmd->add_subcommand("keys", "List the keys that start with PREFIX, one per line");
+    auto args = std::make_shared<ClientArgs>();
+    auto prefix = std::make_shared<std::string>();
+    auto count = std::make_shared<bool>(false);
+    cmd->add_option("prefix", *prefix, "Prefix (default: every key)");
+    cmd->add_flag("--count", *count, "Print only how many keys match");
+    args->add_to(cmd);
+    cmd->callback([=] {
+      auto client = args->connect();
+      if (*count) {
+        std::printf("%lld\n", static_cast<long long>(client->count_keys(*prefix)));
+        return;
+      }
+      for (const auto& key : client->list_keys(*prefix)) print_line(key);
+    });
+  }
+}
+
+}  // namespace collie::cli
