@@ -46,6 +46,8 @@ bool is_blocking(wire::Op op) {
 // (failure set), then calls the user's handler.
 using Decoder = std::function<void(const Failure*, wire::Reader*)>;
 
+constexpr auto kMinHandshakeTime = std::chrono::seconds(1);
+
 std::string seconds_text(Clock::duration d) {
   return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
@@ -187,6 +189,17 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     state_ = State::Handshake;
     std::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
+    // Something listens there; it gets until the connect deadline (and at
+    // least a second) to answer like a store.
+    timer_.expires_at(std::max(connect_deadline_, Clock::now() + kMinHandshakeTime));
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->state_ != State::Handshake) return;
+      self->connect_failed(Failure{
+          Failure::Kind::TimedOut,
+          fmt::format("the store at {} accepted the connection but did not complete the "
+                      "handshake within {}; is a collie store listening there?",
+                      self->address_, seconds_text(Clock::now() - self->connect_started_))});
+    });
     client_nonce_ = auth::random_nonce();
     wire::ClientHello hello;
     hello.has_token = !options_.token.empty();
@@ -294,6 +307,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
 
   void ready() {
     state_ = State::Ready;
+    timer_.cancel();
     log().debug("store client: connected to {} after {} attempt(s)", address_, attempts_);
     read();
     auto done = std::move(on_connected_);

@@ -25,13 +25,12 @@ class StoreClient::Impl {
     }
     auto result = std::make_shared<Result<Done>>();
     client_.connect(std::move(host), port, completion(result));
-    // The client gives up retrying at its connect deadline; the margin here
-    // only catches a server that accepts but never answers the handshake.
-    if (!run_until(result->done, Clock::now() + connect_timeout)) {
+    // The asynchronous client enforces the connect deadline itself (retries
+    // and handshake); this is only a backstop against a bug there.
+    if (!run_until(result->done, Clock::now() + connect_timeout + std::chrono::seconds(10))) {
       client_.close();
-      throw TimeoutError(fmt::format(
-          "the store at {} accepted the connection but did not complete the handshake within {}",
-          client_.address(), describe_duration(connect_timeout)));
+      throw TimeoutError(fmt::format("connecting to the store at {} did not finish within {}",
+                                     client_.address(), describe_duration(connect_timeout)));
     }
     if (result->failure) result->failure->raise();
   }

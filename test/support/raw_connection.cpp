@@ -1,0 +1,94 @@
+#include "raw_connection.hpp"
+
+#include <asio/connect.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include "store_fixture.hpp"
+
+namespace collie::test {
+
+using asio::ip::tcp;
+
+RawConnection::RawConnection(std::uint16_t port, const std::string& host) : socket_(io_) {
+  tcp::resolver resolver(io_);
+  asio::connect(socket_, resolver.resolve(host, std::to_string(port)));
+  socket_.set_option(tcp::no_delay(true));
+}
+
+void RawConnection::send(std::span<const std::uint8_t> bytes) {
+  asio::write(socket_, asio::buffer(bytes.data(), bytes.size()));
+}
+
+store::wire::ServerHello RawConnection::handshake() {
+  store::wire::ClientHello hello;
+  const auto bytes = store::wire::encode(hello);
+  send(bytes);
+  auto reply = read_exactly(store::wire::kServerHelloBytes, std::chrono::seconds(10));
+  if (!reply) throw std::runtime_error("raw connection: no server hello");
+  return store::wire::decode_server_hello(
+      std::span<const std::uint8_t, store::wire::kServerHelloBytes>(reply->data(),
+                                                                     reply->size()));
+}
+
+std::optional<std::vector<std::uint8_t>> RawConnection::read_exactly(
+    std::size_t n, std::chrono::milliseconds timeout) {
+  std::vector<std::uint8_t> out(n);
+  std::optional<std::error_code> result;
+  asio::async_read(socket_, asio::buffer(out),
+                   [&](std::error_code ec, std::size_t) { result = ec; });
+  io_.restart();
+  io_.run_for(timeout);
+  if (!result) {
+    socket_.cancel();
+    io_.restart();
+    io_.run();
+    return std::nullopt;
+  }
+  if (*result) return std::nullopt;
+  return out;
+}
+
+std::optional<std::vector<std::uint8_t>> RawConnection::read_frame(
+    std::chrono::milliseconds timeout) {
+  auto header = read_exactly(4, timeout);
+  if (!header) return std::nullopt;
+  return read_exactly(store::wire::get_u32(header->data()), timeout);
+}
+
+bool RawConnection::closed_by_peer(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::uint8_t byte = 0;
+    std::optional<std::error_code> result;
+    socket_.async_read_some(asio::buffer(&byte, 1),
+                            [&](std::error_code ec, std::size_t) { result = ec; });
+    io_.restart();
+    io_.run_until(deadline);
+    if (!result) {
+      socket_.cancel();
+      io_.restart();
+      io_.run();
+      return false;
+    }
+    if (*result) return true;  // EOF or reset
+  }
+  return false;
+}
+
+std::uint16_t momentarily_free_port() {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  return acceptor.local_endpoint().port();
+}
+
+bool ipv6_loopback_available() {
+  asio::io_context io;
+  std::error_code ec;
+  tcp::acceptor acceptor(io);
+  acceptor.open(tcp::v6(), ec);
+  if (!ec) acceptor.bind(tcp::endpoint(asio::ip::address_v6::loopback(), 0), ec);
+  return !ec;
+}
+
+}  // namespace collie::test

@@ -1,0 +1,43 @@
+// A raw TCP connection for speaking (or breaking) the store protocol by hand.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include "protocol.hpp"
+
+namespace collie::test {
+
+class RawConnection {
+ public:
+  explicit RawConnection(std::uint16_t port, const std::string& host = "127.0.0.1");
+
+  void send(std::span<const std::uint8_t> bytes);
+  void send(const std::vector<std::uint8_t>& bytes) { send(std::span<const std::uint8_t>(bytes)); }
+
+  // Completes a token-less handshake; returns the server's hello.
+  store::wire::ServerHello handshake();
+
+  // Reads exactly n bytes; nullopt if the peer closed first or `timeout` passed.
+  std::optional<std::vector<std::uint8_t>> read_exactly(std::size_t n,
+                                                        std::chrono::milliseconds timeout);
+
+  // Reads one reply frame's body; nullopt if the peer closed first.
+  std::optional<std::vector<std::uint8_t>> read_frame(std::chrono::milliseconds timeout);
+
+  // True if the peer closes the connection within `timeout` (after any data).
+  bool closed_by_peer(std::chrono::milliseconds timeout);
+
+ private:
+  asio::io_context io_;
+  asio::ip::tcp::socket socket_;
+};
+
+}  // namespace collie::test

@@ -1,0 +1,41 @@
+// Helpers for tests that need a running store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
+
+namespace collie::test {
+
+// A server on 127.0.0.1 and a free port, with clients made to match.
+struct StoreFixture {
+  explicit StoreFixture(store::ServerOptions options = loopback()) : server(options) {}
+
+  static store::ServerOptions loopback() {
+    store::ServerOptions options;
+    options.host = "127.0.0.1";
+    return options;
+  }
+
+  std::unique_ptr<store::StoreClient> client(store::ClientOptions options = {}) const {
+    if (options.timeout == std::chrono::seconds(300)) options.timeout = std::chrono::seconds(30);
+    return std::make_unique<store::StoreClient>("127.0.0.1", server.port(), options);
+  }
+
+  std::shared_ptr<store::StoreClient> shared_client() const { return client(); }
+
+  store::StoreServer server;
+};
+
+// A port that was free a moment ago. Only for the one test that must start a
+// client before its server: everything else binds port 0.
+std::uint16_t momentarily_free_port();
+
+// True if this machine can open an IPv6 socket on ::1.
+bool ipv6_loopback_available();
+
+}  // namespace collie::test

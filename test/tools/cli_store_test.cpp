@@ -1,0 +1,210 @@
+// `collie store ...` as a person or a script uses it.
+#include <signal.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::run;
+using collie::test::RunResult;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+
+std::filesystem::path scratch_dir() {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("collie-cli-test-" + std::to_string(getpid()) + "-" +
+              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A `collie store serve` child on a free port, with its address.
+struct ServedStore {
+  explicit ServedStore(std::vector<std::string> extra = {}, std::vector<std::string> env = {})
+      : dir(scratch_dir()),
+        server([&] {
+          std::vector<std::string> argv = {kCollie, "store", "serve", "--host", "127.0.0.1",
+                                           "--port", "0", "--port-file",
+                                           (dir / "port").string()};
+          argv.insert(argv.end(), extra.begin(), extra.end());
+          return argv;
+        }(), env) {
+    banner = server.read_line(30s).value_or("");
+    REQUIRE_THAT(banner, Catch::StartsWith("collie store listening on 127.0.0.1:"));
+    port = std::stoi(read_file(dir / "port"));
+    REQUIRE_THAT(banner, Catch::EndsWith("port " + std::to_string(port)) ||
+                             Catch::Contains("port " + std::to_string(port) + " "));
+    addr = "127.0.0.1:" + std::to_string(port);
+  }
+  ~ServedStore() { std::filesystem::remove_all(dir); }
+
+  RunResult cli(std::vector<std::string> args, std::vector<std::string> env = {},
+                const std::string& input = {}) const {
+    // --addr right after the subcommand, so that a "--" later still works.
+    std::vector<std::string> argv = {kCollie, "store", args.at(0), "--addr", addr};
+    argv.insert(argv.end(), args.begin() + 1, args.end());
+    return run(argv, env, input);
+  }
+
+  std::filesystem::path dir;
+  Subprocess server;
+  std::string banner;
+  int port = 0;
+  std::string addr;
+};
+
+}  // namespace
+
+TEST_CASE("collie store: set, get, add, check, keys, delete from the shell", "[cli]") {
+  ServedStore s;
+  CHECK(s.cli({"set", "greeting", "hello world"}).exit_code == 0);
+  auto r = s.cli({"get", "greeting"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == "hello world\n");
+  CHECK(s.cli({"add", "n", "5"}).out == "5\n");
+  CHECK(s.cli({"add", "n", "--", "-7"}).out == "-2\n");
+  CHECK(s.cli({"add", "n", "-1"}).out == "-3\n");
+  CHECK(s.cli({"add", "n"}).out == "-2\n");
+  CHECK(s.cli({"check", "greeting", "n"}).out == "1\n");
+  CHECK(s.cli({"check", "greeting", "missing"}).out == "0\n");
+  CHECK(s.cli({"keys"}).out == "greeting\nn\n");
+  CHECK(s.cli({"keys", "gr"}).out == "greeting\n");
+  CHECK(s.cli({"keys", "--count"}).out == "2\n");
+  CHECK(s.cli({"delete", "greeting"}).out == "1\n");
+  CHECK(s.cli({"delete", "greeting"}).out == "0\n");
+  CHECK(s.cli({"set", "piped", "-"}, {}, "from stdin").exit_code == 0);
+  CHECK(s.cli({"get", "piped"}).out == "from stdin\n");
+}
+
+TEST_CASE("collie store get: --no-wait, timeouts and errors exit non-zero with a reason", "[cli]") {
+  ServedStore s;
+  auto r = s.cli({"get", "absent", "--no-wait"});
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("'absent' is not set"));
+  r = s.cli({"get", "absent", "--timeout", "0.3"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("get('absent') timed out after 300 ms"));
+  r = s.cli({"add", "x", "notanumber"});
+  CHECK(r.exit_code != 0);
+  s.cli({"set", "text", "abc"});
+  r = s.cli({"add", "text", "1"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("not a decimal int64"));
+}
+
+TEST_CASE("collie store wait returns once another client sets the keys", "[cli]") {
+  ServedStore s;
+  Subprocess waiter({kCollie, "store", "wait", "a", "b", "--addr", s.addr, "--timeout", "30"});
+  std::this_thread::sleep_for(200ms);
+  s.cli({"set", "a", "1"});
+  s.cli({"set", "b", "2"});
+  auto result = waiter.wait(30s);
+  REQUIRE(result);
+  CHECK(result->exit_code == 0);
+}
+
+TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    ServedStore s;
+    Subprocess waiter({kCollie, "store", "get", "never", "--addr", s.addr, "--timeout", "60"});
+    std::this_thread::sleep_for(300ms);
+    s.server.signal(sig);
+    auto stopped = s.server.wait(10s);
+    REQUIRE(stopped);
+    CHECK(stopped->exit_code == 0);
+    CHECK_THAT(stopped->out, Catch::Contains("collie store stopped"));
+    // The blocked client learns at once, not after its 60 s timeout.
+    auto client = waiter.wait(10s);
+    REQUIRE(client);
+    CHECK(client->exit_code == 1);
+    CHECK_THAT(client->err, Catch::Contains("closed the connection"));
+  }
+}
+
+TEST_CASE("collie store with a token file: right token in, no token out", "[cli][auth]") {
+  const auto dir = scratch_dir();
+  {
+    std::ofstream(dir / "token") << "tok-123\n";
+  }
+  ServedStore s({"--token-file", (dir / "token").string()}, {"COLLIE_STORE_TOKEN="});
+  CHECK_THAT(s.banner, Catch::Contains("(token required)"));
+  CHECK(s.cli({"set", "k", "v", "--token-file", (dir / "token").string()}).exit_code == 0);
+  CHECK(s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=tok-123"}).out == "v\n");
+  auto r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN="});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("authentication failed"));
+  r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=wrong"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("refused this client's token"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PORT", "[cli]") {
+  ServedStore s;
+  const std::vector<std::string> env = {"MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(s.port)};
+  CHECK(run({kCollie, "store", "set", "via", "env"}, env).exit_code == 0);
+  CHECK(run({kCollie, "store", "get", "via"}, env).out == "env\n");
+  auto r = run({kCollie, "store", "get", "via"}, {"MASTER_ADDR=", "MASTER_PORT="});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("set MASTER_ADDR and MASTER_PORT"));
+  r = run({kCollie, "store", "get", "via", "--addr", "localhost"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("host:port"));
+}
+
+TEST_CASE("collie store client with no server gives up after --connect-timeout", "[cli]") {
+  ServedStore s;
+  const auto addr = s.addr;
+  s.server.signal(SIGTERM);
+  REQUIRE(s.server.wait(10s));
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run({kCollie, "store", "get", "k", "--addr", addr, "--connect-timeout", "0.5"});
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("could not connect to the store at " + addr));
+}
+
+TEST_CASE("collie --help and --version describe the tool", "[cli]") {
+  auto r = run({kCollie, "--help"});
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("store") && Catch::Contains("bench") &&
+                        Catch::Contains("COLLIE_LOG_LEVEL"));
+  r = run({kCollie, "store", "serve", "--help"});
+  CHECK_THAT(r.out, Catch::Contains("--port-file") && Catch::Contains("--token-file") &&
+                        Catch::Contains("SIGTERM"));
+  r = run({kCollie, "--version"});
+  CHECK_THAT(r.out, Catch::StartsWith("collie "));
+  r = run({kCollie, "store", "serve", "--port", "99999"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("not a port number"));
+  r = run({kCollie});
+  CHECK(r.exit_code != 0);
+}
+
+TEST_CASE("collie bench store runs a short measurement and prints JSON", "[cli][bench]") {
+  auto r = run({kCollie, "bench", "store", "--seconds", "0.1", "--clients", "2", "--rendezvous",
+                "8,32", "--json"},
+               {}, {}, 120s);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("\"ops\"") && Catch::Contains("\"op\": \"add\"") &&
+                        Catch::Contains("\"clients\": 32"));
+  r = run({kCollie, "bench", "store", "--seconds", "0.1", "--clients", "1", "--no-rendezvous"});
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("ops/s") && Catch::Contains("   get        1"));
+}
