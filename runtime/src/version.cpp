@@ -2,6 +2,8 @@
 
 namespace collie {
 
-const char* version() { return COLLIE_VERSION_STRING; }
+const char* version() {
+  return COLLIE_VERSION_STRING;
+}
 
 }  // namespace collie

@@ -26,11 +26,16 @@ using Clock = std::chrono::steady_clock;
 
 void Failure::raise() const {
   switch (kind) {
-    case Kind::Connection: throw ConnectionError(message);
-    case Kind::Authentication: throw AuthenticationError(message);
-    case Kind::Protocol: throw ProtocolError(message);
-    case Kind::Request: throw RequestError(message);
-    case Kind::TimedOut: throw TimeoutError(message);
+    case Kind::Connection:
+      throw ConnectionError(message);
+    case Kind::Authentication:
+      throw AuthenticationError(message);
+    case Kind::Protocol:
+      throw ProtocolError(message);
+    case Kind::Request:
+      throw RequestError(message);
+    case Kind::TimedOut:
+      throw TimeoutError(message);
   }
   throw Error(message);
 }
@@ -104,8 +109,9 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  void close() { fail(fmt::format("the connection to the store at {} was closed by this client",
-                                  address_)); }
+  void close() {
+    fail(fmt::format("the connection to the store at {} was closed by this client", address_));
+  }
 
   const std::string& address() const { return address_; }
   const StoreLimits& limits() const { return limits_; }
@@ -138,8 +144,8 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
         host_, std::to_string(port_),
         [self = shared_from_this()](std::error_code ec, tcp::resolver::results_type results) {
           if (self->state_ != State::Connecting) return;
-          if (ec) return self->retry(fmt::format("cannot resolve '{}': {}", self->host_,
-                                                 ec.message()));
+          if (ec)
+            return self->retry(fmt::format("cannot resolve '{}': {}", self->host_, ec.message()));
           asio::async_connect(self->socket_, results,
                               [self](std::error_code ec2, const tcp::endpoint&) {
                                 if (self->state_ != State::Connecting) return;
@@ -242,11 +248,11 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
                       address_, hello.version, wire::kVersion)});
     }
     if (hello.limits.max_message_bytes < wire::kMinMessageBytes) {
-      return connect_failed(Failure{
-          Failure::Kind::Protocol,
-          fmt::format("the store at {} announced a message limit of {} bytes, below the "
-                      "protocol's minimum of {}",
-                      address_, hello.limits.max_message_bytes, wire::kMinMessageBytes)});
+      return connect_failed(
+          Failure{Failure::Kind::Protocol,
+                  fmt::format("the store at {} announced a message limit of {} bytes, below the "
+                              "protocol's minimum of {}",
+                              address_, hello.limits.max_message_bytes, wire::kMinMessageBytes)});
     }
     limits_ = hello.limits;
     in_.set_max_frame_bytes(limits_.max_message_bytes);
@@ -265,10 +271,10 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     }
     server_proof_ok_ =
         have_token &&
-        auth::proofs_equal(hello.proof, auth::server_proof(options_.token, client_nonce_,
-                                                           hello.nonce));
-    proof_out_ = have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce)
-                            : wire::Proof{};
+        auth::proofs_equal(hello.proof,
+                           auth::server_proof(options_.token, client_nonce_, hello.nonce));
+    proof_out_ =
+        have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce) : wire::Proof{};
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(proof_out_), [self](std::error_code ec, std::size_t) {
       if (ec) return self->handshake_io_failed(ec);
@@ -325,34 +331,33 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void write() {
     auto buffers = out_.start();
     if (buffers.empty()) return;
-    asio::async_write(socket_, buffers,
-                      [self = shared_from_this()](std::error_code ec, std::size_t) {
-                        self->out_.finish();
-                        if (ec) {
-                          return self->fail(fmt::format(
-                              "lost the connection to the store at {} while sending: {}",
-                              self->address_, ec.message()));
-                        }
-                        self->write();
-                      });
+    asio::async_write(
+        socket_, buffers, [self = shared_from_this()](std::error_code ec, std::size_t) {
+          self->out_.finish();
+          if (ec) {
+            return self->fail(
+                fmt::format("lost the connection to the store at {} while sending: {}",
+                            self->address_, ec.message()));
+          }
+          self->write();
+        });
   }
 
   void read() {
     const auto space = in_.prepare();
-    socket_.async_read_some(
-        asio::buffer(space.data(), space.size()),
-        [self = shared_from_this()](std::error_code ec, std::size_t n) {
-          if (self->state_ != State::Ready) return;
-          if (ec) {
-            return self->fail(
-                ec == asio::error::eof
-                    ? fmt::format("the store at {} closed the connection", self->address_)
-                    : fmt::format("lost the connection to the store at {}: {}", self->address_,
-                                  ec.message()));
-          }
-          self->in_.commit(n);
-          if (self->dispatch()) self->read();
-        });
+    socket_.async_read_some(asio::buffer(space.data(), space.size()), [self = shared_from_this()](
+                                                                          std::error_code ec,
+                                                                          std::size_t n) {
+      if (self->state_ != State::Ready) return;
+      if (ec) {
+        return self->fail(ec == asio::error::eof
+                              ? fmt::format("the store at {} closed the connection", self->address_)
+                              : fmt::format("lost the connection to the store at {}: {}",
+                                            self->address_, ec.message()));
+      }
+      self->in_.commit(n);
+      if (self->dispatch()) self->read();
+    });
   }
 
   // Handles every complete reply received; false if the connection broke.
@@ -360,13 +365,15 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     std::span<const std::uint8_t> body;
     while (true) {
       switch (in_.next(body)) {
-        case wire::FrameBuffer::Next::NeedMore: return true;
+        case wire::FrameBuffer::Next::NeedMore:
+          return true;
         case wire::FrameBuffer::Next::TooLarge:
           fail(fmt::format("the store at {} sent a reply of {} bytes, over its own limit of {}",
                            address_, in_.frame_length(), limits_.max_message_bytes),
                Failure::Kind::Protocol);
           return false;
-        case wire::FrameBuffer::Next::Frame: break;
+        case wire::FrameBuffer::Next::Frame:
+          break;
       }
       wire::Reader reader(body);
       const auto status = reader.u8();
@@ -416,7 +423,8 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     log().debug("store client: {}", reason);
     auto pending = std::move(pending_);
     pending_.clear();
-    for (auto& [id, p] : pending) fail_later(std::move(p.decoder), Failure{kind, reason});
+    for (auto& [id, p] : pending)
+      fail_later(std::move(p.decoder), Failure{kind, reason});
   }
 
   asio::io_context& io_;
@@ -506,16 +514,14 @@ AsyncStoreClient::RequestId AsyncStoreClient::set(std::string_view key, std::str
   return impl_->send(request, decode_done(std::move(done)));
 }
 
-AsyncStoreClient::RequestId AsyncStoreClient::get(std::string_view key,
-                                                  Handler<std::string> done) {
+AsyncStoreClient::RequestId AsyncStoreClient::get(std::string_view key, Handler<std::string> done) {
   auto request = make(wire::Op::Get, {key});
-  return impl_->send(request, decode(std::move(done), [](wire::Reader& r) {
-                       return std::string(r.bytes());
-                     }));
+  return impl_->send(
+      request, decode(std::move(done), [](wire::Reader& r) { return std::string(r.bytes()); }));
 }
 
-AsyncStoreClient::RequestId AsyncStoreClient::try_get(
-    std::string_view key, Handler<std::optional<std::string>> done) {
+AsyncStoreClient::RequestId AsyncStoreClient::try_get(std::string_view key,
+                                                      Handler<std::optional<std::string>> done) {
   auto request = make(wire::Op::TryGet, {key});
   return impl_->send(request, decode(std::move(done), [](wire::Reader& r) {
                        std::optional<std::string> value;
@@ -528,8 +534,7 @@ AsyncStoreClient::RequestId AsyncStoreClient::add(std::string_view key, std::int
                                                   Handler<std::int64_t> done) {
   auto request = make(wire::Op::Add, {key});
   request.delta = delta;
-  return impl_->send(request,
-                     decode(std::move(done), [](wire::Reader& r) { return r.i64(); }));
+  return impl_->send(request, decode(std::move(done), [](wire::Reader& r) { return r.i64(); }));
 }
 
 AsyncStoreClient::RequestId AsyncStoreClient::compare_set(std::string_view key,
@@ -565,22 +570,18 @@ AsyncStoreClient::RequestId AsyncStoreClient::wait(std::span<const std::string> 
 AsyncStoreClient::RequestId AsyncStoreClient::check(std::span<const std::string> keys,
                                                     Handler<bool> done) {
   auto request = key_list(wire::Op::Check, keys);
-  return impl_->send(request,
-                     decode(std::move(done), [](wire::Reader& r) { return r.u8() != 0; }));
+  return impl_->send(request, decode(std::move(done), [](wire::Reader& r) { return r.u8() != 0; }));
 }
 
-AsyncStoreClient::RequestId AsyncStoreClient::delete_key(std::string_view key,
-                                                         Handler<bool> done) {
+AsyncStoreClient::RequestId AsyncStoreClient::delete_key(std::string_view key, Handler<bool> done) {
   auto request = make(wire::Op::Delete, {key});
-  return impl_->send(request,
-                     decode(std::move(done), [](wire::Reader& r) { return r.u8() != 0; }));
+  return impl_->send(request, decode(std::move(done), [](wire::Reader& r) { return r.u8() != 0; }));
 }
 
 AsyncStoreClient::RequestId AsyncStoreClient::count_keys(std::string_view prefix,
                                                          Handler<std::int64_t> done) {
   auto request = make(wire::Op::CountKeys, {prefix});
-  return impl_->send(request,
-                     decode(std::move(done), [](wire::Reader& r) { return r.i64(); }));
+  return impl_->send(request, decode(std::move(done), [](wire::Reader& r) { return r.i64(); }));
 }
 
 AsyncStoreClient::RequestId AsyncStoreClient::list_keys(
@@ -590,7 +591,8 @@ AsyncStoreClient::RequestId AsyncStoreClient::list_keys(
                        const bool truncated = r.u8() != 0;
                        const std::uint32_t n = r.u32();
                        std::vector<std::string> keys;
-                       for (std::uint32_t i = 0; i < n && r.ok(); ++i) keys.emplace_back(r.bytes());
+                       for (std::uint32_t i = 0; i < n && r.ok(); ++i)
+                         keys.emplace_back(r.bytes());
                        return std::make_pair(std::move(keys), truncated);
                      }));
 }
@@ -638,10 +640,20 @@ AsyncStoreClient::RequestId AsyncStoreClient::ping(Handler<Done> done) {
   return impl_->send(request, decode_done(std::move(done)));
 }
 
-void AsyncStoreClient::abandon(RequestId id) { impl_->abandon(id); }
-void AsyncStoreClient::close() { impl_->close(); }
-const std::string& AsyncStoreClient::address() const { return impl_->address(); }
-const StoreLimits& AsyncStoreClient::limits() const { return impl_->limits(); }
-const ClientOptions& AsyncStoreClient::options() const { return impl_->options(); }
+void AsyncStoreClient::abandon(RequestId id) {
+  impl_->abandon(id);
+}
+void AsyncStoreClient::close() {
+  impl_->close();
+}
+const std::string& AsyncStoreClient::address() const {
+  return impl_->address();
+}
+const StoreLimits& AsyncStoreClient::limits() const {
+  return impl_->limits();
+}
+const ClientOptions& AsyncStoreClient::options() const {
+  return impl_->options();
+}
 
 }  // namespace collie::store

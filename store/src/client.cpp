@@ -54,8 +54,8 @@ class StoreClient::Impl {
     }
     if (result->failure) {
       Failure failure = *result->failure;
-      failure.message = fmt::format("store at {}: {}: {}", client_.address(), what(),
-                                    failure.message);
+      failure.message =
+          fmt::format("store at {}: {}: {}", client_.address(), what(), failure.message);
       failure.raise();
     }
     return std::move(result->value);
@@ -191,8 +191,7 @@ std::int64_t StoreClient::count_keys(std::string_view prefix, Timeout timeout) {
 
 std::vector<std::string> StoreClient::list_keys(std::string_view prefix, Timeout timeout) {
   auto [keys, truncated] = impl_->call<std::pair<std::vector<std::string>, bool>>(
-      timeout,
-      [&](AsyncStoreClient& c, auto done) { return c.list_keys(prefix, std::move(done)); },
+      timeout, [&](AsyncStoreClient& c, auto done) { return c.list_keys(prefix, std::move(done)); },
       [&] { return describe_call("list_keys", prefix); });
   if (truncated) {
     throw RequestError(fmt::format(
@@ -214,8 +213,8 @@ std::vector<std::string> StoreClient::multi_get(std::span<const std::string> key
 void StoreClient::multi_set(std::span<const std::string> keys, std::span<const std::string> values,
                             Timeout timeout) {
   if (keys.size() != values.size()) {
-    throw std::invalid_argument(fmt::format("store multi_set: {} keys but {} values",
-                                            keys.size(), values.size()));
+    throw std::invalid_argument(
+        fmt::format("store multi_set: {} keys but {} values", keys.size(), values.size()));
   }
   if (keys.empty()) return;
   impl_->call<Done>(
@@ -246,9 +245,17 @@ std::chrono::nanoseconds StoreClient::ping(Timeout timeout) {
   return Clock::now() - start;
 }
 
-std::chrono::milliseconds StoreClient::timeout() const { return impl_->timeout(); }
-void StoreClient::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
-const std::string& StoreClient::address() const { return impl_->address(); }
-StoreLimits StoreClient::limits() const { return impl_->limits(); }
+std::chrono::milliseconds StoreClient::timeout() const {
+  return impl_->timeout();
+}
+void StoreClient::set_timeout(std::chrono::milliseconds timeout) {
+  impl_->set_timeout(timeout);
+}
+const std::string& StoreClient::address() const {
+  return impl_->address();
+}
+StoreLimits StoreClient::limits() const {
+  return impl_->limits();
+}
 
 }  // namespace collie::store

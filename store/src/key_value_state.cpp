@@ -15,20 +15,25 @@ using wire::Request;
 
 namespace {
 
-std::string quoted(std::string_view key) { return fmt::format("'{}'", printable_key(key)); }
+std::string quoted(std::string_view key) {
+  return fmt::format("'{}'", printable_key(key));
+}
 
 }  // namespace
 
 std::size_t KeyValueState::parked() const {
   std::size_t n = 0;
-  for (const auto& [client, waits] : waits_by_client_) n += waits.size();
-  for (const auto& [client, arrivals] : arrivals_by_client_) n += arrivals.size();
+  for (const auto& [client, waits] : waits_by_client_)
+    n += waits.size();
+  for (const auto& [client, arrivals] : arrivals_by_client_)
+    n += arrivals.size();
   return n;
 }
 
 std::size_t KeyValueState::parked_by(ReplyTarget& client) const {
   std::size_t n = 0;
-  if (auto it = waits_by_client_.find(&client); it != waits_by_client_.end()) n += it->second.size();
+  if (auto it = waits_by_client_.find(&client); it != waits_by_client_.end())
+    n += it->second.size();
   if (auto it = arrivals_by_client_.find(&client); it != arrivals_by_client_.end()) {
     n += it->second.size();
   }
@@ -83,7 +88,9 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
       client.deliver(std::move(frame).finish());
       return;
     }
-    case Op::Add: add(client, req); return;
+    case Op::Add:
+      add(client, req);
+      return;
     case Op::CompareSet: {
       const auto key = req.keys[0];
       const auto expected = req.values[0];
@@ -153,7 +160,8 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
       auto frame = wire::begin_reply(wire::ReplyStatus::Ok, req.id);
       frame.body().u8(truncated ? 1 : 0);
       frame.body().u32(static_cast<std::uint32_t>(keys.size()));
-      for (auto key : keys) frame.body().bytes(key);
+      for (auto key : keys)
+        frame.body().bytes(key);
       client.deliver(std::move(frame).finish());
       return;
     }
@@ -162,7 +170,8 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
       for (std::size_t i = 0; i < req.keys.size(); ++i) {
         write(req.keys[i], std::string(req.values[i]));
       }
-      for (auto key : req.keys) wake(std::string(key));
+      for (auto key : req.keys)
+        wake(std::string(key));
       reply_ok(client, req.id);
       return;
     case Op::Append: {
@@ -185,9 +194,15 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
       reply_ok(client, req.id);
       return;
     }
-    case Op::Barrier: enter_barrier(client, req); return;
-    case Op::Cancel: cancel(client, req.number); return;
-    case Op::Ping: reply_ok(client, req.id); return;
+    case Op::Barrier:
+      enter_barrier(client, req);
+      return;
+    case Op::Cancel:
+      cancel(client, req.number);
+      return;
+    case Op::Ping:
+      reply_ok(client, req.id);
+      return;
   }
 }
 
@@ -224,7 +239,8 @@ void KeyValueState::add(ReplyTarget& client, const Request& req) {
 bool KeyValueState::advance(Wait& wait) const {
   auto missing_from = [&](std::size_t start) {
     std::size_t i = start;
-    while (i < wait.keys.size() && data_.contains(wait.keys[i])) ++i;
+    while (i < wait.keys.size() && data_.contains(wait.keys[i]))
+      ++i;
     return i;
   };
   wait.next_missing = missing_from(wait.next_missing);
@@ -237,10 +253,13 @@ bool KeyValueState::advance(Wait& wait) const {
 void KeyValueState::complete(const Wait& wait) {
   auto frame = wire::begin_reply(wire::ReplyStatus::Ok, wait.id);
   switch (wait.op) {
-    case Op::Get: frame.body().bytes(data_.find(wait.keys[0])->second); break;
+    case Op::Get:
+      frame.body().bytes(data_.find(wait.keys[0])->second);
+      break;
     case Op::MultiGet: {
       std::size_t bytes = 64;
-      for (const auto& key : wait.keys) bytes += 4 + data_.find(key)->second.size();
+      for (const auto& key : wait.keys)
+        bytes += 4 + data_.find(key)->second.size();
       if (bytes > limits_.max_message_bytes) {
         reply_error(*wait.client, wait.id, ErrorCode::LimitExceeded,
                     fmt::format("multi_get of {} keys: the reply would be {} bytes, over the "
@@ -249,10 +268,12 @@ void KeyValueState::complete(const Wait& wait) {
         return;
       }
       frame.body().u32(static_cast<std::uint32_t>(wait.keys.size()));
-      for (const auto& key : wait.keys) frame.body().bytes(data_.find(key)->second);
+      for (const auto& key : wait.keys)
+        frame.body().bytes(data_.find(key)->second);
       break;
     }
-    default: break;  // Wait: an empty OK
+    default:
+      break;  // Wait: an empty OK
   }
   wait.client->deliver(std::move(frame).finish());
 }
@@ -272,8 +293,8 @@ void KeyValueState::park(ReplyTarget& client, const Request& req) {
                             wire::op_name(req.op), max_waits_per_client_));
     return;
   }
-  auto wait = std::make_shared<Wait>(
-      Wait{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, 0});
+  auto wait =
+      std::make_shared<Wait>(Wait{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, 0});
   advance(*wait);
   mine.emplace(req.id, wait);
   waits_by_key_[wait->keys[wait->next_missing]].push_back(std::move(wait));
@@ -367,7 +388,8 @@ void KeyValueState::cancel(ReplyTarget& client, std::uint32_t id) {
 
 void KeyValueState::forget(ReplyTarget& client) {
   if (auto mine = waits_by_client_.find(&client); mine != waits_by_client_.end()) {
-    for (auto& [id, wait] : mine->second) unregister(wait);
+    for (auto& [id, wait] : mine->second)
+      unregister(wait);
     waits_by_client_.erase(mine);
   }
   if (auto mine = arrivals_by_client_.find(&client); mine != arrivals_by_client_.end()) {

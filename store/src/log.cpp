@@ -34,9 +34,10 @@ std::shared_ptr<spdlog::logger> make_logger() {
     if (auto level = parse_log_level(env)) {
       logger->set_level(*level);
     } else {
-      logger->warn("COLLIE_LOG_LEVEL='{}' is not one of off, error, warn, info, debug, trace; "
-                   "using warn",
-                   env);
+      logger->warn(
+          "COLLIE_LOG_LEVEL='{}' is not one of off, error, warn, info, debug, trace; "
+          "using warn",
+          env);
     }
   }
   return logger;
@@ -49,6 +50,8 @@ spdlog::logger& log() {
   return *logger;
 }
 
-void set_log_level(spdlog::level::level_enum level) { log().set_level(level); }
+void set_log_level(spdlog::level::level_enum level) {
+  log().set_level(level);
+}
 
 }  // namespace collie

@@ -12,7 +12,8 @@ PrefixStore::PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
 std::vector<std::string> PrefixStore::full(std::span<const std::string> keys) const {
   std::vector<std::string> out;
   out.reserve(keys.size());
-  for (const auto& key : keys) out.push_back(full(key));
+  for (const auto& key : keys)
+    out.push_back(full(key));
   return out;
 }
 
@@ -55,7 +56,8 @@ std::int64_t PrefixStore::count_keys(std::string_view prefix, Timeout timeout) {
 
 std::vector<std::string> PrefixStore::list_keys(std::string_view prefix, Timeout timeout) {
   auto keys = inner_->list_keys(full(prefix), timeout);
-  for (auto& key : keys) key.erase(0, prefix_.size());
+  for (auto& key : keys)
+    key.erase(0, prefix_.size());
   return keys;
 }
 
@@ -77,6 +79,8 @@ void PrefixStore::barrier(std::string_view name, std::uint32_t n, Timeout timeou
   inner_->barrier(full(name), n, timeout);
 }
 
-std::chrono::milliseconds PrefixStore::timeout() const { return inner_->timeout(); }
+std::chrono::milliseconds PrefixStore::timeout() const {
+  return inner_->timeout();
+}
 
 }  // namespace collie::store

@@ -9,22 +9,38 @@ namespace collie::store::wire {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::Set: return "set";
-    case Op::Get: return "get";
-    case Op::TryGet: return "try_get";
-    case Op::Add: return "add";
-    case Op::CompareSet: return "compare_set";
-    case Op::Wait: return "wait";
-    case Op::Check: return "check";
-    case Op::Delete: return "delete";
-    case Op::CountKeys: return "count_keys";
-    case Op::ListKeys: return "list_keys";
-    case Op::MultiGet: return "multi_get";
-    case Op::MultiSet: return "multi_set";
-    case Op::Append: return "append";
-    case Op::Barrier: return "barrier";
-    case Op::Cancel: return "cancel";
-    case Op::Ping: return "ping";
+    case Op::Set:
+      return "set";
+    case Op::Get:
+      return "get";
+    case Op::TryGet:
+      return "try_get";
+    case Op::Add:
+      return "add";
+    case Op::CompareSet:
+      return "compare_set";
+    case Op::Wait:
+      return "wait";
+    case Op::Check:
+      return "check";
+    case Op::Delete:
+      return "delete";
+    case Op::CountKeys:
+      return "count_keys";
+    case Op::ListKeys:
+      return "list_keys";
+    case Op::MultiGet:
+      return "multi_get";
+    case Op::MultiSet:
+      return "multi_set";
+    case Op::Append:
+      return "append";
+    case Op::Barrier:
+      return "barrier";
+    case Op::Cancel:
+      return "cancel";
+    case Op::Ping:
+      return "ping";
   }
   return "unknown";
 }
@@ -208,14 +224,14 @@ namespace {
 
 // How an op lays out its payload after (op, id).
 enum class Layout {
-  Key,          // key
-  KeyValue,     // key, value
-  KeyDelta,     // key, i64
-  KeyTwoValues, // key, expected, desired
-  KeyList,      // u32 n, n keys
-  Pairs,        // u32 n, n (key, value)
-  KeyNumber,    // name, u32
-  Number,       // u32
+  Key,           // key
+  KeyValue,      // key, value
+  KeyDelta,      // key, i64
+  KeyTwoValues,  // key, expected, desired
+  KeyList,       // u32 n, n keys
+  Pairs,         // u32 n, n (key, value)
+  KeyNumber,     // name, u32
+  Number,        // u32
   Empty,
 };
 
@@ -225,18 +241,27 @@ std::optional<Layout> layout_of(std::uint8_t op) {
     case Op::TryGet:
     case Op::Delete:
     case Op::CountKeys:
-    case Op::ListKeys: return Layout::Key;
+    case Op::ListKeys:
+      return Layout::Key;
     case Op::Set:
-    case Op::Append: return Layout::KeyValue;
-    case Op::Add: return Layout::KeyDelta;
-    case Op::CompareSet: return Layout::KeyTwoValues;
+    case Op::Append:
+      return Layout::KeyValue;
+    case Op::Add:
+      return Layout::KeyDelta;
+    case Op::CompareSet:
+      return Layout::KeyTwoValues;
     case Op::Wait:
     case Op::Check:
-    case Op::MultiGet: return Layout::KeyList;
-    case Op::MultiSet: return Layout::Pairs;
-    case Op::Barrier: return Layout::KeyNumber;
-    case Op::Cancel: return Layout::Number;
-    case Op::Ping: return Layout::Empty;
+    case Op::MultiGet:
+      return Layout::KeyList;
+    case Op::MultiSet:
+      return Layout::Pairs;
+    case Op::Barrier:
+      return Layout::KeyNumber;
+    case Op::Cancel:
+      return Layout::Number;
+    case Op::Ping:
+      return Layout::Empty;
   }
   return std::nullopt;
 }
@@ -252,7 +277,9 @@ std::vector<std::uint8_t> encode(const Request& request) {
   w.u8(static_cast<std::uint8_t>(request.op));
   w.u32(request.id);
   switch (*layout_of(static_cast<std::uint8_t>(request.op))) {
-    case Layout::Key: w.bytes(request.keys.at(0)); break;
+    case Layout::Key:
+      w.bytes(request.keys.at(0));
+      break;
     case Layout::KeyValue:
       w.bytes(request.keys.at(0));
       w.bytes(request.values.at(0));
@@ -268,7 +295,8 @@ std::vector<std::uint8_t> encode(const Request& request) {
       break;
     case Layout::KeyList:
       w.u32(static_cast<std::uint32_t>(request.keys.size()));
-      for (auto key : request.keys) w.bytes(key);
+      for (auto key : request.keys)
+        w.bytes(key);
       break;
     case Layout::Pairs:
       w.u32(static_cast<std::uint32_t>(request.keys.size()));
@@ -281,8 +309,11 @@ std::vector<std::uint8_t> encode(const Request& request) {
       w.bytes(request.keys.at(0));
       w.u32(request.number);
       break;
-    case Layout::Number: w.u32(request.number); break;
-    case Layout::Empty: break;
+    case Layout::Number:
+      w.u32(request.number);
+      break;
+    case Layout::Empty:
+      break;
   }
   return std::move(frame).finish();
 }
@@ -305,8 +336,10 @@ std::optional<std::string> check_limits(const Request& request, const StoreLimit
     }
   }
   std::size_t total = 1 + 4 + 4 + 8 + 4;
-  for (auto key : request.keys) total += 4 + key.size();
-  for (auto value : request.values) total += 4 + value.size();
+  for (auto key : request.keys)
+    total += 4 + key.size();
+  for (auto value : request.values)
+    total += 4 + value.size();
   if (total > limits.max_message_bytes) {
     return fmt::format("{}: request of {} bytes exceeds the store's limit of {} bytes per message",
                        op_name(request.op), total, limits.max_message_bytes);
@@ -331,7 +364,9 @@ ParsedRequest parse_request(std::span<const std::uint8_t> body, const StoreLimit
   Request& req = out.request;
   req.op = static_cast<Op>(op);
   switch (*layout) {
-    case Layout::Key: req.keys.push_back(r.bytes()); break;
+    case Layout::Key:
+      req.keys.push_back(r.bytes());
+      break;
     case Layout::KeyValue:
       req.keys.push_back(r.bytes());
       req.values.push_back(r.bytes());
@@ -358,8 +393,8 @@ ParsedRequest parse_request(std::span<const std::uint8_t> body, const StoreLimit
       }
       // Reserve only what the bytes present can actually hold.
       if (r.remaining() / per_item < n) {
-        out.error = fmt::format("{} announces {} keys but carries only {} bytes",
-                                op_name(req.op), n, r.remaining());
+        out.error = fmt::format("{} announces {} keys but carries only {} bytes", op_name(req.op),
+                                n, r.remaining());
         return out;
       }
       req.keys.reserve(n);
@@ -374,16 +409,19 @@ ParsedRequest parse_request(std::span<const std::uint8_t> body, const StoreLimit
       req.keys.push_back(r.bytes());
       req.number = r.u32();
       break;
-    case Layout::Number: req.number = r.u32(); break;
-    case Layout::Empty: break;
+    case Layout::Number:
+      req.number = r.u32();
+      break;
+    case Layout::Empty:
+      break;
   }
   if (!r.ok()) {
     out.error = fmt::format("{} request is truncated ({} bytes)", op_name(req.op), body.size());
     return out;
   }
   if (!r.at_end()) {
-    out.error = fmt::format("{} request has {} unexpected trailing bytes", op_name(req.op),
-                            r.remaining());
+    out.error =
+        fmt::format("{} request has {} unexpected trailing bytes", op_name(req.op), r.remaining());
     return out;
   }
   if (auto error = check_limits(req, limits)) {

@@ -56,15 +56,15 @@ enum class ReplyStatus : std::uint8_t { Ok = 0, Error = 1 };
 
 // Codes carried by an error reply.
 enum class ErrorCode : std::uint16_t {
-  LimitExceeded = 1,   // a key, value, count or message over the server's limits
-  NotAnInteger = 2,    // add() on a value that is not decimal int64 text
-  Overflow = 3,        // add() would overflow int64
-  BarrierMismatch = 4, // barrier joined with a different n
-  TooManyWaits = 5,    // too many blocked requests on one connection
-  DuplicateId = 6,     // a blocked request with this id is already pending
-  Malformed = 7,       // the request could not be parsed; the server closes the connection
-  ShuttingDown = 8,    // the server is stopping
-  InvalidArgument = 9, // e.g. a barrier of n = 0
+  LimitExceeded = 1,    // a key, value, count or message over the server's limits
+  NotAnInteger = 2,     // add() on a value that is not decimal int64 text
+  Overflow = 3,         // add() would overflow int64
+  BarrierMismatch = 4,  // barrier joined with a different n
+  TooManyWaits = 5,     // too many blocked requests on one connection
+  DuplicateId = 6,      // a blocked request with this id is already pending
+  Malformed = 7,        // the request could not be parsed; the server closes the connection
+  ShuttingDown = 8,     // the server is stopping
+  InvalidArgument = 9,  // e.g. a barrier of n = 0
 };
 
 // --- byte order -------------------------------------------------------------
@@ -74,7 +74,8 @@ inline void put_u16(std::uint8_t* p, std::uint16_t v) {
   p[1] = static_cast<std::uint8_t>(v);
 }
 inline void put_u32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+  for (int i = 0; i < 4; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
 }
 inline std::uint16_t get_u16(const std::uint8_t* p) {
   return static_cast<std::uint16_t>((p[0] << 8) | p[1]);

@@ -1,9 +1,8 @@
-#include <sys/resource.h>
-
 #include <atomic>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <sys/resource.h>
 #include <thread>
 
 #include <asio/io_context.hpp>
@@ -179,8 +178,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   }
 
   void on_client_proof() {
-    const auto expected =
-        auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
+    const auto expected = auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
     if (!client_has_token_ || !auth::proofs_equal(proof_in_, expected)) {
       log().warn("store: refused {}: authentication failed ({})", peer_,
                  client_has_token_ ? "wrong token" : "the client has no token");
@@ -227,9 +225,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       const auto next = in_.next(body);
       if (next == wire::FrameBuffer::Next::NeedMore) break;
       if (next == wire::FrameBuffer::Next::TooLarge) {
-        return refuse(0, fmt::format("a request of {} bytes exceeds the store's limit of {} "
-                                     "bytes per message",
-                                     in_.frame_length(), server_.options().limits.max_message_bytes));
+        return refuse(0,
+                      fmt::format("a request of {} bytes exceeds the store's limit of {} "
+                                  "bytes per message",
+                                  in_.frame_length(), server_.options().limits.max_message_bytes));
       }
       auto parsed = wire::parse_request(body, server_.options().limits);
       switch (parsed.kind) {
@@ -237,8 +236,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
           server_.state().handle(*this, parsed.request);
           break;
         case wire::ParsedRequest::Kind::LimitExceeded:
-          deliver(wire::error_reply(parsed.request.id, wire::ErrorCode::LimitExceeded,
-                                    parsed.error));
+          deliver(
+              wire::error_reply(parsed.request.id, wire::ErrorCode::LimitExceeded, parsed.error));
           break;
         case wire::ParsedRequest::Kind::Malformed:
           return refuse(parsed.request.id, "malformed request: " + parsed.error);
@@ -248,8 +247,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   }
 
   bool backlogged() const {
-    return out_.bytes() > std::max<std::size_t>(server_.options().limits.max_message_bytes,
-                                                1 << 20);
+    return out_.bytes() >
+           std::max<std::size_t>(server_.options().limits.max_message_bytes, 1 << 20);
   }
 
   // Replies with an error, then closes once it is sent.
@@ -294,11 +293,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 };
 
 ServerCore::ServerCore(ServerOptions options)
-    : options_(std::move(options)),
-      state_(options_.limits, options_.max_waits_per_connection) {
+    : options_(std::move(options)), state_(options_.limits, options_.max_waits_per_connection) {
   if (options_.limits.max_message_bytes < wire::kMinMessageBytes) {
-    throw std::invalid_argument(fmt::format("store server: max_message_bytes must be at least {}",
-                                            wire::kMinMessageBytes));
+    throw std::invalid_argument(
+        fmt::format("store server: max_message_bytes must be at least {}", wire::kMinMessageBytes));
   }
   port_ = options_.port;
   std::string errors;
@@ -313,8 +311,8 @@ ServerCore::ServerCore(ServerOptions options)
   } else {
     tcp::resolver resolver(io_);
     std::error_code ec;
-    const auto results = resolver.resolve(options_.host, std::to_string(options_.port),
-                                          tcp::resolver::passive, ec);
+    const auto results =
+        resolver.resolve(options_.host, std::to_string(options_.port), tcp::resolver::passive, ec);
     if (ec) {
       throw Error(fmt::format("store: cannot listen on '{}': the host does not resolve ({})",
                               options_.host, ec.message()));
@@ -335,7 +333,8 @@ ServerCore::ServerCore(ServerOptions options)
                             options_.host.empty() ? "*" : options_.host, options_.port, errors));
   }
   if (!errors.empty()) log().info("store: some addresses could not be used: {}", errors);
-  for (auto& acceptor : acceptors_) accept(*acceptor);
+  for (auto& acceptor : acceptors_)
+    accept(*acceptor);
   thread_ = std::thread([this] {
     while (true) {
       try {
@@ -365,7 +364,9 @@ void ServerCore::run() {
   }
 }
 
-ServerCore::~ServerCore() { stop(); }
+ServerCore::~ServerCore() {
+  stop();
+}
 
 std::error_code ServerCore::try_listen(tcp::endpoint endpoint, bool v6_only) {
   auto acceptor = std::make_unique<tcp::acceptor>(io_);
@@ -390,11 +391,13 @@ void ServerCore::accept(tcp::acceptor& acceptor) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
     if (ec) {
       // Out of file descriptors, typically: wait a little instead of spinning.
-      log().warn("store: accepting a connection failed: {} (raise the open-file limit, ulimit -n, "
-                 "if this is 'too many open files'); retrying in 100 ms",
-                 ec.message());
+      log().warn(
+          "store: accepting a connection failed: {} (raise the open-file limit, ulimit -n, "
+          "if this is 'too many open files'); retrying in 100 ms",
+          ec.message());
       std::size_t index = 0;
-      while (acceptors_[index].get() != &acceptor) ++index;
+      while (acceptors_[index].get() != &acceptor)
+        ++index;
       accept_retry_[index]->expires_after(std::chrono::milliseconds(100));
       accept_retry_[index]->async_wait([this, &acceptor](std::error_code wait_ec) {
         if (!wait_ec) accept(acceptor);
@@ -418,10 +421,13 @@ void ServerCore::remove(const std::shared_ptr<Session>& session) {
 
 void ServerCore::shutdown() {
   std::error_code ignored;
-  for (auto& acceptor : acceptors_) acceptor->close(ignored);
-  for (auto& timer : accept_retry_) timer->cancel();
+  for (auto& acceptor : acceptors_)
+    acceptor->close(ignored);
+  for (auto& timer : accept_retry_)
+    timer->cancel();
   const auto sessions = sessions_;
-  for (const auto& session : sessions) session->close(spdlog::level::debug, "the server is stopping");
+  for (const auto& session : sessions)
+    session->close(spdlog::level::debug, "the server is stopping");
   io_.stop();
 }
 
@@ -443,10 +449,18 @@ class StoreServer::Impl : public ServerCore {
 StoreServer::StoreServer(ServerOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 StoreServer::~StoreServer() = default;
-std::uint16_t StoreServer::port() const { return impl_->port(); }
-std::vector<std::string> StoreServer::addresses() const { return impl_->addresses(); }
-std::size_t StoreServer::connections() const { return impl_->connections(); }
-void StoreServer::stop() { impl_->stop(); }
+std::uint16_t StoreServer::port() const {
+  return impl_->port();
+}
+std::vector<std::string> StoreServer::addresses() const {
+  return impl_->addresses();
+}
+std::size_t StoreServer::connections() const {
+  return impl_->connections();
+}
+void StoreServer::stop() {
+  impl_->stop();
+}
 
 std::uint64_t raise_open_file_limit() {
   rlimit limit{};

@@ -7,6 +7,7 @@
 // KeyValueState. Invariants checked: nothing crashes or leaks (ASan/UBSan),
 // a request that parses re-encodes to the same bytes, and every reply is a
 // well-formed frame within the message limit.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (fed < size) {
     auto space = buffer.prepare();
     // Vary the read size with the data itself, as a network would.
-    const std::size_t n = std::min({space.size(), size - fed, std::size_t{1} + data[fed] % 97});
+    const std::size_t n = std::min({space.size(), size - fed, std::size_t{1} + data[fed] % 97u});
     std::memcpy(space.data(), data + fed, n);
     buffer.commit(n);
     fed += n;

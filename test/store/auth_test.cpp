@@ -57,9 +57,8 @@ TEST_CASE("a client with the wrong token is refused", "[auth]") {
 
 TEST_CASE("a client with a token refuses a server without one", "[auth]") {
   StoreFixture f;
-  CHECK_THROWS_WITH(f.client(token_options("s3cret")),
-                    Catch::Contains("authentication failed") &&
-                        Catch::Contains("does not use one"));
+  CHECK_THROWS_WITH(f.client(token_options("s3cret")), Catch::Contains("authentication failed") &&
+                                                           Catch::Contains("does not use one"));
 }
 
 TEST_CASE("tokens may hold any bytes", "[auth]") {

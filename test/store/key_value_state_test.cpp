@@ -1,7 +1,7 @@
 // The store's data and blocked requests, driven directly (no sockets).
-#include <catch2/catch.hpp>
-
 #include "key_value_state.hpp"
+
+#include <catch2/catch.hpp>
 
 using namespace collie::store;
 using namespace collie::store::wire;
@@ -133,8 +133,10 @@ TEST_CASE("barriers release all at once and can be reused", "[state]") {
   Harness h;
   std::vector<RecordingClient> clients(4);
   for (int round = 0; round < 3; ++round) {
-    for (std::size_t i = 0; i + 1 < clients.size(); ++i) h.send(clients[i], Op::Barrier, {"b"}, {}, 4);
-    for (auto& c : clients) CHECK(c.replies.size() == static_cast<std::size_t>(round));
+    for (std::size_t i = 0; i + 1 < clients.size(); ++i)
+      h.send(clients[i], Op::Barrier, {"b"}, {}, 4);
+    for (auto& c : clients)
+      CHECK(c.replies.size() == static_cast<std::size_t>(round));
     h.send(clients.back(), Op::Barrier, {"b"}, {}, 4);
     for (auto& c : clients) {
       REQUIRE(c.replies.size() == static_cast<std::size_t>(round + 1));
@@ -161,7 +163,8 @@ TEST_CASE("a barrier joined with another n is refused with both counts", "[state
 TEST_CASE("one client cannot park more requests than the limit", "[state]") {
   Harness h;  // limit 8
   RecordingClient greedy;
-  for (int i = 0; i < 8; ++i) h.send(greedy, Op::Get, {"never"});
+  for (int i = 0; i < 8; ++i)
+    h.send(greedy, Op::Get, {"never"});
   CHECK(greedy.replies.empty());
   h.send(greedy, Op::Barrier, {"b"}, {}, 2);
   REQUIRE(greedy.replies.size() == 1);

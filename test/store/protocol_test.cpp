@@ -1,11 +1,12 @@
 // The wire format: encoding, framing, and the parser's behaviour on bytes
 // that no honest client would send.
+#include "protocol.hpp"
+
 #include <random>
 
 #include <catch2/catch.hpp>
 
 #include "auth.hpp"
-#include "protocol.hpp"
 
 using namespace collie::store;
 using namespace collie::store::wire;
@@ -37,8 +38,8 @@ TEST_CASE("integers are written in network byte order", "[protocol]") {
   w.u32(0x03040506);
   w.i64(-2);
   w.bytes("ab");
-  const std::vector<std::uint8_t> expected = {1, 2, 3, 4, 5, 6, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                              0xff, 0xff, 0xfe, 0, 0, 0, 2, 'a', 'b'};
+  const std::vector<std::uint8_t> expected = {1,    2,    3,    4,    5, 6, 0xff, 0xff, 0xff, 0xff,
+                                              0xff, 0xff, 0xff, 0xfe, 0, 0, 0,    2,    'a',  'b'};
   CHECK(out == expected);
 
   Reader r(out);
@@ -196,7 +197,8 @@ TEST_CASE("random bytes never crash the parser", "[protocol]") {
   int ok = 0;
   for (int i = 0; i < 200000; ++i) {
     std::vector<std::uint8_t> body(static_cast<std::size_t>(length(random)));
-    for (auto& b : body) b = static_cast<std::uint8_t>(byte(random));
+    for (auto& b : body)
+      b = static_cast<std::uint8_t>(byte(random));
     // Bias towards valid op codes so the per-op paths are exercised too.
     if (!body.empty() && i % 2 == 0) body[0] = static_cast<std::uint8_t>(1 + i % 16);
     const auto parsed = parse_request(body, StoreLimits{});
@@ -217,7 +219,8 @@ TEST_CASE("a frame buffer cuts a stream into frames however it arrives", "[proto
   std::vector<std::vector<std::uint8_t>> bodies;
   for (std::size_t size : {0u, 1u, 5u, 70000u, 3u, 200000u}) {
     std::vector<std::uint8_t> body(size);
-    for (std::size_t i = 0; i < size; ++i) body[i] = static_cast<std::uint8_t>(i * 31 + size);
+    for (std::size_t i = 0; i < size; ++i)
+      body[i] = static_cast<std::uint8_t>(i * 31 + size);
     bodies.push_back(body);
     std::uint8_t header[4];
     put_u32(header, static_cast<std::uint32_t>(size));
@@ -237,7 +240,8 @@ TEST_CASE("a frame buffer cuts a stream into frames however it arrives", "[proto
       buffer.commit(n);
       fed += n;
       std::span<const std::uint8_t> body;
-      while (buffer.next(body) == FrameBuffer::Next::Frame) received.emplace_back(body.begin(), body.end());
+      while (buffer.next(body) == FrameBuffer::Next::Frame)
+        received.emplace_back(body.begin(), body.end());
     }
     CHECK(received == bodies);
     CHECK(buffer.buffered() == 0);
@@ -267,7 +271,8 @@ TEST_CASE("a frame buffer grows with the bytes received, not the bytes announced
 TEST_CASE("handshake messages round-trip", "[protocol]") {
   ClientHello client;
   client.has_token = true;
-  for (std::size_t i = 0; i < kNonceBytes; ++i) client.nonce[i] = static_cast<std::uint8_t>(i);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    client.nonce[i] = static_cast<std::uint8_t>(i);
   const auto c = decode_client_hello(encode(client));
   CHECK(c.magic == kMagic);
   CHECK(c.version == kVersion);

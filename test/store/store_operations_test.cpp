@@ -1,4 +1,5 @@
 // Every store operation through a real server and client, with its edge cases.
+#include <future>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -28,7 +29,8 @@ TEST_CASE("empty keys, empty values and binary bytes are kept exactly", "[store]
   c->set("", "value of the empty key");
   c->set("empty", "");
   std::string binary;
-  for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
+  for (int i = 0; i < 256; ++i)
+    binary.push_back(static_cast<char>(i));
   const std::string binary_key("\0key\xff", 5);
   c->set(binary_key, binary);
   CHECK(c->get("") == "value of the empty key");
@@ -65,14 +67,14 @@ TEST_CASE("get waits for a set from another client", "[store]") {
   StoreFixture f;
   auto waiter = f.client();
   auto writer = f.client();
-  std::thread later([&] {
+  auto later = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(100ms);
     writer->set("late", "here");
   });
   const auto start = std::chrono::steady_clock::now();
   CHECK(waiter->get("late", 10s) == "here");
   CHECK(std::chrono::steady_clock::now() - start >= 90ms);
-  later.join();
+  later.get();
 }
 
 TEST_CASE("a timed-out get leaves the connection clean for the next call", "[store][timeout]") {
@@ -145,12 +147,12 @@ TEST_CASE("compare_set wakes a get waiting on the key", "[store]") {
   StoreFixture f;
   auto waiter = f.client();
   auto writer = f.client();
-  std::thread later([&] {
+  auto later = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(50ms);
     writer->compare_set("cas", "", "made");
   });
   CHECK(waiter->get("cas", 10s) == "made");
-  later.join();
+  later.get();
 }
 
 TEST_CASE("wait returns when every key exists, and times out naming them", "[store][timeout]") {
@@ -158,14 +160,14 @@ TEST_CASE("wait returns when every key exists, and times out naming them", "[sto
   auto c = f.client();
   auto writer = f.client();
   c->wait(std::vector<std::string>{});
-  std::thread later([&] {
+  auto later = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(50ms);
     writer->set("a", "1");
     std::this_thread::sleep_for(50ms);
     writer->set("b", "2");
   });
   c->wait({"a", "b"}, 10s);
-  later.join();
+  later.get();
   CHECK_THROWS_AS(c->wait({"a", "b", "c"}, 150ms), collie::TimeoutError);
   CHECK_THROWS_WITH(c->wait({"a", "zz"}, 100ms), Catch::Contains("wait(['a', 'zz'])"));
 }
@@ -195,7 +197,8 @@ TEST_CASE("num_keys, count_keys and list_keys see the same keys", "[store]") {
   auto c = f.client();
   CHECK(c->num_keys() == 0);
   CHECK(c->list_keys("").empty());
-  for (const char* k : {"job/b", "job/a", "jobs", "other"}) c->set(k, "x");
+  for (const char* k : {"job/b", "job/a", "jobs", "other"})
+    c->set(k, "x");
   CHECK(c->num_keys() == 4);
   CHECK(c->count_keys("job") == 3);
   CHECK(c->count_keys("job/") == 2);
@@ -211,12 +214,12 @@ TEST_CASE("multi_set then multi_get, and multi_get waits for all", "[store]") {
   CHECK(c->multi_get(std::vector<std::string>{}).empty());
   c->multi_set({"a", "b", "c"}, {"1", "", "3"});
   CHECK(c->multi_get({"c", "a", "b"}) == std::vector<std::string>{"3", "1", ""});
-  std::thread later([&] {
+  auto later = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(50ms);
     writer->multi_set({"x", "y"}, {"10", "20"});
   });
   CHECK(c->multi_get({"a", "x", "y"}, 10s) == std::vector<std::string>{"1", "10", "20"});
-  later.join();
+  later.get();
   CHECK_THROWS_AS(c->multi_set({"a", "b"}, {"1"}), std::invalid_argument);
   CHECK_THROWS_AS(c->multi_get({"a", "never"}, 100ms), collie::TimeoutError);
 }
@@ -236,10 +239,10 @@ TEST_CASE("barrier: n of 1 passes, n of 0 is refused, a mismatch names both", "[
   auto b = f.client();
   a->barrier("solo", 1);
   CHECK_THROWS_AS(a->barrier("zero", 0), collie::RequestError);
-  std::thread first([&] { CHECK_THROWS_AS(a->barrier("mixed", 3, 2s), collie::TimeoutError); });
+  auto first = std::async(std::launch::async, [&] { a->barrier("mixed", 3, 2s); });
   std::this_thread::sleep_for(100ms);
   CHECK_THROWS_WITH(b->barrier("mixed", 2, 5s), Catch::Contains("n=2") && Catch::Contains("n=3"));
-  first.join();
+  CHECK_THROWS_AS(first.get(), collie::TimeoutError);
 }
 
 TEST_CASE("a barrier caller that times out is taken back out of the count", "[store][timeout]") {
@@ -249,9 +252,9 @@ TEST_CASE("a barrier caller that times out is taken back out of the count", "[st
   // Had the timed-out arrival stayed, this single caller would pass.
   auto late = f.client();
   CHECK_THROWS_AS(late->barrier("b", 2, 200ms), collie::TimeoutError);
-  std::thread other([&] { early->barrier("b", 2, 10s); });
+  auto other = std::async(std::launch::async, [&] { early->barrier("b", 2, 10s); });
   late->barrier("b", 2, 10s);
-  other.join();
+  other.get();
 }
 
 TEST_CASE("per-call timeouts override the client default", "[store][timeout]") {
@@ -318,8 +321,8 @@ TEST_CASE("prefix stores are isolated from each other and from the root", "[stor
   CHECK(a_shared->num_keys() == 4);  // k, n, y, inner/deep
   auto a2 = f.client();
   collie::store::PrefixStore b2(std::shared_ptr<collie::store::Store>(std::move(a2)), "b");
-  std::thread other([&] { CHECK_THROWS_AS(b2.barrier("bar", 2, 200ms), collie::TimeoutError); });
+  auto other = std::async(std::launch::async, [&] { b2.barrier("bar", 2, 200ms); });
   CHECK_THROWS_AS(a.barrier("bar", 2, 200ms), collie::TimeoutError);
-  other.join();
+  CHECK_THROWS_AS(other.get(), collie::TimeoutError);
   CHECK_THROWS_AS(collie::store::PrefixStore(nullptr, "x"), std::invalid_argument);
 }

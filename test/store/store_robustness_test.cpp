@@ -1,5 +1,6 @@
 // Bad clients, absent servers, servers that go away: nothing hangs, nothing
 // crashes, and errors say what happened.
+#include <future>
 #include <random>
 #include <thread>
 
@@ -52,7 +53,8 @@ TEST_CASE("random bytes instead of a handshake close only that connection", "[ro
   for (int i = 0; i < 20; ++i) {
     RawConnection raw(f.server.port());
     std::vector<std::uint8_t> junk(64 + static_cast<std::size_t>(i) * 13);
-    for (auto& b : junk) b = static_cast<std::uint8_t>(random());
+    for (auto& b : junk)
+      b = static_cast<std::uint8_t>(random());
     raw.send(junk);
     CHECK(raw.closed_by_peer(5s));
   }
@@ -117,7 +119,7 @@ TEST_CASE("a malformed request gets an error reply, then its connection closes",
 TEST_CASE("a truncated request followed by a disconnect harms nobody", "[robustness]") {
   StoreFixture f;
   auto waiter = f.client();
-  std::thread blocked([&] { CHECK(waiter->get("after", 20s) == "ok"); });
+  auto blocked = std::async(std::launch::async, [&] { return waiter->get("after", 20s); });
   for (int i = 0; i < 10; ++i) {
     RawConnection raw(f.server.port());
     raw.handshake();
@@ -133,7 +135,7 @@ TEST_CASE("a truncated request followed by a disconnect harms nobody", "[robustn
   CHECK(connections_settle_at(f.server, 1));
   auto writer = f.client();
   writer->set("after", "ok");
-  blocked.join();
+  CHECK(blocked.get() == "ok");
   CHECK_FALSE(writer->try_get("key").has_value());
 }
 
@@ -166,7 +168,8 @@ TEST_CASE("random frames after a good handshake never bring the server down", "[
     RawConnection raw(f.server.port());
     raw.handshake();
     std::vector<std::uint8_t> body(static_cast<std::size_t>(random() % 48));
-    for (auto& b : body) b = static_cast<std::uint8_t>(random());
+    for (auto& b : body)
+      b = static_cast<std::uint8_t>(random());
     if (!body.empty()) body[0] = static_cast<std::uint8_t>(1 + random() % 17);
     raw.send(frame_of(body));
   }
@@ -210,30 +213,20 @@ TEST_CASE("stopping the server fails blocked clients at once, without a hang", "
   auto f = std::make_unique<StoreFixture>();
   auto waiter = f->client();
   auto barrier_client = f->client();
-  std::atomic<int> failed{0};
-  std::thread get_thread([&] {
-    try {
-      waiter->get("never", 60s);
-    } catch (const collie::ConnectionError& e) {
-      CHECK_THAT(e.what(), Catch::Contains("closed the connection") &&
-                               Catch::Contains("get('never')"));
-      ++failed;
-    }
-  });
-  std::thread barrier_thread([&] {
-    try {
-      barrier_client->barrier("b", 5, 60s);
-    } catch (const collie::ConnectionError&) {
-      ++failed;
-    }
-  });
+  auto get_call = std::async(std::launch::async, [&] { waiter->get("never", 60s); });
+  auto barrier_call = std::async(std::launch::async, [&] { barrier_client->barrier("b", 5, 60s); });
   std::this_thread::sleep_for(200ms);
   const auto start = std::chrono::steady_clock::now();
   f->server.stop();
-  get_thread.join();
-  barrier_thread.join();
+  try {
+    get_call.get();
+    FAIL("get returned although the server stopped");
+  } catch (const collie::ConnectionError& e) {
+    CHECK_THAT(e.what(),
+               Catch::Contains("closed the connection") && Catch::Contains("get('never')"));
+  }
+  CHECK_THROWS_AS(barrier_call.get(), collie::ConnectionError);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
-  CHECK(failed == 2);
   // Later calls fail at once too.
   CHECK_THROWS_AS(waiter->set("k", "v"), collie::ConnectionError);
 }
@@ -241,18 +234,17 @@ TEST_CASE("stopping the server fails blocked clients at once, without a hang", "
 TEST_CASE("a client started before its server connects once the server is up", "[robustness]") {
   // The only test that needs the port before the server exists.
   const auto port = collie::test::momentarily_free_port();
-  std::unique_ptr<StoreServer> server;
-  std::thread starter([&] {
+  auto starter = std::async(std::launch::async, [port] {
     std::this_thread::sleep_for(500ms);
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = port;
-    server = std::make_unique<StoreServer>(options);
+    return std::make_unique<StoreServer>(options);
   });
   ClientOptions options;
   options.connect_timeout = 30s;
   StoreClient client("127.0.0.1", port, options);
-  starter.join();
+  const auto server = starter.get();
   client.set("k", "v");
   CHECK(client.get("k") == "v");
 }

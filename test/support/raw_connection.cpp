@@ -27,8 +27,7 @@ store::wire::ServerHello RawConnection::handshake() {
   auto reply = read_exactly(store::wire::kServerHelloBytes, std::chrono::seconds(10));
   if (!reply) throw std::runtime_error("raw connection: no server hello");
   return store::wire::decode_server_hello(
-      std::span<const std::uint8_t, store::wire::kServerHelloBytes>(reply->data(),
-                                                                     reply->size()));
+      std::span<const std::uint8_t, store::wire::kServerHelloBytes>(reply->data(), reply->size()));
 }
 
 std::optional<std::vector<std::uint8_t>> RawConnection::read_exactly(

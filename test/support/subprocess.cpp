@@ -1,14 +1,13 @@
 #include "subprocess.hpp"
 
+#include <cstring>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstring>
 #include <stdexcept>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 extern char** environ;
 
@@ -42,14 +41,17 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<s
     const std::string entry(*e);
     const auto name = entry.substr(0, entry.find('=') + 1);
     bool overridden = false;
-    for (const auto& extra : env) overridden |= extra.rfind(name, 0) == 0;
+    for (const auto& extra : env)
+      overridden |= extra.rfind(name, 0) == 0;
     if (!overridden) environment.push_back(entry);
   }
   environment.insert(environment.end(), env.begin(), env.end());
   std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  for (const auto& e : environment)
+    envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
   pid_ = fork();
@@ -119,7 +121,8 @@ std::optional<std::string> Subprocess::read_line(std::chrono::milliseconds timeo
       out_consumed_ = newline + 1;
       return line;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 || out_fd_ < 0) return std::nullopt;
     pump(left);
   }

@@ -2,11 +2,10 @@
 // Every wait has a timeout; a child still running at destruction is killed.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <optional>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 namespace collie::test {

@@ -1,11 +1,9 @@
 // `collie store ...` as a person or a script uses it.
-#include <signal.h>
-
-#include <unistd.h>
-
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <signal.h>
+#include <thread>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -37,13 +35,15 @@ std::string read_file(const std::filesystem::path& path) {
 struct ServedStore {
   explicit ServedStore(std::vector<std::string> extra = {}, std::vector<std::string> env = {})
       : dir(scratch_dir()),
-        server([&] {
-          std::vector<std::string> argv = {kCollie, "store", "serve", "--host", "127.0.0.1",
-                                           "--port", "0", "--port-file",
-                                           (dir / "port").string()};
-          argv.insert(argv.end(), extra.begin(), extra.end());
-          return argv;
-        }(), env) {
+        server(
+            [&] {
+              std::vector<std::string> argv = {kCollie,  "store",       "serve",
+                                               "--host", "127.0.0.1",   "--port",
+                                               "0",      "--port-file", (dir / "port").string()};
+              argv.insert(argv.end(), extra.begin(), extra.end());
+              return argv;
+            }(),
+            env) {
     banner = server.read_line(30s).value_or("");
     REQUIRE_THAT(banner, Catch::StartsWith("collie store listening on 127.0.0.1:"));
     port = std::stoi(read_file(dir / "port"));
@@ -138,9 +138,7 @@ TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
 
 TEST_CASE("collie store with a token file: right token in, no token out", "[cli][auth]") {
   const auto dir = scratch_dir();
-  {
-    std::ofstream(dir / "token") << "tok-123\n";
-  }
+  { std::ofstream(dir / "token") << "tok-123\n"; }
   ServedStore s({"--token-file", (dir / "token").string()}, {"COLLIE_STORE_TOKEN="});
   CHECK_THAT(s.banner, Catch::Contains("(token required)"));
   CHECK(s.cli({"set", "k", "v", "--token-file", (dir / "token").string()}).exit_code == 0);

@@ -4,8 +4,6 @@
 #include <cstdint>
 #include <string>
 
-#include <CLI/CLI.hpp>
-
 #include <collie/store/client_options.hpp>
 
 namespace collie::cli {

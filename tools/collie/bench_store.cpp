@@ -1,7 +1,5 @@
 // `collie bench store`: throughput of the store's operations and the time
 // for many clients to rendezvous.
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <asio/io_context.hpp>
@@ -84,7 +83,8 @@ OpsResult measure_ops(const std::string& op, int clients, const BenchArgs& args,
   };
   if (op == "get") {
     for (int c = 0; c < clients; ++c) {
-      for (int i = 0; i < kKeysPerClient; ++i) connections[0]->set(key_of(c, i), value);
+      for (int i = 0; i < kKeysPerClient; ++i)
+        connections[0]->set(key_of(c, i), value);
     }
   }
 
@@ -99,7 +99,8 @@ OpsResult measure_ops(const std::string& op, int clients, const BenchArgs& args,
       auto& samples = latencies[static_cast<std::size_t>(c)];
       samples.reserve(1 << 20);
       ready.fetch_add(1);
-      while (!go.load()) std::this_thread::yield();
+      while (!go.load())
+        std::this_thread::yield();
       const auto deadline = Clock::now() + std::chrono::duration<double>(args.seconds);
       try {
         for (int i = 0;; ++i) {
@@ -121,16 +122,19 @@ OpsResult measure_ops(const std::string& op, int clients, const BenchArgs& args,
       }
     });
   }
-  while (ready.load() < clients) std::this_thread::yield();
+  while (ready.load() < clients)
+    std::this_thread::yield();
   const auto start = Clock::now();
   go.store(true);
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   for (auto& error : errors) {
     if (error) std::rethrow_exception(error);
   }
   std::vector<double> all;
-  for (auto& samples : latencies) all.insert(all.end(), samples.begin(), samples.end());
+  for (auto& samples : latencies)
+    all.insert(all.end(), samples.begin(), samples.end());
   const double ops = static_cast<double>(all.size());
   return {op, clients, ops / elapsed, percentile(all, 0.5), percentile(all, 0.99)};
 }
@@ -177,8 +181,8 @@ RendezvousResult measure_rendezvous(int n, const HostPort& server, const std::st
   const auto end = Clock::now();
   if (failure) failure->raise();
   if (released != n) {
-    throw TimeoutError(fmt::format("rendezvous of {} clients: only {} passed the barrier in 120 s",
-                                   n, released));
+    throw TimeoutError(
+        fmt::format("rendezvous of {} clients: only {} passed the barrier in 120 s", n, released));
   }
   clients.clear();
   io.restart();
@@ -223,8 +227,8 @@ void run_bench(const BenchArgs& args) {
 
   if (!args.json) {
     std::printf("# collie %s store benchmark\n", collie::version());
-    std::printf("# server: %s; host: %s; %zu-byte values; %.1f s per measurement\n",
-                where.c_str(), host_name().c_str(), args.value_bytes, args.seconds);
+    std::printf("# server: %s; host: %s; %zu-byte values; %.1f s per measurement\n", where.c_str(),
+                host_name().c_str(), args.value_bytes, args.seconds);
     std::printf("#\n#   op  clients      ops/s   p50(us)   p99(us)\n");
     std::fflush(stdout);
   }
@@ -246,9 +250,10 @@ void run_bench(const BenchArgs& args) {
   std::vector<RendezvousResult> rendezvous;
   const std::vector<int> sizes = args.no_rendezvous ? std::vector<int>{} : args.rendezvous;
   if (!args.json && !sizes.empty()) {
-    std::printf("#\n# rendezvous: every client connects, adds 1 to a counter and enters a barrier\n"
-                "# of all clients (asynchronous clients on one thread)\n"
-                "# clients  connected(ms)  released(ms)\n");
+    std::printf(
+        "#\n# rendezvous: every client connects, adds 1 to a counter and enters a barrier\n"
+        "# of all clients (asynchronous clients on one thread)\n"
+        "# clients  connected(ms)  released(ms)\n");
     std::fflush(stdout);
   }
   for (int n : sizes) {
@@ -256,9 +261,10 @@ void run_bench(const BenchArgs& args) {
     const std::uint64_t needed = static_cast<std::uint64_t>(n) * (own_server ? 2 : 1) + 64;
     if (n < 1) throw Error(fmt::format("--rendezvous sizes must be at least 1, not {}", n));
     if (needed > open_files) {
-      throw Error(fmt::format("a rendezvous of {} clients needs about {} open files, but this "
-                              "process may open only {} (raise the hard limit: ulimit -Hn)",
-                              n, needed, open_files));
+      throw Error(
+          fmt::format("a rendezvous of {} clients needs about {} open files, but this "
+                      "process may open only {} (raise the hard limit: ulimit -Hn)",
+                      n, needed, open_files));
     }
     rendezvous.push_back(measure_rendezvous(n, server, token, run));
     if (!args.json) {
@@ -275,16 +281,18 @@ void run_bench(const BenchArgs& args) {
         collie::version(), where, host_name(), args.value_bytes, args.seconds);
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const auto& r = ops[i];
-      out += fmt::format("{}\n  {{\"op\": \"{}\", \"clients\": {}, \"ops_per_s\": {:.1f}, "
-                         "\"p50_us\": {:.2f}, \"p99_us\": {:.2f}}}",
-                         i == 0 ? "" : ",", r.op, r.clients, r.ops_per_s, r.p50_us, r.p99_us);
+      out += fmt::format(
+          "{}\n  {{\"op\": \"{}\", \"clients\": {}, \"ops_per_s\": {:.1f}, "
+          "\"p50_us\": {:.2f}, \"p99_us\": {:.2f}}}",
+          i == 0 ? "" : ",", r.op, r.clients, r.ops_per_s, r.p50_us, r.p99_us);
     }
     out += "],\n \"rendezvous\": [";
     for (std::size_t i = 0; i < rendezvous.size(); ++i) {
       const auto& r = rendezvous[i];
-      out += fmt::format("{}\n  {{\"clients\": {}, \"connected_ms\": {:.2f}, \"released_ms\": "
-                         "{:.2f}}}",
-                         i == 0 ? "" : ",", r.clients, r.connect_ms, r.total_ms);
+      out += fmt::format(
+          "{}\n  {{\"clients\": {}, \"connected_ms\": {:.2f}, \"released_ms\": "
+          "{:.2f}}}",
+          i == 0 ? "" : ",", r.clients, r.connect_ms, r.total_ms);
     }
     out += "]}\n";
     std::fputs(out.c_str(), stdout);

@@ -11,9 +11,10 @@
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app("collie: collective communication over plain TCP.\n"
-               "Serve and query the rendezvous store, and benchmark it.",
-               "collie");
+  CLI::App app(
+      "collie: collective communication over plain TCP.\n"
+      "Serve and query the rendezvous store, and benchmark it.",
+      "collie");
   app.set_version_flag("--version", std::string("collie ") + collie::version());
   app.require_subcommand(1);
   app.footer(

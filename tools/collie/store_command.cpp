@@ -1,7 +1,4 @@
 // `collie store`: run the rendezvous store, and talk to it from a shell.
-#include <signal.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +7,9 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <signal.h>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -188,7 +187,8 @@ void add_store_command(CLI::App& app) {
     cmd->add_option("key", *key, "Key")->required();
     cmd->add_option("delta", *delta, "Amount to add")->capture_default_str();
     args->add_to(cmd);
-    cmd->callback([=] { std::printf("%lld\n", static_cast<long long>(args->connect()->add(*key, *delta))); });
+    cmd->callback(
+        [=] { std::printf("%lld\n", static_cast<long long>(args->connect()->add(*key, *delta))); });
   }
 
   {
@@ -219,7 +219,8 @@ void add_store_command(CLI::App& app) {
   }
 
   {
-    auto* cmd = store_cmd->add_subcommand("keys", "List the keys that start with PREFIX, one per line");
+    auto* cmd =
+        store_cmd->add_subcommand("keys", "List the keys that start with PREFIX, one per line");
     auto args = std::make_shared<ClientArgs>();
     auto prefix = std::make_shared<std::string>();
     auto count = std::make_shared<bool>(false);
@@ -232,7 +233,8 @@ void add_store_command(CLI::App& app) {
         std::printf("%lld\n", static_cast<long long>(client->count_keys(*prefix)));
         return;
       }
-      for (const auto& key : client->list_keys(*prefix)) print_line(key);
+      for (const auto& key : client->list_keys(*prefix))
+        print_line(key);
     });
   }
 }

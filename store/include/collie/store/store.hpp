@@ -35,8 +35,8 @@ struct CompareSetResult {
 // oversized request fails at once with a RequestError naming the limit.
 struct StoreLimits {
   std::uint32_t max_key_bytes = 4096;
-  std::uint32_t max_value_bytes = 32u << 20;         // 32 MiB
-  std::uint32_t max_keys_per_request = 65536;        // wait, check, multi_get, multi_set
+  std::uint32_t max_value_bytes = 32u << 20;                   // 32 MiB
+  std::uint32_t max_keys_per_request = 65536;                  // wait, check, multi_get, multi_set
   std::uint32_t max_message_bytes = (32u << 20) + (1u << 20);  // any one request or reply
 };
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what collie needs, from Debian packages only, and nothing that is
+# already there. Called by tools/bench.sh and tools/test.sh; safe to re-run.
+#   tools/setup.sh          build dependencies
+#   tools/setup.sh --test   plus what the tests need (clang + libFuzzer)
+set -euo pipefail
+
+packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev catch2)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "collie setup: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "collie setup: run as root or install sudo" >&2; exit 1; }
+  sudo=sudo
+fi
+$sudo apt-get update -q
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds and runs every test, in every test preset:
+#   release   optimized build
+#   asan      AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan      ThreadSanitizer
+#   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (30)
+# Runs all of them even when one fails, then prints one line per preset and
+# a total, and exits non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh --test || exit 1
+
+jobs=$(nproc)
+# The tests mostly wait on sockets and child processes: run more than one per core.
+test_jobs=$((jobs * 2))
+summary=()
+passed_total=0
+failed_total=0
+
+run_preset() {
+  local preset=$1 log
+  log=$(mktemp)
+  echo "=== preset $preset: configure and build"
+  if ! cmake --preset "$preset" -DCOLLIE_FUZZ_SECONDS="${COLLIE_FUZZ_SECONDS:-30}" >"$log" 2>&1 ||
+     ! cmake --build --preset "$preset" -j "$jobs" >>"$log" 2>&1; then
+    cat "$log"
+    summary+=("$preset: BUILD FAILED")
+    failed_total=$((failed_total + 1))
+    rm -f "$log"
+    return
+  fi
+  echo "=== preset $preset: test"
+  ctest --preset "$preset" -j "$test_jobs" 2>&1 | tee "$log"
+  local line passed failed total
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  if [ -z "$line" ]; then
+    summary+=("$preset: NO TEST RESULT")
+    failed_total=$((failed_total + 1))
+  else
+    failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    passed=$((total - failed))
+    passed_total=$((passed_total + passed))
+    failed_total=$((failed_total + failed))
+    summary+=("$preset: $passed passed, $failed failed")
+  fi
+  rm -f "$log"
+}
+
+start=$SECONDS
+for preset in release asan tsan fuzz; do
+  run_preset "$preset"
+done
+
+echo
+echo "=== summary ($((SECONDS - start)) s)"
+printf '  %s\n' "${summary[@]}"
+echo "collie: $passed_total passed, $failed_total failed"
+[ "$failed_total" -eq 0 ]
