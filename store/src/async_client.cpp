@@ -360,10 +360,11 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
-  // Handles every complete reply received; false if the connection broke.
+  // Handles every complete reply received; false if the connection broke
+  // (or a handler closed it).
   bool dispatch() {
     std::span<const std::uint8_t> body;
-    while (true) {
+    while (state_ == State::Ready) {
       switch (in_.next(body)) {
         case wire::FrameBuffer::Next::NeedMore:
           return true;
@@ -405,6 +406,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
       if (code == wire::ErrorCode::ShuttingDown) failure.kind = Failure::Kind::Connection;
       pending.decoder(&failure, nullptr);
     }
+    return false;
   }
 
   void fail(std::string reason, Failure::Kind kind = Failure::Kind::Connection) {

@@ -73,8 +73,7 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
         park(client, req);
         return;
       }
-      Wait ready{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, req.keys.size()};
-      complete(ready);
+      answer(client, req.id, req.op, req.keys);
       return;
     }
     case Op::TryGet: {
@@ -250,32 +249,33 @@ bool KeyValueState::advance(Wait& wait) const {
   return wait.next_missing == wait.keys.size();
 }
 
-void KeyValueState::complete(const Wait& wait) {
-  auto frame = wire::begin_reply(wire::ReplyStatus::Ok, wait.id);
-  switch (wait.op) {
+template <class Keys>
+void KeyValueState::answer(ReplyTarget& client, std::uint32_t id, Op op, const Keys& keys) {
+  auto frame = wire::begin_reply(wire::ReplyStatus::Ok, id);
+  switch (op) {
     case Op::Get:
-      frame.body().bytes(data_.find(wait.keys[0])->second);
+      frame.body().bytes(data_.find(keys[0])->second);
       break;
     case Op::MultiGet: {
       std::size_t bytes = 64;
-      for (const auto& key : wait.keys)
+      for (const auto& key : keys)
         bytes += 4 + data_.find(key)->second.size();
       if (bytes > limits_.max_message_bytes) {
-        reply_error(*wait.client, wait.id, ErrorCode::LimitExceeded,
+        reply_error(client, id, ErrorCode::LimitExceeded,
                     fmt::format("multi_get of {} keys: the reply would be {} bytes, over the "
                                 "store's limit of {} bytes per message",
-                                wait.keys.size(), bytes, limits_.max_message_bytes));
+                                keys.size(), bytes, limits_.max_message_bytes));
         return;
       }
-      frame.body().u32(static_cast<std::uint32_t>(wait.keys.size()));
-      for (const auto& key : wait.keys)
+      frame.body().u32(static_cast<std::uint32_t>(keys.size()));
+      for (const auto& key : keys)
         frame.body().bytes(data_.find(key)->second);
       break;
     }
     default:
       break;  // Wait: an empty OK
   }
-  wait.client->deliver(std::move(frame).finish());
+  client.deliver(std::move(frame).finish());
 }
 
 void KeyValueState::park(ReplyTarget& client, const Request& req) {
@@ -306,7 +306,7 @@ void KeyValueState::wake(const Key& key) {
   for (auto& wait : node.mapped()) {
     if (advance(*wait)) {
       waits_by_client_[wait->client].erase(wait->id);
-      complete(*wait);
+      answer(*wait->client, wait->id, wait->op, wait->keys);
     } else {
       waits_by_key_[wait->keys[wait->next_missing]].push_back(wait);
     }

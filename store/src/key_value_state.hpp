@@ -71,7 +71,9 @@ class KeyValueState {
   void wake(const Key& key);
   // Advances `wait` past keys that exist; true if none is missing any more.
   bool advance(Wait& wait) const;
-  void complete(const Wait& wait);
+  // Answers a get, wait or multi_get whose keys all exist.
+  template <class Keys>
+  void answer(ReplyTarget& client, std::uint32_t id, wire::Op op, const Keys& keys);
   void park(ReplyTarget& client, const wire::Request& request);
   void enter_barrier(ReplyTarget& client, const wire::Request& request);
   void cancel(ReplyTarget& client, std::uint32_t id);
