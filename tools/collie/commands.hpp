@@ -14,6 +14,9 @@ struct Exit {
 // `collie store serve|set|get|add|wait|check|delete|keys`
 void add_store_command(CLI::App& app);
 
+// `collie launch`
+void add_launch_command(CLI::App& app);
+
 // `collie bench store`
 void add_bench_command(CLI::App& app);
 

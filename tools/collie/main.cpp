@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       "  COLLIE_STORE_TOKEN        shared secret for store authentication\n"
       "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
       "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
+  collie::cli::add_launch_command(app);
   collie::cli::add_store_command(app);
   collie::cli::add_bench_command(app);
 

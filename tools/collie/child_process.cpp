@@ -1,0 +1,136 @@
+#include "child_process.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+
+extern char** environ;
+
+namespace collie::cli {
+
+namespace {
+
+void make_pipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    throw Error(fmt::format("collie launch: cannot create a pipe: {}", std::strerror(errno)));
+  }
+}
+
+std::string signal_name(int number) {
+  const char* abbrev = sigabbrev_np(number);
+  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", number);
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv,
+                           const std::vector<std::string>& env) {
+  if (argv.empty()) throw Error("collie launch: no program to run");
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto name = entry.substr(0, entry.find('=') + 1);
+    bool overridden = false;
+    for (const auto& extra : env)
+      overridden = overridden || extra.rfind(name, 0) == 0;
+    if (!overridden) environment.push_back(entry);
+  }
+  environment.insert(environment.end(), env.begin(), env.end());
+  std::vector<char*> args, envp;
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : environment)
+    envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out[2], err[2], exec_error[2];
+  make_pipe(out);
+  make_pipe(err);
+  make_pipe(exec_error);
+  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+  pid_ = fork();
+  if (pid_ < 0) {
+    const int saved = errno;
+    for (int fd : {out[0], out[1], err[0], err[1], exec_error[0], exec_error[1], dev_null})
+      close(fd);
+    throw Error(fmt::format("collie launch: cannot fork: {}", std::strerror(saved)));
+  }
+  if (pid_ == 0) {
+    // Only async-signal-safe calls from here to exec.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    // Its own process group: a terminal's Ctrl-C reaches only the launcher,
+    // which forwards it once, to the child and everything the child started.
+    setpgid(0, 0);
+    if (dev_null >= 0) dup2(dev_null, 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execvpe(args[0], args.data(), envp.data());
+    const int code = errno;
+    (void)!write(exec_error[1], &code, sizeof(code));
+    _exit(127);
+  }
+  for (int fd : {out[1], err[1], exec_error[1], dev_null})
+    close(fd);
+  out_fd_ = out[0];
+  err_fd_ = err[0];
+  fcntl(out_fd_, F_SETFL, O_NONBLOCK);
+  fcntl(err_fd_, F_SETFL, O_NONBLOCK);
+
+  // The exec-error pipe closes on a successful exec; otherwise it carries errno.
+  int code = 0;
+  ssize_t got;
+  do {
+    got = read(exec_error[0], &code, sizeof(code));
+  } while (got < 0 && errno == EINTR);
+  close(exec_error[0]);
+  if (got == sizeof(code)) {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    throw Error(fmt::format("collie launch: cannot run '{}': {}", argv[0], std::strerror(code)));
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  close_out();
+  close_err();
+}
+
+void ChildProcess::close_out() {
+  if (out_fd_ >= 0) close(out_fd_);
+  out_fd_ = -1;
+}
+
+void ChildProcess::close_err() {
+  if (err_fd_ >= 0) close(err_fd_);
+  err_fd_ = -1;
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return fmt::format("killed by {}{}", signal_name(WTERMSIG(status)),
+                       WCOREDUMP(status) ? " (core dumped)" : "");
+  }
+  return fmt::format("wait status {}", status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace collie::cli

@@ -1,0 +1,529 @@
+// `collie launch`: start the ranks of a job on this node, like torchrun.
+//
+// The launcher on node 0 hosts the job's rendezvous store. It starts N local
+// ranks with torchrun's environment variables, prefixes every line they
+// print with their rank, forwards SIGINT/SIGTERM, and when one rank fails it
+// stops the others, prints which rank failed first and how, and restarts the
+// whole group up to --max-restarts times. With several nodes, the launchers
+// tell each other about failures, restarts and completion through the store.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <poll.h>
+#include <signal.h>
+#include <string>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
+
+#include "address.hpp"
+#include "child_process.hpp"
+#include "commands.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct LaunchArgs {
+  int nproc = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;
+  std::string port_file;
+  int max_restarts = 0;
+  bool tee = false;
+  std::string log_dir = "collie-logs";
+  double stop_timeout_s = 5;
+  std::vector<std::string> command;
+};
+
+// One rank started on this node.
+struct LocalRank {
+  int rank = 0;
+  int local_rank = 0;
+  std::unique_ptr<ChildProcess> child;
+  pid_t pid = -1;
+  std::optional<int> status;  // wait status once reaped
+  bool stopped_by_launcher = false;
+  Clock::time_point started;
+  Clock::time_point ended;
+  std::string out_partial;
+  std::string err_partial;
+  std::ofstream log;
+};
+
+enum class Outcome { Success, Failed, Interrupted };
+
+void write_all(FILE* stream, const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stream);
+  std::fflush(stream);
+}
+
+void say(const std::string& text) {
+  write_all(stderr, "collie launch: " + text + "\n");
+}
+
+std::string seconds(Clock::duration d) {
+  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
+}
+
+class Launcher {
+ public:
+  explicit Launcher(LaunchArgs args) : args_(std::move(args)) { validate(); }
+
+  int run() {
+    block_signals();
+    start_store();
+    for (attempt_ = 0;; ++attempt_) {
+      const Outcome outcome = run_attempt();
+      if (outcome == Outcome::Success) return finish_success();
+      summarize(outcome);
+      if (outcome == Outcome::Interrupted) return 128 + interrupt_signal_;
+      if (attempt_ >= args_.max_restarts) {
+        say(fmt::format("no restarts left (--max-restarts {}); exiting with code {}",
+                        args_.max_restarts, exit_code_));
+        return exit_code_;
+      }
+      say(fmt::format("restarting every rank (restart {} of {})", attempt_ + 1,
+                      args_.max_restarts));
+      if (multi_node()) {
+        store_->barrier(key("restart"), static_cast<std::uint32_t>(args_.nnodes),
+                        std::chrono::seconds(300));
+      }
+    }
+  }
+
+ private:
+  bool multi_node() const { return args_.nnodes > 1; }
+  int world_size() const { return args_.nproc * args_.nnodes; }
+  std::string key(std::string_view what) const {
+    return fmt::format("collie/launch/attempt/{}/{}", attempt_, what);
+  }
+
+  void validate() {
+    if (args_.command.empty()) {
+      throw Error(
+          "collie launch: no program given; usage: collie launch -n N -- PROGRAM [ARGS...]");
+    }
+    if (args_.nproc < 1) throw Error("collie launch: -n/--nproc-per-node must be at least 1");
+    if (args_.nnodes < 1) throw Error("collie launch: --nnodes must be at least 1");
+    if (args_.node_rank < 0 || args_.node_rank >= args_.nnodes) {
+      throw Error(fmt::format("collie launch: --node-rank {} is not in [0, {}) (--nnodes {})",
+                              args_.node_rank, args_.nnodes, args_.nnodes));
+    }
+    if (args_.max_restarts < 0) throw Error("collie launch: --max-restarts must not be negative");
+    if (!(args_.stop_timeout_s >= 0))
+      throw Error("collie launch: --stop-timeout must not be negative");
+    // torchrun's default port when several nodes must agree on one; a free
+    // port when the job is on this node alone.
+    port_ = args_.master_port.value_or(multi_node() ? 29500 : 0);
+    if (port_ < 0 || port_ > 65535) {
+      throw Error(fmt::format("collie launch: --master-port {} is not a port number", port_));
+    }
+    if (port_ == 0 && multi_node() && args_.node_rank != 0) {
+      throw Error(
+          "collie launch: nodes other than node 0 need the store's port: pass "
+          "--master-port (node 0 may use 0 with --port-file to pick a free one)");
+    }
+  }
+
+  void block_signals() {
+    sigemptyset(&signals_);
+    for (int s : {SIGINT, SIGTERM, SIGCHLD})
+      sigaddset(&signals_, s);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    signal_fd_ = signalfd(-1, &signals_, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (signal_fd_ < 0) throw Error("collie launch: cannot create a signalfd");
+    // A closed terminal or pipe on our side must not kill the launcher.
+    signal(SIGPIPE, SIG_IGN);
+  }
+
+  void start_store() {
+    const std::string token = store::token_from_environment();
+    if (args_.node_rank == 0) {
+      store::ServerOptions options;
+      // A job on this node alone keeps its store on loopback.
+      options.host = multi_node() ? std::string() : args_.master_addr;
+      options.port = static_cast<std::uint16_t>(port_);
+      options.token = token;
+      store::raise_open_file_limit();
+      server_ = std::make_unique<store::StoreServer>(options);
+      port_ = server_->port();
+      if (!args_.port_file.empty()) {
+        std::ofstream(args_.port_file + ".tmp") << port_ << "\n";
+        std::filesystem::rename(args_.port_file + ".tmp", args_.port_file);
+      }
+      if (multi_node()) say(fmt::format("store listening on port {}", port_));
+    }
+    if (multi_node()) {
+      store::ClientOptions options;
+      options.token = token;
+      options.timeout = std::chrono::seconds(300);
+      store_ = std::make_unique<store::StoreClient>(
+          args_.node_rank == 0 ? std::string("127.0.0.1") : args_.master_addr,
+          static_cast<std::uint16_t>(port_), options);
+    }
+  }
+
+  std::vector<std::string> environment_for(const LocalRank& r) const {
+    return {
+        fmt::format("MASTER_ADDR={}", args_.master_addr),
+        fmt::format("MASTER_PORT={}", port_),
+        fmt::format("WORLD_SIZE={}", world_size()),
+        fmt::format("RANK={}", r.rank),
+        fmt::format("LOCAL_RANK={}", r.local_rank),
+        fmt::format("LOCAL_WORLD_SIZE={}", args_.nproc),
+        fmt::format("GROUP_RANK={}", args_.node_rank),
+        fmt::format("GROUP_WORLD_SIZE={}", args_.nnodes),
+        fmt::format("COLLIE_RESTART_COUNT={}", attempt_),
+        fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt_),
+        "COLLIE_STORE_HOSTED=1",
+    };
+  }
+
+  void start_ranks() {
+    ranks_.clear();
+    for (int local = 0; local < args_.nproc; ++local) {
+      auto& r = ranks_.emplace_back();
+      r.local_rank = local;
+      r.rank = args_.node_rank * args_.nproc + local;
+      if (args_.tee) {
+        const auto dir = std::filesystem::path(args_.log_dir) / fmt::format("attempt-{}", attempt_);
+        std::filesystem::create_directories(dir);
+        r.log.open(dir / fmt::format("rank-{}.log", r.rank));
+        if (!r.log)
+          throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
+      }
+      try {
+        r.child = std::make_unique<ChildProcess>(args_.command, environment_for(r));
+      } catch (...) {
+        ranks_.pop_back();
+        stop_all(SIGKILL);
+        while (!all_reaped()) {
+          reap(true);
+        }
+        throw;
+      }
+      r.pid = r.child->pid();
+      r.started = Clock::now();
+    }
+  }
+
+  // Emits complete lines of one stream with the rank's prefix.
+  void pump(LocalRank& r, bool is_err) {
+    const int fd = is_err ? r.child->err_fd() : r.child->out_fd();
+    if (fd < 0) return;
+    std::string& partial = is_err ? r.err_partial : r.out_partial;
+    char buffer[65536];
+    while (true) {
+      const ssize_t got = read(fd, buffer, sizeof(buffer));
+      if (got > 0) {
+        partial.append(buffer, static_cast<std::size_t>(got));
+        continue;
+      }
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      // End of stream: flush what is left as a last line.
+      if (!partial.empty() && partial.back() != '\n') partial.push_back('\n');
+      is_err ? r.child->close_err() : r.child->close_out();
+      break;
+    }
+    std::string out;
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const auto line = std::string_view(partial).substr(start, nl - start + 1);
+      out += fmt::format("[rank {}] {}", r.rank, line);
+      if (r.log) r.log << line;
+    }
+    partial.erase(0, start);
+    if (!out.empty()) write_all(is_err ? stderr : stdout, out);
+    if (r.log) r.log.flush();
+  }
+
+  void reap(bool block_briefly) {
+    if (block_briefly) std::this_thread::sleep_for(10ms);
+    for (auto& r : ranks_) {
+      if (r.status || r.pid < 0) continue;
+      int status = 0;
+      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        r.status = status;
+        r.ended = Clock::now();
+        on_exit(r);
+      }
+    }
+  }
+
+  bool all_reaped() const {
+    for (const auto& r : ranks_) {
+      if (!r.status) return false;
+    }
+    return true;
+  }
+
+  void on_exit(LocalRank& r) {
+    const int status = *r.status;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || stopping_) return;
+    first_failure_ = &r;
+    exit_code_ = exit_code_of(status);
+    failure_text_ = fmt::format("rank {} (node {}, pid {}) failed first: {}, {} after it started",
+                                r.rank, args_.node_rank, r.pid, describe_wait_status(status),
+                                seconds(r.ended - r.started));
+    if (multi_node()) {
+      try {
+        store_->compare_set(key("failed"), "", failure_text_, std::chrono::seconds(10));
+      } catch (const Error& e) {
+        say(fmt::format("could not tell the other nodes: {}", e.what()));
+      }
+    }
+    begin_stop(SIGTERM);
+  }
+
+  void begin_stop(int signal_number) {
+    if (stopping_) return;
+    stopping_ = true;
+    stop_started_ = Clock::now();
+    stop_deadline_ = stop_started_ + std::chrono::duration_cast<Clock::duration>(
+                                         std::chrono::duration<double>(args_.stop_timeout_s));
+    for (auto& r : ranks_) {
+      if (r.status) continue;
+      r.stopped_by_launcher = true;
+      kill(-r.pid, signal_number);
+    }
+  }
+
+  void stop_all(int signal_number) {
+    for (auto& r : ranks_) {
+      if (!r.status && r.pid > 0) kill(-r.pid, signal_number);
+    }
+  }
+
+  void handle_signals() {
+    signalfd_siginfo info{};
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      const int number = static_cast<int>(info.ssi_signo);
+      if (number == SIGCHLD) continue;  // reaped below
+      if (interrupt_signal_ == 0) {
+        interrupt_signal_ = number;
+        say(fmt::format("received {}; forwarding it to every rank",
+                        number == SIGINT ? "SIGINT" : "SIGTERM"));
+        if (multi_node()) {
+          try {
+            store_->compare_set(key("failed"), "",
+                                fmt::format("node {} was interrupted", args_.node_rank), 5s);
+          } catch (const Error&) {
+          }
+        }
+        stopping_ = false;  // forward this signal even if a stop began
+        begin_stop(number);
+      } else {
+        say("received a second signal; killing every rank");
+        stop_all(SIGKILL);
+      }
+    }
+  }
+
+  void check_other_nodes() {
+    if (!multi_node() || stopping_ || Clock::now() < next_remote_check_) return;
+    next_remote_check_ = Clock::now() + 250ms;
+    try {
+      if (auto failed = store_->try_get(key("failed"), 10s)) {
+        remote_failure_ = *failed;
+        exit_code_ = 1;
+        begin_stop(SIGTERM);
+      }
+    } catch (const Error& e) {
+      remote_failure_ = fmt::format("lost the store on node 0: {}", e.what());
+      exit_code_ = 1;
+      begin_stop(SIGTERM);
+    }
+  }
+
+  Outcome run_attempt() {
+    first_failure_ = nullptr;
+    remote_failure_.clear();
+    failure_text_.clear();
+    stopping_ = false;
+    start_ranks();
+    while (true) {
+      std::vector<pollfd> fds;
+      fds.push_back({signal_fd_, POLLIN, 0});
+      for (auto& r : ranks_) {
+        if (r.child->out_fd() >= 0) fds.push_back({r.child->out_fd(), POLLIN, 0});
+        if (r.child->err_fd() >= 0) fds.push_back({r.child->err_fd(), POLLIN, 0});
+      }
+      poll(fds.data(), fds.size(), 100);
+      handle_signals();
+      for (auto& r : ranks_) {
+        pump(r, false);
+        pump(r, true);
+      }
+      reap(false);
+      check_other_nodes();
+      if (stopping_ && Clock::now() >= stop_deadline_ && !all_reaped()) {
+        say(fmt::format("ranks still running {} after being asked to stop; sending SIGKILL",
+                        seconds(Clock::now() - stop_started_)));
+        stop_all(SIGKILL);
+        stop_deadline_ = Clock::time_point::max();
+      }
+      if (all_reaped()) break;
+    }
+    drain_output();
+    if (interrupt_signal_ != 0) return Outcome::Interrupted;
+    if (first_failure_ != nullptr || !remote_failure_.empty()) return Outcome::Failed;
+    return Outcome::Success;
+  }
+
+  // After the last rank exited: what is still in the pipes, then close them
+  // (descendants of a rank may hold them open; do not wait for those).
+  void drain_output() {
+    const auto deadline = Clock::now() + 500ms;
+    bool open = true;
+    while (open && Clock::now() < deadline) {
+      open = false;
+      for (auto& r : ranks_) {
+        pump(r, false);
+        pump(r, true);
+        open = open || r.child->out_fd() >= 0 || r.child->err_fd() >= 0;
+      }
+      if (open) std::this_thread::sleep_for(10ms);
+    }
+    for (auto& r : ranks_) {
+      for (bool is_err : {false, true}) {
+        std::string& partial = is_err ? r.err_partial : r.out_partial;
+        if (!partial.empty()) {
+          write_all(is_err ? stderr : stdout, fmt::format("[rank {}] {}\n", r.rank, partial));
+          partial.clear();
+        }
+      }
+      r.child->close_out();
+      r.child->close_err();
+    }
+  }
+
+  void summarize(Outcome outcome) {
+    if (outcome == Outcome::Interrupted) {
+      say(fmt::format("stopped by {} (attempt {} of {})",
+                      interrupt_signal_ == SIGINT ? "SIGINT" : "SIGTERM", attempt_ + 1,
+                      args_.max_restarts + 1));
+    } else if (first_failure_ != nullptr) {
+      say(failure_text_);
+    } else {
+      say(fmt::format("another node failed: {}", remote_failure_));
+    }
+    std::string table = fmt::format("collie launch: ranks on node {}:\n", args_.node_rank);
+    for (const auto& r : ranks_) {
+      std::string how = describe_wait_status(*r.status);
+      if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
+      table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how,
+                           &r == first_failure_ ? "   <- failed first" : "");
+    }
+    write_all(stderr, table);
+  }
+
+  int finish_success() {
+    if (multi_node()) {
+      // Node 0's store must outlive every node's last use of it.
+      try {
+        store_->add(key("done"), 1);
+        while (true) {
+          if (store_->try_get(key("failed"))) break;
+          if (std::stoll(store_->get(key("done"))) >= args_.nnodes) break;
+          std::this_thread::sleep_for(100ms);
+        }
+        if (auto failed = store_->try_get(key("failed"))) {
+          say(fmt::format("this node's ranks succeeded, but {}", *failed));
+          return 1;
+        }
+        store_->add(key("left"), 1);
+        if (args_.node_rank == 0) {
+          const auto deadline = Clock::now() + 10s;
+          while (std::stoll(store_->get(key("left"))) < args_.nnodes && Clock::now() < deadline) {
+            std::this_thread::sleep_for(50ms);
+          }
+        }
+      } catch (const Error& e) {
+        say(fmt::format("every rank here succeeded, but the nodes could not agree on the end: {}",
+                        e.what()));
+        return 1;
+      }
+    }
+    return 0;
+  }
+
+  LaunchArgs args_;
+  int port_ = 0;
+  int attempt_ = 0;
+  sigset_t signals_{};
+  int signal_fd_ = -1;
+  std::unique_ptr<store::StoreServer> server_;
+  std::unique_ptr<store::StoreClient> store_;
+  std::vector<LocalRank> ranks_;
+  bool stopping_ = false;
+  Clock::time_point stop_started_;
+  Clock::time_point stop_deadline_;
+  Clock::time_point next_remote_check_;
+  const LocalRank* first_failure_ = nullptr;
+  std::string failure_text_;
+  std::string remote_failure_;
+  int exit_code_ = 0;
+  int interrupt_signal_ = 0;
+};
+
+}  // namespace
+
+void add_launch_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("launch", "Start the ranks of a job on this node, like torchrun");
+  auto args = std::make_shared<LaunchArgs>();
+  auto master_port = std::make_shared<int>(-1);
+  cmd->add_option("-n,--nproc-per-node", args->nproc, "Ranks to start on this node")
+      ->capture_default_str();
+  cmd->add_option("--nnodes", args->nnodes, "Number of nodes in the job")->capture_default_str();
+  cmd->add_option("--node-rank", args->node_rank, "This node's index, 0 to nnodes-1")
+      ->capture_default_str();
+  cmd->add_option("--master-addr", args->master_addr, "Address of node 0, where the store runs")
+      ->capture_default_str();
+  cmd->add_option("--master-port", *master_port,
+                  "Port of the store (default: a free port on one node, 29500 on several)");
+  cmd->add_option("--port-file", args->port_file,
+                  "Node 0: write the store's port to this file once it listens");
+  cmd->add_option("--max-restarts", args->max_restarts,
+                  "Restart every rank this many times after a failure")
+      ->capture_default_str();
+  cmd->add_flag("--tee", args->tee,
+                "Also write each rank's output to LOG_DIR/attempt-A/rank-R.log");
+  cmd->add_option("--log-dir", args->log_dir, "Where --tee writes")->capture_default_str();
+  cmd->add_option("--stop-timeout", args->stop_timeout_s,
+                  "Seconds ranks get after SIGTERM/SIGINT before SIGKILL")
+      ->capture_default_str();
+  cmd->add_option("command", args->command, "The program and its arguments (after --)")->required();
+  cmd->footer(
+      "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
+      "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT,\n"
+      "and COLLIE_RESTART_COUNT and COLLIE_STORE_HOSTED=1 (this launcher hosts the store).\n"
+      "Output lines are prefixed with '[rank R] '. When a rank fails, the others get SIGTERM\n"
+      "(then SIGKILL after --stop-timeout), a summary names the rank that failed first, and\n"
+      "the exit code is that rank's (128+N for signal N). SIGINT/SIGTERM are forwarded.\n"
+      "Several nodes: run the same command on each with --nnodes K --node-rank R\n"
+      "--master-addr NODE0 --master-port P; a failure on any node stops (or restarts) all.");
+  cmd->callback([args, master_port] {
+    if (*master_port >= 0) args->master_port = *master_port;
+    throw Exit{Launcher(*args).run()};
+  });
+}
+
+}  // namespace collie::cli
