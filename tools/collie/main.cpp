@@ -13,7 +13,7 @@
 int main(int argc, char** argv) {
   CLI::App app(
       "collie: collective communication over plain TCP.\n"
-      "Serve and query the rendezvous store, and benchmark it.",
+      "Launch jobs, serve and query the rendezvous store, and benchmark it.",
       "collie");
   app.set_version_flag("--version", std::string("collie ") + collie::version());
   app.require_subcommand(1);

@@ -1,0 +1,250 @@
+// `collie launch`: ranks, environment, output, failures, restarts, signals,
+// several nodes. The ranks are small /bin/sh programs.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <signal.h>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::run;
+using collie::test::RunResult;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+
+RunResult launch(std::vector<std::string> options, const std::string& script,
+                 std::chrono::milliseconds timeout = 60s) {
+  std::vector<std::string> argv = {kCollie, "launch"};
+  argv.insert(argv.end(), options.begin(), options.end());
+  argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+  return run(argv, {}, {}, timeout);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  return lines;
+}
+
+std::filesystem::path scratch_dir() {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("collie-launch-test-" + std::to_string(getpid()) + "-" +
+              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("launch gives every rank torchrun's environment and a free store port", "[launch]") {
+  const auto r = launch({"-n", "4"},
+                        "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK "
+                        "$GROUP_WORLD_SIZE $COLLIE_RESTART_COUNT $COLLIE_STORE_HOSTED "
+                        "$MASTER_ADDR $MASTER_PORT\"");
+  REQUIRE(r.exit_code == 0);
+  auto lines = lines_of(r.out);
+  REQUIRE(lines.size() == 4);
+  std::sort(lines.begin(), lines.end());
+  std::set<std::string> ports;
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& line = lines[static_cast<std::size_t>(rank)];
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    REQUIRE_THAT(line, Catch::StartsWith(prefix));
+    std::istringstream fields(line.substr(prefix.size()));
+    std::string rank_s, local, world, local_world, group, groups, restart, hosted, addr, port;
+    fields >> rank_s >> local >> world >> local_world >> group >> groups >> restart >> hosted >>
+        addr >> port;
+    CHECK(rank_s == std::to_string(rank));
+    CHECK(local == std::to_string(rank));
+    CHECK(world == "4");
+    CHECK(local_world == "4");
+    CHECK(group == "0");
+    CHECK(groups == "1");
+    CHECK(restart == "0");
+    CHECK(hosted == "1");
+    CHECK(addr == "127.0.0.1");
+    CHECK(std::stoi(port) > 0);
+    ports.insert(port);
+  }
+  CHECK(ports.size() == 1);
+}
+
+TEST_CASE("launch hosts a store the ranks can use", "[launch]") {
+  // Every rank adds 1 and waits until all have: the store is really there.
+  const std::string script = kCollie + " store add arrived 1 >/dev/null && while [ \"$(" + kCollie +
+                             " store get arrived)\" != 3 ]; do sleep 0.05; done; " +
+                             "echo all three";
+  const auto r = launch({"-n", "3"}, script);
+  CHECK(r.exit_code == 0);
+  CHECK(lines_of(r.out).size() == 3);
+  CHECK_THAT(r.out, Catch::Contains("[rank 2] all three"));
+}
+
+TEST_CASE("launch prefixes stdout and stderr separately, and keeps a last partial line",
+          "[launch]") {
+  const auto r = launch({"-n", "2"}, "echo out-$RANK; echo err-$RANK >&2; printf tail-$RANK");
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0] out-0\n") && Catch::Contains("[rank 1] out-1\n") &&
+                        Catch::Contains("[rank 0] tail-0\n") &&
+                        Catch::Contains("[rank 1] tail-1\n"));
+  CHECK_THAT(r.err, Catch::Contains("[rank 0] err-0\n") && Catch::Contains("[rank 1] err-1\n"));
+  CHECK_THAT(r.out, !Catch::Contains("err-"));
+  CHECK(lines_of(r.out).size() == 4);
+}
+
+TEST_CASE("a failing rank stops the others at once; the summary names it", "[launch]") {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch({"-n", "3"}, "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 60");
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("rank 1 (node 0, pid") &&
+                        Catch::Contains("failed first: exit code 3"));
+  CHECK_THAT(r.err, Catch::Contains("<- failed first"));
+  CHECK_THAT(r.err, Catch::Contains("stopped by collie launch (killed by SIGTERM)"));
+  CHECK_THAT(r.err, Catch::Contains("no restarts left"));
+}
+
+TEST_CASE("a rank killed by a signal gives 128 + the signal", "[launch]") {
+  const auto r = launch({"-n", "2"}, "if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60");
+  CHECK(r.exit_code == 128 + SIGKILL);
+  CHECK_THAT(r.err, Catch::Contains("rank 0") && Catch::Contains("killed by SIGKILL"));
+}
+
+TEST_CASE("ranks that ignore SIGTERM are killed after --stop-timeout", "[launch]") {
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch({"-n", "2", "--stop-timeout", "0.5"},
+                        "if [ $RANK = 1 ]; then sleep 0.2; exit 4; fi; trap '' TERM; "
+                        "while true; do sleep 0.1; done");
+  CHECK(std::chrono::steady_clock::now() - start < 20s);
+  CHECK(r.exit_code == 4);
+  CHECK_THAT(r.err, Catch::Contains("sending SIGKILL") && Catch::Contains("killed by SIGKILL"));
+}
+
+TEST_CASE("launch --max-restarts restarts the whole group until it succeeds", "[launch]") {
+  const auto r = launch({"-n", "2", "--max-restarts", "3"},
+                        "echo attempt $COLLIE_RESTART_COUNT; "
+                        "if [ $COLLIE_RESTART_COUNT -lt 2 ] && [ $RANK = 1 ]; then exit 5; fi");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.err, Catch::Contains("restarting every rank (restart 1 of 3)") &&
+                        Catch::Contains("restarting every rank (restart 2 of 3)"));
+  CHECK_THAT(r.err, !Catch::Contains("restart 3 of 3"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 0] attempt 2") && Catch::Contains("[rank 1] attempt 2"));
+}
+
+TEST_CASE("launch --max-restarts gives up after the last restart", "[launch]") {
+  const auto r = launch({"-n", "2", "--max-restarts", "1"}, "[ $RANK = 0 ] || exit 9");
+  CHECK(r.exit_code == 9);
+  CHECK_THAT(r.err, Catch::Contains("restart 1 of 1") &&
+                        Catch::Contains("no restarts left (--max-restarts 1)"));
+}
+
+TEST_CASE("SIGTERM and SIGINT to the launcher reach every rank once", "[launch]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string name = sig == SIGTERM ? "TERM" : "INT";
+    Subprocess launcher(
+        {kCollie, "launch", "-n", "2", "--", "/bin/sh", "-c",
+         "trap 'echo got " + name + "; exit 0' " + name + "; echo ready; sleep 60 & wait"});
+    for (int i = 0; i < 2; ++i)
+      REQUIRE(launcher.read_line(30s));
+    launcher.signal(sig);
+    auto r = launcher.wait(30s);
+    REQUIRE(r);
+    CHECK(r->exit_code == 128 + sig);
+    CHECK_THAT(r->out,
+               Catch::Contains("[rank 0] got " + name) && Catch::Contains("[rank 1] got " + name));
+    CHECK_THAT(r->err, Catch::Contains("received SIG" + name));
+  }
+}
+
+TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]") {
+  const auto dir = scratch_dir();
+  const auto r = launch({"-n", "2", "--tee", "--log-dir", dir.string()},
+                        "echo line-$RANK; echo problem-$RANK >&2");
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream log(dir / "attempt-0" / ("rank-" + std::to_string(rank) + ".log"));
+    const std::string text{std::istreambuf_iterator<char>(log), {}};
+    CHECK_THAT(text, Catch::Contains("line-" + std::to_string(rank) + "\n") &&
+                         Catch::Contains("problem-" + std::to_string(rank) + "\n"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("launch explains what it cannot do", "[launch]") {
+  auto r = run({kCollie, "launch", "-n", "2", "--", "/no/such/program"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("cannot run '/no/such/program'"));
+  r = run({kCollie, "launch", "-n", "0", "--", "/bin/true"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("at least 1"));
+  r = run({kCollie, "launch", "--nnodes", "2", "--node-rank", "2", "--", "/bin/true"});
+  CHECK_THAT(r.err, Catch::Contains("--node-rank 2 is not in [0, 2)"));
+  r = run({kCollie, "launch", "--nnodes", "2", "--node-rank", "1", "--master-port", "0", "--",
+           "/bin/true"});
+  CHECK_THAT(r.err, Catch::Contains("need the store's port"));
+  r = run({kCollie, "launch", "--help"});
+  CHECK_THAT(r.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--max-restarts") &&
+                        Catch::Contains("LOCAL_RANK"));
+}
+
+TEST_CASE("two nodes on one machine form one job and share its failures", "[launch][nodes]") {
+  const auto dir = scratch_dir();
+  const auto port_file = (dir / "port").string();
+  auto node = [&](int node_rank, const std::string& port, const std::string& script) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        kCollie, "launch", "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node_rank),
+        "--master-addr", "127.0.0.1", "--master-port", port, "--port-file", port_file, "--",
+        "/bin/sh", "-c", script});
+  };
+  auto wait_port = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!std::filesystem::exists(port_file) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    std::ifstream in(port_file);
+    std::string port;
+    in >> port;
+    return port;
+  };
+
+  SECTION("success on both") {
+    auto node0 = node(0, "0", "echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK");
+    const auto port = wait_port();
+    REQUIRE_FALSE(port.empty());
+    auto node1 = node(1, port, "echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK");
+    auto r1 = node1->wait(60s);
+    auto r0 = node0->wait(60s);
+    REQUIRE(r0);
+    REQUIRE(r1);
+    CHECK(r0->exit_code == 0);
+    CHECK(r1->exit_code == 0);
+    CHECK_THAT(r0->out, Catch::Contains("[rank 1] rank 1 of 4 on node 0"));
+    CHECK_THAT(r1->out, Catch::Contains("[rank 3] rank 3 of 4 on node 1"));
+  }
+  SECTION("a failure on node 1 stops node 0 too") {
+    auto node0 = node(0, "0", "sleep 60");
+    const auto port = wait_port();
+    REQUIRE_FALSE(port.empty());
+    auto node1 = node(1, port, "if [ $RANK = 3 ]; then exit 7; fi; sleep 60");
+    auto r1 = node1->wait(60s);
+    auto r0 = node0->wait(60s);
+    REQUIRE(r0);
+    REQUIRE(r1);
+    CHECK(r1->exit_code == 7);
+    CHECK(r0->exit_code == 1);
+    CHECK_THAT(r0->err, Catch::Contains("another node failed: rank 3 (node 1"));
+  }
+  std::filesystem::remove_all(dir);
+}
