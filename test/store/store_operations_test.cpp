@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 using collie::store::StoreClient;
 using collie::test::StoreFixture;
 
-TEST_CASE("set then get returns the value; set again replaces it", "[store]") {
+TEST_CASE("set then get returns the value, and set again replaces it", "[store]") {
   StoreFixture f;
   auto c = f.client();
   c->set("k", "v1");
@@ -40,7 +40,7 @@ TEST_CASE("empty keys, empty values and binary bytes are kept exactly", "[store]
   CHECK(c->num_keys() == 3);
 }
 
-TEST_CASE("values at the limit pass; one byte over fails and the client stays usable", "[store]") {
+TEST_CASE("values at the limit pass, one byte over fails, and the client stays usable", "[store]") {
   StoreFixture f;
   auto c = f.client();
   const auto limits = c->limits();
@@ -122,7 +122,7 @@ TEST_CASE("add counts atomically, from zero, both ways, as decimal text", "[stor
   CHECK(c->add("min", INT64_MIN) == INT64_MIN);
 }
 
-TEST_CASE("compare_set swaps only on a match; a missing key matches empty", "[store]") {
+TEST_CASE("compare_set swaps only on a match, and a missing key matches empty", "[store]") {
   StoreFixture f;
   auto c = f.client();
   auto r = c->compare_set("k", "something", "new");

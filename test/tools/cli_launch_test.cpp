@@ -104,7 +104,7 @@ TEST_CASE("launch prefixes stdout and stderr separately, and keeps a last partia
   CHECK(lines_of(r.out).size() == 4);
 }
 
-TEST_CASE("a failing rank stops the others at once; the summary names it", "[launch]") {
+TEST_CASE("a failing rank stops the others at once, and the summary names it", "[launch]") {
   const auto start = std::chrono::steady_clock::now();
   const auto r = launch({"-n", "3"}, "if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 60");
   CHECK(std::chrono::steady_clock::now() - start < 20s);

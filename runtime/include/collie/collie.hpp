@@ -2,10 +2,12 @@
 //
 // This header brings in the whole public API. Today that is the rendezvous
 // store (collie/store/...): a server to embed, its blocking and asynchronous
-// clients, and namespaced views.
+// clients, and namespaced views; and the resolution of a job's rank, size
+// and store address from the environment (collie/job_config.hpp).
 #pragma once
 
 #include <collie/error.hpp>
+#include <collie/job_config.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>

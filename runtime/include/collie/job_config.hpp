@@ -1,0 +1,73 @@
+// Where a process finds its job: its rank, the world size, and the store.
+//
+// collie::init() (coming with the process group) starts here: it resolves
+// an init method and the environment into a JobConfig, failing at once with
+// a message that names the variable to set when something is missing or
+// contradictory.
+//
+// Init methods:
+//   env://              (default) MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+//                       LOCAL_RANK, as torchrun and `collie launch` set them;
+//                       else Slurm's SLURM_PROCID, SLURM_NTASKS,
+//                       SLURM_LOCALID (MASTER_ADDR defaulting to the first
+//                       host of SLURM_JOB_NODELIST); else Open MPI's
+//                       OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK.
+//   tcp://HOST:PORT     the store's address; rank and world size from the
+//                       options or the environment as above.
+//   file:///PATH        a file-based store on a shared file system; rank and
+//                       world size as above.
+// Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_SOCKET_IFNAME,
+// COLLIE_STORE_TOKEN, COLLIE_STORE_HOSTED (set by `collie launch`: the
+// launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace collie {
+
+struct InitOptions {
+  std::string init_method = "env://";
+  std::optional<int> rank;                           // overrides the environment
+  std::optional<int> world_size;                     // overrides the environment
+  std::optional<std::chrono::milliseconds> timeout;  // overrides COLLIE_TIMEOUT
+  std::optional<std::string> socket_ifname;          // overrides COLLIE_SOCKET_IFNAME
+  std::optional<std::string> token;                  // overrides COLLIE_STORE_TOKEN
+};
+
+struct JobConfig {
+  enum class Method { Env, Tcp, File };
+  Method method = Method::Env;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;        // env:// and tcp://
+  std::uint16_t master_port = 0;  // env:// and tcp://
+  std::string file_path;          // file://
+  bool store_hosted_by_launcher = false;
+  int restart_count = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::string socket_ifname;  // as given; empty: the interface that routes to the master
+  std::string token;
+  std::string rank_source;  // which variables the rank came from, for messages
+};
+
+// Looks up one environment variable (nullopt when unset or empty).
+using EnvironmentLookup = std::function<std::optional<std::string>(std::string_view)>;
+
+// Resolves options and environment into a JobConfig. Throws collie::Error
+// naming what to set (or what contradicts what) on any problem.
+JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup& lookup);
+
+// The same, reading this process's environment.
+JobConfig resolve_job_config(const InitOptions& options = {});
+
+// The first host of a Slurm node list: "node[07-09,12],gpu1" -> "node07".
+// Throws collie::Error on a list it cannot read.
+std::string first_host_of_nodelist(std::string_view nodelist);
+
+}  // namespace collie

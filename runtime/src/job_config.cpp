@@ -1,0 +1,221 @@
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/job_config.hpp>
+
+namespace collie {
+
+namespace {
+
+// One family of launcher variables, tried in this order.
+struct Source {
+  const char* name;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+};
+constexpr Source kSources[] = {
+    {"torchrun / collie launch", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+};
+
+int parse_int(const std::string& text, const std::string& what) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    throw Error(fmt::format("collie::init: {}='{}' is not an integer", what, text));
+  }
+  return value;
+}
+
+std::uint16_t parse_port(const std::string& text, const std::string& what) {
+  const int port = parse_int(text, what);
+  if (port < 1 || port > 65535) {
+    throw Error(fmt::format("collie::init: {}={} is not a port number (1-65535)", what, port));
+  }
+  return static_cast<std::uint16_t>(port);
+}
+
+// "host:port" or "[v6]:port" from a tcp:// URL.
+void parse_tcp_url(std::string_view rest, JobConfig& config, const std::string& url) {
+  std::string host, port;
+  if (rest.starts_with('[')) {
+    const auto close = rest.find(']');
+    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+      throw Error(fmt::format("collie::init: '{}' is not tcp://[IPV6]:PORT", url));
+    }
+    host = rest.substr(1, close - 1);
+    port = rest.substr(close + 2);
+  } else {
+    const auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      throw Error(fmt::format("collie::init: '{}' is not tcp://HOST:PORT", url));
+    }
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  config.master_addr = host;
+  config.master_port = parse_port(port, fmt::format("the port of '{}'", url));
+}
+
+}  // namespace
+
+std::string first_host_of_nodelist(std::string_view nodelist) {
+  // The first top-level entry: commas inside brackets do not separate hosts.
+  int depth = 0;
+  std::size_t end = 0;
+  for (; end < nodelist.size(); ++end) {
+    if (nodelist[end] == '[') ++depth;
+    if (nodelist[end] == ']') --depth;
+    if (depth < 0) break;
+    if (nodelist[end] == ',' && depth == 0) break;
+  }
+  const auto entry = nodelist.substr(0, end);
+  if (entry.empty() || depth != 0) {
+    throw Error(fmt::format("collie::init: cannot read SLURM_JOB_NODELIST='{}'", nodelist));
+  }
+  // Every bracket becomes the first value of its first range ("07-09" -> "07").
+  std::string host;
+  for (std::size_t i = 0; i < entry.size(); ++i) {
+    if (entry[i] != '[') {
+      host.push_back(entry[i]);
+      continue;
+    }
+    const auto close = entry.find(']', i);
+    const auto inside = entry.substr(i + 1, close - i - 1);
+    const auto first = inside.substr(0, inside.find_first_of(",-"));
+    if (first.empty() || first.find_first_not_of("0123456789") != std::string_view::npos) {
+      throw Error(fmt::format("collie::init: cannot read SLURM_JOB_NODELIST='{}'", nodelist));
+    }
+    host += first;
+    i = close;
+  }
+  return host;
+}
+
+JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup& lookup) {
+  JobConfig config;
+  const std::string& url = options.init_method;
+  if (url == "env://" || url.empty()) {
+    config.method = JobConfig::Method::Env;
+  } else if (url.starts_with("tcp://")) {
+    config.method = JobConfig::Method::Tcp;
+    parse_tcp_url(std::string_view(url).substr(6), config, url);
+  } else if (url.starts_with("file://")) {
+    config.method = JobConfig::Method::File;
+    config.file_path = url.substr(7);
+    if (!config.file_path.starts_with('/')) {
+      throw Error(
+          fmt::format("collie::init: '{}' needs an absolute path: file:///path/to/file", url));
+    }
+  } else {
+    throw Error(
+        fmt::format("collie::init: unknown init method '{}'; use env://, "
+                    "tcp://HOST:PORT or file:///PATH",
+                    url));
+  }
+
+  // Rank and world size: explicit options win, then the first launcher
+  // family that sets a rank, which must also set its world size.
+  const Source* source = nullptr;
+  for (const auto& s : kSources) {
+    if (lookup(s.rank)) {
+      source = &s;
+      break;
+    }
+  }
+  if (source != nullptr) {
+    const auto world = lookup(source->world_size);
+    if (!world && !options.world_size) {
+      throw Error(fmt::format("collie::init: {} is set but {} is not; set both ({})", source->rank,
+                              source->world_size, source->name));
+    }
+    config.rank = parse_int(*lookup(source->rank), source->rank);
+    if (world) config.world_size = parse_int(*world, source->world_size);
+    if (auto local = lookup(source->local_rank)) {
+      config.local_rank = parse_int(*local, source->local_rank);
+    }
+    config.rank_source = fmt::format("{} ({}, {})", source->name, source->rank, source->world_size);
+  }
+  if (options.rank) {
+    config.rank = *options.rank;
+    config.rank_source = "the options";
+  }
+  if (options.world_size) config.world_size = *options.world_size;
+  if (source == nullptr && !options.rank) {
+    throw Error(
+        "collie::init: this process does not know its rank: set RANK and WORLD_SIZE (as "
+        "torchrun and collie launch do), run it under srun (SLURM_PROCID) or mpirun "
+        "(OMPI_COMM_WORLD_RANK), or pass rank and world_size in the options");
+  }
+  if (source == nullptr && !options.world_size) {
+    throw Error("collie::init: the rank is given but not the world size; pass world_size too");
+  }
+  if (config.world_size < 1) {
+    throw Error(fmt::format("collie::init: the world size is {}; it must be at least 1",
+                            config.world_size));
+  }
+  if (config.rank < 0 || config.rank >= config.world_size) {
+    throw Error(fmt::format("collie::init: rank {} is not in [0, {}) (from {})", config.rank,
+                            config.world_size, config.rank_source));
+  }
+  if (config.local_rank < 0) {
+    throw Error(fmt::format("collie::init: the local rank is {}; it must not be negative",
+                            config.local_rank));
+  }
+
+  if (config.method == JobConfig::Method::Env) {
+    auto addr = lookup("MASTER_ADDR");
+    if (!addr && source != nullptr && std::string_view(source->name) == "Slurm") {
+      if (auto nodelist = lookup("SLURM_JOB_NODELIST")) addr = first_host_of_nodelist(*nodelist);
+    }
+    const auto port = lookup("MASTER_PORT");
+    if (!addr || !port) {
+      throw Error(fmt::format(
+          "collie::init: env:// needs the store's address: set {}{}{} (torchrun and collie launch "
+          "set both), or use tcp://HOST:PORT",
+          addr ? "" : "MASTER_ADDR", !addr && !port ? " and " : "", port ? "" : "MASTER_PORT"));
+    }
+    config.master_addr = *addr;
+    config.master_port = parse_port(*port, "MASTER_PORT");
+  }
+
+  if (options.timeout) {
+    config.timeout = *options.timeout;
+  } else if (auto text = lookup("COLLIE_TIMEOUT")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() + text->size() || !(seconds > 0) || !std::isfinite(seconds)) {
+      throw Error(fmt::format(
+          "collie::init: COLLIE_TIMEOUT='{}' is not a positive number of seconds", *text));
+    }
+    config.timeout =
+        std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
+  }
+  if (config.timeout <= std::chrono::milliseconds::zero()) {
+    throw Error("collie::init: the timeout must be positive");
+  }
+  config.socket_ifname =
+      options.socket_ifname.value_or(lookup("COLLIE_SOCKET_IFNAME").value_or(""));
+  config.token = options.token.value_or(lookup("COLLIE_STORE_TOKEN").value_or(""));
+  config.store_hosted_by_launcher = lookup("COLLIE_STORE_HOSTED").value_or("0") == "1";
+  if (auto restarts = lookup("COLLIE_RESTART_COUNT")) {
+    config.restart_count = parse_int(*restarts, "COLLIE_RESTART_COUNT");
+  }
+  return config;
+}
+
+JobConfig resolve_job_config(const InitOptions& options) {
+  return resolve_job_config(options, [](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    return std::string(value);
+  });
+}
+
+}  // namespace collie

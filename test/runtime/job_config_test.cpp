@@ -1,0 +1,217 @@
+// Resolving a job from init method and environment: every launcher's
+// variables, and a clear error for everything missing or contradictory.
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/job_config.hpp>
+
+using namespace std::chrono_literals;
+using collie::InitOptions;
+using collie::JobConfig;
+
+namespace {
+
+collie::EnvironmentLookup env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](std::string_view name) -> std::optional<std::string> {
+    auto it = vars.find(std::string(name));
+    if (it == vars.end() || it->second.empty()) return std::nullopt;
+    return it->second;
+  };
+}
+
+JobConfig resolve(std::map<std::string, std::string> vars, InitOptions options = {}) {
+  return collie::resolve_job_config(options, env(std::move(vars)));
+}
+
+}  // namespace
+
+TEST_CASE("env:// reads torchrun's variables", "[init]") {
+  const auto c = resolve({{"RANK", "3"},
+                          {"WORLD_SIZE", "8"},
+                          {"LOCAL_RANK", "1"},
+                          {"MASTER_ADDR", "10.0.0.1"},
+                          {"MASTER_PORT", "29500"},
+                          {"COLLIE_STORE_HOSTED", "1"},
+                          {"COLLIE_RESTART_COUNT", "2"}});
+  CHECK(c.method == JobConfig::Method::Env);
+  CHECK(c.rank == 3);
+  CHECK(c.world_size == 8);
+  CHECK(c.local_rank == 1);
+  CHECK(c.master_addr == "10.0.0.1");
+  CHECK(c.master_port == 29500);
+  CHECK(c.store_hosted_by_launcher);
+  CHECK(c.restart_count == 2);
+  CHECK(c.timeout == 300s);
+  CHECK_THAT(c.rank_source, Catch::Contains("RANK"));
+}
+
+TEST_CASE("env:// falls back to Slurm, with the master from the node list", "[init]") {
+  auto c = resolve({{"SLURM_PROCID", "5"},
+                    {"SLURM_NTASKS", "16"},
+                    {"SLURM_LOCALID", "1"},
+                    {"SLURM_JOB_NODELIST", "gpu[007-010,12],cpu1"},
+                    {"MASTER_PORT", "4000"}});
+  CHECK(c.rank == 5);
+  CHECK(c.world_size == 16);
+  CHECK(c.local_rank == 1);
+  CHECK(c.master_addr == "gpu007");
+  CHECK(c.master_port == 4000);
+  CHECK_THAT(c.rank_source, Catch::Contains("Slurm"));
+  // An explicit MASTER_ADDR wins over the node list.
+  c = resolve({{"SLURM_PROCID", "0"},
+               {"SLURM_NTASKS", "2"},
+               {"SLURM_JOB_NODELIST", "a[1-2]"},
+               {"MASTER_ADDR", "head"},
+               {"MASTER_PORT", "4000"}});
+  CHECK(c.master_addr == "head");
+}
+
+TEST_CASE("env:// falls back to Open MPI", "[init]") {
+  const auto c = resolve({{"OMPI_COMM_WORLD_RANK", "2"},
+                          {"OMPI_COMM_WORLD_SIZE", "3"},
+                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                          {"MASTER_ADDR", "h"},
+                          {"MASTER_PORT", "1234"}});
+  CHECK(c.rank == 2);
+  CHECK(c.world_size == 3);
+  CHECK_THAT(c.rank_source, Catch::Contains("Open MPI"));
+}
+
+TEST_CASE("torchrun's variables win over Slurm's under srun + torchrun", "[init]") {
+  const auto c = resolve({{"RANK", "7"},
+                          {"WORLD_SIZE", "8"},
+                          {"SLURM_PROCID", "1"},
+                          {"SLURM_NTASKS", "2"},
+                          {"MASTER_ADDR", "h"},
+                          {"MASTER_PORT", "1"}});
+  CHECK(c.rank == 7);
+  CHECK(c.world_size == 8);
+}
+
+TEST_CASE("a missing rank or world size says what to set", "[init]") {
+  CHECK_THROWS_WITH(resolve({}), Catch::Contains("does not know its rank") &&
+                                     Catch::Contains("RANK and WORLD_SIZE") &&
+                                     Catch::Contains("SLURM_PROCID"));
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}),
+                    Catch::Contains("RANK is set but WORLD_SIZE is not"));
+  CHECK_THROWS_WITH(resolve({{"SLURM_PROCID", "0"}}),
+                    Catch::Contains("SLURM_PROCID is set but SLURM_NTASKS is not"));
+  InitOptions only_rank;
+  only_rank.rank = 0;
+  CHECK_THROWS_WITH(resolve({}, only_rank), Catch::Contains("not the world size"));
+}
+
+TEST_CASE("a missing store address says which variable", "[init]") {
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}}),
+                    Catch::Contains("set MASTER_ADDR and MASTER_PORT"));
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}}),
+                    Catch::Contains("set MASTER_PORT") && !Catch::Contains("MASTER_ADDR and"));
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "5"}}),
+                    Catch::Contains("set MASTER_ADDR ("));
+}
+
+TEST_CASE("contradictory or malformed values are refused, naming them", "[init]") {
+  const std::map<std::string, std::string> base = {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    auto vars = base;
+    vars.insert(extra.begin(), extra.end());
+    return vars;
+  };
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "4"}, {"WORLD_SIZE", "4"}})),
+                    Catch::Contains("rank 4 is not in [0, 4)"));
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "-1"}, {"WORLD_SIZE", "4"}})),
+                    Catch::Contains("rank -1"));
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "x"}, {"WORLD_SIZE", "4"}})),
+                    Catch::Contains("RANK='x' is not an integer"));
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "0"}})),
+                    Catch::Contains("world size is 0"));
+  CHECK_THROWS_WITH(
+      resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
+      Catch::Contains("MASTER_PORT=70000 is not a port number"));
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_TIMEOUT", "soon"}})),
+                    Catch::Contains("COLLIE_TIMEOUT='soon'"));
+  CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_TIMEOUT", "-3"}})),
+                    Catch::Contains("positive number of seconds"));
+}
+
+TEST_CASE("tcp:// and file:// init methods", "[init]") {
+  InitOptions tcp;
+  tcp.init_method = "tcp://10.1.2.3:4567";
+  auto c = resolve({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, tcp);
+  CHECK(c.method == JobConfig::Method::Tcp);
+  CHECK(c.master_addr == "10.1.2.3");
+  CHECK(c.master_port == 4567);
+
+  tcp.init_method = "tcp://[fe80::1]:99";
+  tcp.rank = 0;
+  tcp.world_size = 1;
+  c = resolve({}, tcp);
+  CHECK(c.master_addr == "fe80::1");
+  CHECK(c.master_port == 99);
+  CHECK(c.rank_source == "the options");
+
+  for (const char* bad : {"tcp://nohost", "tcp://:5", "tcp://h:x", "tcp://[::1]5"}) {
+    tcp.init_method = bad;
+    CHECK_THROWS_AS(resolve({}, tcp), collie::Error);
+  }
+
+  InitOptions file;
+  file.init_method = "file:///shared/job/store";
+  file.rank = 2;
+  file.world_size = 4;
+  c = resolve({}, file);
+  CHECK(c.method == JobConfig::Method::File);
+  CHECK(c.file_path == "/shared/job/store");
+  file.init_method = "file://relative";
+  CHECK_THROWS_WITH(resolve({}, file), Catch::Contains("absolute path"));
+
+  InitOptions unknown;
+  unknown.init_method = "mpi://";
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}}, unknown),
+                    Catch::Contains("unknown init method 'mpi://'"));
+}
+
+TEST_CASE("options override the environment, and COLLIE_* settings are read", "[init]") {
+  InitOptions options;
+  options.rank = 1;
+  options.world_size = 3;
+  options.timeout = 1500ms;
+  options.token = "from-options";
+  auto c = resolve({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "h"},
+                    {"MASTER_PORT", "1"},
+                    {"COLLIE_TIMEOUT", "9"},
+                    {"COLLIE_STORE_TOKEN", "from-env"},
+                    {"COLLIE_SOCKET_IFNAME", "^lo,docker"}},
+                   options);
+  CHECK(c.rank == 1);
+  CHECK(c.world_size == 3);
+  CHECK(c.timeout == 1500ms);
+  CHECK(c.token == "from-options");
+  CHECK(c.socket_ifname == "^lo,docker");
+  c = resolve({{"RANK", "0"},
+               {"WORLD_SIZE", "2"},
+               {"MASTER_ADDR", "h"},
+               {"MASTER_PORT", "1"},
+               {"COLLIE_TIMEOUT", "2.5"},
+               {"COLLIE_STORE_TOKEN", "from-env"}});
+  CHECK(c.timeout == 2500ms);
+  CHECK(c.token == "from-env");
+  CHECK_FALSE(c.store_hosted_by_launcher);
+}
+
+TEST_CASE("Slurm node lists: the first host", "[init]") {
+  CHECK(collie::first_host_of_nodelist("node1") == "node1");
+  CHECK(collie::first_host_of_nodelist("node1,node2") == "node1");
+  CHECK(collie::first_host_of_nodelist("node[3-5]") == "node3");
+  CHECK(collie::first_host_of_nodelist("node[003-005,9]") == "node003");
+  CHECK(collie::first_host_of_nodelist("gpu-[12,3-4],cpu7") == "gpu-12");
+  CHECK(collie::first_host_of_nodelist("rack[2-3]-n[07-08]") == "rack2-n07");
+  for (const char* bad : {"", "node[", "node[]", "node[a-b]", ",x", "a]b"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(collie::first_host_of_nodelist(bad), collie::Error);
+  }
+}
