@@ -14,4 +14,5 @@
 #include <collie/store/prefix_store.hpp>
 #include <collie/store/server.hpp>
 #include <collie/store/store.hpp>
+#include <collie/transport/interfaces.hpp>
 #include <collie/version.hpp>

@@ -1,0 +1,84 @@
+// Choosing the address a rank advertises.
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/transport/interfaces.hpp>
+
+using collie::transport::InterfaceAddress;
+using collie::transport::InterfaceFilter;
+
+namespace {
+
+const std::vector<InterfaceAddress> kHost = {
+    {"lo", "127.0.0.1", false, true, false},     {"lo", "::1", true, true, false},
+    {"eth0", "10.0.0.4", false, false, false},   {"eth0", "fe80::1", true, false, true},
+    {"eth1", "10.1.0.4", false, false, false},   {"docker0", "172.17.0.1", false, false, false},
+    {"ib0", "192.168.5.4", false, false, false}, {"ib0", "fd00::4", true, false, false},
+};
+
+}  // namespace
+
+TEST_CASE("COLLIE_SOCKET_IFNAME specs parse like NCCL's", "[interfaces]") {
+  auto f = InterfaceFilter::parse("eth");
+  CHECK_FALSE(f.exclude);
+  CHECK_FALSE(f.exact);
+  CHECK(f.names == std::vector<std::string>{"eth"});
+  CHECK(f.matches("eth0"));
+  CHECK(f.matches("eth12"));
+  CHECK_FALSE(f.matches("ib0"));
+
+  f = InterfaceFilter::parse("=eth0");
+  CHECK(f.exact);
+  CHECK(f.matches("eth0"));
+  CHECK_FALSE(f.matches("eth01"));
+
+  f = InterfaceFilter::parse("^lo,docker");
+  CHECK(f.exclude);
+  CHECK(f.names == std::vector<std::string>{"lo", "docker"});
+  CHECK_FALSE(f.matches("lo"));
+  CHECK_FALSE(f.matches("docker0"));
+  CHECK(f.matches("eth0"));
+
+  for (const char* bad : {"", "^", "=", "eth0,", ",eth0", "eth0,,ib0"}) {
+    INFO("spec '" << bad << "'");
+    CHECK_THROWS_AS(InterfaceFilter::parse(bad), collie::Error);
+  }
+}
+
+TEST_CASE("a spec picks the first listed interface, in the spec's order", "[interfaces]") {
+  using collie::transport::choose_advertised_address;
+  CHECK(choose_advertised_address("eth", "127.0.0.1", kHost) == "10.0.0.4");
+  CHECK(choose_advertised_address("ib,eth", "127.0.0.1", kHost) == "192.168.5.4");
+  CHECK(choose_advertised_address("=eth1", "127.0.0.1", kHost) == "10.1.0.4");
+  CHECK(choose_advertised_address("^lo,eth,docker", "127.0.0.1", kHost) == "192.168.5.4");
+  // Only link-local IPv6 on eth0 besides its IPv4: never the fe80 address.
+  const std::vector<InterfaceAddress> v6_only = {{"eth0", "fe80::1", true, false, true},
+                                                 {"ib0", "fd00::4", true, false, false}};
+  CHECK(choose_advertised_address("^lo", "127.0.0.1", v6_only) == "fd00::4");
+  CHECK_THROWS_WITH(choose_advertised_address("eth", "127.0.0.1", v6_only),
+                    Catch::Contains("matches no interface") && Catch::Contains("ib0 fd00::4"));
+  CHECK_THROWS_WITH(
+      choose_advertised_address("wlan", "127.0.0.1", kHost),
+      Catch::Contains("COLLIE_SOCKET_IFNAME='wlan'") && Catch::Contains("eth0 10.0.0.4"));
+}
+
+TEST_CASE("without a spec, the address is the one that routes to the master", "[interfaces]") {
+  using collie::transport::choose_advertised_address;
+  CHECK(choose_advertised_address("", "127.0.0.1", kHost) == "127.0.0.1");
+  CHECK(collie::transport::route_source_address("127.0.0.5") == "127.0.0.1");
+  const auto via_localhost = collie::transport::route_source_address("localhost");
+  CHECK((via_localhost.rfind("127.", 0) == 0 || via_localhost == "::1"));
+  CHECK_THROWS_WITH(collie::transport::route_source_address("no-such-host.invalid"),
+                    Catch::Contains("cannot resolve the master 'no-such-host.invalid'"));
+}
+
+TEST_CASE("this host's interfaces include loopback", "[interfaces]") {
+  const auto interfaces = collie::transport::list_interfaces();
+  bool loopback = false;
+  for (const auto& i : interfaces) {
+    CHECK_FALSE(i.name.empty());
+    CHECK_FALSE(i.address.empty());
+    loopback = loopback || (i.is_loopback && i.address == "127.0.0.1");
+  }
+  CHECK(loopback);
+}
