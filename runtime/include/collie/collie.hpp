@@ -11,6 +11,7 @@
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
+#include <collie/store/file_store.hpp>
 #include <collie/store/prefix_store.hpp>
 #include <collie/store/server.hpp>
 #include <collie/store/store.hpp>

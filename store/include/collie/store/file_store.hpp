@@ -1,0 +1,69 @@
+// FileStore: the Store interface over one file on a shared file system, for
+// jobs that have a shared directory but no reachable master (file:// init).
+//
+//   collie::store::FileStore store("/shared/job-42/store");
+//   store.set("addr/3", "10.0.0.4:41234");
+//
+// The file is an append-only log of records (set, delete, barrier count).
+// Every operation takes an exclusive lock on the file (Linux open-file-
+// description locks, which NFSv4 also honours), reads the records other
+// processes appended since its last look, and appends its own. So add,
+// compare_set and multi_set are atomic across processes.
+//
+// A file cannot push, so blocking calls (get, wait, multi_get, barrier) poll
+// it, from 1 ms up to every 50 ms, until their timeout. The log only grows:
+// use a fresh file per job (the directory's owner deletes it afterwards).
+//
+// Thread-safe; several FileStore objects, in one process or many, may share
+// a file.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <collie/store/store.hpp>
+
+namespace collie::store {
+
+class FileStore final : public Store {
+ public:
+  // Opens (creating if needed) the file at `path`. Throws collie::Error
+  // naming the path if it cannot be opened or locked.
+  explicit FileStore(std::string path,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  ~FileStore() override;
+  FileStore(const FileStore&) = delete;
+  FileStore& operator=(const FileStore&) = delete;
+
+  using Store::check;
+  using Store::multi_get;
+  using Store::multi_set;
+  using Store::wait;
+
+  void set(std::string_view key, std::string_view value, Timeout timeout = {}) override;
+  std::string get(std::string_view key, Timeout timeout = {}) override;
+  std::optional<std::string> try_get(std::string_view key, Timeout timeout = {}) override;
+  std::int64_t add(std::string_view key, std::int64_t delta, Timeout timeout = {}) override;
+  CompareSetResult compare_set(std::string_view key, std::string_view expected,
+                               std::string_view desired, Timeout timeout = {}) override;
+  void wait(std::span<const std::string> keys, Timeout timeout = {}) override;
+  bool check(std::span<const std::string> keys, Timeout timeout = {}) override;
+  bool delete_key(std::string_view key, Timeout timeout = {}) override;
+  std::int64_t count_keys(std::string_view prefix, Timeout timeout = {}) override;
+  std::vector<std::string> list_keys(std::string_view prefix, Timeout timeout = {}) override;
+  std::vector<std::string> multi_get(std::span<const std::string> keys,
+                                     Timeout timeout = {}) override;
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values,
+                 Timeout timeout = {}) override;
+  void append(std::string_view key, std::string_view value, Timeout timeout = {}) override;
+  void barrier(std::string_view name, std::uint32_t n, Timeout timeout = {}) override;
+  std::chrono::milliseconds timeout() const override;
+
+  const std::string& path() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace collie::store
