@@ -8,6 +8,7 @@
 
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
+#include <collie/job_store.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>

@@ -1,0 +1,50 @@
+// JobStore: the rendezvous store of a job, from its JobConfig.
+//
+//   JobStore job(collie::resolve_job_config());
+//   job.store().set("addr/" + std::to_string(rank), "...");
+//
+// Who hosts the store: `collie launch` when it started this process
+// (COLLIE_STORE_HOSTED=1); otherwise rank 0, which starts a StoreServer on
+// MASTER_PORT on every interface before connecting to it, like torch's
+// TCPStore. With file:// every rank opens the shared file. Every rank's
+// client retries until the store is up, for the job's timeout.
+//
+// If rank 0 hosts the store and exits (or dies), the other ranks' calls fail
+// at once with a ConnectionError naming the store's address: nobody is left
+// waiting without an error.
+//
+// store() is a view of the namespace "collie/run/<restart count>/", so a job
+// restarted by `collie launch --max-restarts` never reads its previous
+// attempt's keys.
+#pragma once
+
+#include <memory>
+
+#include <collie/job_config.hpp>
+#include <collie/store/server.hpp>
+#include <collie/store/store.hpp>
+
+namespace collie {
+
+class JobStore {
+ public:
+  // Hosts and/or connects to the store. Throws collie::Error (ConnectionError,
+  // TimeoutError, AuthenticationError...) naming the address or file.
+  explicit JobStore(const JobConfig& config);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // The job's namespace in the store.
+  store::Store& store() { return *view_; }
+  std::shared_ptr<store::Store> shared_store() const { return view_; }
+
+  // True if this process runs the store's server.
+  bool hosts_server() const { return server_ != nullptr; }
+
+ private:
+  std::unique_ptr<store::StoreServer> server_;
+  std::shared_ptr<store::Store> view_;
+};
+
+}  // namespace collie

@@ -1,0 +1,42 @@
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/job_store.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/file_store.hpp>
+#include <collie/store/prefix_store.hpp>
+
+namespace collie {
+
+JobStore::JobStore(const JobConfig& config) {
+  std::shared_ptr<store::Store> root;
+  if (config.method == JobConfig::Method::File) {
+    root = std::make_shared<store::FileStore>(config.file_path, config.timeout);
+  } else {
+    std::string host = config.master_addr;
+    if (config.rank == 0 && !config.store_hosted_by_launcher) {
+      store::ServerOptions options;
+      options.port = config.master_port;
+      options.token = config.token;
+      try {
+        server_ = std::make_unique<store::StoreServer>(options);
+      } catch (const Error& e) {
+        throw Error(
+            fmt::format("rank 0 hosts the job's store on MASTER_PORT={} but cannot: {} "
+                        "(is another job using that port?)",
+                        config.master_port, e.what()));
+      }
+      host = "127.0.0.1";  // this process's own server
+    }
+    store::ClientOptions options;
+    options.timeout = config.timeout;
+    options.token = config.token;
+    root = std::make_shared<store::StoreClient>(host, config.master_port, options);
+  }
+  view_ = std::make_shared<store::PrefixStore>(std::move(root),
+                                               fmt::format("collie/run/{}", config.restart_count));
+}
+
+JobStore::~JobStore() = default;
+
+}  // namespace collie

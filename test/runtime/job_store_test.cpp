@@ -1,0 +1,104 @@
+// Who hosts a job's store, and what the others see when the host goes away.
+#include <filesystem>
+#include <future>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/job_store.hpp>
+#include <collie/store/server.hpp>
+
+#include "support/store_fixture.hpp"
+
+using namespace std::chrono_literals;
+using collie::JobConfig;
+using collie::JobStore;
+
+namespace {
+
+JobConfig config(int rank, int world, std::uint16_t port) {
+  JobConfig c;
+  c.rank = rank;
+  c.world_size = world;
+  c.master_addr = "127.0.0.1";
+  c.master_port = port;
+  c.timeout = 20s;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("rank 0 hosts the store and the others reach it, even when they start first",
+          "[job_store]") {
+  // The only way to give rank 0 a port before it listens is to pick one.
+  const auto port = collie::test::momentarily_free_port();
+  auto rank1 = std::async(std::launch::async, [&] {
+    JobStore job(config(1, 2, port));
+    CHECK_FALSE(job.hosts_server());
+    job.store().set("hello/1", "from 1");
+    return job.store().get("hello/0");
+  });
+  std::this_thread::sleep_for(200ms);
+  JobStore rank0(config(0, 2, port));
+  CHECK(rank0.hosts_server());
+  rank0.store().set("hello/0", "from 0");
+  CHECK(rank0.store().get("hello/1") == "from 1");
+  CHECK(rank1.get() == "from 0");
+}
+
+TEST_CASE("when the launcher hosts the store, rank 0 does not", "[job_store]") {
+  collie::test::StoreFixture launcher;
+  auto c = config(0, 1, launcher.server.port());
+  c.store_hosted_by_launcher = true;
+  JobStore job(c);
+  CHECK_FALSE(job.hosts_server());
+  job.store().set("k", "v");
+  CHECK(launcher.client()->get("collie/run/0/k") == "v");
+}
+
+TEST_CASE("each restart of a job sees only its own keys", "[job_store]") {
+  collie::test::StoreFixture launcher;
+  auto c = config(0, 1, launcher.server.port());
+  c.store_hosted_by_launcher = true;
+  JobStore first(c);
+  first.store().set("ready", "attempt 0");
+  c.restart_count = 1;
+  JobStore second(c);
+  CHECK_FALSE(second.store().try_get("ready").has_value());
+  CHECK(second.store().num_keys() == 0);
+}
+
+TEST_CASE("when rank 0 leaves, the others fail at once instead of waiting", "[job_store]") {
+  const auto port = collie::test::momentarily_free_port();
+  auto rank0 = std::make_unique<JobStore>(config(0, 2, port));
+  JobStore rank1(config(1, 2, port));
+  auto blocked = std::async(std::launch::async, [&] { return rank1.store().get("never", 60s); });
+  std::this_thread::sleep_for(100ms);
+  const auto start = std::chrono::steady_clock::now();
+  rank0.reset();
+  CHECK_THROWS_AS(blocked.get(), collie::ConnectionError);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+}
+
+TEST_CASE("rank 0 says which port it could not host the store on", "[job_store]") {
+  collie::test::StoreFixture other_job;
+  CHECK_THROWS_WITH(JobStore(config(0, 2, other_job.server.port())),
+                    Catch::Contains("MASTER_PORT=" + std::to_string(other_job.server.port())) &&
+                        Catch::Contains("another job"));
+}
+
+TEST_CASE("file:// jobs share the store through the file", "[job_store]") {
+  const auto path =
+      (std::filesystem::temp_directory_path() / ("collie-job-store-" + std::to_string(getpid())))
+          .string();
+  JobConfig c;
+  c.method = JobConfig::Method::File;
+  c.file_path = path;
+  c.world_size = 2;
+  JobStore rank0(c);
+  c.rank = 1;
+  JobStore rank1(c);
+  rank1.store().set("x", "1");
+  CHECK(rank0.store().get("x") == "1");
+  std::filesystem::remove(path);
+}
