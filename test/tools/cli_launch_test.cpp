@@ -246,5 +246,25 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK(r0->exit_code == 1);
     CHECK_THAT(r0->err, Catch::Contains("another node failed: rank 3 (node 1"));
   }
+  SECTION("a launcher that dies without a word is noticed through its heartbeat") {
+    auto node0 = std::make_unique<Subprocess>(std::vector<std::string>{
+        kCollie, "launch", "-n", "1", "--nnodes", "2", "--node-rank", "0", "--master-port", "0",
+        "--port-file", port_file, "--node-timeout", "2", "--", "/bin/sh", "-c", "sleep 60"});
+    const auto port = wait_port();
+    REQUIRE_FALSE(port.empty());
+    auto node1 = std::make_unique<Subprocess>(std::vector<std::string>{
+        kCollie, "launch", "-n", "1", "--nnodes", "2", "--node-rank", "1", "--master-port", port,
+        "--node-timeout", "2", "--", "/bin/sh", "-c", "echo ready; sleep 5"});
+    REQUIRE(node1->read_line(30s));
+    std::this_thread::sleep_for(1s);  // a few heartbeats, so node 1 has joined
+    node1->signal(SIGKILL);
+    const auto start = std::chrono::steady_clock::now();
+    auto r0 = node0->wait(60s);
+    REQUIRE(r0);
+    CHECK(std::chrono::steady_clock::now() - start < 20s);
+    CHECK(r0->exit_code == 1);
+    CHECK_THAT(r0->err,
+               Catch::Contains("node 1 stopped answering") && Catch::Contains("--node-timeout 2"));
+  }
   std::filesystem::remove_all(dir);
 }

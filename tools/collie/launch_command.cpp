@@ -49,6 +49,7 @@ struct LaunchArgs {
   bool tee = false;
   std::string log_dir = "collie-logs";
   double stop_timeout_s = 5;
+  double node_timeout_s = 300;
   std::vector<std::string> command;
 };
 
@@ -129,6 +130,8 @@ class Launcher {
     if (args_.max_restarts < 0) throw Error("collie launch: --max-restarts must not be negative");
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
+    if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
+    heartbeats_.resize(static_cast<std::size_t>(args_.nnodes));
     // torchrun's default port when several nodes must agree on one; a free
     // port when the job is on this node alone.
     port_ = args_.master_port.value_or(multi_node() ? 29500 : 0);
@@ -341,7 +344,9 @@ class Launcher {
     if (!multi_node() || stopping_ || Clock::now() < next_remote_check_) return;
     next_remote_check_ = Clock::now() + 250ms;
     try {
-      if (auto failed = store_->try_get(key("failed"), 10s)) {
+      auto failed = store_->try_get(key("failed"), 10s);
+      if (!failed) failed = silent_node();
+      if (failed) {
         remote_failure_ = *failed;
         exit_code_ = 1;
         begin_stop(SIGTERM);
@@ -351,6 +356,32 @@ class Launcher {
       exit_code_ = 1;
       begin_stop(SIGTERM);
     }
+  }
+
+  // Beats this node's heartbeat, and names the first other node whose
+  // heartbeat has not moved for --node-timeout (a launcher that died without
+  // reporting, or a node that never joined), if any.
+  std::optional<std::string> silent_node() {
+    const auto now = Clock::now();
+    if (now < next_heartbeat_) return std::nullopt;
+    next_heartbeat_ = now + 250ms;
+    store_->add(fmt::format("collie/launch/heartbeat/{}", args_.node_rank), 1, 10s);
+    const auto limit = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(args_.node_timeout_s));
+    for (int node = 0; node < args_.nnodes; ++node) {
+      if (node == args_.node_rank) continue;
+      auto beat = store_->try_get(fmt::format("collie/launch/heartbeat/{}", node), 10s);
+      auto& seen = heartbeats_[static_cast<std::size_t>(node)];
+      if (beat && *beat != seen.value) {
+        seen.value = *beat;
+        seen.changed = now;
+      } else if (now - seen.changed > limit) {
+        return fmt::format("node {} {} (no heartbeat for {}, --node-timeout {})", node,
+                           seen.value.empty() ? "never joined" : "stopped answering",
+                           seconds(now - seen.changed), args_.node_timeout_s);
+      }
+    }
+    return std::nullopt;
   }
 
   Outcome run_attempt() {
@@ -440,12 +471,15 @@ class Launcher {
       // Node 0's store must outlive every node's last use of it.
       try {
         store_->add(key("done"), 1);
+        std::optional<std::string> failed;
         while (true) {
-          if (store_->try_get(key("failed"))) break;
+          failed = store_->try_get(key("failed"));
+          if (!failed) failed = silent_node();
+          if (failed) break;
           if (std::stoll(store_->get(key("done"))) >= args_.nnodes) break;
           std::this_thread::sleep_for(100ms);
         }
-        if (auto failed = store_->try_get(key("failed"))) {
+        if (failed) {
           say(fmt::format("this node's ranks succeeded, but {}", *failed));
           return 1;
         }
@@ -477,6 +511,12 @@ class Launcher {
   Clock::time_point stop_started_;
   Clock::time_point stop_deadline_;
   Clock::time_point next_remote_check_;
+  Clock::time_point next_heartbeat_;
+  struct Heartbeat {
+    std::string value;
+    Clock::time_point changed = Clock::now();
+  };
+  std::vector<Heartbeat> heartbeats_;
   const LocalRank* first_failure_ = nullptr;
   std::string failure_text_;
   std::string remote_failure_;
@@ -509,6 +549,10 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--log-dir", args->log_dir, "Where --tee writes")->capture_default_str();
   cmd->add_option("--stop-timeout", args->stop_timeout_s,
                   "Seconds ranks get after SIGTERM/SIGINT before SIGKILL")
+      ->capture_default_str();
+  cmd->add_option("--node-timeout", args->node_timeout_s,
+                  "Several nodes: seconds without a heartbeat from another node's launcher "
+                  "before the job is stopped as failed")
       ->capture_default_str();
   cmd->add_option("command", args->command, "The program and its arguments (after --)")->required();
   cmd->footer(
