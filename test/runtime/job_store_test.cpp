@@ -1,5 +1,4 @@
 // Who hosts a job's store, and what the others see when the host goes away.
-#include <filesystem>
 #include <future>
 
 #include <catch2/catch.hpp>
@@ -8,6 +7,7 @@
 #include <collie/job_store.hpp>
 #include <collie/store/server.hpp>
 
+#include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 
 using namespace std::chrono_literals;
@@ -88,9 +88,8 @@ TEST_CASE("rank 0 says which port it could not host the store on", "[job_store]"
 }
 
 TEST_CASE("file:// jobs share the store through the file", "[job_store]") {
-  const auto path =
-      (std::filesystem::temp_directory_path() / ("collie-job-store-" + std::to_string(getpid())))
-          .string();
+  const collie::test::ScratchDir dir;
+  const auto path = dir.file("store");
   JobConfig c;
   c.method = JobConfig::Method::File;
   c.file_path = path;
@@ -100,5 +99,4 @@ TEST_CASE("file:// jobs share the store through the file", "[job_store]") {
   JobStore rank1(c);
   rank1.store().set("x", "1");
   CHECK(rank0.store().get("x") == "1");
-  std::filesystem::remove(path);
 }

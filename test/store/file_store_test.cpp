@@ -11,19 +11,17 @@
 #include <collie/store/file_store.hpp>
 #include <collie/store/prefix_store.hpp>
 
+#include "support/scratch_dir.hpp"
+
 using namespace std::chrono_literals;
 using collie::store::FileStore;
 
 namespace {
 
+// A store file in a scratch directory that goes away with it.
 struct ScratchFile {
-  ScratchFile()
-      : path((std::filesystem::temp_directory_path() /
-              ("collie-file-store-" + std::to_string(getpid()) + "-" +
-               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count())))
-                 .string()) {}
-  ~ScratchFile() { std::filesystem::remove(path); }
-  std::string path;
+  collie::test::ScratchDir dir;
+  std::string path = dir.file("store");
 };
 
 }  // namespace

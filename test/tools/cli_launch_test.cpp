@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
@@ -36,14 +37,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   for (std::string line; std::getline(in, line);)
     lines.push_back(line);
   return lines;
-}
-
-std::filesystem::path scratch_dir() {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("collie-launch-test-" + std::to_string(getpid()) + "-" +
-              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 }  // namespace
@@ -169,17 +162,16 @@ TEST_CASE("SIGTERM and SIGINT to the launcher reach every rank once", "[launch]"
 }
 
 TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]") {
-  const auto dir = scratch_dir();
-  const auto r = launch({"-n", "2", "--tee", "--log-dir", dir.string()},
+  const collie::test::ScratchDir dir;
+  const auto r = launch({"-n", "2", "--tee", "--log-dir", dir.path().string()},
                         "echo line-$RANK; echo problem-$RANK >&2");
   CHECK(r.exit_code == 0);
   for (int rank = 0; rank < 2; ++rank) {
-    std::ifstream log(dir / "attempt-0" / ("rank-" + std::to_string(rank) + ".log"));
+    std::ifstream log(dir.path() / "attempt-0" / ("rank-" + std::to_string(rank) + ".log"));
     const std::string text{std::istreambuf_iterator<char>(log), {}};
     CHECK_THAT(text, Catch::Contains("line-" + std::to_string(rank) + "\n") &&
                          Catch::Contains("problem-" + std::to_string(rank) + "\n"));
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("launch explains what it cannot do", "[launch]") {
@@ -200,8 +192,8 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
 }
 
 TEST_CASE("two nodes on one machine form one job and share its failures", "[launch][nodes]") {
-  const auto dir = scratch_dir();
-  const auto port_file = (dir / "port").string();
+  const collie::test::ScratchDir dir;
+  const auto port_file = dir.file("port");
   auto node = [&](int node_rank, const std::string& port, const std::string& script) {
     return std::make_unique<Subprocess>(std::vector<std::string>{
         kCollie, "launch", "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node_rank),
@@ -266,5 +258,4 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK_THAT(r0->err,
                Catch::Contains("node 1 stopped answering") && Catch::Contains("--node-timeout 2"));
   }
-  std::filesystem::remove_all(dir);
 }

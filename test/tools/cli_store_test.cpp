@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
@@ -18,14 +19,6 @@ namespace {
 
 const std::string kCollie = COLLIE_CLI_PATH;
 
-std::filesystem::path scratch_dir() {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("collie-cli-test-" + std::to_string(getpid()) + "-" +
-              std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -34,24 +27,22 @@ std::string read_file(const std::filesystem::path& path) {
 // A `collie store serve` child on a free port, with its address.
 struct ServedStore {
   explicit ServedStore(std::vector<std::string> extra = {}, std::vector<std::string> env = {})
-      : dir(scratch_dir()),
-        server(
+      : server(
             [&] {
               std::vector<std::string> argv = {kCollie,  "store",       "serve",
                                                "--host", "127.0.0.1",   "--port",
-                                               "0",      "--port-file", (dir / "port").string()};
+                                               "0",      "--port-file", dir.file("port")};
               argv.insert(argv.end(), extra.begin(), extra.end());
               return argv;
             }(),
             env) {
     banner = server.read_line(30s).value_or("");
     REQUIRE_THAT(banner, Catch::StartsWith("collie store listening on 127.0.0.1:"));
-    port = std::stoi(read_file(dir / "port"));
+    port = std::stoi(read_file(dir.path() / "port"));
     REQUIRE_THAT(banner, Catch::EndsWith("port " + std::to_string(port)) ||
                              Catch::Contains("port " + std::to_string(port) + " "));
     addr = "127.0.0.1:" + std::to_string(port);
   }
-  ~ServedStore() { std::filesystem::remove_all(dir); }
 
   RunResult cli(std::vector<std::string> args, std::vector<std::string> env = {},
                 const std::string& input = {}) const {
@@ -61,7 +52,7 @@ struct ServedStore {
     return run(argv, env, input);
   }
 
-  std::filesystem::path dir;
+  collie::test::ScratchDir dir;
   Subprocess server;
   std::string banner;
   int port = 0;
@@ -137,11 +128,11 @@ TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
 }
 
 TEST_CASE("collie store with a token file: right token in, no token out", "[cli][auth]") {
-  const auto dir = scratch_dir();
-  { std::ofstream(dir / "token") << "tok-123\n"; }
-  ServedStore s({"--token-file", (dir / "token").string()}, {"COLLIE_STORE_TOKEN="});
+  const collie::test::ScratchDir dir;
+  std::ofstream(dir.file("token")) << "tok-123\n";
+  ServedStore s({"--token-file", dir.file("token")}, {"COLLIE_STORE_TOKEN="});
   CHECK_THAT(s.banner, Catch::Contains("(token required)"));
-  CHECK(s.cli({"set", "k", "v", "--token-file", (dir / "token").string()}).exit_code == 0);
+  CHECK(s.cli({"set", "k", "v", "--token-file", dir.file("token")}).exit_code == 0);
   CHECK(s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=tok-123"}).out == "v\n");
   auto r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN="});
   CHECK(r.exit_code == 1);
@@ -149,7 +140,6 @@ TEST_CASE("collie store with a token file: right token in, no token out", "[cli]
   r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=wrong"});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("refused this client's token"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PORT", "[cli]") {
