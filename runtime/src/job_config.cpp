@@ -41,29 +41,31 @@ std::uint16_t parse_port(const std::string& text, const std::string& what) {
   return static_cast<std::uint16_t>(port);
 }
 
-// "host:port" or "[v6]:port" from a tcp:// URL.
-void parse_tcp_url(std::string_view rest, JobConfig& config, const std::string& url) {
-  std::string host, port;
-  if (rest.starts_with('[')) {
-    const auto close = rest.find(']');
-    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
-      throw Error(fmt::format("collie::init: '{}' is not tcp://[IPV6]:PORT", url));
-    }
-    host = rest.substr(1, close - 1);
-    port = rest.substr(close + 2);
-  } else {
-    const auto colon = rest.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) {
-      throw Error(fmt::format("collie::init: '{}' is not tcp://HOST:PORT", url));
-    }
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
-  }
-  config.master_addr = host;
-  config.master_port = parse_port(port, fmt::format("the port of '{}'", url));
-}
-
 }  // namespace
+
+std::optional<HostPort> split_host_port(std::string_view text) {
+  std::string_view host, port;
+  if (text.starts_with('[')) {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return std::nullopt;
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return std::nullopt;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (host.empty() || port.empty() || ec != std::errc() || end != port.data() + port.size() ||
+      value > 65535) {
+    return std::nullopt;
+  }
+  return HostPort{std::string(host), static_cast<std::uint16_t>(value)};
+}
 
 std::string first_host_of_nodelist(std::string_view nodelist) {
   // The first top-level entry: commas inside brackets do not separate hosts.
@@ -105,7 +107,15 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     config.method = JobConfig::Method::Env;
   } else if (url.starts_with("tcp://")) {
     config.method = JobConfig::Method::Tcp;
-    parse_tcp_url(std::string_view(url).substr(6), config, url);
+    const auto address = split_host_port(std::string_view(url).substr(6));
+    if (!address || address->port == 0) {
+      throw Error(
+          fmt::format("collie::init: '{}' is not tcp://HOST:PORT (or tcp://[IPV6]:PORT) "
+                      "with a port in 1-65535",
+                      url));
+    }
+    config.master_addr = address->host;
+    config.master_port = address->port;
   } else if (url.starts_with("file://")) {
     config.method = JobConfig::Method::File;
     config.file_path = url.substr(7);

@@ -24,6 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a timed-out barrier may wait for the lock to take itself back out.
+constexpr auto kUndoTime = std::chrono::seconds(5);
+
 enum class Record : std::uint8_t { Set = 1, Delete = 2, Barrier = 3 };
 
 // What a barrier's records say: arrivals so far (all generations) and n.
@@ -65,14 +68,20 @@ class FileStore::Impl {
     return value;
   }
 
-  // Runs `f` with the file locked and this object caught up with it.
+  // Runs `f` with the file locked and this object caught up with it. Waits
+  // for the lock at most until the call's timeout.
   template <class F>
-  auto locked(F f) {
+  auto locked(Timeout timeout, F f) {
+    return locked_until(Clock::now() + limit(timeout), f);
+  }
+
+  template <class F>
+  auto locked_until(Clock::time_point deadline, F f) {
     std::lock_guard guard(mutex_);
-    lock_file(F_WRLCK);
+    lock_file(deadline);
     struct Unlock {
       Impl* self;
-      ~Unlock() { self->lock_file(F_UNLCK); }
+      ~Unlock() { self->unlock_file(); }
     } unlock{this};
     catch_up();
     return f();
@@ -85,9 +94,10 @@ class FileStore::Impl {
                   const std::function<void()>& on_timeout = {}) {
     const auto deadline = Clock::now() + timeout;
     auto pause = std::chrono::milliseconds(1);
-    while (!locked(ready)) {
+    while (!locked_until(deadline, ready)) {
       if (Clock::now() >= deadline) {
-        if (on_timeout) locked([&] { on_timeout(); });
+        // Undoing takes the lock once more, briefly.
+        if (on_timeout) locked_until(Clock::now() + kUndoTime, [&] { on_timeout(); });
         throw TimeoutError(fmt::format("file store '{}': {} timed out after {}", path_, what,
                                        describe_duration(timeout)));
       }
@@ -126,15 +136,34 @@ class FileStore::Impl {
   std::map<std::string, BarrierState, std::less<>> barriers;
 
  private:
-  void lock_file(short type) {
+  // Takes the file's exclusive lock, retrying with backoff until `deadline`:
+  // a process stopped while holding it must not hang this one.
+  void lock_file(Clock::time_point deadline) {
     struct flock lock {};
-    lock.l_type = type;
+    lock.l_type = F_WRLCK;
     lock.l_whence = SEEK_SET;
-    while (fcntl(fd_, F_OFD_SETLKW, &lock) != 0) {
+    auto pause = std::chrono::microseconds(100);
+    while (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
       if (errno == EINTR) continue;
-      throw Error(fmt::format("file store: cannot {} '{}': {}", type == F_UNLCK ? "unlock" : "lock",
-                              path_, std::strerror(errno)));
+      if (errno != EAGAIN && errno != EACCES) {
+        throw Error(fmt::format("file store: cannot lock '{}': {}", path_, std::strerror(errno)));
+      }
+      if (Clock::now() >= deadline) {
+        throw TimeoutError(
+            fmt::format("file store '{}': another process held the file's lock "
+                        "until the timeout ran out",
+                        path_));
+      }
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(50));
     }
+  }
+
+  void unlock_file() {
+    struct flock lock {};
+    lock.l_type = F_UNLCK;
+    lock.l_whence = SEEK_SET;
+    fcntl(fd_, F_OFD_SETLK, &lock);  // cannot fail for a lock we hold
   }
 
   void apply(Record type, std::string_view key, std::string_view value) {
@@ -230,9 +259,9 @@ std::chrono::milliseconds FileStore::timeout() const {
   return impl_->timeout();
 }
 
-void FileStore::set(std::string_view key, std::string_view value, Timeout) {
+void FileStore::set(std::string_view key, std::string_view value, Timeout timeout) {
   check_sizes("set", key, value);
-  impl_->locked([&] {
+  impl_->locked(timeout, [&] {
     impl_->append_record(Record::Set, key, value);
     impl_->flush();
   });
@@ -252,17 +281,17 @@ std::string FileStore::get(std::string_view key, Timeout timeout) {
   return value;
 }
 
-std::optional<std::string> FileStore::try_get(std::string_view key, Timeout) {
-  return impl_->locked([&]() -> std::optional<std::string> {
+std::optional<std::string> FileStore::try_get(std::string_view key, Timeout timeout) {
+  return impl_->locked(timeout, [&]() -> std::optional<std::string> {
     auto it = impl_->data.find(key);
     if (it == impl_->data.end()) return std::nullopt;
     return it->second;
   });
 }
 
-std::int64_t FileStore::add(std::string_view key, std::int64_t delta, Timeout) {
+std::int64_t FileStore::add(std::string_view key, std::int64_t delta, Timeout timeout) {
   check_sizes("add", key);
-  return impl_->locked([&] {
+  return impl_->locked(timeout, [&] {
     std::int64_t current = 0;
     if (auto it = impl_->data.find(key); it != impl_->data.end()) {
       const auto parsed = parse_int64(it->second);
@@ -286,9 +315,9 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta, Timeout) {
 }
 
 CompareSetResult FileStore::compare_set(std::string_view key, std::string_view expected,
-                                        std::string_view desired, Timeout) {
+                                        std::string_view desired, Timeout timeout) {
   check_sizes("compare_set", key, desired);
-  return impl_->locked([&] {
+  return impl_->locked(timeout, [&] {
     auto it = impl_->data.find(key);
     const bool swap = it == impl_->data.end() ? expected.empty() : it->second == expected;
     if (swap) {
@@ -313,15 +342,15 @@ void FileStore::wait(std::span<const std::string> keys, Timeout timeout) {
       describe_call("wait", keys) + " (not every key was set in time)");
 }
 
-bool FileStore::check(std::span<const std::string> keys, Timeout) {
-  return impl_->locked([&] {
+bool FileStore::check(std::span<const std::string> keys, Timeout timeout) {
+  return impl_->locked(timeout, [&] {
     return std::all_of(keys.begin(), keys.end(),
                        [&](const std::string& k) { return impl_->data.contains(k); });
   });
 }
 
-bool FileStore::delete_key(std::string_view key, Timeout) {
-  return impl_->locked([&] {
+bool FileStore::delete_key(std::string_view key, Timeout timeout) {
+  return impl_->locked(timeout, [&] {
     if (!impl_->data.contains(key)) return false;
     impl_->append_record(Record::Delete, key, {});
     impl_->flush();
@@ -329,8 +358,8 @@ bool FileStore::delete_key(std::string_view key, Timeout) {
   });
 }
 
-std::int64_t FileStore::count_keys(std::string_view prefix, Timeout) {
-  return impl_->locked([&] {
+std::int64_t FileStore::count_keys(std::string_view prefix, Timeout timeout) {
+  return impl_->locked(timeout, [&] {
     std::int64_t n = 0;
     for (auto it = impl_->data.lower_bound(prefix);
          it != impl_->data.end() && std::string_view(it->first).starts_with(prefix); ++it) {
@@ -340,8 +369,8 @@ std::int64_t FileStore::count_keys(std::string_view prefix, Timeout) {
   });
 }
 
-std::vector<std::string> FileStore::list_keys(std::string_view prefix, Timeout) {
-  return impl_->locked([&] {
+std::vector<std::string> FileStore::list_keys(std::string_view prefix, Timeout timeout) {
+  return impl_->locked(timeout, [&] {
     std::vector<std::string> keys;
     for (auto it = impl_->data.lower_bound(prefix);
          it != impl_->data.end() && std::string_view(it->first).starts_with(prefix); ++it) {
@@ -371,14 +400,14 @@ std::vector<std::string> FileStore::multi_get(std::span<const std::string> keys,
 }
 
 void FileStore::multi_set(std::span<const std::string> keys, std::span<const std::string> values,
-                          Timeout) {
+                          Timeout timeout) {
   if (keys.size() != values.size()) {
     throw std::invalid_argument(
         fmt::format("file store multi_set: {} keys but {} values", keys.size(), values.size()));
   }
   for (std::size_t i = 0; i < keys.size(); ++i)
     check_sizes("multi_set", keys[i], values[i]);
-  impl_->locked([&] {
+  impl_->locked(timeout, [&] {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       impl_->append_record(Record::Set, keys[i], values[i]);
     }
@@ -386,8 +415,8 @@ void FileStore::multi_set(std::span<const std::string> keys, std::span<const std
   });
 }
 
-void FileStore::append(std::string_view key, std::string_view value, Timeout) {
-  impl_->locked([&] {
+void FileStore::append(std::string_view key, std::string_view value, Timeout timeout) {
+  impl_->locked(timeout, [&] {
     auto it = impl_->data.find(key);
     std::string joined = it == impl_->data.end() ? std::string() : it->second;
     joined.append(value);
@@ -405,7 +434,7 @@ void FileStore::barrier(std::string_view name, std::uint32_t n, Timeout timeout)
   check_sizes("barrier", name);
   // Arrivals count up across generations; this caller's generation ends
   // when the count reaches the next multiple of n.
-  const std::int64_t target = impl_->locked([&] {
+  const std::int64_t target = impl_->locked(timeout, [&] {
     auto& b = impl_->barriers[std::string(name)];
     if (b.n != 0 && b.n != n && b.arrivals % b.n != 0) {
       throw RequestError(

@@ -1,7 +1,9 @@
 // FileStore: the Store interface over a shared file, across threads and
 // processes.
+#include <fcntl.h>
 #include <filesystem>
 #include <future>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +138,40 @@ TEST_CASE("file store: barriers release together, are reusable, and withdraw on 
   auto pair = std::async(std::launch::async, [&] { a.barrier("m", 2, 10s); });
   c.barrier("m", 2, 10s);
   pair.get();
+}
+
+TEST_CASE("file store: a lock held elsewhere times a call out instead of hanging", "[file_store]") {
+  ScratchFile file;
+  FileStore s(file.path);
+  s.set("k", "v");
+  // A child takes the file's lock and keeps it (as a stopped process would).
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t holder = fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    const int fd = open(file.path.c_str(), O_RDWR);
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    const char ok = fcntl(fd, F_OFD_SETLKW, &lock) == 0 ? '1' : '0';
+    (void)!write(ready[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == '1');
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(
+      s.try_get("k", 200ms),
+      Catch::Contains("another process held the file's lock") && Catch::Contains(file.path));
+  CHECK(std::chrono::steady_clock::now() - start < 5s);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  CHECK(s.get("k", 5s) == "v");  // the lock went with the holder
 }
 
 TEST_CASE("file store: a prefix view works over it", "[file_store]") {

@@ -194,11 +194,25 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
 TEST_CASE("two nodes on one machine form one job and share its failures", "[launch][nodes]") {
   const collie::test::ScratchDir dir;
   const auto port_file = dir.file("port");
-  auto node = [&](int node_rank, const std::string& port, const std::string& script) {
-    return std::make_unique<Subprocess>(std::vector<std::string>{
-        kCollie, "launch", "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(node_rank),
-        "--master-addr", "127.0.0.1", "--master-port", port, "--port-file", port_file, "--",
-        "/bin/sh", "-c", script});
+  auto node = [&](int node_rank, const std::string& port, const std::string& script,
+                  const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {kCollie,
+                                     "launch",
+                                     "-n",
+                                     "2",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(node_rank),
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     port,
+                                     "--port-file",
+                                     port_file};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+    return std::make_unique<Subprocess>(argv);
   };
   auto wait_port = [&] {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -239,14 +253,10 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK_THAT(r0->err, Catch::Contains("another node failed: rank 3 (node 1"));
   }
   SECTION("a launcher that dies without a word is noticed through its heartbeat") {
-    auto node0 = std::make_unique<Subprocess>(std::vector<std::string>{
-        kCollie, "launch", "-n", "1", "--nnodes", "2", "--node-rank", "0", "--master-port", "0",
-        "--port-file", port_file, "--node-timeout", "2", "--", "/bin/sh", "-c", "sleep 60"});
+    auto node0 = node(0, "0", "sleep 60", {"--node-timeout", "2"});
     const auto port = wait_port();
     REQUIRE_FALSE(port.empty());
-    auto node1 = std::make_unique<Subprocess>(std::vector<std::string>{
-        kCollie, "launch", "-n", "1", "--nnodes", "2", "--node-rank", "1", "--master-port", port,
-        "--node-timeout", "2", "--", "/bin/sh", "-c", "echo ready; sleep 5"});
+    auto node1 = node(1, port, "echo ready; sleep 5", {"--node-timeout", "2"});
     REQUIRE(node1->read_line(30s));
     std::this_thread::sleep_for(1s);  // a few heartbeats, so node 1 has joined
     node1->signal(SIGKILL);

@@ -2,6 +2,9 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -19,25 +22,21 @@ std::uint16_t parse_port(const std::string& text, const std::string& what) {
 }
 
 HostPort parse_host_port(const std::string& text) {
-  HostPort out;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw Error(fmt::format("address '{}' is not of the form [ipv6]:port", text));
-    }
-    out.host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      throw Error(fmt::format("address '{}' is not of the form host:port (or [ipv6]:port)", text));
-    }
-    out.host = text.substr(0, colon);
-    port = text.substr(colon + 1);
+  if (auto address = split_host_port(text)) return *address;
+  throw Error(
+      fmt::format("address '{}' is not of the form host:port or [ipv6]:port (port 0-65535)", text));
+}
+
+void write_port_file(const std::string& path, std::uint16_t port) {
+  const std::string temporary = fmt::format("{}.tmp.{}", path, getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) throw Error(fmt::format("cannot write the port file '{}'", temporary));
   }
-  out.port = parse_port(port, fmt::format("the port in address '{}'", text));
-  return out;
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) throw Error(fmt::format("cannot write the port file '{}': {}", path, ec.message()));
 }
 
 HostPort store_address(const std::string& addr_option) {

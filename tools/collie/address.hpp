@@ -1,20 +1,17 @@
-// "host:port" parsing and the store-related settings the CLI shares.
+// What the CLI's subcommands share: store address, token, port files.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include <collie/job_config.hpp>
 #include <collie/store/client_options.hpp>
 
 namespace collie::cli {
 
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
+using collie::HostPort;
 
-// Parses "host:port", "[v6addr]:port" or "v6addr" with a port after the last
-// colon. Throws collie::Error with the accepted forms on anything else.
+// collie::split_host_port, or a collie::Error giving the accepted forms.
 HostPort parse_host_port(const std::string& text);
 
 // The store address: --addr if given, else MASTER_ADDR and MASTER_PORT.
@@ -23,6 +20,10 @@ HostPort store_address(const std::string& addr_option);
 
 // The token: --token-file if given, else COLLIE_STORE_TOKEN, else none.
 std::string store_token(const std::string& token_file_option);
+
+// Writes "PORT\n" to `path` atomically (a temporary file, then rename), so
+// a script polling for the file never reads half of it.
+void write_port_file(const std::string& path, std::uint16_t port);
 
 // Parses a port number, naming `what` in the error.
 std::uint16_t parse_port(const std::string& text, const std::string& what);

@@ -103,8 +103,7 @@ class Launcher {
       say(fmt::format("restarting every rank (restart {} of {})", attempt_ + 1,
                       args_.max_restarts));
       if (multi_node()) {
-        store_->barrier(key("restart"), static_cast<std::uint32_t>(args_.nnodes),
-                        std::chrono::seconds(300));
+        store_->barrier(key("restart"), static_cast<std::uint32_t>(args_.nnodes), node_timeout());
       }
     }
   }
@@ -167,10 +166,7 @@ class Launcher {
       store::raise_open_file_limit();
       server_ = std::make_unique<store::StoreServer>(options);
       port_ = server_->port();
-      if (!args_.port_file.empty()) {
-        std::ofstream(args_.port_file + ".tmp") << port_ << "\n";
-        std::filesystem::rename(args_.port_file + ".tmp", args_.port_file);
-      }
+      if (!args_.port_file.empty()) write_port_file(args_.port_file, server_->port());
       if (multi_node()) say(fmt::format("store listening on port {}", port_));
     }
     if (multi_node()) {
@@ -296,12 +292,15 @@ class Launcher {
     begin_stop(SIGTERM);
   }
 
+  // Sends `signal_number` to every rank still running; the first call also
+  // starts the --stop-timeout clock after which they get SIGKILL.
   void begin_stop(int signal_number) {
-    if (stopping_) return;
-    stopping_ = true;
-    stop_started_ = Clock::now();
-    stop_deadline_ = stop_started_ + std::chrono::duration_cast<Clock::duration>(
-                                         std::chrono::duration<double>(args_.stop_timeout_s));
+    if (!stopping_) {
+      stopping_ = true;
+      stop_started_ = Clock::now();
+      stop_deadline_ = stop_started_ + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(args_.stop_timeout_s));
+    }
     for (auto& r : ranks_) {
       if (r.status) continue;
       r.stopped_by_launcher = true;
@@ -331,7 +330,6 @@ class Launcher {
           } catch (const Error&) {
           }
         }
-        stopping_ = false;  // forward this signal even if a stop began
         begin_stop(number);
       } else {
         say("received a second signal; killing every rank");
@@ -358,6 +356,18 @@ class Launcher {
     }
   }
 
+  std::chrono::milliseconds node_timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(args_.node_timeout_s * 1000));
+  }
+
+  // Starts the silence clock of every other node afresh: between phases
+  // (a restart barrier, the end of an attempt) nobody beats, and that
+  // pause must not count as silence.
+  void reset_heartbeats() {
+    for (auto& seen : heartbeats_)
+      seen.changed = Clock::now();
+  }
+
   // Beats this node's heartbeat, and names the first other node whose
   // heartbeat has not moved for --node-timeout (a launcher that died without
   // reporting, or a node that never joined), if any.
@@ -366,8 +376,7 @@ class Launcher {
     if (now < next_heartbeat_) return std::nullopt;
     next_heartbeat_ = now + 250ms;
     store_->add(fmt::format("collie/launch/heartbeat/{}", args_.node_rank), 1, 10s);
-    const auto limit = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(args_.node_timeout_s));
+    const auto limit = node_timeout();
     for (int node = 0; node < args_.nnodes; ++node) {
       if (node == args_.node_rank) continue;
       auto beat = store_->try_get(fmt::format("collie/launch/heartbeat/{}", node), 10s);
@@ -389,6 +398,7 @@ class Launcher {
     remote_failure_.clear();
     failure_text_.clear();
     stopping_ = false;
+    reset_heartbeats();
     start_ranks();
     while (true) {
       std::vector<pollfd> fds;
@@ -471,6 +481,7 @@ class Launcher {
       // Node 0's store must outlive every node's last use of it.
       try {
         store_->add(key("done"), 1);
+        reset_heartbeats();
         std::optional<std::string> failed;
         while (true) {
           failed = store_->try_get(key("failed"));

@@ -2,8 +2,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -24,20 +22,6 @@
 namespace collie::cli {
 
 namespace {
-
-// Writes `text` to `path` atomically (temporary file, then rename), so a
-// script polling for the file never reads half of it.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = fmt::format("{}.tmp.{}", path, getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw Error(fmt::format("cannot write '{}'", temporary));
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error(fmt::format("cannot write '{}': {}", path, ec.message()));
-}
 
 std::chrono::milliseconds seconds_option(double seconds, const char* name) {
   if (!(seconds > 0) || !std::isfinite(seconds)) {
@@ -63,7 +47,7 @@ void serve(const std::string& host, std::uint16_t port, const std::string& port_
   options.token = store_token(token_file);
   store::StoreServer server(options);
 
-  if (!port_file.empty()) write_file_atomically(port_file, fmt::format("{}\n", server.port()));
+  if (!port_file.empty()) write_port_file(port_file, server.port());
   std::string addresses;
   for (const auto& address : server.addresses()) {
     addresses += (addresses.empty() ? "" : " ") + address;

@@ -66,11 +66,14 @@ InterfaceFilter InterfaceFilter::parse(std::string_view spec) {
   return filter;
 }
 
+bool InterfaceFilter::selects(std::string_view interface_name, std::string_view entry) const {
+  return exact ? interface_name == entry : interface_name.starts_with(entry);
+}
+
 bool InterfaceFilter::matches(std::string_view interface_name) const {
-  bool listed = false;
-  for (const auto& name : names) {
-    listed = listed || (exact ? interface_name == name : interface_name.starts_with(name));
-  }
+  const bool listed = std::any_of(names.begin(), names.end(), [&](const std::string& entry) {
+    return selects(interface_name, entry);
+  });
   return exclude ? !listed : listed;
 }
 
@@ -138,8 +141,7 @@ std::string choose_advertised_address(const std::string& ifname_spec,
     if (!filter.exclude) {
       for (const auto& name : filter.names) {  // the spec's order is the preference
         for (const auto& i : interfaces) {
-          const bool named = filter.exact ? i.name == name : i.name.starts_with(name);
-          if (named && i.is_v6 == want_v6 && !i.is_link_local) return &i;
+          if (filter.selects(i.name, name) && i.is_v6 == want_v6 && !i.is_link_local) return &i;
         }
       }
       return static_cast<const InterfaceAddress*>(nullptr);

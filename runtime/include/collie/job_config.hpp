@@ -66,6 +66,15 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
 // The same, reading this process's environment.
 JobConfig resolve_job_config(const InitOptions& options = {});
 
+// "host:port" or "[ipv6]:port", split. The one parser of addresses in collie:
+// tcp:// init and the CLI's --addr both use it.
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+// nullopt if `text` is neither form or the port is not a number in 0..65535.
+std::optional<HostPort> split_host_port(std::string_view text);
+
 // The first host of a Slurm node list: "node[07-09,12],gpu1" -> "node07".
 // Throws collie::Error on a list it cannot read.
 std::string first_host_of_nodelist(std::string_view nodelist);

@@ -11,7 +11,9 @@
 // compare_set and multi_set are atomic across processes.
 //
 // A file cannot push, so blocking calls (get, wait, multi_get, barrier) poll
-// it, from 1 ms up to every 50 ms, until their timeout. The log only grows:
+// it, from 1 ms up to every 50 ms, until their timeout. Every call, blocking
+// or not, waits for the lock at most its timeout (TimeoutError naming the
+// file), so a process stopped while holding it cannot hang the others. The log only grows:
 // use a fresh file per job (the directory's owner deletes it afterwards).
 //
 // Thread-safe; several FileStore objects, in one process or many, may share

@@ -33,6 +33,9 @@ struct InterfaceFilter {
   // Throws collie::Error on an empty or malformed spec.
   static InterfaceFilter parse(std::string_view spec);
   bool matches(std::string_view interface_name) const;
+  // Whether `interface_name` is what the listed `entry` names (prefix, or
+  // exact with '='), before any '^' exclusion.
+  bool selects(std::string_view interface_name, std::string_view entry) const;
 };
 
 // The up interfaces of this host with an IPv4 or IPv6 address (getifaddrs).
