@@ -1,15 +1,18 @@
 // collie: collective communication over plain TCP.
 //
-// This header brings in the whole public API. Today that is the rendezvous
-// store (collie/store/...): a server to embed, its blocking and asynchronous
-// clients, and namespaced views; and the resolution of a job's rank, size
-// and store address from the environment (collie/job_config.hpp).
+// This header brings in the whole public API: collie::init() and the process
+// group with point-to-point messages (collie/process_group.hpp); the element
+// types (collie/dtype.hpp); the resolution of a job's rank, size and store
+// address from the environment (collie/job_config.hpp); the rendezvous store
+// (collie/store/...); and the peer mesh underneath (collie/transport/...).
 #pragma once
 
+#include <collie/dtype.hpp>
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
+#include <collie/process_group.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/file_store.hpp>
@@ -17,4 +20,5 @@
 #include <collie/store/server.hpp>
 #include <collie/store/store.hpp>
 #include <collie/transport/interfaces.hpp>
+#include <collie/transport/mesh.hpp>
 #include <collie/version.hpp>

@@ -1,0 +1,100 @@
+// The element types collie moves and reduces.
+//
+// int8, uint8, int32, int64, float16, bfloat16, float32, float64. The two
+// 16-bit float types are plain storage structs (collie::float16,
+// collie::bfloat16) with conversions to and from float that round to the
+// nearest representable value, ties to even, as IEEE 754 does.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace collie {
+
+enum class DataType : std::uint8_t {
+  Int8,
+  UInt8,
+  Int32,
+  Int64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64
+};
+
+// IEEE 754 binary16: 1 sign, 5 exponent, 10 fraction bits.
+struct float16 {
+  std::uint16_t bits = 0;
+  float16() = default;
+  explicit float16(float value) : bits(from_float(value)) {}
+  explicit operator float() const { return to_float(bits); }
+  static std::uint16_t from_float(float value);
+  static float to_float(std::uint16_t bits);
+  friend bool operator==(float16 a, float16 b) { return a.bits == b.bits; }
+};
+
+// bfloat16: the upper half of a float32 (1 sign, 8 exponent, 7 fraction bits).
+struct bfloat16 {
+  std::uint16_t bits = 0;
+  bfloat16() = default;
+  explicit bfloat16(float value) : bits(from_float(value)) {}
+  explicit operator float() const { return to_float(bits); }
+  static std::uint16_t from_float(float value) {
+    const auto x = std::bit_cast<std::uint32_t>(value);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+      return static_cast<std::uint16_t>((x >> 16) | 0x40);  // quiet NaN
+    return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  }
+  static float to_float(std::uint16_t bits) {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+  }
+  friend bool operator==(bfloat16 a, bfloat16 b) { return a.bits == b.bits; }
+};
+
+template <class T>
+struct dtype_traits;
+template <>
+struct dtype_traits<std::int8_t> {
+  static constexpr DataType value = DataType::Int8;
+};
+template <>
+struct dtype_traits<std::uint8_t> {
+  static constexpr DataType value = DataType::UInt8;
+};
+template <>
+struct dtype_traits<std::int32_t> {
+  static constexpr DataType value = DataType::Int32;
+};
+template <>
+struct dtype_traits<std::int64_t> {
+  static constexpr DataType value = DataType::Int64;
+};
+template <>
+struct dtype_traits<float16> {
+  static constexpr DataType value = DataType::Float16;
+};
+template <>
+struct dtype_traits<bfloat16> {
+  static constexpr DataType value = DataType::BFloat16;
+};
+template <>
+struct dtype_traits<float> {
+  static constexpr DataType value = DataType::Float32;
+};
+template <>
+struct dtype_traits<double> {
+  static constexpr DataType value = DataType::Float64;
+};
+
+// The DataType of a C++ element type: dtype_of<float> == DataType::Float32.
+template <class T>
+inline constexpr DataType dtype_of = dtype_traits<T>::value;
+
+// "float32", "bfloat16", ...
+std::string_view dtype_name(DataType type);
+// Bytes per element.
+std::size_t dtype_size(DataType type);
+
+}  // namespace collie

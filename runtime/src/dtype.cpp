@@ -1,0 +1,86 @@
+#include <cmath>
+
+#include <collie/dtype.hpp>
+
+namespace collie {
+
+std::uint16_t float16::from_float(float value) {
+  const auto x = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t exponent = (x >> 23) & 0xffu;
+  std::uint32_t fraction = x & 0x7fffffu;
+  if (exponent == 0xff) {  // infinity, or NaN (kept quiet)
+    return static_cast<std::uint16_t>(sign | 0x7c00u |
+                                      (fraction != 0 ? 0x200u | (fraction >> 13) : 0));
+  }
+  const int e = static_cast<int>(exponent) - 127 + 15;
+  if (e >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow: infinity
+  if (e <= 0) {                                                    // subnormal or zero
+    if (e < -10) return sign;
+    fraction |= 0x800000u;  // the implicit leading one
+    const int shift = 14 - e;
+    std::uint32_t half = fraction >> shift;
+    const std::uint32_t rest = fraction & ((1u << shift) - 1);
+    const std::uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u) != 0)) ++half;
+    return static_cast<std::uint16_t>(sign | half);
+  }
+  std::uint32_t half = (static_cast<std::uint32_t>(e) << 10) | (fraction >> 13);
+  const std::uint32_t rest = fraction & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u) != 0)) ++half;  // may carry to infinity
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+float float16::to_float(std::uint16_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  const std::uint32_t fraction = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(fraction), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (fraction << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (fraction << 13));
+}
+
+std::string_view dtype_name(DataType type) {
+  switch (type) {
+    case DataType::Int8:
+      return "int8";
+    case DataType::UInt8:
+      return "uint8";
+    case DataType::Int32:
+      return "int32";
+    case DataType::Int64:
+      return "int64";
+    case DataType::Float16:
+      return "float16";
+    case DataType::BFloat16:
+      return "bfloat16";
+    case DataType::Float32:
+      return "float32";
+    case DataType::Float64:
+      return "float64";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DataType type) {
+  switch (type) {
+    case DataType::Int8:
+    case DataType::UInt8:
+      return 1;
+    case DataType::Float16:
+    case DataType::BFloat16:
+      return 2;
+    case DataType::Int32:
+    case DataType::Float32:
+      return 4;
+    case DataType::Int64:
+    case DataType::Float64:
+      return 8;
+  }
+  return 0;
+}
+
+}  // namespace collie

@@ -1,0 +1,118 @@
+// The mesh's wire format: handshake records and message headers.
+// Integers are little-endian. See docs/transport.md for the full description.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace collie::transport::wire {
+
+inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kProofBytes = 32;
+// challenge: magic, version u16, reserved u16, acceptor rank u32, nonce
+inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes;
+// hello: magic, version u16, reserved u16, group id u64, from u32, to u32,
+// world size u32, proof
+inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4 + kProofBytes;
+// verdict: code u8, reserved u8, reason length u16, then the reason (UTF-8)
+inline constexpr std::size_t kVerdictBytes = 4;
+inline constexpr std::size_t kMaxReasonBytes = 1024;
+// message header: tag u64, sequence u64, length u64, fingerprint u64
+inline constexpr std::size_t kHeaderBytes = 32;
+
+enum class Verdict : std::uint8_t { Accepted = 0, Duplicate = 1, Refused = 2 };
+
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using Proof = std::array<std::uint8_t, kProofBytes>;
+
+inline void put16(std::uint8_t* p, std::uint16_t v) {
+  p[0] = static_cast<std::uint8_t>(v);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+}
+inline void put32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+inline void put64(std::uint8_t* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+inline std::uint16_t get16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+inline std::uint32_t get32(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  for (int i = 3; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+inline std::uint64_t get64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = (v << 8) | p[i];
+  return v;
+}
+
+struct Header {
+  std::uint64_t tag = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t length = 0;
+  std::uint64_t fingerprint = 0;
+};
+
+inline void encode(const Header& h, std::uint8_t* out) {
+  put64(out, h.tag);
+  put64(out + 8, h.sequence);
+  put64(out + 16, h.length);
+  put64(out + 24, h.fingerprint);
+}
+inline Header decode_header(const std::uint8_t* in) {
+  return Header{get64(in), get64(in + 8), get64(in + 16), get64(in + 24)};
+}
+
+struct Hello {
+  std::uint16_t version = 0;
+  std::uint64_t group_id = 0;
+  std::uint32_t from = 0;
+  std::uint32_t to = 0;
+  std::uint32_t world_size = 0;
+  Proof proof{};
+};
+
+inline void encode(const Hello& h, std::uint8_t* out) {
+  std::memcpy(out, kMagic.data(), 4);
+  put16(out + 4, h.version);
+  put16(out + 6, 0);
+  put64(out + 8, h.group_id);
+  put32(out + 16, h.from);
+  put32(out + 20, h.to);
+  put32(out + 24, h.world_size);
+  std::memcpy(out + 28, h.proof.data(), kProofBytes);
+}
+inline Hello decode_hello(const std::uint8_t* in) {
+  Hello h;
+  h.version = get16(in + 4);
+  h.group_id = get64(in + 8);
+  h.from = get32(in + 16);
+  h.to = get32(in + 20);
+  h.world_size = get32(in + 24);
+  std::memcpy(h.proof.data(), in + 28, kProofBytes);
+  return h;
+}
+
+inline bool has_magic(const std::uint8_t* in) {
+  return std::memcmp(in, kMagic.data(), 4) == 0;
+}
+
+// HMAC-SHA256(token, "collie-peer v1" || nonce || group id || from || to).
+Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group_id,
+                 std::uint32_t from, std::uint32_t to);
+bool proofs_equal(const Proof& a, const Proof& b);
+Nonce random_nonce();
+std::uint64_t random_u64();
+
+}  // namespace collie::transport::wire
