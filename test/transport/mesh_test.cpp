@@ -1,0 +1,488 @@
+// The peer mesh, in one process: each rank is a Mesh driven by its own
+// thread, all meeting through one store server. Multi-process tests through
+// `collie launch` are in p2p_launch_test.cpp.
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/store/prefix_store.hpp>
+#include <collie/transport/mesh.hpp>
+
+#include "support/raw_connection.hpp"
+#include "support/store_fixture.hpp"
+#include "wire.hpp"
+
+using namespace std::chrono_literals;
+using collie::transport::Mesh;
+using collie::transport::MeshOptions;
+using collie::transport::RequestPtr;
+
+namespace {
+
+// n meshes of one group, each with its own store client.
+struct Cluster {
+  explicit Cluster(int n, const std::function<void(MeshOptions&)>& tweak = {}) {
+    const auto id = Mesh::random_group_id();
+    for (int r = 0; r < n; ++r) {
+      MeshOptions o;
+      o.rank = r;
+      o.world_size = n;
+      o.group_id = id;
+      o.timeout = 30s;
+      if (tweak) tweak(o);
+      meshes.push_back(std::make_unique<Mesh>(fixture.shared_client(), o));
+    }
+  }
+  Mesh& operator[](int r) { return *meshes[static_cast<std::size_t>(r)]; }
+  int size() const { return static_cast<int>(meshes.size()); }
+
+  // Runs body(rank) on one thread per rank; rethrows the first error here,
+  // on the test's thread, where Catch may report it.
+  void run(const std::function<void(int)>& body) {
+    std::vector<std::future<void>> done;
+    for (int r = 0; r < size(); ++r)
+      done.push_back(std::async(std::launch::async, body, r));
+    for (auto& f : done)
+      f.get();
+  }
+
+  collie::test::StoreFixture fixture;
+  std::vector<std::unique_ptr<Mesh>> meshes;
+};
+
+// Bytes that depend on who sent them, the tag and the position.
+std::vector<std::uint8_t> pattern(std::size_t n, int from, std::uint64_t tag) {
+  std::vector<std::uint8_t> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] =
+        static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(from) * 7 + tag * 13) % 251);
+  return v;
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+void send(Mesh& m, int peer, std::uint64_t tag, const std::vector<std::uint8_t>& v) {
+  m.wait(m.isend(peer, tag, v.data(), v.size()));
+}
+
+std::vector<std::uint8_t> recv(Mesh& m, int peer, std::uint64_t tag, std::size_t n) {
+  std::vector<std::uint8_t> v(n, 0xEE);
+  m.wait(m.irecv(peer, tag, v.data(), v.size()));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
+  Cluster c(2);
+  const std::vector<std::size_t> sizes = {0,    1,    7,     31,      32,           33,
+                                          4095, 4096, 65537, 1 << 20, (3 << 20) + 5};
+  c.run([&](int r) {
+    auto& m = c[r];
+    for (std::size_t n : sizes) {
+      if (r == 0) {
+        send(m, 1, n, pattern(n, 0, n));
+        expect(recv(m, 1, n, n) == pattern(n, 1, n), "reply differs at size " + std::to_string(n));
+      } else {
+        expect(recv(m, 0, n, n) == pattern(n, 0, n),
+               "message differs at size " + std::to_string(n));
+        send(m, 0, n, pattern(n, 1, n));
+      }
+    }
+  });
+  CHECK(c[0].connection_count() == 1);
+  CHECK(c[1].connection_count() == 1);
+}
+
+TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh]") {
+  Cluster c(2);
+  constexpr int kTags = 40;
+  constexpr int kPerTag = 5;
+  c.run([&](int r) {
+    auto& m = c[r];
+    if (r == 0) {
+      // Interleaved: round k sends message k of every tag.
+      std::vector<std::vector<std::uint8_t>> keep;
+      std::vector<RequestPtr> sends;
+      for (int k = 0; k < kPerTag; ++k) {
+        for (int t = 0; t < kTags; ++t) {
+          keep.push_back(
+              pattern(100 + static_cast<std::size_t>(t), k, static_cast<std::uint64_t>(t)));
+          sends.push_back(
+              m.isend(1, static_cast<std::uint64_t>(t), keep.back().data(), keep.back().size()));
+        }
+      }
+      for (auto& s : sends)
+        m.wait(s);
+    } else {
+      // Tags in reverse, half posted before anything arrives, half after.
+      std::vector<std::vector<std::uint8_t>> out(kTags * kPerTag);
+      std::vector<RequestPtr> recvs;
+      for (int t = kTags - 1; t >= kTags / 2; --t) {
+        for (int k = 0; k < kPerTag; ++k) {
+          auto& v = out[static_cast<std::size_t>(t * kPerTag + k)];
+          v.assign(100 + static_cast<std::size_t>(t), 0);
+          recvs.push_back(m.irecv(0, static_cast<std::uint64_t>(t), v.data(), v.size()));
+        }
+      }
+      std::this_thread::sleep_for(50ms);  // the rest arrive unexpected
+      for (int t = kTags / 2 - 1; t >= 0; --t) {
+        for (int k = 0; k < kPerTag; ++k) {
+          auto& v = out[static_cast<std::size_t>(t * kPerTag + k)];
+          v.assign(100 + static_cast<std::size_t>(t), 0);
+          recvs.push_back(m.irecv(0, static_cast<std::uint64_t>(t), v.data(), v.size()));
+        }
+      }
+      for (auto& q : recvs)
+        m.wait(q);
+      for (int t = 0; t < kTags; ++t)
+        for (int k = 0; k < kPerTag; ++k)
+          expect(out[static_cast<std::size_t>(t * kPerTag + k)] ==
+                     pattern(100 + static_cast<std::size_t>(t), k, static_cast<std::uint64_t>(t)),
+                 "tag " + std::to_string(t) + " message " + std::to_string(k) + " is wrong");
+    }
+  });
+}
+
+TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]") {
+  Cluster c(1);
+  auto& m = c[0];
+  const auto a = pattern(1000, 0, 1);
+  send(m, 0, 1, a);  // buffered
+  CHECK(recv(m, 0, 1, a.size()) == a);
+  std::vector<std::uint8_t> out(a.size());
+  auto r = m.irecv(0, 2, out.data(), out.size());
+  CHECK_FALSE(m.test(r));
+  send(m, 0, 2, a);
+  m.wait(r);
+  CHECK(out == a);
+  send(m, 0, 3, {});
+  CHECK(recv(m, 0, 3, 0).empty());
+  CHECK(c[0].connection_count() == 0);
+}
+
+TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on", "[mesh]") {
+  Cluster c(2);
+  std::string error;
+  c.run([&](int r) {
+    auto& m = c[r];
+    if (r == 0) {
+      send(m, 1, 5, pattern(16, 0, 5));
+      send(m, 1, 5, pattern(8, 0, 5));
+    } else {
+      std::vector<std::uint8_t> wrong(32);
+      try {
+        m.wait(m.irecv(0, 5, wrong.data(), wrong.size()));
+      } catch (const collie::RequestError& e) {
+        error = e.what();
+      }
+      expect(recv(m, 0, 5, 8) == pattern(8, 0, 5), "the next message is wrong");
+    }
+  });
+  CHECK_THAT(error, Catch::Contains("16 bytes") && Catch::Contains("32 bytes") &&
+                        Catch::Contains("rank 0"));
+}
+
+TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
+  const std::size_t n = std::size_t{64} << 20;
+  SECTION("blocking send, then receive, on both ranks") {
+    Cluster c(2);
+    c.run([&](int r) {
+      auto& m = c[r];
+      std::vector<std::uint8_t> out(n, 1), in(n, 0);
+      out[0] = static_cast<std::uint8_t>(r);
+      out[n - 1] = static_cast<std::uint8_t>(r + 10);
+      m.wait(m.isend(1 - r, 0, out.data(), n));
+      m.wait(m.irecv(1 - r, 0, in.data(), n));
+      expect(in[0] == 1 - r && in[n - 1] == 11 - r && in[n / 2] == 1, "payload wrong");
+    });
+  }
+  SECTION("isend and irecv with a small unexpected-message queue") {
+    Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 1 << 20; });
+    c.run([&](int r) {
+      auto& m = c[r];
+      std::vector<std::uint8_t> out(n, static_cast<std::uint8_t>(r + 1)), in(n, 0);
+      auto s = m.isend(1 - r, 0, out.data(), n);
+      std::this_thread::sleep_for(20ms);
+      auto q = m.irecv(1 - r, 0, in.data(), n);
+      m.wait(s);
+      m.wait(q);
+      expect(std::all_of(in.begin(), in.end(), [&](std::uint8_t b) { return b == 2 - r; }),
+             "payload wrong");
+    });
+  }
+}
+
+TEST_CASE("mesh pauses a peer when the unexpected queue is full, and resumes", "[mesh]") {
+  // Room for one 256 KiB message: the second one waits in the kernel.
+  Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 300 * 1024; });
+  constexpr int kMessages = 8;
+  const std::size_t n = 256 * 1024;
+  std::string stuck;
+  c.run([&](int r) {
+    auto& m = c[r];
+    if (r == 0) {
+      std::vector<std::vector<std::uint8_t>> keep;
+      std::vector<RequestPtr> sends;
+      for (int t = 0; t < kMessages; ++t) {
+        keep.push_back(pattern(n, 0, static_cast<std::uint64_t>(t)));
+        sends.push_back(m.isend(1, static_cast<std::uint64_t>(t), keep.back().data(), n));
+      }
+      for (auto& s : sends)
+        m.wait(s);
+    } else {
+      std::this_thread::sleep_for(100ms);  // tag 0 is queued, reading paused at tag 1
+      // Tag 2 is behind tag 1 in the stream: asking for it first cannot
+      // succeed with this bound, and the timeout says why.
+      std::vector<std::uint8_t> early(n);
+      try {
+        m.wait(m.irecv(0, 2, early.data(), n), 300ms);
+      } catch (const collie::TimeoutError& e) {
+        stuck = e.what();
+      }
+      // Pairs in swapped order: the paused message first, then the queued one.
+      for (int t = 0; t < kMessages; t += 2) {
+        for (int u : {t + 1, t}) {
+          expect(recv(m, 0, static_cast<std::uint64_t>(u), n) ==
+                     pattern(n, 0, static_cast<std::uint64_t>(u)),
+                 "message " + std::to_string(u) + " is wrong");
+        }
+      }
+    }
+  });
+  CHECK_THAT(stuck, Catch::Contains("unexpected-message queue is full") &&
+                        Catch::Contains("limit 307200 bytes"));
+}
+
+TEST_CASE("mesh connects lazily: a ring opens two connections per rank", "[mesh]") {
+  Cluster c(5);
+  c.run([&](int r) {
+    auto& m = c[r];
+    const int n = c.size();
+    const auto out = pattern(4096, r, 0);
+    auto s = m.isend((r + 1) % n, 0, out.data(), out.size());
+    expect(recv(m, (r + n - 1) % n, 0, 4096) == pattern(4096, (r + n - 1) % n, 0), "ring");
+    m.wait(s);
+  });
+  for (int r = 0; r < c.size(); ++r)
+    CHECK(c[r].connection_count() == 2);
+}
+
+TEST_CASE("mesh: two ranks connecting to each other at once end with one connection", "[mesh]") {
+  for (int round = 0; round < 10; ++round) {
+    Cluster c(2);
+    c.run([&](int r) {
+      auto& m = c[r];
+      const auto out = pattern(64, r, 0);
+      auto s = m.isend(1 - r, 0, out.data(), out.size());
+      expect(recv(m, 1 - r, 0, 64) == pattern(64, 1 - r, 0), "payload");
+      m.wait(s);
+    });
+    CHECK(c[0].connection_count() == 1);
+    CHECK(c[1].connection_count() == 1);
+  }
+}
+
+TEST_CASE("mesh: 8 ranks each send to all others, from several threads", "[mesh]") {
+  Cluster c(8);
+  c.run([&](int r) {
+    auto& m = c[r];
+    const int n = c.size();
+    std::vector<std::vector<std::uint8_t>> in(static_cast<std::size_t>(n));
+    std::vector<std::uint8_t> out = pattern(10000 + static_cast<std::size_t>(r), r, 3);
+    std::vector<RequestPtr> reqs;
+    for (int p = 0; p < n; ++p) {
+      if (p == r) continue;
+      in[static_cast<std::size_t>(p)].resize(10000 + static_cast<std::size_t>(p));
+      reqs.push_back(m.irecv(p, 3, in[static_cast<std::size_t>(p)].data(),
+                             in[static_cast<std::size_t>(p)].size()));
+    }
+    // Sends from a second thread while this one waits for the receives.
+    auto sender = std::async(std::launch::async, [&] {
+      for (int p = 0; p < n; ++p)
+        if (p != r) m.wait(m.isend(p, 3, out.data(), out.size()));
+    });
+    for (auto& q : reqs)
+      m.wait(q);
+    sender.get();
+    for (int p = 0; p < n; ++p)
+      if (p != r)
+        expect(
+            in[static_cast<std::size_t>(p)] == pattern(10000 + static_cast<std::size_t>(p), p, 3),
+            "from rank " + std::to_string(p));
+  });
+}
+
+TEST_CASE("mesh: a peer that goes away fails pending and later operations at once", "[mesh]") {
+  Cluster c(2);
+  std::vector<std::uint8_t> in(1 << 20);
+  // Connected and working first.
+  c.run([&](int r) {
+    if (r == 0)
+      send(c[0], 1, 0, pattern(10, 0, 0));
+    else
+      expect(recv(c[1], 0, 0, 10) == pattern(10, 0, 0), "first message");
+  });
+  auto pending = c[0].irecv(1, 9, in.data(), in.size());
+  const auto closed_at = std::chrono::steady_clock::now();
+  c.meshes[1].reset();  // rank 1 closes its connections
+  std::string error;
+  try {
+    c[0].wait(pending, 20s);
+  } catch (const collie::ConnectionError& e) {
+    error = e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - closed_at;
+  CHECK(took < 1s);
+  CHECK_THAT(error, Catch::Contains("rank 1 at 127.0.0.1:") && Catch::Contains("recv") &&
+                        Catch::Contains("closed the connection") &&
+                        Catch::Contains("0 of 1048576 bytes received"));
+  // Later operations fail at once too.
+  const auto out = pattern(5, 0, 0);
+  CHECK_THROWS_AS(c[0].wait(c[0].isend(1, 0, out.data(), out.size()), 20s),
+                  collie::ConnectionError);
+}
+
+TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the bytes", "[mesh]") {
+  Cluster c(2);
+  std::vector<std::uint8_t> in(8);
+  // rank 1 never sends with tag 4.
+  auto r = c[0].irecv(1, 4, in.data(), in.size());
+  std::string error;
+  try {
+    c[0].wait(r, 200ms);
+  } catch (const collie::TimeoutError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("recv from rank 1") && Catch::Contains("tag 4") &&
+                        Catch::Contains("200 ms") && Catch::Contains("0 of 8 bytes received"));
+  // A receive that had not started is withdrawn cleanly: the pair still works.
+  c.run([&](int rank) {
+    if (rank == 1)
+      send(c[1], 0, 4, pattern(8, 1, 4));
+    else
+      expect(recv(c[0], 1, 4, 8) == pattern(8, 1, 4), "after the timeout");
+  });
+}
+
+TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
+  Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
+  const std::string address = c[0].address();
+  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  namespace wire = collie::transport::wire;
+
+  SECTION("random bytes") {
+    collie::test::RawConnection raw(port);
+    raw.send(std::vector<std::uint8_t>{'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n'});
+    CHECK(raw.closed_by_peer(5s));
+  }
+  SECTION("a hello with the wrong token, group or rank") {
+    struct Case {
+      std::string token;
+      std::uint64_t group_offset;
+      std::uint32_t to;
+      std::string reason;
+    };
+    const std::vector<Case> cases = {{"guess", 0, 0, "wrong token"},
+                                     {"secret", 1, 0, "another job"},
+                                     {"secret", 0, 1, "but this is rank 0"}};
+    for (const auto& k : cases) {
+      collie::test::RawConnection raw(port);
+      const auto challenge = raw.read_exactly(wire::kChallengeBytes, 5s);
+      REQUIRE(challenge);
+      wire::Nonce nonce{};
+      std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
+      wire::Hello hello;
+      hello.version = collie::transport::kProtocolVersion;
+      hello.group_id = c[0].options().group_id + k.group_offset;
+      hello.from = 1;
+      hello.to = k.to;
+      hello.world_size = 2;
+      hello.proof = wire::peer_proof(k.token, nonce, hello.group_id, hello.from, hello.to);
+      std::vector<std::uint8_t> out(wire::kHelloBytes);
+      wire::encode(hello, out.data());
+      raw.send(out);
+      const auto verdict = raw.read_exactly(wire::kVerdictBytes, 5s);
+      REQUIRE(verdict);
+      CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Refused));
+      const auto reason = raw.read_exactly(wire::get16(verdict->data() + 2), 5s);
+      REQUIRE(reason);
+      CHECK_THAT(std::string(reason->begin(), reason->end()), Catch::Contains(k.reason));
+      CHECK(raw.closed_by_peer(5s));
+    }
+  }
+  SECTION("silence until the handshake timeout is not a problem for others") {
+    collie::test::RawConnection raw(port);  // says nothing
+    c.run([&](int r) {
+      if (r == 1)
+        send(c[1], 0, 0, pattern(100, 1, 0));
+      else
+        expect(recv(c[0], 1, 0, 100) == pattern(100, 1, 0), "while a stranger is silent");
+    });
+  }
+  // The job is unharmed.
+  c.run([&](int r) {
+    if (r == 1)
+      send(c[1], 0, 1, pattern(1000, 1, 1));
+    else
+      expect(recv(c[0], 1, 1, 1000) == pattern(1000, 1, 1), "after the stranger");
+  });
+}
+
+TEST_CASE("mesh: a rank with another token cannot connect, and says why", "[mesh]") {
+  collie::test::StoreFixture fixture;
+  const auto id = Mesh::random_group_id();
+  MeshOptions a;
+  a.world_size = 2;
+  a.group_id = id;
+  a.token = "one";
+  a.timeout = 10s;
+  MeshOptions b = a;
+  b.rank = 1;
+  b.token = "two";
+  Mesh m0(fixture.shared_client(), a);
+  Mesh m1(fixture.shared_client(), b);
+  const auto out = pattern(4, 1, 0);
+  std::string error;
+  try {
+    m1.wait(m1.isend(0, 0, out.data(), out.size()));
+  } catch (const collie::ConnectionError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("rank 0 at") && Catch::Contains("refused") &&
+                        Catch::Contains("wrong token"));
+}
+
+TEST_CASE("mesh: many threads share one mesh", "[mesh]") {
+  Cluster c(2);
+  constexpr int kThreads = 4;
+  constexpr int kMessages = 200;
+  c.run([&](int r) {
+    std::vector<std::future<void>> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.push_back(std::async(std::launch::async, [&, t] {
+        auto& m = c[r];
+        const auto tag = static_cast<std::uint64_t>(t);
+        for (int k = 0; k < kMessages; ++k) {
+          const auto out = pattern(static_cast<std::size_t>(k * 37 % 3000), r,
+                                   tag + static_cast<std::uint64_t>(k));
+          auto s = m.isend(1 - r, tag, out.data(), out.size());
+          expect(recv(m, 1 - r, tag, out.size()) ==
+                     pattern(out.size(), 1 - r, tag + static_cast<std::uint64_t>(k)),
+                 "thread " + std::to_string(t) + " message " + std::to_string(k));
+          m.wait(s);
+        }
+      }));
+    }
+    for (auto& f : threads)
+      f.get();
+  });
+}

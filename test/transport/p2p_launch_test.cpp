@@ -1,0 +1,110 @@
+// Point-to-point between real processes: the ranks are collie_p2p_worker
+// (or the shipped examples) started by `collie launch`, meeting through the
+// launcher's store on a free port.
+#include <algorithm>
+#include <csignal>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "support/store_fixture.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::run;
+using collie::test::RunResult;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+const std::string kWorker = COLLIE_P2P_WORKER_PATH;
+const std::string kExamples = COLLIE_EXAMPLES_DIR;
+
+RunResult launch(int ranks, const std::vector<std::string>& program,
+                 std::chrono::milliseconds timeout = 100s) {
+  std::vector<std::string> argv = {kCollie, "launch", "-n", std::to_string(ranks), "--"};
+  argv.insert(argv.end(), program.begin(), program.end());
+  return run(argv, {}, {}, timeout);
+}
+
+void require_ok(const RunResult& r, int ranks, const std::string& scenario) {
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE(r.exit_code == 0);
+  for (int rank = 0; rank < ranks; ++rank) {
+    const auto line = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": " +
+                      scenario + " ok";
+    CHECK_THAT(r.out, Catch::Contains(line));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("p2p examples print what the tutorials print", "[p2p][launch]") {
+  auto r = launch(2, {kExamples + "/p2p_blocking"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 has data 1"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 0] Rank 0 has data 1"));
+
+  r = launch(2, {kExamples + "/p2p_nonblocking"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0] Rank 0 started sending"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 started receiving"));
+  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 has data 1"));
+}
+
+TEST_CASE("p2p ping-pong from 0 B to 64 MiB in every dtype, between processes", "[p2p][launch]") {
+  require_ok(launch(2, {kWorker, "pingpong"}), 2, "pingpong");
+}
+
+TEST_CASE("p2p tags interleaved and received out of order, between processes", "[p2p][launch]") {
+  require_ok(launch(2, {kWorker, "tags"}), 2, "tags");
+}
+
+TEST_CASE("p2p 64 MiB both ways at once, between processes", "[p2p][launch]") {
+  require_ok(launch(2, {kWorker, "bidirectional"}), 2, "bidirectional");
+}
+
+TEST_CASE("p2p 8 ranks each send to all others", "[p2p][launch]") {
+  require_ok(launch(8, {kWorker, "all_to_all"}), 8, "all_to_all");
+}
+
+TEST_CASE("p2p odd world sizes and a world of one", "[p2p][launch]") {
+  require_ok(launch(1, {kWorker, "all_to_all"}), 1, "all_to_all");
+  require_ok(launch(3, {kWorker, "all_to_all"}), 3, "all_to_all");
+}
+
+TEST_CASE("p2p stranger at a rank's port is refused and the job goes on", "[p2p][launch]") {
+  require_ok(launch(2, {kWorker, "stranger"}), 2, "stranger");
+}
+
+TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, naming it",
+          "[p2p][launch]") {
+  // Started by hand, not by `collie launch`, which would stop the survivor
+  // as soon as the victim died: the point is what the survivor sees.
+  collie::test::StoreFixture store;
+  auto env = [&](int rank) {
+    return std::vector<std::string>{
+        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(store.server.port()),
+        "WORLD_SIZE=2",          "RANK=" + std::to_string(rank),
+        "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off"};
+  };
+  Subprocess survivor({kWorker, "victim"}, env(0));
+  Subprocess victim({kWorker, "victim"}, env(1));
+  REQUIRE(survivor.read_line(60s) == "receiving");
+  const auto died = victim.wait(60s);
+  REQUIRE(died);
+  CHECK(died->exit_code == 128 + SIGKILL);
+  const auto seen = survivor.read_line(1s);  // one second after the death was observed
+  REQUIRE(seen);
+  CHECK_THAT(*seen, Catch::StartsWith("ConnectionError after") &&
+                        Catch::Contains("recv from rank 1 at 127.0.0.1:") &&
+                        Catch::Contains("closed the connection") &&
+                        Catch::Contains("of 67108864 bytes received"));
+  const auto end = survivor.wait(10s);
+  REQUIRE(end);
+  CHECK(end->exit_code == 0);
+}
