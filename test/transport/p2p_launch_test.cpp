@@ -108,3 +108,34 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
   REQUIRE(end);
   CHECK(end->exit_code == 0);
 }
+
+TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch", "[p2p][bench]") {
+  const std::vector<std::string> options = {"--latency-iters",
+                                            "200",
+                                            "--latency-warmup",
+                                            "20",
+                                            "--bandwidth-bytes",
+                                            "1048576",
+                                            "--bandwidth-iters",
+                                            "4",
+                                            "--json"};
+  std::vector<std::string> alone = {kCollie, "bench", "p2p"};
+  alone.insert(alone.end(), options.begin(), options.end());
+  auto r = run(alone, {}, {}, 60s);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* name :
+       {"\"collie send/recv\"", "\"raw TCP, blocking\"", "\"raw TCP, busy polling\"", "\"raw TCP\"",
+        "\"ranks\": 2", "\"bandwidth_bytes\": 1048576"})
+    CHECK_THAT(r.out, Catch::Contains(name));
+  CHECK_THAT(r.out,
+             !Catch::Contains("\"median\": 0.000") && !Catch::Contains("\"gb_per_s\": 0.000"));
+
+  std::vector<std::string> program = {kCollie, "bench", "p2p"};
+  program.insert(program.end(), options.begin(), options.end());
+  r = launch(3, program);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("[rank 0] {\"collie\"") && Catch::Contains("\"ranks\": 3"));
+  CHECK_THAT(r.out, !Catch::Contains("[rank 1] {") && !Catch::Contains("[rank 2] {"));
+}

@@ -17,7 +17,9 @@ void add_store_command(CLI::App& app);
 // `collie launch`
 void add_launch_command(CLI::App& app);
 
-// `collie bench store`
+// `collie bench store|p2p`
 void add_bench_command(CLI::App& app);
+// `collie bench p2p` (bench_p2p.cpp), added by add_bench_command.
+void add_bench_p2p_command(CLI::App& bench);
 
 }  // namespace collie::cli

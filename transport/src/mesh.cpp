@@ -265,7 +265,10 @@ struct Mesh::Impl {
 
   void fail_peer(Peer& p, ErrorKind kind, const std::string& reason) {
     if (p.state == PeerState::Failed) return;
-    collie::log().warn("rank {}: {}", opt.rank, reason);
+    const bool affects_work = !p.sends.empty() || !p.posted.empty() || p.current_recv;
+    // A peer that closes with nothing pending may simply have finished.
+    collie::log().log(affects_work ? spdlog::level::warn : spdlog::level::debug, "rank {}: {}",
+                      opt.rank, reason);
     p.state = PeerState::Failed;
     p.failure = reason;
     p.failure_kind = kind;

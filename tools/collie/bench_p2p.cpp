@@ -1,0 +1,397 @@
+// `collie bench p2p`: one-way latency (ping-pong) and bandwidth between two
+// ranks, next to the same measurements over raw TCP sockets between the same
+// two processes, so the transport's overhead is read off directly.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <span>
+#include <string>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/process_group.hpp>
+#include <collie/store/server.hpp>
+#include <collie/version.hpp>
+
+#include "commands.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct P2pArgs {
+  std::size_t latency_bytes = 8;
+  int latency_iters = 20000;
+  int latency_warmup = 2000;
+  std::size_t bandwidth_bytes = std::size_t{64} << 20;
+  int bandwidth_iters = 20;
+  int bandwidth_warmup = 2;
+  bool baseline = true;
+  bool json = false;
+};
+
+struct Latency {
+  std::string name;
+  double median_us = 0;
+  double mean_us = 0;
+  double p99_us = 0;
+};
+
+struct Bandwidth {
+  std::string name;
+  double gb_per_s = 0;
+};
+
+Latency summarize(std::string name, std::vector<double>& round_trips_us) {
+  std::sort(round_trips_us.begin(), round_trips_us.end());
+  Latency l;
+  l.name = std::move(name);
+  const auto n = round_trips_us.size();
+  double sum = 0;
+  for (double v : round_trips_us)
+    sum += v;
+  l.median_us = round_trips_us[n / 2] / 2;
+  l.mean_us = sum / static_cast<double>(n) / 2;
+  l.p99_us = round_trips_us[std::min(n - 1, n * 99 / 100)] / 2;
+  return l;
+}
+
+double since_us(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+// ---- collie ----
+
+Latency collie_latency(ProcessGroup& pg, const P2pArgs& a) {
+  std::vector<std::uint8_t> buffer(a.latency_bytes, 1);
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(a.latency_iters));
+  for (int i = 0; i < a.latency_warmup + a.latency_iters; ++i) {
+    const auto start = Clock::now();
+    if (pg.rank() == 0) {
+      pg.send(std::span(buffer), 1);
+      pg.recv(std::span(buffer), 1);
+    } else {
+      pg.recv(std::span(buffer), 0);
+      pg.send(std::span(buffer), 0);
+    }
+    if (i >= a.latency_warmup) samples.push_back(since_us(start));
+  }
+  return summarize("collie send/recv", samples);
+}
+
+Bandwidth collie_bandwidth(ProcessGroup& pg, const P2pArgs& a) {
+  std::vector<std::uint8_t> buffer(a.bandwidth_bytes, 2);
+  std::uint8_t ack = 0;
+  Clock::time_point start;
+  for (int i = 0; i < a.bandwidth_warmup + a.bandwidth_iters; ++i) {
+    if (i == a.bandwidth_warmup) {
+      if (pg.rank() == 0)
+        pg.recv(&ack, 1, 1, 1);  // both ranks start together
+      else
+        pg.send(&ack, 1, 0, 1);
+      start = Clock::now();
+    }
+    if (pg.rank() == 0)
+      pg.send(std::span(buffer), 1);
+    else
+      pg.recv(std::span(buffer), 0);
+  }
+  if (pg.rank() == 0)
+    pg.recv(&ack, 1, 1, 1);  // the last byte has arrived
+  else
+    pg.send(&ack, 1, 0, 1);
+  const double seconds = since_us(start) / 1e6;
+  return {"collie send/recv",
+          static_cast<double>(a.bandwidth_bytes) * a.bandwidth_iters / seconds / 1e9};
+}
+
+// ---- raw TCP between the same two processes ----
+
+void send_all(int fd, const void* data, std::size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw Error(fmt::format("raw TCP baseline: send failed: {}", std::strerror(errno)));
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void recv_all(int fd, void* data, std::size_t n, bool busy) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, busy ? MSG_DONTWAIT : 0);
+    if (r < 0 && (errno == EINTR || (busy && (errno == EAGAIN || errno == EWOULDBLOCK)))) continue;
+    if (r <= 0) throw Error("raw TCP baseline: the peer closed the connection");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+}
+
+// Rank 0 listens on the address its mesh uses; rank 1 connects.
+int raw_connection(ProcessGroup& pg) {
+  const std::string mesh_address = pg.mesh().address();
+  std::string host = mesh_address.substr(0, mesh_address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  int fd = -1;
+  if (pg.rank() == 0) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), "0", &hints, &found) != 0)
+      throw Error("raw TCP baseline: bad address");
+    const int listener = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::bind(listener, found->ai_addr, found->ai_addrlen) != 0 || ::listen(listener, 1) != 0) {
+      freeaddrinfo(found);
+      throw Error(fmt::format("raw TCP baseline: cannot listen: {}", std::strerror(errno)));
+    }
+    freeaddrinfo(found);
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    getsockname(listener, reinterpret_cast<sockaddr*>(&ss), &len);
+    char port[NI_MAXSERV] = {};
+    getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, nullptr, 0, port, sizeof(port),
+                NI_NUMERICSERV);
+    pg.store().set("bench/raw_port", port);
+    fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    ::close(listener);
+  } else {
+    const std::string port = pg.store().get("bench/raw_port");
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0)
+      throw Error("raw TCP baseline: bad address");
+    fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
+    freeaddrinfo(found);
+    if (rc != 0)
+      throw Error(fmt::format("raw TCP baseline: cannot connect: {}", std::strerror(errno)));
+  }
+  if (fd < 0) throw Error(fmt::format("raw TCP baseline: {}", std::strerror(errno)));
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+Latency raw_latency(int fd, int rank, const P2pArgs& a, bool busy) {
+  std::vector<std::uint8_t> buffer(std::max<std::size_t>(a.latency_bytes, 1), 1);
+  const std::size_t n = a.latency_bytes;
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(a.latency_iters));
+  for (int i = 0; i < a.latency_warmup + a.latency_iters; ++i) {
+    const auto start = Clock::now();
+    if (rank == 0) {
+      send_all(fd, buffer.data(), n);
+      recv_all(fd, buffer.data(), n, busy);
+    } else {
+      recv_all(fd, buffer.data(), n, busy);
+      send_all(fd, buffer.data(), n);
+    }
+    if (i >= a.latency_warmup) samples.push_back(since_us(start));
+  }
+  return summarize(busy ? "raw TCP, busy polling" : "raw TCP, blocking", samples);
+}
+
+Bandwidth raw_bandwidth(int fd, int rank, const P2pArgs& a) {
+  std::vector<std::uint8_t> buffer(a.bandwidth_bytes, 2);
+  std::uint8_t ack = 0;
+  Clock::time_point start;
+  for (int i = 0; i < a.bandwidth_warmup + a.bandwidth_iters; ++i) {
+    if (i == a.bandwidth_warmup) {
+      if (rank == 0)
+        recv_all(fd, &ack, 1, false);
+      else
+        send_all(fd, &ack, 1);
+      start = Clock::now();
+    }
+    if (rank == 0)
+      send_all(fd, buffer.data(), buffer.size());
+    else
+      recv_all(fd, buffer.data(), buffer.size(), false);
+  }
+  if (rank == 0)
+    recv_all(fd, &ack, 1, false);
+  else
+    send_all(fd, &ack, 1);
+  const double seconds = since_us(start) / 1e6;
+  return {"raw TCP", static_cast<double>(a.bandwidth_bytes) * a.bandwidth_iters / seconds / 1e9};
+}
+
+void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>& latencies,
+           const std::vector<Bandwidth>& bandwidths) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  if (a.json) {
+    std::string out = fmt::format(
+        "{{\"collie\": \"{}\", \"host\": \"{}\", \"ranks\": {}, \"latency_bytes\": {}, "
+        "\"latency_iters\": {}, \"bandwidth_bytes\": {}, \"bandwidth_iters\": {},\n "
+        "\"latency_one_way_us\": [",
+        collie::version(), host, pg.size(), a.latency_bytes, a.latency_iters, a.bandwidth_bytes,
+        a.bandwidth_iters);
+    for (std::size_t i = 0; i < latencies.size(); ++i) {
+      out += fmt::format(
+          "{}\n  {{\"name\": \"{}\", \"median\": {:.3f}, \"mean\": {:.3f}, \"p99\": {:.3f}}}",
+          i == 0 ? "" : ",", latencies[i].name, latencies[i].median_us, latencies[i].mean_us,
+          latencies[i].p99_us);
+    }
+    out += "],\n \"bandwidth_gb_per_s\": [";
+    for (std::size_t i = 0; i < bandwidths.size(); ++i) {
+      out += fmt::format("{}\n  {{\"name\": \"{}\", \"gb_per_s\": {:.3f}}}", i == 0 ? "" : ",",
+                         bandwidths[i].name, bandwidths[i].gb_per_s);
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return;
+  }
+  std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, mesh address %s\n",
+              collie::version(), pg.size(), host, pg.mesh().address().c_str());
+  std::printf(
+      "# latency: %zu B ping-pong, %d iterations after %d warm-up; one-way = round trip / 2\n",
+      a.latency_bytes, a.latency_iters, a.latency_warmup);
+  std::printf("%-26s %12s %12s %12s\n", "#", "median(us)", "mean(us)", "p99(us)");
+  for (const auto& l : latencies)
+    std::printf("%-26s %12.2f %12.2f %12.2f\n", l.name.c_str(), l.median_us, l.mean_us, l.p99_us);
+  std::printf("# bandwidth: %zu B messages rank 0 -> rank 1, %d iterations after %d warm-up\n",
+              a.bandwidth_bytes, a.bandwidth_iters, a.bandwidth_warmup);
+  std::printf("%-26s %12s\n", "#", "GB/s");
+  for (const auto& b : bandwidths)
+    std::printf("%-26s %12.3f\n", b.name.c_str(), b.gb_per_s);
+  std::fflush(stdout);
+}
+
+// One rank's part; returns the exit code.
+int run_rank(const P2pArgs& a) {
+  try {
+    auto pg = init();
+    if (pg.size() < 2)
+      throw Error("collie bench p2p needs at least 2 ranks (ranks 0 and 1 take part)");
+    std::vector<Latency> latencies;
+    std::vector<Bandwidth> bandwidths;
+    if (pg.rank() <= 1) {
+      latencies.push_back(collie_latency(pg, a));
+      bandwidths.push_back(collie_bandwidth(pg, a));
+      if (a.baseline) {
+        const int fd = raw_connection(pg);
+        latencies.push_back(raw_latency(fd, pg.rank(), a, false));
+        latencies.push_back(raw_latency(fd, pg.rank(), a, true));
+        bandwidths.push_back(raw_bandwidth(fd, pg.rank(), a));
+        ::close(fd);
+      }
+    }
+    if (pg.rank() == 0) print(pg, a, latencies, bandwidths);
+    pg.store().barrier("bench/done", static_cast<std::uint32_t>(pg.size()));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collie bench p2p: %s\n", e.what());
+    return 1;
+  }
+}
+
+bool inside_a_job() {
+  for (const char* name : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+void set_rank_environment(int rank, std::uint16_t port) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("COLLIE_STORE_HOSTED", "1", 1);
+}
+
+// Without a launcher: fork rank 1 (before any thread exists), host the store
+// here on a free port, and be rank 0.
+int standalone(const P2pArgs& a) {
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("pipe failed");
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::close(pipe_fds[1]);
+    std::uint16_t port = 0;
+    if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    set_rank_environment(1, port);
+    const int rc = run_rank(a);
+    std::fflush(stdout);
+    _exit(rc);
+  }
+  ::close(pipe_fds[0]);
+  int rc = 1;
+  {
+    store::ServerOptions options;
+    options.host = "127.0.0.1";
+    store::StoreServer server(options);
+    const std::uint16_t port = server.port();
+    if (::write(pipe_fds[1], &port, sizeof(port)) != sizeof(port)) throw Error("pipe write failed");
+    ::close(pipe_fds[1]);
+    set_rank_environment(0, port);
+    rc = run_rank(a);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace
+
+void add_bench_p2p_command(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand(
+      "p2p", "One-way latency and bandwidth between two ranks, next to raw TCP");
+  auto args = std::make_shared<P2pArgs>();
+  cmd->add_option("--latency-bytes", args->latency_bytes, "Message size of the ping-pong")
+      ->capture_default_str();
+  cmd->add_option("--latency-iters", args->latency_iters, "Timed round trips")
+      ->capture_default_str();
+  cmd->add_option("--latency-warmup", args->latency_warmup, "Untimed round trips first")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-bytes", args->bandwidth_bytes, "Message size of the bandwidth test")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-iters", args->bandwidth_iters, "Timed messages")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-warmup", args->bandwidth_warmup, "Untimed messages first")
+      ->capture_default_str();
+  cmd->add_flag("!--no-baseline", args->baseline, "Skip the raw TCP measurements");
+  cmd->add_flag("--json", args->json, "Print the results as JSON");
+  cmd->footer(
+      "Ranks 0 and 1 take part; others wait. Inside a job (collie launch, srun, mpirun)\n"
+      "it uses the job's ranks; on its own it forks a second rank and hosts the store on\n"
+      "a free loopback port.\n"
+      "latency: rank 0 sends, rank 1 sends back; one-way = round trip / 2, over the\n"
+      "  timed round trips (median, mean, 99th percentile).\n"
+      "bandwidth: rank 0 sends --bandwidth-iters messages back to back, rank 1 receives\n"
+      "  them into one buffer and answers with one byte; GB/s = 1e9 bytes per second.\n"
+      "raw TCP: the same two processes over one plain socket (TCP_NODELAY), blocking\n"
+      "  reads, and for latency also non-blocking reads in a busy loop.");
+  cmd->callback([args] {
+    const int rc = inside_a_job() ? run_rank(*args) : standalone(*args);
+    if (rc != 0) throw Exit{rc};
+  });
+}
+
+}  // namespace collie::cli
