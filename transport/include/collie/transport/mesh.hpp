@@ -50,8 +50,8 @@
 // cannot be resumed).
 //
 // Sockets: TCP_NODELAY (collie batches small messages itself, in one
-// sendmsg), kernel buffer auto-tuning left on (fixed SO_SNDBUF/SO_RCVBUF
-// disable it and measured slower on loopback), header and payload written
+// sendmsg), kernel buffer auto-tuning left on (a fixed SO_SNDBUF/SO_RCVBUF
+// disables it; auto-tuning reaches the loopback limit), header and payload written
 // with one scatter/gather call, keep-alive probes so that a vanished host is
 // noticed even without traffic. See docs/transport.md.
 #pragma once
