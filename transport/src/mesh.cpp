@@ -189,6 +189,17 @@ struct Peer {
   std::unordered_map<std::uint64_t, std::deque<std::shared_ptr<Unexpected>>> unexpected;
 };
 
+// The first entry queued under `tag` (removed), or an empty pointer.
+template <class Map>
+typename Map::mapped_type::value_type take_first(Map& map, std::uint64_t tag) {
+  auto it = map.find(tag);
+  if (it == map.end() || it->second.empty()) return {};
+  auto first = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) map.erase(it);
+  return first;
+}
+
 struct Handshake {
   int fd = -1;
   std::string remote;
@@ -236,6 +247,15 @@ struct Mesh::Impl {
     return fmt::format("{} {} {} (tag {}, {})", r.is_send ? "send" : "recv",
                        r.is_send ? "to" : "from", describe_peer_locked(r.peer), r.tag,
                        plural_bytes(r.bytes));
+  }
+
+  // Fails a receive that was matched with a message of another length.
+  void fail_size_mismatch(Request& r, std::size_t sent) {
+    fail(r, ErrorKind::Request,
+         fmt::format("{} failed: {} sent a message of {} with this tag; the receive expected {} "
+                     "(the message was dropped)",
+                     describe_request(r), describe_peer_locked(r.peer), plural_bytes(sent),
+                     plural_bytes(r.bytes)));
   }
 
   std::string progress_text(const Request& r) const {
@@ -339,17 +359,9 @@ struct Mesh::Impl {
     p.current_got = 0;
     p.current_recv.reset();
     p.current_unexpected.reset();
-    auto it = p.posted.find(h.tag);
-    if (it != p.posted.end() && !it->second.empty()) {
-      auto r = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) p.posted.erase(it);
+    if (auto r = take_first(p.posted, h.tag)) {
       if (r->bytes != h.length) {
-        fail(*r, ErrorKind::Request,
-             fmt::format("{} failed: {} sent a message of {} with this tag; the receive "
-                         "expected {} (the message was dropped)",
-                         describe_request(*r), describe_peer_locked(p.rank), plural_bytes(h.length),
-                         plural_bytes(r->bytes)));
+        fail_size_mismatch(*r, h.length);
       } else {
         r->fingerprint = h.fingerprint;
         p.current_recv = std::move(r);
@@ -1006,17 +1018,9 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
     std::lock_guard lock(m.mu);
     ++m.pending;
     auto& self = m.peers[static_cast<std::size_t>(peer)];
-    auto it = self.posted.find(tag);
-    if (it != self.posted.end() && !it->second.empty()) {
-      auto recv = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) self.posted.erase(it);
+    if (auto recv = take_first(self.posted, tag)) {
       if (recv->bytes != bytes) {
-        m.fail(
-            *recv, ErrorKind::Request,
-            fmt::format("{} failed: this rank sent itself {} with this tag; the receive "
-                        "expected {}",
-                        m.describe_request(*recv), plural_bytes(bytes), plural_bytes(recv->bytes)));
+        m.fail_size_mismatch(*recv, bytes);
       } else {
         if (bytes > 0) std::memcpy(recv->data, data, bytes);
         recv->moved = bytes;
@@ -1070,19 +1074,11 @@ RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t byte
     std::lock_guard lock(m.mu);
     ++m.pending;
     auto& p = m.peers[static_cast<std::size_t>(peer)];
-    auto it = p.unexpected.find(tag);
-    if (it != p.unexpected.end() && !it->second.empty()) {
-      auto u = std::move(it->second.front());
-      it->second.pop_front();
-      if (it->second.empty()) p.unexpected.erase(it);
+    if (auto u = take_first(p.unexpected, tag)) {
       m.unexpected_bytes -= u->length;
       const bool in_flight = !u->complete;
       if (u->length != bytes) {
-        m.fail(*r, ErrorKind::Request,
-               fmt::format("{} failed: {} sent a message of {} with this tag; the receive "
-                           "expected {} (the message was dropped)",
-                           m.describe_request(*r), m.describe_peer_locked(peer),
-                           plural_bytes(u->length), plural_bytes(bytes)));
+        m.fail_size_mismatch(*r, u->length);
         if (in_flight) p.current_unexpected.reset();  // the rest is read and dropped
       } else {
         if (u->got > 0) std::memcpy(data, u->data.get(), u->got);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 namespace collie {
 
@@ -53,44 +54,33 @@ struct bfloat16 {
   friend bool operator==(bfloat16 a, bfloat16 b) { return a.bits == b.bits; }
 };
 
+namespace detail {
 template <class T>
-struct dtype_traits;
-template <>
-struct dtype_traits<std::int8_t> {
-  static constexpr DataType value = DataType::Int8;
-};
-template <>
-struct dtype_traits<std::uint8_t> {
-  static constexpr DataType value = DataType::UInt8;
-};
-template <>
-struct dtype_traits<std::int32_t> {
-  static constexpr DataType value = DataType::Int32;
-};
-template <>
-struct dtype_traits<std::int64_t> {
-  static constexpr DataType value = DataType::Int64;
-};
-template <>
-struct dtype_traits<float16> {
-  static constexpr DataType value = DataType::Float16;
-};
-template <>
-struct dtype_traits<bfloat16> {
-  static constexpr DataType value = DataType::BFloat16;
-};
-template <>
-struct dtype_traits<float> {
-  static constexpr DataType value = DataType::Float32;
-};
-template <>
-struct dtype_traits<double> {
-  static constexpr DataType value = DataType::Float64;
-};
+constexpr DataType dtype_of() {
+  if constexpr (std::is_same_v<T, std::int8_t>)
+    return DataType::Int8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DataType::UInt8;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::Int32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DataType::Int64;
+  else if constexpr (std::is_same_v<T, float16>)
+    return DataType::Float16;
+  else if constexpr (std::is_same_v<T, bfloat16>)
+    return DataType::BFloat16;
+  else if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else
+    static_assert(sizeof(T) == 0, "not one of collie's element types");
+}
+}  // namespace detail
 
 // The DataType of a C++ element type: dtype_of<float> == DataType::Float32.
 template <class T>
-inline constexpr DataType dtype_of = dtype_traits<T>::value;
+inline constexpr DataType dtype_of = detail::dtype_of<T>();
 
 // "float32", "bfloat16", ...
 std::string_view dtype_name(DataType type);

@@ -1,0 +1,140 @@
+// collie::init() and the process group's point-to-point API, with the ranks
+// as threads of this process meeting through a file:// store.
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/process_group.hpp>
+
+#include "support/scratch_dir.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+collie::InitOptions file_options(const collie::test::ScratchDir& dir, int rank, int world) {
+  collie::InitOptions o;
+  o.init_method = "file://" + (dir.path() / "store").string();
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = 30s;
+  return o;
+}
+
+// Runs body(pg) for every rank on its own thread; errors surface here.
+void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body) {
+  collie::test::ScratchDir dir;
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      auto pg = collie::init(file_options(dir, r, world));
+      body(pg);
+    }));
+  }
+  for (auto& f : ranks)
+    f.get();
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+}  // namespace
+
+TEST_CASE("init over file:// joins every rank, and typed spans travel intact", "[process_group]") {
+  run_ranks(3, [](collie::ProcessGroup& pg) {
+    expect(pg.size() == 3, "size");
+    const int next = (pg.rank() + 1) % 3;
+    const int prev = (pg.rank() + 2) % 3;
+    std::vector<double> out(1000), in(1000);
+    std::iota(out.begin(), out.end(), pg.rank() * 1000.0);
+    auto s = pg.isend(std::span(out), next, 5);
+    pg.recv(std::span(in), prev, 5);
+    s.wait();
+    for (std::size_t i = 0; i < in.size(); ++i)
+      expect(in[i] == prev * 1000.0 + static_cast<double>(i), "element " + std::to_string(i));
+    // Raw bytes, and 16-bit floats.
+    std::vector<collie::bfloat16> h(7, collie::bfloat16(1.5f * static_cast<float>(pg.rank())));
+    std::vector<collie::bfloat16> g(7);
+    auto r = pg.irecv(std::span(g), prev, 6);
+    pg.send(h.data(), h.size() * sizeof(h[0]), next, 6);
+    r.wait();
+    expect(r.is_completed(), "is_completed after wait");
+    for (const auto& x : g)
+      expect(static_cast<float>(x) == 1.5f * static_cast<float>(prev), "bfloat16");
+  });
+}
+
+TEST_CASE("a world of one sends to itself", "[process_group]") {
+  run_ranks(1, [](collie::ProcessGroup& pg) {
+    std::vector<std::int64_t> out = {1, -2, 3}, in(3);
+    pg.send(std::span(out), 0, 1);
+    pg.recv(std::span(in), 0, 1);
+    expect(in == out, "self message");
+  });
+}
+
+TEST_CASE("process group argument errors say what is wrong", "[process_group]") {
+  std::string bad_rank, bad_tag;
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
+    if (pg.rank() != 0) return;
+    int x = 0;
+    try {
+      pg.send(std::span(&x, 1), 2);
+    } catch (const collie::Error& e) {
+      bad_rank = e.what();
+    }
+    try {
+      pg.send(std::span(&x, 1), 1, -1);
+    } catch (const collie::Error& e) {
+      bad_tag = e.what();
+    }
+  });
+  CHECK_THAT(bad_rank, Catch::Contains("rank 2") && Catch::Contains("ranks 0 to 1"));
+  CHECK_THAT(bad_tag, Catch::Contains("tag -1"));
+}
+
+TEST_CASE("Work: wait(timeout) throws naming the peer, and is_completed never blocks",
+          "[process_group]") {
+  std::string error;
+  bool completed_early = true;
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
+    std::vector<float> buffer(256);
+    if (pg.rank() == 1) {
+      auto w = pg.irecv(std::span(buffer), 0, 3);  // rank 0 sends tag 4, never 3
+      completed_early = w.is_completed();
+      try {
+        w.wait(150ms);
+      } catch (const collie::TimeoutError& e) {
+        error = e.what();
+      }
+      pg.recv(std::span(buffer), 0, 4);
+      expect(buffer[255] == 7.0f, "tag 4 payload");
+    } else {
+      std::this_thread::sleep_for(300ms);
+      std::fill(buffer.begin(), buffer.end(), 7.0f);
+      pg.send(std::span(buffer), 1, 4);
+    }
+  });
+  CHECK_FALSE(completed_early);
+  CHECK_THAT(error, Catch::Contains("recv from rank 0") && Catch::Contains("tag 3") &&
+                        Catch::Contains("150 ms") && Catch::Contains("0 of 1024 bytes received"));
+}
+
+TEST_CASE("Work destroyed while pending waits, so the buffer is filled when it is gone",
+          "[process_group]") {
+  run_ranks(2, [](collie::ProcessGroup& pg) {
+    std::vector<int> buffer(100000, 0);
+    if (pg.rank() == 1) {
+      { auto w = pg.irecv(std::span(buffer), 0); }  // waits here
+      expect(buffer.front() == 42 && buffer.back() == 42, "received before the Work was gone");
+    } else {
+      std::this_thread::sleep_for(100ms);
+      std::fill(buffer.begin(), buffer.end(), 42);
+      pg.send(std::span(buffer), 1);
+    }
+  });
+}
