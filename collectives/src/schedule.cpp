@@ -1,0 +1,140 @@
+#include <algorithm>
+#include <deque>
+
+#include <fmt/format.h>
+
+#include <collie/collectives/schedule.hpp>
+#include <collie/error.hpp>
+
+namespace collie::collectives {
+
+Range chunk(std::size_t count, int parts, int i) {
+  const auto n = static_cast<std::size_t>(parts);
+  const auto k = static_cast<std::size_t>(i);
+  const std::size_t base = count / n;
+  const std::size_t extra = count % n;
+  return Range{k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
+}
+
+SymbolicBuffers own_contributions(int world, std::size_t count) {
+  SymbolicBuffers buffers(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    buffers[static_cast<std::size_t>(r)].assign(count, Contribution{r});
+  return buffers;
+}
+
+namespace {
+
+bool overlap(const Range& a, const Range& b) {
+  return a.count > 0 && b.count > 0 && a.offset < b.offset + b.count &&
+         b.offset < a.offset + a.count;
+}
+
+void check_step(const Schedule& s, int rank, std::size_t index, int world) {
+  const auto& step = s.steps[index];
+  auto where = [&] { return fmt::format("rank {} step {}", rank, index); };
+  for (const auto* list : {&step.sends, &step.recvs}) {
+    for (const auto& t : *list) {
+      if (t.peer < 0 || t.peer >= world || t.peer == rank)
+        throw Error(fmt::format("{}: peer {} is not another rank of {}", where(), t.peer, world));
+      if (t.range.count == 0) throw Error(fmt::format("{}: an empty transfer", where()));
+      if (t.range.offset + t.range.count > s.buffer_count)
+        throw Error(fmt::format("{}: range [{}, {}) outside a buffer of {}", where(),
+                                t.range.offset, t.range.offset + t.range.count, s.buffer_count));
+    }
+  }
+  for (std::size_t i = 0; i < step.recvs.size(); ++i) {
+    for (const auto& send : step.sends)
+      if (overlap(step.recvs[i].range, send.range))
+        throw Error(fmt::format("{}: a receive overlaps a send of the same step", where()));
+    for (std::size_t j = i + 1; j < step.recvs.size(); ++j)
+      if (overlap(step.recvs[i].range, step.recvs[j].range))
+        throw Error(fmt::format("{}: two receives overlap", where()));
+  }
+}
+
+}  // namespace
+
+SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers buffers) {
+  const int world = static_cast<int>(schedules.size());
+  const auto n = static_cast<std::size_t>(world);
+  if (buffers.size() != n) throw Error("simulate: one initial buffer per rank");
+  for (int r = 0; r < world; ++r) {
+    const auto& s = schedules[static_cast<std::size_t>(r)];
+    if (buffers[static_cast<std::size_t>(r)].size() != s.buffer_count)
+      throw Error(fmt::format("simulate: rank {}'s buffer has {} elements, its schedule {}", r,
+                              buffers[static_cast<std::size_t>(r)].size(), s.buffer_count));
+    for (std::size_t i = 0; i < s.steps.size(); ++i)
+      check_step(s, r, i, world);
+  }
+  // queues[src * n + dst]: messages in flight, in order.
+  std::vector<std::deque<std::vector<Contribution>>> queues(n * n);
+  std::vector<std::size_t> next(n, 0);  // the step each rank is at
+  std::vector<bool> sent(n, false);     // whether it has posted that step's sends
+  for (;;) {
+    bool progress = false;
+    bool all_done = true;
+    for (std::size_t r = 0; r < n; ++r) {
+      const auto& s = schedules[r];
+      if (next[r] == s.steps.size()) continue;
+      all_done = false;
+      const auto& step = s.steps[next[r]];
+      auto& buffer = buffers[r];
+      if (!sent[r]) {
+        for (const auto& t : step.sends) {
+          const auto first = buffer.begin() + static_cast<std::ptrdiff_t>(t.range.offset);
+          queues[r * n + static_cast<std::size_t>(t.peer)].emplace_back(
+              first, first + static_cast<std::ptrdiff_t>(t.range.count));
+        }
+        sent[r] = true;
+        progress = true;
+      }
+      // Enough messages waiting from every peer this step receives from?
+      bool ready = true;
+      for (const auto& t : step.recvs) {
+        const auto from = static_cast<std::size_t>(t.peer);
+        const auto needed = static_cast<std::size_t>(
+            std::count_if(step.recvs.begin(), step.recvs.end(),
+                          [&](const Transfer& u) { return u.peer == t.peer; }));
+        if (queues[from * n + r].size() < needed) ready = false;
+      }
+      if (!ready) continue;
+      for (const auto& t : step.recvs) {
+        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
+        auto message = std::move(q.front());
+        q.pop_front();
+        if (message.size() != t.range.count)
+          throw Error(
+              fmt::format("rank {} step {}: receives {} elements from rank {}, which sent {}", r,
+                          next[r], t.range.count, t.peer, message.size()));
+        for (std::size_t i = 0; i < message.size(); ++i) {
+          auto& element = buffer[t.range.offset + i];
+          if (t.combine == Combine::Copy) {
+            element = std::move(message[i]);
+          } else {
+            element.insert(element.end(), message[i].begin(), message[i].end());
+            std::sort(element.begin(), element.end());
+          }
+        }
+      }
+      ++next[r];
+      sent[r] = false;
+      progress = true;
+    }
+    if (all_done) break;
+    if (!progress) {
+      std::string stuck;
+      for (std::size_t r = 0; r < n; ++r)
+        if (next[r] < schedules[r].steps.size())
+          stuck += fmt::format(" rank {} at step {};", r, next[r]);
+      throw Error("simulate: deadlock:" + stuck);
+    }
+  }
+  for (std::size_t q = 0; q < queues.size(); ++q)
+    if (!queues[q].empty())
+      throw Error(fmt::format("simulate: rank {} sent rank {} {} message(s) never received", q / n,
+                              q % n, queues[q].size()));
+  return buffers;
+}
+
+}  // namespace collie::collectives
