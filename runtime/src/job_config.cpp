@@ -43,30 +43,6 @@ std::uint16_t parse_port(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-std::optional<HostPort> split_host_port(std::string_view text) {
-  std::string_view host, port;
-  if (text.starts_with('[')) {
-    const auto close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return std::nullopt;
-    }
-    host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string_view::npos) return std::nullopt;
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-  }
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (host.empty() || port.empty() || ec != std::errc() || end != port.data() + port.size() ||
-      value > 65535) {
-    return std::nullopt;
-  }
-  return HostPort{std::string(host), static_cast<std::uint16_t>(value)};
-}
-
 std::string first_host_of_nodelist(std::string_view nodelist) {
   // The first top-level entry: commas inside brackets do not separate hosts.
   int depth = 0;

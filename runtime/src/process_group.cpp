@@ -11,12 +11,9 @@ namespace collie {
 struct ProcessGroup::Impl {
   JobConfig config;
   std::unique_ptr<JobStore> job;
+  // Declared after the store, so destroyed before it: connections close
+  // before the store (which rank 0 may host) goes away.
   std::shared_ptr<transport::Mesh> mesh;
-
-  ~Impl() {
-    mesh.reset();  // connections close before the store (which rank 0 may host)
-    job.reset();
-  }
 };
 
 namespace {
@@ -35,8 +32,11 @@ class PointToPoint final : public Work::State {
   transport::RequestPtr request_;
 };
 
-void check_tag(int tag, const char* op) {
-  if (tag < 0) throw Error(fmt::format("{}: tag {} is negative; tags are 0 to 2^31 - 1", op, tag));
+void check_tag(int tag, int rank, const char* op, int peer) {
+  if (tag < 0) {
+    throw Error(fmt::format("rank {}: {} rank {}: tag {} is negative; tags are 0 to 2^31 - 1", rank,
+                            op, peer, tag));
+  }
 }
 
 // The address peers should use to reach this rank.
@@ -116,23 +116,28 @@ transport::Mesh& ProcessGroup::mesh() const {
 }
 
 Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
-  check_tag(tag, "isend");
+  check_tag(tag, rank(), "isend to", dst);
   auto request = impl_->mesh->isend(dst, static_cast<std::uint64_t>(tag), data, bytes);
   return Work(std::make_unique<PointToPoint>(impl_->mesh, std::move(request)));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
-  check_tag(tag, "irecv");
+  check_tag(tag, rank(), "irecv from", src);
   auto request = impl_->mesh->irecv(src, static_cast<std::uint64_t>(tag), data, bytes);
   return Work(std::make_unique<PointToPoint>(impl_->mesh, std::move(request)));
 }
 
+// The blocking forms wait on the request directly: no Work to allocate.
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
-  isend(data, bytes, dst, tag).wait();
+  check_tag(tag, rank(), "send to", dst);
+  auto& mesh = *impl_->mesh;
+  mesh.wait(mesh.isend(dst, static_cast<std::uint64_t>(tag), data, bytes));
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
-  irecv(data, bytes, src, tag).wait();
+  check_tag(tag, rank(), "recv from", src);
+  auto& mesh = *impl_->mesh;
+  mesh.wait(mesh.irecv(src, static_cast<std::uint64_t>(tag), data, bytes));
 }
 
 // ---- init ----
@@ -157,7 +162,15 @@ ProcessGroup init(const InitOptions& options) {
     mesh.group_id = transport::Mesh::random_group_id();
     store.set("world/id", fmt::format("{:016x}", mesh.group_id));
   } else {
-    mesh.group_id = std::stoull(store.get("world/id"), nullptr, 16);
+    const std::string id = store.get("world/id");
+    try {
+      mesh.group_id = std::stoull(id, nullptr, 16);
+    } catch (const std::exception&) {
+      throw Error(
+          fmt::format("rank {}: the store's 'world/id' holds '{}', not rank 0's group id: "
+                      "is another program using this store?",
+                      config.rank, id));
+    }
   }
   impl->mesh = std::make_shared<transport::Mesh>(impl->job->shared_store(), mesh);
   try {

@@ -11,6 +11,7 @@
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
@@ -72,8 +73,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void connect(std::string host, std::uint16_t port, Handler<Done> done) {
     host_ = std::move(host);
     port_ = port;
-    address_ = host_.find(':') != std::string::npos ? fmt::format("[{}]:{}", host_, port)
-                                                    : fmt::format("{}:{}", host_, port);
+    address_ = join_host_port(host_, port);
     on_connected_ = std::move(done);
     connect_started_ = Clock::now();
     connect_deadline_ = connect_started_ + options_.connect_timeout.value_or(options_.timeout);

@@ -9,11 +9,26 @@
 
 namespace collie::store::auth {
 
+void random_bytes(std::span<std::uint8_t> out) {
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    throw Error("the system random generator failed (OpenSSL RAND_bytes)");
+  }
+}
+
+wire::Proof hmac_sha256(std::string_view key, std::span<const std::uint8_t> message) {
+  wire::Proof proof{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message.data(), message.size(),
+           proof.data(), &length) == nullptr ||
+      length != proof.size()) {
+    throw Error("HMAC-SHA256 failed (OpenSSL)");
+  }
+  return proof;
+}
+
 wire::Nonce random_nonce() {
   wire::Nonce nonce{};
-  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1) {
-    throw Error("store authentication: the system random generator failed (OpenSSL RAND_bytes)");
-  }
+  random_bytes(nonce);
   return nonce;
 }
 
@@ -24,14 +39,7 @@ wire::Proof hmac(std::string_view token, std::string_view label, const wire::Non
   std::vector<unsigned char> message(label.begin(), label.end());
   message.insert(message.end(), first.begin(), first.end());
   message.insert(message.end(), second.begin(), second.end());
-  wire::Proof proof{};
-  unsigned int length = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(),
-           message.size(), proof.data(), &length) == nullptr ||
-      length != proof.size()) {
-    throw Error("store authentication: HMAC-SHA256 failed (OpenSSL)");
-  }
-  return proof;
+  return hmac_sha256(token, message);
 }
 
 }  // namespace

@@ -6,11 +6,20 @@
 // never be replayed as the other's. See store/PROTOCOL.md.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "protocol.hpp"
 
 namespace collie::store::auth {
+
+// Bytes from the system's cryptographic random generator. Throws
+// collie::Error if it fails. (Also used by transport/ for its handshake.)
+void random_bytes(std::span<std::uint8_t> out);
+
+// HMAC-SHA256(key, message). (Also used by transport/ for its handshake.)
+wire::Proof hmac_sha256(std::string_view key, std::span<const std::uint8_t> message);
 
 // A fresh nonce from the system's cryptographic random generator.
 wire::Nonce random_nonce();

@@ -14,6 +14,7 @@
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/server.hpp>
@@ -30,8 +31,7 @@ using asio::ip::tcp;
 namespace {
 
 std::string endpoint_text(const tcp::endpoint& ep) {
-  return ep.address().is_v6() ? fmt::format("[{}]:{}", ep.address().to_string(), ep.port())
-                              : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  return join_host_port(ep.address().to_string(), ep.port());
 }
 
 // The kernel's cap on a listen backlog; asking for it gets the most the

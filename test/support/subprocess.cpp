@@ -9,7 +9,8 @@
 #include <thread>
 #include <unistd.h>
 
-extern char** environ;
+#include "collie/exec_args.hpp"  // tools/collie/
+
 
 namespace collie::test {
 
@@ -36,23 +37,9 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::vector<s
   check(pipe2(err, O_CLOEXEC), "pipe");
   check(pipe2(in, O_CLOEXEC), "pipe");
 
-  std::vector<std::string> environment;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const auto name = entry.substr(0, entry.find('=') + 1);
-    bool overridden = false;
-    for (const auto& extra : env)
-      overridden |= extra.rfind(name, 0) == 0;
-    if (!overridden) environment.push_back(entry);
-  }
-  environment.insert(environment.end(), env.begin(), env.end());
-  std::vector<char*> args, envp;
-  for (const auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : environment)
-    envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  collie::cli::ExecArgs exec(argv, env);
+  auto& args = exec.argv;
+  auto& envp = exec.envp;
 
   pid_ = fork();
   check(pid_, "fork");

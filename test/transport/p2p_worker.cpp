@@ -193,8 +193,9 @@ void victim(collie::ProcessGroup& pg) {
     }
     throw std::runtime_error("the receive completed although the sender died");
   }
-  // Hand the kernel the first few MiB, then die without closing anything.
-  auto s = pg.isend(std::span(buffer), 0, 0);
+  // Hand the kernel the first few MiB, then die without closing anything
+  // (the Work is kept: destroying it would wait for the send).
+  auto sending = pg.isend(std::span(buffer), 0, 0);
   std::printf("sending\n");
   std::fflush(stdout);
   std::raise(SIGKILL);
@@ -205,13 +206,14 @@ void victim(collie::ProcessGroup& pg) {
 void stranger(collie::ProcessGroup& pg) {
   if (pg.rank() == 1) {
     const std::string address = pg.store().get("world/addr/0");
-    const auto colon = address.rfind(':');
+    const auto where = collie::split_host_port(address);
+    expect(where.has_value(), "rank 0's address " + address);
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
-    expect(getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints,
-                       &found) == 0,
-           "resolve " + address);
+    expect(
+        getaddrinfo(where->host.c_str(), std::to_string(where->port).c_str(), &hints, &found) == 0,
+        "resolve " + address);
     const int fd = socket(found->ai_family, SOCK_STREAM, 0);
     expect(connect(fd, found->ai_addr, found->ai_addrlen) == 0, "connect to " + address);
     freeaddrinfo(found);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <span>
 #include <string>
 #include <sys/prctl.h>
@@ -21,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
 #include <collie/store/server.hpp>
@@ -145,48 +148,58 @@ void recv_all(int fd, void* data, std::size_t n, bool busy) {
   }
 }
 
-// Rank 0 listens on the address its mesh uses; rank 1 connects.
+// Rank 0 listens on the host its mesh uses and publishes host:port; rank 1
+// connects. Rank 0 waits for it no longer than the job's timeout.
 int raw_connection(ProcessGroup& pg) {
-  const std::string mesh_address = pg.mesh().address();
-  std::string host = mesh_address.substr(0, mesh_address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  int fd = -1;
-  if (pg.rank() == 0) {
+  auto resolve = [](const HostPort& where, int flags) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+    hints.ai_flags = flags;
     addrinfo* found = nullptr;
-    if (getaddrinfo(host.c_str(), "0", &hints, &found) != 0)
-      throw Error("raw TCP baseline: bad address");
+    const std::string port = std::to_string(where.port);
+    if (const int rc = getaddrinfo(where.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+      throw Error(fmt::format("raw TCP baseline: cannot resolve {}: {}",
+                              join_host_port(where.host, where.port), gai_strerror(rc)));
+    }
+    return std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>(found, freeaddrinfo);
+  };
+  int fd = -1;
+  if (pg.rank() == 0) {
+    const auto own = split_host_port(pg.mesh().address()).value();  // the mesh wrote it
+    const auto found = resolve({own.host, 0}, AI_PASSIVE | AI_NUMERICHOST);
     const int listener = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (::bind(listener, found->ai_addr, found->ai_addrlen) != 0 || ::listen(listener, 1) != 0) {
-      freeaddrinfo(found);
-      throw Error(fmt::format("raw TCP baseline: cannot listen: {}", std::strerror(errno)));
+      const int e = errno;
+      ::close(listener);
+      throw Error(
+          fmt::format("raw TCP baseline: cannot listen on {}: {}", own.host, std::strerror(e)));
     }
-    freeaddrinfo(found);
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);
     getsockname(listener, reinterpret_cast<sockaddr*>(&ss), &len);
     char port[NI_MAXSERV] = {};
     getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, nullptr, 0, port, sizeof(port),
                 NI_NUMERICSERV);
-    pg.store().set("bench/raw_port", port);
-    fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    pg.store().set("bench/raw_address",
+                   join_host_port(own.host, static_cast<std::uint16_t>(std::atoi(port))));
+    pollfd ready{listener, POLLIN, 0};
+    const auto ms = static_cast<int>(std::min<long long>(pg.config().timeout.count(), 1 << 30));
+    if (::poll(&ready, 1, ms) == 1) fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     ::close(listener);
+    if (fd < 0) throw Error("raw TCP baseline: rank 1 did not connect within the job's timeout");
   } else {
-    const std::string port = pg.store().get("bench/raw_port");
-    addrinfo hints{};
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0)
-      throw Error("raw TCP baseline: bad address");
+    const std::string text = pg.store().get("bench/raw_address");
+    const auto where = split_host_port(text);
+    if (!where) throw Error(fmt::format("raw TCP baseline: rank 0 published '{}'", text));
+    const auto found = resolve(*where, 0);
     fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int rc = ::connect(fd, found->ai_addr, found->ai_addrlen);
-    freeaddrinfo(found);
-    if (rc != 0)
-      throw Error(fmt::format("raw TCP baseline: cannot connect: {}", std::strerror(errno)));
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(fmt::format("raw TCP baseline: cannot connect to rank 0 at {}: {}", text,
+                              std::strerror(e)));
+    }
   }
-  if (fd < 0) throw Error(fmt::format("raw TCP baseline: {}", std::strerror(errno)));
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
@@ -350,6 +363,9 @@ int standalone(const P2pArgs& a) {
     ::close(pipe_fds[1]);
     set_rank_environment(0, port);
     rc = run_rank(a);
+    // Rank 1 may be waiting for rank 0 in the store, which is still up: do
+    // not let it wait out the job's timeout.
+    if (rc != 0) ::kill(child, SIGTERM);
     int status = 0;
     while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }

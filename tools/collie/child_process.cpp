@@ -11,7 +11,8 @@
 
 #include <collie/error.hpp>
 
-extern char** environ;
+#include "exec_args.hpp"
+
 
 namespace collie::cli {
 
@@ -33,23 +34,9 @@ std::string signal_name(int number) {
 ChildProcess::ChildProcess(const std::vector<std::string>& argv,
                            const std::vector<std::string>& env) {
   if (argv.empty()) throw Error("collie launch: no program to run");
-  std::vector<std::string> environment;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const auto name = entry.substr(0, entry.find('=') + 1);
-    bool overridden = false;
-    for (const auto& extra : env)
-      overridden = overridden || extra.rfind(name, 0) == 0;
-    if (!overridden) environment.push_back(entry);
-  }
-  environment.insert(environment.end(), env.begin(), env.end());
-  std::vector<char*> args, envp;
-  for (const auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : environment)
-    envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
+  ExecArgs exec(argv, env);
+  auto& args = exec.argv;
+  auto& envp = exec.envp;
 
   int out[2], err[2], exec_error[2];
   make_pipe(out);

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/transport/mesh.hpp>
@@ -46,11 +47,6 @@ std::string errno_text(int e) {
   return std::strerror(e);
 }
 
-std::string host_port(const std::string& host, std::uint16_t port) {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
-}
-
 std::string sockaddr_text(const sockaddr_storage& ss) {
   char host[NI_MAXHOST] = {};
   char serv[NI_MAXSERV] = {};
@@ -58,7 +54,7 @@ std::string sockaddr_text(const sockaddr_storage& ss) {
                   sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "?";
   }
-  return host_port(host, static_cast<std::uint16_t>(std::atoi(serv)));
+  return join_host_port(host, static_cast<std::uint16_t>(std::atoi(serv)));
 }
 
 void tune(int fd) {
@@ -219,9 +215,11 @@ struct Mesh::Impl {
   mutable std::mutex mu;             // every Peer, every Request's guarded fields, socket I/O
   std::condition_variable state_cv;  // a peer's state changed (with mu)
   std::vector<Peer> peers;
+  std::vector<int> connected;  // ranks with a socket, in the order they connected: what is polled
   std::size_t unexpected_bytes = 0;
-  std::size_t pending = 0;  // requests not finished
-  std::mutex drive_mu;      // held by the one thread that polls the peers' sockets
+  std::size_t paused_peers = 0;         // peers whose reading waits for queue space or a receive
+  std::atomic<std::size_t> pending{0};  // requests not finished (changed under mu)
+  std::mutex drive_mu;                  // held by the one thread that polls the peers' sockets
   std::atomic<int> waiters{0};
   std::mutex done_mu;
   std::condition_variable done_cv;  // some request finished
@@ -243,8 +241,9 @@ struct Mesh::Impl {
     return fmt::format("rank {} at {}", rank, where);
   }
 
+  // "rank 0: recv from rank 1 at 10.0.0.5:41234 (tag 3, 1024 bytes)"
   std::string describe_request(const Request& r) const {
-    return fmt::format("{} {} {} (tag {}, {})", r.is_send ? "send" : "recv",
+    return fmt::format("rank {}: {} {} {} (tag {}, {})", opt.rank, r.is_send ? "send" : "recv",
                        r.is_send ? "to" : "from", describe_peer_locked(r.peer), r.tag,
                        plural_bytes(r.bytes));
   }
@@ -278,10 +277,15 @@ struct Mesh::Impl {
     finish(r, State::Failed);
   }
 
-  void wake_pollers() {
-    if (waiters.load() > 0) kick(driver_wake);
-    kick(background_wake);
+  // Wakes whoever polls the peers now so that it sees new work: the waiting
+  // thread that drives them, else the background thread. (A waiter that
+  // leaves while work is pending wakes the background thread itself.)
+  // Fails `r` because its peer failed (or went away) for `reason`.
+  void fail_for_peer(Request& r, ErrorKind kind, const std::string& reason) {
+    fail(r, kind, fmt::format("{} failed: {} ({})", describe_request(r), reason, progress_text(r)));
   }
+
+  void wake_pollers() { kick(waiters.load() > 0 ? driver_wake : background_wake); }
 
   void fail_peer(Peer& p, ErrorKind kind, const std::string& reason) {
     if (p.state == PeerState::Failed) return;
@@ -290,17 +294,16 @@ struct Mesh::Impl {
     collie::log().log(affects_work ? spdlog::level::warn : spdlog::level::debug, "rank {}: {}",
                       opt.rank, reason);
     p.state = PeerState::Failed;
+    if (p.rx == Rx::Paused) --paused_peers;
+    p.rx = Rx::Header;
     p.failure = reason;
     p.failure_kind = kind;
     if (p.fd >= 0) ::shutdown(p.fd, SHUT_RDWR);  // closed in the destructor: pollers may hold it
     for (auto& r : p.sends)
-      fail(*r, kind,
-           fmt::format("{} failed: {} ({})", describe_request(*r), reason, progress_text(*r)));
+      fail_for_peer(*r, kind, reason);
     p.sends.clear();
     if (p.current_recv) {
-      fail(*p.current_recv, kind,
-           fmt::format("{} failed: {} ({})", describe_request(*p.current_recv), reason,
-                       progress_text(*p.current_recv)));
+      fail_for_peer(*p.current_recv, kind, reason);
       p.current_recv.reset();
     }
     if (p.current_unexpected && !p.current_unexpected->complete) {
@@ -311,8 +314,7 @@ struct Mesh::Impl {
     }
     for (auto& [tag, q] : p.posted)
       for (auto& r : q)
-        fail(*r, kind,
-             fmt::format("{} failed: {} ({})", describe_request(*r), reason, progress_text(*r)));
+        fail_for_peer(*r, kind, reason);
     p.posted.clear();
     state_cv.notify_all();
     wake_pollers();
@@ -356,6 +358,7 @@ struct Mesh::Impl {
   // queues it as unexpected, or pauses the peer when the queue is full.
   void begin_message(Peer& p) {
     const auto& h = p.current;
+    if (p.rx == Rx::Paused) --paused_peers;  // trying again
     p.current_got = 0;
     p.current_recv.reset();
     p.current_unexpected.reset();
@@ -369,6 +372,7 @@ struct Mesh::Impl {
     } else {
       if (h.length > 0 && unexpected_bytes + h.length > opt.max_unexpected_bytes) {
         p.rx = Rx::Paused;
+        ++paused_peers;
         collie::log().debug("rank {}: pausing reads from rank {}: unexpected-message queue full",
                             opt.rank, p.rank);
         return;
@@ -468,7 +472,9 @@ struct Mesh::Impl {
 
   // Frees queue space: paused peers may continue.
   void resume_paused() {
-    for (auto& p : peers) {
+    if (paused_peers == 0) return;  // the common case: nothing to scan
+    for (int rank : connected) {
+      auto& p = peers[static_cast<std::size_t>(rank)];
       if (p.state == PeerState::Ready && p.rx == Rx::Paused) {
         begin_message(p);
         if (p.rx != Rx::Paused && p.fd >= 0) {
@@ -536,8 +542,9 @@ struct Mesh::Impl {
 
   // Adds the Ready peers' sockets (mu held).
   void add_peer_fds(std::vector<pollfd>& fds, std::vector<int>& who) {
-    for (auto& p : peers) {
-      if (p.state != PeerState::Ready || p.fd < 0) continue;
+    for (int rank : connected) {
+      const auto& p = peers[static_cast<std::size_t>(rank)];
+      if (p.state != PeerState::Ready) continue;
       short events = 0;
       if (p.rx != Rx::Paused) events |= POLLIN;
       if (!p.sends.empty()) events |= POLLOUT;
@@ -630,6 +637,7 @@ struct Mesh::Impl {
   // Installs an accepted or connected socket as the peer's connection (mu held).
   void install(Peer& p, int fd) {
     p.fd = fd;
+    connected.push_back(p.rank);
     p.state = PeerState::Ready;
     p.staging.assign(kStagingBytes, 0);
     state_cv.notify_all();
@@ -802,11 +810,14 @@ struct Mesh::Impl {
       std::lock_guard lock(mu);
       peers[static_cast<std::size_t>(peer)].published = where;
     }
-    const auto colon = where.rfind(':');
-    std::string host = where.substr(0, colon);
-    const std::string port = colon == std::string::npos ? "" : where.substr(colon + 1);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-      host = host.substr(1, host.size() - 2);
+    const auto split = split_host_port(where);
+    if (!split) {
+      a.error =
+          fmt::format("rank {} published an address that is not host:port: '{}'", peer, where);
+      return a;
+    }
+    const std::string& host = split->host;
+    const std::string port = std::to_string(split->port);
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
@@ -983,11 +994,11 @@ Mesh::~Mesh() {
   for (auto& p : m.peers) {
     const std::string reason = "the mesh was shut down on this rank";
     for (auto& r : p.sends)
-      m.fail(*r, ErrorKind::Connection, reason);
+      m.fail_for_peer(*r, ErrorKind::Connection, reason);
     for (auto& [tag, q] : p.posted)
       for (auto& r : q)
-        m.fail(*r, ErrorKind::Connection, reason);
-    if (p.current_recv) m.fail(*p.current_recv, ErrorKind::Connection, reason);
+        m.fail_for_peer(*r, ErrorKind::Connection, reason);
+    if (p.current_recv) m.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
     if (p.fd >= 0) {
       ::shutdown(p.fd, SHUT_WR);
       ::close(p.fd);
@@ -1004,8 +1015,8 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
                        std::uint64_t fingerprint) {
   auto& m = *impl_;
   if (peer < 0 || peer >= options_.world_size) {
-    throw Error(
-        fmt::format("send to rank {}: the group has ranks 0 to {}", peer, options_.world_size - 1));
+    throw Error(fmt::format("rank {}: send to rank {}: the group has ranks 0 to {}", options_.rank,
+                            peer, options_.world_size - 1));
   }
   auto r = std::make_shared<Request>();
   r->is_send = true;
@@ -1043,12 +1054,16 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
     m.complete(*r);
     return r;
   }
-  m.ensure_connected(peer);
-  std::lock_guard lock(m.mu);
-  ++m.pending;
+  std::unique_lock lock(m.mu);
   auto& p = m.peers[static_cast<std::size_t>(peer)];
+  if (p.state == PeerState::Unconnected || p.state == PeerState::Connecting) {
+    lock.unlock();  // connecting blocks; only the first message to a peer pays it
+    m.ensure_connected(peer);
+    lock.lock();
+  }
+  ++m.pending;
   if (p.state != PeerState::Ready) {
-    m.fail(*r, p.failure_kind, fmt::format("{} failed: {}", m.describe_request(*r), p.failure));
+    m.fail_for_peer(*r, p.failure_kind, p.failure);
     return r;
   }
   p.sends.push_back(r);
@@ -1061,8 +1076,8 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
 RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t bytes) {
   auto& m = *impl_;
   if (peer < 0 || peer >= options_.world_size) {
-    throw Error(fmt::format("recv from rank {}: the group has ranks 0 to {}", peer,
-                            options_.world_size - 1));
+    throw Error(fmt::format("rank {}: recv from rank {}: the group has ranks 0 to {}",
+                            options_.rank, peer, options_.world_size - 1));
   }
   auto r = std::make_shared<Request>();
   r->peer = peer;
@@ -1095,7 +1110,7 @@ RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t byte
       return r;
     }
     if (p.state == PeerState::Failed) {
-      m.fail(*r, p.failure_kind, fmt::format("{} failed: {}", m.describe_request(*r), p.failure));
+      m.fail_for_peer(*r, p.failure_kind, p.failure);
       return r;
     }
     p.posted[tag].push_back(r);
@@ -1121,10 +1136,8 @@ void Mesh::wait(const RequestPtr& request, std::optional<std::chrono::millisecon
     struct Leave {
       Impl& m;
       ~Leave() {
-        if (--m.waiters == 0) {
-          std::lock_guard lock(m.mu);
-          if (m.pending > 0) kick(m.background_wake);  // it moves data while nobody waits
-        }
+        // The background thread moves data while nobody waits.
+        if (--m.waiters == 0 && m.pending.load() > 0) kick(m.background_wake);
       }
     } leave{m};
     const auto spin_until = Clock::now() + options_.spin;

@@ -7,6 +7,7 @@
 // (collie/store/...); and the peer mesh underneath (collie/transport/...).
 #pragma once
 
+#include <collie/address.hpp>
 #include <collie/dtype.hpp>
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>

@@ -28,6 +28,8 @@
 #include <string>
 #include <string_view>
 
+#include <collie/address.hpp>  // HostPort, split_host_port: tcp:// addresses
+
 namespace collie {
 
 struct InitOptions {
@@ -65,15 +67,6 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
 
 // The same, reading this process's environment.
 JobConfig resolve_job_config(const InitOptions& options = {});
-
-// "host:port" or "[ipv6]:port", split. The one parser of addresses in collie:
-// tcp:// init and the CLI's --addr both use it.
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
-// nullopt if `text` is neither form or the port is not a number in 0..65535.
-std::optional<HostPort> split_host_port(std::string_view text);
 
 // The first host of a Slurm node list: "node[07-09,12],gpu1" -> "node07".
 // Throws collie::Error on a list it cannot read.

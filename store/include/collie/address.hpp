@@ -1,0 +1,27 @@
+// "host:port" text, read and written the same way everywhere in collie
+// (tcp:// init, the CLI's --addr, store and peer addresses in messages).
+// It lives here, in the bottom layer, beside error.hpp and log.hpp, so that
+// every layer can use it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace collie {
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// "host:port" or "[ipv6]:port", split. nullopt if `text` is neither form or
+// the port is not a number in 0..65535.
+std::optional<HostPort> split_host_port(std::string_view text);
+
+// The inverse: "10.0.0.4:29500", "[fd00::4]:29500" (brackets when the host
+// holds a ':').
+std::string join_host_port(std::string_view host, std::uint16_t port);
+
+}  // namespace collie
