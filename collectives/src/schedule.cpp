@@ -16,6 +16,23 @@ Range chunk(std::size_t count, int parts, int i) {
   return Range{k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
+void add_send(Step& step, int peer, Range range) {
+  if (range.count > 0) step.sends.push_back({peer, range, Combine::Copy});
+}
+void add_recv(Step& step, int peer, Range range, Combine combine) {
+  if (range.count > 0) step.recvs.push_back({peer, range, combine});
+}
+void add_copy(Step& step, Range from, Range to) {
+  if (from.count > 0) step.copies.push_back({from, to});
+}
+void push_step(Schedule& s, Step step) {
+  if (!step.sends.empty() || !step.recvs.empty() || !step.copies.empty())
+    s.steps.push_back(std::move(step));
+}
+int wrap(int i, int n) {
+  return ((i % n) + n) % n;
+}
+
 SymbolicBuffers own_contributions(int world, std::size_t count) {
   SymbolicBuffers buffers(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r)
@@ -23,11 +40,24 @@ SymbolicBuffers own_contributions(int world, std::size_t count) {
   return buffers;
 }
 
-namespace {
-
 bool overlap(const Range& a, const Range& b) {
   return a.count > 0 && b.count > 0 && a.offset < b.offset + b.count &&
          b.offset < a.offset + a.count;
+}
+
+bool receives_overlap_sends(const Step& step) {
+  for (const auto& r : step.recvs)
+    for (const auto& s : step.sends)
+      if (overlap(r.range, s.range)) return true;
+  return false;
+}
+
+namespace {
+
+void check_range(const Schedule& s, const Range& range, const std::string& where) {
+  if (range.offset + range.count > s.buffer_count)
+    throw Error(fmt::format("{}: range [{}, {}) outside a buffer of {}", where, range.offset,
+                            range.offset + range.count, s.buffer_count));
 }
 
 void check_step(const Schedule& s, int rank, std::size_t index, int world) {
@@ -38,15 +68,18 @@ void check_step(const Schedule& s, int rank, std::size_t index, int world) {
       if (t.peer < 0 || t.peer >= world || t.peer == rank)
         throw Error(fmt::format("{}: peer {} is not another rank of {}", where(), t.peer, world));
       if (t.range.count == 0) throw Error(fmt::format("{}: an empty transfer", where()));
-      if (t.range.offset + t.range.count > s.buffer_count)
-        throw Error(fmt::format("{}: range [{}, {}) outside a buffer of {}", where(),
-                                t.range.offset, t.range.offset + t.range.count, s.buffer_count));
+      check_range(s, t.range, where());
     }
   }
+  for (const auto& c : step.copies) {
+    if (c.from.count != c.to.count || c.from.count == 0)
+      throw Error(fmt::format("{}: a local copy of {} elements into {}", where(), c.from.count,
+                              c.to.count));
+    check_range(s, c.from, where());
+    check_range(s, c.to, where());
+    if (overlap(c.from, c.to)) throw Error(fmt::format("{}: a local copy onto itself", where()));
+  }
   for (std::size_t i = 0; i < step.recvs.size(); ++i) {
-    for (const auto& send : step.sends)
-      if (overlap(step.recvs[i].range, send.range))
-        throw Error(fmt::format("{}: a receive overlaps a send of the same step", where()));
     for (std::size_t j = i + 1; j < step.recvs.size(); ++j)
       if (overlap(step.recvs[i].range, step.recvs[j].range))
         throw Error(fmt::format("{}: two receives overlap", where()));
@@ -81,6 +114,9 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
       const auto& step = s.steps[next[r]];
       auto& buffer = buffers[r];
       if (!sent[r]) {
+        for (const auto& c : step.copies)
+          for (std::size_t i = 0; i < c.from.count; ++i)
+            buffer[c.to.offset + i] = buffer[c.from.offset + i];
         for (const auto& t : step.sends) {
           const auto first = buffer.begin() + static_cast<std::ptrdiff_t>(t.range.offset);
           queues[r * n + static_cast<std::size_t>(t.peer)].emplace_back(

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/ring.hpp>
 #include <collie/collectives/schedule.hpp>
 #include <collie/error.hpp>
@@ -27,10 +28,10 @@ Contribution everyone(int world) {
 }
 
 std::vector<Schedule> all_ranks(int world, std::size_t count,
-                                Schedule (*make)(int, int, std::size_t)) {
+                                Schedule (*make)(const Shape&)) {
   std::vector<Schedule> s;
   for (int r = 0; r < world; ++r)
-    s.push_back(make(r, world, count));
+    s.push_back(make(Shape{r, world, count, 0, 1}));
   return s;
 }
 
@@ -87,27 +88,42 @@ TEST_CASE("simulate catches broken schedules", "[schedule]") {
   };
   SECTION("both ranks receive first: deadlock") {
     auto s = two(4);
-    s[0].steps.push_back({{}, {{1, {0, 4}, Combine::Copy}}});
-    s[1].steps.push_back({{}, {{0, {0, 4}, Combine::Copy}}});
-    s[0].steps.push_back({{{1, {0, 4}}}, {}});
-    s[1].steps.push_back({{{0, {0, 4}}}, {}});
+    s[0].steps.push_back({{}, {{1, {0, 4}, Combine::Copy}}, {}});
+    s[1].steps.push_back({{}, {{0, {0, 4}, Combine::Copy}}, {}});
+    s[0].steps.push_back({{{1, {0, 4}}}, {}, {}});
+    s[1].steps.push_back({{{0, {0, 4}}}, {}, {}});
     CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("deadlock"));
   }
   SECTION("sizes that differ") {
     auto s = two(4);
-    s[0].steps.push_back({{{1, {0, 4}}}, {}});
-    s[1].steps.push_back({{}, {{0, {0, 3}, Combine::Copy}}});
+    s[0].steps.push_back({{{1, {0, 4}}}, {}, {}});
+    s[1].steps.push_back({{}, {{0, {0, 3}, Combine::Copy}}, {}});
     CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("which sent 4"));
   }
-  SECTION("a receive over a range being sent in the same step") {
+  SECTION("two receives of one step over the same range") {
     auto s = two(4);
-    s[0].steps.push_back({{{1, {0, 2}}}, {{1, {1, 2}, Combine::Reduce}}});
-    s[1].steps.push_back({{{0, {0, 2}}}, {{0, {2, 2}, Combine::Reduce}}});
-    CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("overlaps a send"));
+    s[0].steps.push_back({{{1, {0, 2}}, {1, {2, 2}}}, {}, {}});
+    s[1].steps.push_back({{}, {{0, {0, 2}, Combine::Reduce}, {0, {1, 2}, Combine::Reduce}}, {}});
+    CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("overlap"));
+  }
+  SECTION("a send reads the buffer as the step began, even where a receive lands") {
+    auto s = two(2);
+    s[0].steps.push_back({{{1, {0, 2}}}, {{1, {0, 2}, Combine::Copy}}, {}});
+    s[1].steps.push_back({{{0, {0, 2}}}, {{0, {0, 2}, Combine::Copy}}, {}});
+    const auto result = simulate(s, own_contributions(2, 2));
+    CHECK(result[0][0] == Contribution{1});
+    CHECK(result[1][1] == Contribution{0});
+  }
+  SECTION("a local copy out of range") {
+    auto s = two(4);
+    Step st;
+    st.copies.push_back({{0, 2}, {3, 2}});
+    s[0].steps.push_back(st);
+    CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("outside a buffer"));
   }
   SECTION("a message nobody receives") {
     auto s = two(4);
-    s[0].steps.push_back({{{1, {0, 4}}}, {}});
+    s[0].steps.push_back({{{1, {0, 4}}}, {}, {}});
     CHECK_THROWS_WITH(simulate(s, own_contributions(2, 4)), Catch::Contains("never received"));
   }
   SECTION("a reduction that counts a rank twice shows in the result") {
@@ -119,4 +135,129 @@ TEST_CASE("simulate catches broken schedules", "[schedule]") {
     const auto result = simulate(s, own_contributions(3, 6));
     CHECK(result[0][0] != everyone(3));
   }
+}
+
+namespace {
+
+std::vector<Schedule> schedules_for(Collective c, Algorithm a, int world, std::size_t count,
+                                    int root, int pieces) {
+  std::vector<Schedule> s;
+  for (int r = 0; r < world; ++r)
+    s.push_back(make_schedule(c, a, Shape{r, world, count, root, pieces}));
+  return s;
+}
+
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("every algorithm of every collective, worlds 1 to 16, every root, counts 0, 1, "
+          "below the world size and a prime: exactly the right contributions",
+          "[schedule][exhaustive]") {
+  std::size_t runs = 0;
+  for (auto c : kCollectives) {
+    for (auto a : algorithms_for(c)) {
+      for (int world = 1; world <= 16; ++world) {
+        for (std::size_t count : counts_for(world)) {
+          // Every root for small counts; for the prime, the first, a middle and the last.
+          std::vector<int> roots = {0};
+          if (has_root(c)) {
+            roots.clear();
+            for (int r = 0; r < world; ++r)
+              if (count < 1009 || r == 0 || r == world / 2 || r == world - 1) roots.push_back(r);
+          }
+          // The chain algorithms cut the buffer into pieces: one, a few, more than elements.
+          std::vector<int> pieces = {1};
+          if (a == Algorithm::Ring && has_root(c)) pieces = {1, 3, 7};
+          for (int root : roots) {
+            for (int p : pieces) {
+              INFO(collective_name(c) << " " << algorithm_name(a) << ": world " << world
+                                      << ", count " << count << ", root " << root
+                                      << ", pieces " << p);
+              const auto s = schedules_for(c, a, world, count, root, p);
+              const auto final_state = simulate(s, initial_state(c, world, count, root));
+              REQUIRE_NOTHROW(check_final_state(c, world, count, root, final_state));
+              ++runs;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(runs > 5000);
+}
+
+TEST_CASE("a wrong schedule fails the final-state check", "[schedule]") {
+  // Rank 2 copies where it should reduce, in its first reduce-scatter step.
+  auto s = schedules_for(Collective::AllReduce, Algorithm::Ring, 4, 8, 0, 1);
+  s[2].steps[0].recvs[0].combine = Combine::Copy;
+  const auto state = simulate(s, initial_state(Collective::AllReduce, 4, 8, 0));
+  CHECK_THROWS_WITH(check_final_state(Collective::AllReduce, 4, 8, 0, state),
+                    Catch::Contains("all_reduce: rank 0 element 2 holds {0,1,3}, expected {0,1,2,3}"));
+  // A gather whose root never copies its own input.
+  auto g = schedules_for(Collective::Gather, Algorithm::Linear, 3, 2, 1, 1);
+  g[1].steps[0].copies.clear();
+  const auto gathered = simulate(g, initial_state(Collective::Gather, 3, 2, 1));
+  CHECK_THROWS_WITH(check_final_state(Collective::Gather, 3, 2, 1, gathered),
+                    Catch::Contains("rank 1 element 2 holds {}, expected {1}"));
+}
+
+TEST_CASE("costs: rounds and bytes each algorithm is known for", "[schedule]") {
+  for (int world = 1; world <= 16; ++world) {
+    const std::size_t count = 1024 * static_cast<std::size_t>(world);
+    const auto n = static_cast<std::size_t>(world);
+    const int log = ceil_log2(world);
+    auto sent = [](const Schedule& s) {
+      std::size_t total = 0;
+      for (const auto& st : s.steps)
+        for (const auto& t : st.sends) total += t.range.count;
+      return total;
+    };
+    INFO("world " << world);
+    for (int r = 0; r < world; ++r) {
+      const Shape shape{r, world, count, 0, 1};
+      // Binomial trees: at most ceil(log2 n) rounds each way.
+      CHECK(static_cast<int>(make_schedule(Collective::Broadcast, Algorithm::Tree, shape)
+                                 .steps.size()) <= log);
+      CHECK(static_cast<int>(
+                make_schedule(Collective::AllReduce, Algorithm::Tree, shape).steps.size()) <=
+            2 * log);
+      // Pairwise all-to-all and ring all-gather: (n - 1) blocks out.
+      CHECK(sent(make_schedule(Collective::AllToAll, Algorithm::Pairwise, shape)) ==
+            (n - 1) * count);
+      CHECK(sent(make_schedule(Collective::AllGather, Algorithm::Ring, shape)) ==
+            (n - 1) * count);
+      CHECK(static_cast<int>(make_schedule(Collective::Barrier, Algorithm::Dissemination, shape)
+                                 .steps.size()) == log);
+    }
+    // Rabenseifner on a power of two: each rank sends 2 (n - 1) / n of the
+    // buffer in 2 log2 n rounds, like the ring in fewer rounds.
+    if ((world & (world - 1)) == 0) {
+      for (int r = 0; r < world; ++r) {
+        const auto s = make_schedule(Collective::AllReduce, Algorithm::HalvingDoubling,
+                                     Shape{r, world, count, 0, 1});
+        CHECK(sent(s) == 2 * (n - 1) * count / n);
+        CHECK(static_cast<int>(s.steps.size()) == 2 * log);
+      }
+    }
+  }
+}
+
+TEST_CASE("names: collectives and algorithms parse back, unknown ones are listed", "[schedule]") {
+  for (auto c : kCollectives) {
+    CHECK(parse_collective(collective_name(c)) == c);
+    for (auto a : algorithms_for(c))
+      CHECK(parse_algorithm(algorithm_name(a)) == a);
+  }
+  CHECK(parse_collective("allreduce") == Collective::AllReduce);
+  CHECK(parse_algorithm("halving-doubling") == Algorithm::HalvingDoubling);
+  CHECK_FALSE(parse_collective("allreduse").has_value());
+  CHECK_THROWS_WITH(make_schedule(Collective::Broadcast, Algorithm::Pairwise, Shape{0, 4, 8, 0, 1}),
+                    "broadcast has no algorithm 'pairwise'; it has: tree, ring");
+  CHECK_THROWS_WITH(make_schedule(Collective::Scatter, Algorithm::Tree, Shape{0, 4, 8, 4, 1}),
+                    "scatter: root 4 is outside a world of 4 (ranks 0 to 3)");
 }

@@ -11,10 +11,11 @@
 // Rules every schedule keeps (simulate() checks them):
 // - Between two ranks, the k-th send of one matches the k-th receive of the
 //   other, and they name the same number of elements.
-// - Within a step, sends read the buffer as it was when the step began; no
-//   receive range overlaps a send range or another receive range of the same
-//   step (so sends can go out of the caller's buffer with no copy while
-//   receives land in it).
+// - A step first makes its local copies (in order), then sends; sends read
+//   the buffer as it was after the copies, even where a receive of the same
+//   step lands on the same range (recursive doubling exchanges whole
+//   buffers: the runtime then sends from a snapshot; elsewhere it sends
+//   straight from the caller's memory). No two receives of a step overlap.
 // - Empty ranges are left out on both sides.
 #pragma once
 
@@ -43,15 +44,49 @@ struct Transfer {
   Combine combine = Combine::Copy;  // receives only
 };
 
+// Elements copied within the rank's own buffer (say, its input block into
+// its slot of the output).
+struct LocalCopy {
+  Range from;
+  Range to;
+};
+
 struct Step {
   std::vector<Transfer> sends;
   std::vector<Transfer> recvs;
+  std::vector<LocalCopy> copies;  // made before the sends
 };
 
 struct Schedule {
   std::size_t buffer_count = 0;  // elements in this rank's working buffer
   std::vector<Step> steps;
 };
+
+// What a schedule is made for: this rank, the world size, the element count
+// (per rank, as the collective's caller counts it: see algorithms.hpp), the
+// root of rooted collectives, and the number of pipeline pieces for the
+// chain algorithms (the runtime derives it from the segment size).
+struct Shape {
+  int rank = 0;
+  int world = 1;
+  std::size_t count = 0;
+  int root = 0;
+  int pieces = 1;
+};
+
+// Helpers for writing schedules: steps with nothing in them, and transfers
+// of empty ranges, are left out (on both sides alike, since both sides
+// compute the same ranges).
+void add_send(Step& step, int peer, Range range);
+void add_recv(Step& step, int peer, Range range, Combine combine);
+void add_copy(Step& step, Range from, Range to);
+void push_step(Schedule& s, Step step);
+// ((i % n) + n) % n
+int wrap(int i, int n);
+
+// Whether a step's receive lands on a range one of its sends reads.
+bool receives_overlap_sends(const Step& step);
+bool overlap(const Range& a, const Range& b);
 
 // Chunk i of `count` elements cut into `parts` nearly equal, contiguous
 // chunks (the first count % parts chunks one element longer).
@@ -66,10 +101,9 @@ using Contribution = std::vector<int>;
 using SymbolicBuffers = std::vector<std::vector<Contribution>>;
 
 // Runs every rank's schedule (schedules[r] is rank r's) on symbolic
-// buffers, matching messages between ranks in order. Calls `after_step`
-// (if given) each time a rank completes a step. Throws collie::Error with
-// a description on a deadlock, a size mismatch, a range outside the buffer,
-// a hazard within a step, or messages left unreceived.
+// buffers, matching messages between ranks in order. Throws collie::Error
+// with a description on a deadlock, a size mismatch, a range outside the
+// buffer, overlapping receives within a step, or messages left unreceived.
 SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers initial);
 
 // The state every rank starts an all_reduce-like collective with: element

@@ -1,0 +1,103 @@
+// Every collective and the algorithms that implement it, by name.
+//
+//   collective      algorithms (first: the family's classic choice)
+//   broadcast       tree (binomial), ring (pipelined chain)
+//   reduce          tree (binomial), ring (pipelined chain)
+//   all_reduce      ring, halving_doubling, recursive_doubling, tree
+//   gather          tree (binomial), linear
+//   scatter         tree (binomial), linear
+//   all_gather      ring, recursive_doubling
+//   reduce_scatter  ring, recursive_halving
+//   all_to_all      pairwise
+//   barrier         dissemination
+//
+// Working-buffer layouts (elements; n ranks, `count` as the caller gives it):
+//   all_reduce, broadcast, reduce   [buffer: count]
+//   reduce_scatter                  [every rank's input: n blocks of count];
+//                                   rank r's result is block r
+//   all_gather, gather              [output: n blocks | input: count]
+//   scatter                         [input: n blocks | output: count]
+//   all_to_all                      [input: n blocks | output: n blocks]
+//   barrier                         [one token]
+// layout() says where input and output sit; the runtime maps the rest of
+// the working buffer, where a rank touches it, to scratch memory.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collie/collectives/schedule.hpp>
+
+namespace collie::collectives {
+
+enum class Collective : std::uint8_t {
+  Broadcast,
+  Reduce,
+  AllReduce,
+  Gather,
+  AllGather,
+  Scatter,
+  ReduceScatter,
+  AllToAll,
+  Barrier
+};
+
+enum class Algorithm : std::uint8_t {
+  Auto,  // the runtime chooses (see the runtime's cost model)
+  Ring,
+  Tree,
+  RecursiveDoubling,
+  HalvingDoubling,
+  RecursiveHalving,
+  Linear,
+  Pairwise,
+  Dissemination
+};
+
+inline constexpr Collective kCollectives[] = {
+    Collective::Broadcast,     Collective::Reduce,   Collective::AllReduce,
+    Collective::Gather,        Collective::AllGather, Collective::Scatter,
+    Collective::ReduceScatter, Collective::AllToAll, Collective::Barrier};
+
+// "all_reduce", ...; parse accepts "allreduce" and "all-reduce" too.
+std::string_view collective_name(Collective c);
+std::optional<Collective> parse_collective(std::string_view name);
+// "ring", "tree", "recursive_doubling", ...; parse accepts "-" for "_".
+std::string_view algorithm_name(Algorithm a);
+std::optional<Algorithm> parse_algorithm(std::string_view name);
+
+// The algorithms implementing `c` (never Auto), the classic one first.
+const std::vector<Algorithm>& algorithms_for(Collective c);
+// "ring, halving_doubling, recursive_doubling, tree", for error messages.
+std::string algorithm_list(Collective c);
+bool has_root(Collective c);
+bool reduces(Collective c);  // takes a reduce op
+
+// Rank `shape.rank`'s schedule. Throws collie::Error for an algorithm that
+// does not implement `c` (listing those that do), a world below 1, a rank or
+// root out of range.
+Schedule make_schedule(Collective c, Algorithm a, const Shape& shape);
+
+// Where the caller's input and output sit in the working buffer.
+struct Layout {
+  Range input;
+  Range output;
+  std::size_t buffer_count = 0;
+};
+Layout layout(Collective c, const Shape& shape);
+
+// ---- for tests and `collie explain` ----
+
+// What every rank holds before the collective, symbolically: rank r's input
+// element holds {r} (all_to_all: block j of rank r holds {r * n + j}; a
+// scatter's root block j holds {j}); everything else is empty.
+SymbolicBuffers initial_state(Collective c, int world, std::size_t count, int root);
+// Throws collie::Error naming the first rank and element whose final
+// contents are wrong: a reduction must hold every rank exactly once, a copy
+// exactly its source; a barrier's token must have heard from every rank.
+void check_final_state(Collective c, int world, std::size_t count, int root,
+                       const SymbolicBuffers& state);
+
+}  // namespace collie::collectives

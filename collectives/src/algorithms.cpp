@@ -1,0 +1,297 @@
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/pairwise.hpp>
+#include <collie/collectives/recursive.hpp>
+#include <collie/collectives/ring.hpp>
+#include <collie/collectives/tree.hpp>
+#include <collie/error.hpp>
+
+namespace collie::collectives {
+
+std::string_view collective_name(Collective c) {
+  switch (c) {
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Reduce:
+      return "reduce";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::Gather:
+      return "gather";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::Scatter:
+      return "scatter";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllToAll:
+      return "all_to_all";
+    case Collective::Barrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string normalized(std::string_view name) {
+  std::string out;
+  for (char ch : name)
+    if (ch != '_' && ch != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+constexpr Algorithm kAlgorithms[] = {
+    Algorithm::Auto,          Algorithm::Ring,    Algorithm::Tree,
+    Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::RecursiveHalving,
+    Algorithm::Linear,        Algorithm::Pairwise, Algorithm::Dissemination};
+
+}  // namespace
+
+std::optional<Collective> parse_collective(std::string_view name) {
+  for (auto c : kCollectives)
+    if (normalized(name) == normalized(collective_name(c))) return c;
+  return std::nullopt;
+}
+
+std::string_view algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto:
+      return "auto";
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::Tree:
+      return "tree";
+    case Algorithm::RecursiveDoubling:
+      return "recursive_doubling";
+    case Algorithm::HalvingDoubling:
+      return "halving_doubling";
+    case Algorithm::RecursiveHalving:
+      return "recursive_halving";
+    case Algorithm::Linear:
+      return "linear";
+    case Algorithm::Pairwise:
+      return "pairwise";
+    case Algorithm::Dissemination:
+      return "dissemination";
+  }
+  return "unknown";
+}
+
+std::optional<Algorithm> parse_algorithm(std::string_view name) {
+  for (auto a : kAlgorithms)
+    if (normalized(name) == normalized(algorithm_name(a))) return a;
+  return std::nullopt;
+}
+
+const std::vector<Algorithm>& algorithms_for(Collective c) {
+  using A = Algorithm;
+  static const std::vector<A> broadcast{A::Tree, A::Ring}, reduce{A::Tree, A::Ring},
+      all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree},
+      gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling},
+      reduce_scatter{A::Ring, A::RecursiveHalving}, all_to_all{A::Pairwise},
+      barrier{A::Dissemination};
+  switch (c) {
+    case Collective::Broadcast:
+      return broadcast;
+    case Collective::Reduce:
+      return reduce;
+    case Collective::AllReduce:
+      return all_reduce;
+    case Collective::Gather:
+    case Collective::Scatter:
+      return gather;
+    case Collective::AllGather:
+      return all_gather;
+    case Collective::ReduceScatter:
+      return reduce_scatter;
+    case Collective::AllToAll:
+      return all_to_all;
+    case Collective::Barrier:
+      return barrier;
+  }
+  return barrier;
+}
+
+std::string algorithm_list(Collective c) {
+  std::vector<std::string_view> names;
+  for (auto a : algorithms_for(c))
+    names.push_back(algorithm_name(a));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+bool has_root(Collective c) {
+  return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
+         c == Collective::Scatter;
+}
+
+bool reduces(Collective c) {
+  return c == Collective::Reduce || c == Collective::AllReduce ||
+         c == Collective::ReduceScatter;
+}
+
+Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
+  if (shape.world < 1) throw Error(fmt::format("a world of {} ranks", shape.world));
+  if (shape.rank < 0 || shape.rank >= shape.world)
+    throw Error(fmt::format("rank {} is outside a world of {} (ranks 0 to {})", shape.rank,
+                            shape.world, shape.world - 1));
+  if (has_root(c) && (shape.root < 0 || shape.root >= shape.world))
+    throw Error(fmt::format("{}: root {} is outside a world of {} (ranks 0 to {})",
+                            collective_name(c), shape.root, shape.world, shape.world - 1));
+  using A = Algorithm;
+  switch (c) {
+    case Collective::Broadcast:
+      if (a == A::Tree) return tree_broadcast(shape);
+      if (a == A::Ring) return chain_broadcast(shape);
+      break;
+    case Collective::Reduce:
+      if (a == A::Tree) return tree_reduce(shape);
+      if (a == A::Ring) return chain_reduce(shape);
+      break;
+    case Collective::AllReduce:
+      if (a == A::Ring) return ring_all_reduce(shape);
+      if (a == A::HalvingDoubling) return halving_doubling_all_reduce(shape);
+      if (a == A::RecursiveDoubling) return recursive_doubling_all_reduce(shape);
+      if (a == A::Tree) return tree_all_reduce(shape);
+      break;
+    case Collective::Gather:
+      if (a == A::Tree) return tree_gather(shape);
+      if (a == A::Linear) return linear_gather(shape);
+      break;
+    case Collective::Scatter:
+      if (a == A::Tree) return tree_scatter(shape);
+      if (a == A::Linear) return linear_scatter(shape);
+      break;
+    case Collective::AllGather:
+      if (a == A::Ring) return ring_all_gather(shape);
+      if (a == A::RecursiveDoubling) return recursive_doubling_all_gather(shape);
+      break;
+    case Collective::ReduceScatter:
+      if (a == A::Ring) return ring_reduce_scatter(shape);
+      if (a == A::RecursiveHalving) return recursive_halving_reduce_scatter(shape);
+      break;
+    case Collective::AllToAll:
+      if (a == A::Pairwise) return pairwise_all_to_all(shape);
+      break;
+    case Collective::Barrier:
+      if (a == A::Dissemination) return dissemination_barrier(shape);
+      break;
+  }
+  throw Error(fmt::format("{} has no algorithm '{}'; it has: {}", collective_name(c),
+                          algorithm_name(a), algorithm_list(c)));
+}
+
+Layout layout(Collective c, const Shape& shape) {
+  const auto n = static_cast<std::size_t>(shape.world);
+  const auto k = shape.count;
+  const auto r = static_cast<std::size_t>(shape.rank);
+  switch (c) {
+    case Collective::Broadcast:
+    case Collective::Reduce:
+    case Collective::AllReduce:
+      return {Range{0, k}, Range{0, k}, k};
+    case Collective::ReduceScatter:
+      return {Range{0, n * k}, Range{r * k, k}, n * k};
+    case Collective::AllGather:
+    case Collective::Gather:
+      return {Range{n * k, k}, Range{0, n * k}, (n + 1) * k};
+    case Collective::Scatter:
+      return {Range{0, n * k}, Range{n * k, k}, (n + 1) * k};
+    case Collective::AllToAll:
+      return {Range{0, n * k}, Range{n * k, n * k}, 2 * n * k};
+    case Collective::Barrier:
+      return {Range{0, 1}, Range{0, 1}, 1};
+  }
+  return {};
+}
+
+SymbolicBuffers initial_state(Collective c, int world, std::size_t count, int root) {
+  const auto n = static_cast<std::size_t>(world);
+  SymbolicBuffers state(n);
+  for (int r = 0; r < world; ++r) {
+    const Shape shape{r, world, count, root, 1};
+    const auto l = layout(c, shape);
+    auto& b = state[static_cast<std::size_t>(r)];
+    b.assign(l.buffer_count, Contribution{});
+    switch (c) {
+      case Collective::Broadcast:
+        if (r == root) std::fill(b.begin(), b.end(), Contribution{r});
+        break;
+      case Collective::Scatter:
+        if (r == root)
+          for (std::size_t i = 0; i < n * count; ++i)
+            b[i] = Contribution{static_cast<int>(i / count)};
+        break;
+      case Collective::AllToAll:
+        for (std::size_t i = 0; i < n * count; ++i)
+          b[i] = Contribution{r * world + static_cast<int>(i / count)};
+        break;
+      default:
+        for (std::size_t i = 0; i < l.input.count; ++i)
+          b[l.input.offset + i] = Contribution{r};
+    }
+  }
+  return state;
+}
+
+void check_final_state(Collective c, int world, std::size_t count, int root,
+                       const SymbolicBuffers& state) {
+  Contribution everyone(static_cast<std::size_t>(world));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  for (int r = 0; r < world; ++r) {
+    const Shape shape{r, world, count, root, 1};
+    const auto l = layout(c, shape);
+    const auto& b = state.at(static_cast<std::size_t>(r));
+    auto expect = [&](std::size_t i, const Contribution& want) {
+      if (b.at(i) != want)
+        throw Error(fmt::format("{}: rank {} element {} holds {{{}}}, expected {{{}}}",
+                                collective_name(c), r, i, fmt::join(b.at(i), ","),
+                                fmt::join(want, ",")));
+    };
+    const bool is_root = r == root;
+    switch (c) {
+      case Collective::Broadcast:
+        for (std::size_t i = 0; i < count; ++i) expect(i, Contribution{root});
+        break;
+      case Collective::Reduce:
+        if (is_root)
+          for (std::size_t i = 0; i < count; ++i) expect(i, everyone);
+        break;
+      case Collective::AllReduce:
+        for (std::size_t i = 0; i < count; ++i) expect(i, everyone);
+        break;
+      case Collective::ReduceScatter:
+        for (std::size_t i = 0; i < count; ++i) expect(l.output.offset + i, everyone);
+        break;
+      case Collective::Gather:
+        if (!is_root) break;
+        [[fallthrough]];
+      case Collective::AllGather:
+        for (std::size_t i = 0; i < l.output.count; ++i)
+          expect(l.output.offset + i, Contribution{static_cast<int>(i / count)});
+        break;
+      case Collective::Scatter:
+        for (std::size_t i = 0; i < count; ++i) expect(l.output.offset + i, Contribution{r});
+        break;
+      case Collective::AllToAll:
+        for (std::size_t i = 0; i < l.output.count; ++i)
+          expect(l.output.offset + i, Contribution{static_cast<int>(i / count) * world + r});
+        break;
+      case Collective::Barrier: {
+        Contribution heard = b.at(0);
+        heard.erase(std::unique(heard.begin(), heard.end()), heard.end());
+        if (heard != everyone)
+          throw Error(fmt::format("barrier: rank {} has heard from {{{}}} only", r,
+                                  fmt::join(heard, ",")));
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace collie::collectives
