@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
@@ -75,6 +77,31 @@ std::string first_host_of_nodelist(std::string_view nodelist) {
   }
   return host;
 }
+
+namespace {
+
+// "262144", "256K", "256KiB", "1M", "1MiB"
+std::size_t parse_bytes(const std::string& text, const char* name) {
+  std::size_t used = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  std::size_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024;
+  if (unit == "M" || unit == "MiB") scale = std::size_t{1} << 20;
+  if (used == 0 || scale == 0) {
+    throw Error(fmt::format("collie::init: {}='{}' is not a size (bytes, or with K or M)", name,
+                            text));
+  }
+  return static_cast<std::size_t>(value) * scale;
+}
+
+}  // namespace
 
 JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup& lookup) {
   JobConfig config;
@@ -193,7 +220,57 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   if (auto restarts = lookup("COLLIE_RESTART_COUNT")) {
     config.restart_count = parse_int(*restarts, "COLLIE_RESTART_COUNT");
   }
+  if (options.algorithms) {
+    config.algorithms = parse_algorithm_overrides(*options.algorithms, "InitOptions::algorithms");
+  } else if (auto algo = lookup("COLLIE_ALGO")) {
+    config.algorithms = parse_algorithm_overrides(*algo, "COLLIE_ALGO");
+  }
+  if (options.segment_bytes) {
+    config.segment_bytes = *options.segment_bytes;
+  } else if (auto text = lookup("COLLIE_SEGMENT_BYTES")) {
+    config.segment_bytes = parse_bytes(*text, "COLLIE_SEGMENT_BYTES");
+  }
+  if (config.segment_bytes < 1024 || config.segment_bytes > (std::size_t{1} << 30)) {
+    throw Error(fmt::format("collie::init: a segment of {} bytes: choose 1 KiB to 1 GiB",
+                            config.segment_bytes));
+  }
   return config;
+}
+
+AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source) {
+  AlgorithmOverrides out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    auto end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const auto item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const auto colon = item.find(':');
+    std::vector<std::string_view> all;
+    for (auto c : collectives::kCollectives) all.push_back(collectives::collective_name(c));
+    if (colon == std::string_view::npos) {
+      throw Error(fmt::format("collie::init: {}: '{}' is not COLLECTIVE:ALGORITHM (for example "
+                              "all_reduce:ring,broadcast:tree)",
+                              source, item));
+    }
+    const auto c = collectives::parse_collective(item.substr(0, colon));
+    if (!c) {
+      throw Error(fmt::format("collie::init: {}: no collective '{}'; collectives: {}", source,
+                              item.substr(0, colon), fmt::join(all, ", ")));
+    }
+    const auto name = item.substr(colon + 1);
+    const auto a = collectives::parse_algorithm(name);
+    const auto& available = collectives::algorithms_for(*c);
+    if (!a || (*a != collectives::Algorithm::Auto &&
+               std::find(available.begin(), available.end(), *a) == available.end())) {
+      throw Error(fmt::format("collie::init: {}: {} has no algorithm '{}'; it has: auto, {}",
+                              source, collectives::collective_name(*c), name,
+                              collectives::algorithm_list(*c)));
+    }
+    out.emplace_back(*c, *a);
+  }
+  return out;
 }
 
 JobConfig resolve_job_config(const InitOptions& options) {

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
@@ -6,15 +7,9 @@
 #include <collie/process_group.hpp>
 #include <collie/transport/interfaces.hpp>
 
-namespace collie {
+#include "group.hpp"
 
-struct ProcessGroup::Impl {
-  JobConfig config;
-  std::unique_ptr<JobStore> job;
-  // Declared after the store, so destroyed before it: connections close
-  // before the store (which rank 0 may host) goes away.
-  std::shared_ptr<transport::Mesh> mesh;
-};
+namespace collie {
 
 namespace {
 
@@ -95,55 +90,148 @@ bool Work::is_completed() const {
   return !state_ || state_->test();
 }
 
+// ---- AsyncRunner ----
+
+AsyncRunner::~AsyncRunner() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncRunner::post(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  tasks_.push_back(std::move(task));
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  cv_.notify_one();
+}
+
+void AsyncRunner::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping, and nothing left to run
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();  // catches its own errors
+    lock.lock();
+  }
+}
+
 // ---- ProcessGroup ----
+
+void ProcessGroup::Impl::require_member(std::string_view what) const {
+  if (rank >= 0) return;
+  throw Error(fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
+                          "only the ranks given to new_group may use the group",
+                          world->config.rank, what, name));
+}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 int ProcessGroup::rank() const {
-  return impl_->config.rank;
+  return impl_->rank;
 }
 int ProcessGroup::size() const {
-  return impl_->config.world_size;
+  return static_cast<int>(impl_->members.size());
+}
+const std::string& ProcessGroup::name() const {
+  return impl_->name;
 }
 const JobConfig& ProcessGroup::config() const {
-  return impl_->config;
+  return impl_->world->config;
 }
 store::Store& ProcessGroup::store() const {
-  return impl_->job->store();
+  return impl_->world->job->store();
 }
 transport::Mesh& ProcessGroup::mesh() const {
-  return *impl_->mesh;
+  return impl_->mesh();
 }
 
+namespace {
+
+// The world rank of group rank `peer`; a clear error for one out of range.
+int world_rank(const ProcessGroup::Impl& g, int peer, const char* op) {
+  if (peer < 0 || peer >= static_cast<int>(g.members.size())) {
+    throw Error(fmt::format("rank {}: {} rank {}: {} has ranks 0 to {}", g.rank, op, peer, g.name,
+                            g.members.size() - 1));
+  }
+  return g.members[static_cast<std::size_t>(peer)];
+}
+
+}  // namespace
+
 Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
+  impl_->require_member("isend");
   check_tag(tag, rank(), "isend to", dst);
-  auto request = impl_->mesh->isend(dst, static_cast<std::uint64_t>(tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->mesh, std::move(request)));
+  const int to = world_rank(*impl_, dst, "isend to");
+  auto request = impl_->mesh().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
+  return Work(std::make_unique<PointToPoint>(impl_->world->mesh, std::move(request)));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
+  impl_->require_member("irecv");
   check_tag(tag, rank(), "irecv from", src);
-  auto request = impl_->mesh->irecv(src, static_cast<std::uint64_t>(tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->mesh, std::move(request)));
+  const int from = world_rank(*impl_, src, "irecv from");
+  auto request = impl_->mesh().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
+  return Work(std::make_unique<PointToPoint>(impl_->world->mesh, std::move(request)));
 }
 
 // The blocking forms wait on the request directly: no Work to allocate.
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
+  impl_->require_member("send");
   check_tag(tag, rank(), "send to", dst);
-  auto& mesh = *impl_->mesh;
-  mesh.wait(mesh.isend(dst, static_cast<std::uint64_t>(tag), data, bytes));
+  auto& mesh = impl_->mesh();
+  mesh.wait(mesh.isend(world_rank(*impl_, dst, "send to"), p2p_tag(impl_->slot, tag), data, bytes));
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
+  impl_->require_member("recv");
   check_tag(tag, rank(), "recv from", src);
-  auto& mesh = *impl_->mesh;
-  mesh.wait(mesh.irecv(src, static_cast<std::uint64_t>(tag), data, bytes));
+  auto& mesh = impl_->mesh();
+  mesh.wait(
+      mesh.irecv(world_rank(*impl_, src, "recv from"), p2p_tag(impl_->slot, tag), data, bytes));
+}
+
+ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
+  auto& parent = *impl_;
+  const int n = size();
+  std::vector<bool> seen(static_cast<std::size_t>(n), false);
+  for (int r : ranks) {
+    if (r < 0 || r >= n)
+      throw Error(fmt::format("new_group: rank {} is not in {} (ranks 0 to {})", r, parent.name,
+                              n - 1));
+    if (seen[static_cast<std::size_t>(r)])
+      throw Error(fmt::format("new_group: rank {} is listed twice", r));
+    seen[static_cast<std::size_t>(r)] = true;
+  }
+  if (ranks.empty()) throw Error("new_group: a group needs at least one rank");
+  auto child = std::make_shared<Impl>();
+  child->world = parent.world;
+  child->cost_model = parent.cost_model;
+  const std::uint32_t index = ++parent.children;
+  // The same on every rank that makes the same calls: a mix of the parent's
+  // slot and this child's index (23 bits; 0 is the world's).
+  std::uint64_t h = (static_cast<std::uint64_t>(parent.slot) << 32) ^ index;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  child->slot = static_cast<std::uint32_t>(h % 0x7fffffu) + 1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    child->members.push_back(parent.members[static_cast<std::size_t>(ranks[i])]);
+    if (ranks[i] == parent.rank) child->rank = static_cast<int>(i);
+  }
+  child->name = fmt::format("group {} [{}]", index, fmt::join(child->members, ", "));
+  return ProcessGroup(std::move(child));
 }
 
 // ---- init ----
 
 ProcessGroup init(const InitOptions& options) {
-  auto impl = std::make_shared<ProcessGroup::Impl>();
+  auto impl = std::make_shared<World>();
   impl->config = resolve_job_config(options);
   const auto& config = impl->config;
   impl->job = std::make_unique<JobStore>(config);
@@ -187,7 +275,12 @@ ProcessGroup init(const InitOptions& options) {
   if (config.world_size <= 4096) impl->mesh->prefetch_addresses();
   collie::log().debug("rank {}/{} joined; listening on {}", config.rank, config.world_size,
                       impl->mesh->address());
-  return ProcessGroup(std::move(impl));
+  auto group = std::make_shared<ProcessGroup::Impl>();
+  group->world = std::move(impl);
+  group->name = "world";
+  group->rank = config.rank;
+  for (int r = 0; r < config.world_size; ++r) group->members.push_back(r);
+  return ProcessGroup(std::move(group));
 }
 
 }  // namespace collie

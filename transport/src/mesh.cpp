@@ -248,8 +248,10 @@ struct Mesh::Impl {
                        plural_bytes(r.bytes));
   }
 
-  // Fails a receive that was matched with a message of another length.
-  void fail_size_mismatch(Request& r, std::size_t sent) {
+  // Fails a receive that was matched with a message of another length
+  // (keeping the message's fingerprint: it may say why the sizes differ).
+  void fail_size_mismatch(Request& r, std::size_t sent, std::uint64_t fingerprint) {
+    r.fingerprint = fingerprint;
     fail(r, ErrorKind::Request,
          fmt::format("{} failed: {} sent a message of {} with this tag; the receive expected {} "
                      "(the message was dropped)",
@@ -364,7 +366,7 @@ struct Mesh::Impl {
     p.current_unexpected.reset();
     if (auto r = take_first(p.posted, h.tag)) {
       if (r->bytes != h.length) {
-        fail_size_mismatch(*r, h.length);
+        fail_size_mismatch(*r, h.length, h.fingerprint);
       } else {
         r->fingerprint = h.fingerprint;
         p.current_recv = std::move(r);
@@ -1031,7 +1033,7 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
     auto& self = m.peers[static_cast<std::size_t>(peer)];
     if (auto recv = take_first(self.posted, tag)) {
       if (recv->bytes != bytes) {
-        m.fail_size_mismatch(*recv, bytes);
+        m.fail_size_mismatch(*recv, bytes, fingerprint);
       } else {
         if (bytes > 0) std::memcpy(recv->data, data, bytes);
         recv->moved = bytes;
@@ -1093,7 +1095,7 @@ RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t byte
       m.unexpected_bytes -= u->length;
       const bool in_flight = !u->complete;
       if (u->length != bytes) {
-        m.fail_size_mismatch(*r, u->length);
+        m.fail_size_mismatch(*r, u->length, u->fingerprint);
         if (in_flight) p.current_unexpected.reset();  // the rest is read and dropped
       } else {
         if (u->got > 0) std::memcpy(data, u->data.get(), u->got);
@@ -1123,11 +1125,9 @@ RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t byte
   return r;
 }
 
-void Mesh::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
+bool Mesh::drive_until(const RequestPtr& request, Clock::time_point deadline) {
   auto& m = *impl_;
   auto& r = *request;
-  const auto limit = timeout.value_or(options_.timeout);
-  const auto deadline = Clock::now() + limit;
   auto pending = [&] {
     return r.state.load(std::memory_order_acquire) == static_cast<int>(State::Pending);
   };
@@ -1158,6 +1158,37 @@ void Mesh::wait(const RequestPtr& request, std::optional<std::chrono::millisecon
         m.done_cv.wait_for(lock, 1ms);
       }
     }
+  }
+  return !pending();
+}
+
+bool Mesh::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {
+  if (!drive_until(request, Clock::now() + timeout)) return false;
+  wait(request, std::chrono::milliseconds(0));  // done: throws its error, if any
+  return true;
+}
+
+std::vector<std::pair<int, std::uint64_t>> Mesh::queued_fingerprints(std::uint64_t tag) const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<std::pair<int, std::uint64_t>> out;
+  for (const auto& p : impl_->peers) {
+    auto it = p.unexpected.find(tag);
+    if (it == p.unexpected.end()) continue;
+    for (const auto& u : it->second) out.emplace_back(p.rank, u->fingerprint);
+  }
+  return out;
+}
+
+void Mesh::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
+  auto& m = *impl_;
+  auto& r = *request;
+  const auto limit = timeout.value_or(options_.timeout);
+  const auto deadline = Clock::now() + limit;
+  auto pending = [&] {
+    return r.state.load(std::memory_order_acquire) == static_cast<int>(State::Pending);
+  };
+  if (pending()) {
+    drive_until(request, deadline);
     if (pending()) {
       std::lock_guard lock(m.mu);
       if (pending()) {

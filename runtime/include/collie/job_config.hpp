@@ -17,6 +17,9 @@
 //   file:///PATH        a file-based store on a shared file system; rank and
 //                       world size as above.
 // Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_SOCKET_IFNAME,
+// COLLIE_ALGO (algorithms forced per collective: "all_reduce:ring,
+// broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
+// a number of bytes, or with a K or M suffix; the same on every rank),
 // COLLIE_STORE_TOKEN, COLLIE_STORE_HOSTED (set by `collie launch`: the
 // launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
 #pragma once
@@ -27,8 +30,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
-#include <collie/address.hpp>  // HostPort, split_host_port: tcp:// addresses
+#include <collie/address.hpp>
+#include <collie/collectives/algorithms.hpp>  // HostPort, split_host_port: tcp:// addresses
 
 namespace collie {
 
@@ -39,7 +45,16 @@ struct InitOptions {
   std::optional<std::chrono::milliseconds> timeout;  // overrides COLLIE_TIMEOUT
   std::optional<std::string> socket_ifname;          // overrides COLLIE_SOCKET_IFNAME
   std::optional<std::string> token;                  // overrides COLLIE_STORE_TOKEN
+  std::optional<std::string> algorithms;             // overrides COLLIE_ALGO
+  std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
 };
+
+// The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
+using AlgorithmOverrides =
+    std::vector<std::pair<collectives::Collective, collectives::Algorithm>>;
+// Parses COLLIE_ALGO's format; throws collie::Error naming the bad part and
+// listing what exists. `source` names where the text came from.
+AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source);
 
 struct JobConfig {
   enum class Method { Env, Tcp, File };
@@ -56,6 +71,8 @@ struct JobConfig {
   std::string socket_ifname;  // as given; empty: the interface that routes to the master
   std::string token;
   std::string rank_source;  // which variables the rank came from, for messages
+  AlgorithmOverrides algorithms;                     // COLLIE_ALGO
+  std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

@@ -29,6 +29,35 @@
 //   operation, the peer and the bytes still outstanding.
 // A ProcessGroup is a cheap handle (copies share one group) and is
 // thread-safe: several threads may send, receive and wait at once.
+//
+// Collective semantics (every method below):
+// - Every rank of the group calls the same collectives in the same order,
+//   with the same dtype, count, op and root (and algorithm, if one is
+//   forced). collie checks this on every message it moves (a fingerprint of
+//   the call rides in each header): a rank that receives a message from a
+//   different call throws MismatchError naming both calls and both ranks,
+//   e.g. "rank 2 called all_reduce(float32, 1024, sum) but rank 3 called
+//   broadcast(float32, 1024, root=0)", instead of hanging or mixing data.
+// - Blocking forms return when this rank's part is done: its output holds
+//   the result and its input may be reused. `*_async` forms return a Work at
+//   once; the buffers belong to collie until it completes. Async collectives
+//   run in call order on one thread per group; several may be in flight on
+//   one group and on different groups (each call has its own tag).
+// - Counts: `count` is per rank, as in torch.distributed. Inputs and
+//   outputs must not overlap unless a method says in-place.
+// - Reductions (ReduceOp, reduce.hpp): sum, prod, min, max, avg on every
+//   dtype; band, bor, bxor on integers. Every rank ends with bit-identical
+//   results (each element is combined in the same order everywhere).
+// - Algorithms: Auto (the default) picks the fastest by the alpha-beta cost
+//   model of collectives/cost.hpp for this size and world; a call's
+//   options, or COLLIE_ALGO (e.g. "all_reduce:ring,broadcast:tree"), force
+//   one. Large buffers move in segments (COLLIE_SEGMENT_BYTES, default
+//   256 KiB) so that reducing one segment overlaps receiving the next.
+// - Errors: a dead peer fails the collective with ConnectionError naming
+//   it; past the timeout (the group's, or the call's) a TimeoutError names
+//   the collective, the peer and the bytes outstanding. After a collective
+//   fails on a connection or a mismatch, the group is broken: later
+//   collectives on it throw at once, repeating the first error.
 #pragma once
 
 #include <chrono>
@@ -36,10 +65,14 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <vector>
 
+#include <collie/collectives/algorithms.hpp>
 #include <collie/dtype.hpp>
 #include <collie/job_config.hpp>
+#include <collie/reduce.hpp>
 #include <collie/store/store.hpp>
 #include <collie/transport/mesh.hpp>
 
@@ -80,13 +113,25 @@ class Work {
   bool waited_ = false;
 };
 
+using collectives::Algorithm;
+using collectives::Collective;
+
+struct CollectiveOptions {
+  Algorithm algorithm = Algorithm::Auto;
+  std::optional<std::chrono::milliseconds> timeout;  // default: the group's (COLLIE_TIMEOUT)
+};
+
 class ProcessGroup {
  public:
   struct Impl;
   explicit ProcessGroup(std::shared_ptr<Impl> impl);
 
+  // This process's rank in the group (-1 if it is not a member), and the
+  // number of ranks.
   int rank() const;
   int size() const;
+  // "world", or "group 1 [0, 2, 3]" (for messages).
+  const std::string& name() const;
 
   // Raw buffers: `bytes` bytes at `data`.
   void send(const void* data, std::size_t bytes, int dst, int tag = 0);
@@ -115,6 +160,155 @@ class ProcessGroup {
     return irecv(static_cast<void*>(data.data()), data.size_bytes(), src, tag);
   }
 
+  // ---- collectives ----
+  // (T: one of collie's dtypes, dtype.hpp. `In` may be const T.)
+
+  // Every rank's `buffer` ends equal to the root's.
+  template <class T>
+  void broadcast(std::span<T> buffer, int root, const CollectiveOptions& o = {}) {
+    run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, false);
+  }
+  template <class T>
+  Work broadcast_async(std::span<T> buffer, int root, const CollectiveOptions& o = {}) {
+    return run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, true);
+  }
+
+  // In place: every rank's `buffer` ends with op over all ranks' buffers.
+  template <class T>
+  void all_reduce(std::span<T> buffer, ReduceOp op = ReduceOp::Sum,
+                  const CollectiveOptions& o = {}) {
+    run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, false);
+  }
+  template <class T>
+  Work all_reduce_async(std::span<T> buffer, ReduceOp op = ReduceOp::Sum,
+                        const CollectiveOptions& o = {}) {
+    return run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, true);
+  }
+  // Out of place: `input` is left as it was; output.size() == input.size().
+  template <class In, class T>
+  void all_reduce(std::span<In> input, std::span<T> output, ReduceOp op = ReduceOp::Sum,
+                  const CollectiveOptions& o = {}) {
+    check_equal(Collective::AllReduce, input.size(), output.size());
+    run(Collective::AllReduce, input, output, input.size(), op, 0, o, false);
+  }
+
+  // In place: the root's `buffer` ends with op over all ranks' buffers;
+  // other ranks' buffers are left as they were.
+  template <class T>
+  void reduce(std::span<T> buffer, int root, ReduceOp op = ReduceOp::Sum,
+              const CollectiveOptions& o = {}) {
+    run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, false);
+  }
+  template <class T>
+  Work reduce_async(std::span<T> buffer, int root, ReduceOp op = ReduceOp::Sum,
+                    const CollectiveOptions& o = {}) {
+    return run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, true);
+  }
+  // Out of place: `output` (input.size() elements) is written on the root
+  // only; elsewhere it is ignored and may be empty.
+  template <class In, class T>
+  void reduce(std::span<In> input, std::span<T> output, int root, ReduceOp op = ReduceOp::Sum,
+              const CollectiveOptions& o = {}) {
+    if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
+    run(Collective::Reduce, input, output, input.size(), op, root, o, false);
+  }
+
+  // Every rank's `output` (size() * input.size() elements) ends with every
+  // rank's input, in rank order.
+  template <class In, class T>
+  void all_gather(std::span<In> input, std::span<T> output, const CollectiveOptions& o = {}) {
+    check_blocks(Collective::AllGather, output.size(), input.size());
+    run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, false);
+  }
+  template <class In, class T>
+  Work all_gather_async(std::span<In> input, std::span<T> output,
+                        const CollectiveOptions& o = {}) {
+    check_blocks(Collective::AllGather, output.size(), input.size());
+    return run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, true);
+  }
+
+  // The root's `output` (size() * input.size() elements) ends with every
+  // rank's input, in rank order; elsewhere `output` is ignored (may be empty).
+  template <class In, class T>
+  void gather(std::span<In> input, std::span<T> output, int root,
+              const CollectiveOptions& o = {}) {
+    if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
+    run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, false);
+  }
+  template <class In, class T>
+  Work gather_async(std::span<In> input, std::span<T> output, int root,
+                    const CollectiveOptions& o = {}) {
+    if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
+    return run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, true);
+  }
+
+  // Rank i's `output` ends with block i of the root's `input` (size() *
+  // output.size() elements); elsewhere `input` is ignored (may be empty).
+  template <class In, class T>
+  void scatter(std::span<In> input, std::span<T> output, int root,
+               const CollectiveOptions& o = {}) {
+    if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
+    run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, false);
+  }
+  template <class In, class T>
+  Work scatter_async(std::span<In> input, std::span<T> output, int root,
+                     const CollectiveOptions& o = {}) {
+    if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
+    return run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, true);
+  }
+
+  // Rank i's `output` ends with op over block i of every rank's `input`
+  // (size() * output.size() elements).
+  template <class In, class T>
+  void reduce_scatter(std::span<In> input, std::span<T> output, ReduceOp op = ReduceOp::Sum,
+                      const CollectiveOptions& o = {}) {
+    check_blocks(Collective::ReduceScatter, input.size(), output.size());
+    run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, false);
+  }
+  template <class In, class T>
+  Work reduce_scatter_async(std::span<In> input, std::span<T> output,
+                            ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
+    check_blocks(Collective::ReduceScatter, input.size(), output.size());
+    return run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, true);
+  }
+
+  // Block j of rank i's `input` becomes block i of rank j's `output`; both
+  // hold size() blocks of equal length.
+  template <class In, class T>
+  void all_to_all(std::span<In> input, std::span<T> output, const CollectiveOptions& o = {}) {
+    const auto block = check_all_to_all(input.size(), output.size());
+    run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, false);
+  }
+  template <class In, class T>
+  Work all_to_all_async(std::span<In> input, std::span<T> output,
+                        const CollectiveOptions& o = {}) {
+    const auto block = check_all_to_all(input.size(), output.size());
+    return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, true);
+  }
+
+  // Returns once every rank of the group has entered the barrier.
+  void barrier(const CollectiveOptions& o = {});
+  Work barrier_async(const CollectiveOptions& o = {});
+
+  // The untyped form of every collective above: `count` per rank as the
+  // collective counts it (see collectives/algorithms.hpp for the layouts).
+  Work run_collective(Collective c, DataType dtype, const void* input, void* output,
+                      std::size_t count, ReduceOp op, int root, const CollectiveOptions& o,
+                      bool async);
+
+  // The algorithm Auto (or COLLIE_ALGO) picks for this call.
+  Algorithm choose_algorithm(Collective c, DataType dtype, std::size_t count, int root = 0) const;
+
+  // ---- sub-groups ----
+  // A group of some of this group's ranks (given in this group's numbering,
+  // sorted or not: the new group numbers them in the order given). Every
+  // rank of this group must call new_group, with the same ranks, in the same
+  // order as its other new_group calls; a rank not in `ranks` gets a group it
+  // is not a member of (rank() == -1; any use throws an Error saying so).
+  // A sub-group has its own tags and sequence: its collectives never match
+  // another group's messages.
+  ProcessGroup new_group(const std::vector<int>& ranks);
+
   // The job this group belongs to, and its store (namespace of this run).
   const JobConfig& config() const;
   store::Store& store() const;
@@ -122,6 +316,20 @@ class ProcessGroup {
   transport::Mesh& mesh() const;
 
  private:
+  template <class In, class Out>
+  Work run(Collective c, std::span<In> input, std::span<Out> output, std::size_t count,
+           ReduceOp op, int root, const CollectiveOptions& o, bool async) {
+    using T = std::remove_const_t<Out>;
+    static_assert(std::is_same_v<std::remove_const_t<In>, T>,
+                  "input and output must have the same element type");
+    static_assert(!std::is_const_v<Out>, "the output must be writable");
+    return run_collective(c, dtype_of<T>, input.data(), output.data(), count, op, root, o,
+                          async);
+  }
+  void check_equal(Collective c, std::size_t input, std::size_t output) const;
+  void check_blocks(Collective c, std::size_t blocks, std::size_t block) const;
+  std::size_t check_all_to_all(std::size_t input, std::size_t output) const;
+
   std::shared_ptr<Impl> impl_;
 };
 

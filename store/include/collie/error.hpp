@@ -51,4 +51,12 @@ class RequestError : public Error {
   using Error::Error;
 };
 
+// Ranks called different collectives, or the same one with different
+// arguments (dtype, count, root, op, algorithm), at the same point of a
+// group's sequence. The message names both calls and both ranks.
+class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace collie

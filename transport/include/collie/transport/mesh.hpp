@@ -62,6 +62,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <collie/store/store.hpp>
 
@@ -119,10 +121,21 @@ class Mesh {
   void wait(const RequestPtr& request,
             std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
+  // Waits up to `timeout` for `request`: true once it is done (throwing its
+  // error if it failed), false if it is still pending (it stays posted,
+  // unlike a timeout of wait()).
+  bool wait_some(const RequestPtr& request, std::chrono::milliseconds timeout);
+
+  // (peer, fingerprint) of each message with `tag` that arrived before any
+  // receive asked for it and still waits for one. For diagnosing a wait that
+  // takes long: a message under the right tag from an unexpected peer.
+  std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(std::uint64_t tag) const;
+
   // True if the request has finished, successfully or not (never blocks).
   bool test(const RequestPtr& request) const;
 
-  // The fingerprint the sender attached to a finished receive.
+  // The fingerprint the sender attached to a finished receive (also when it
+  // failed for a size mismatch).
   std::uint64_t fingerprint(const RequestPtr& request) const;
 
   // Bytes of payload moved so far.
@@ -143,6 +156,9 @@ class Mesh {
   static std::uint64_t random_group_id();
 
  private:
+  // Drives the sockets until `request` finishes or `deadline` passes.
+  bool drive_until(const RequestPtr& request, std::chrono::steady_clock::time_point deadline);
+
   struct Impl;
   MeshOptions options_;
   std::unique_ptr<Impl> impl_;

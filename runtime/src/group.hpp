@@ -1,0 +1,81 @@
+// What a ProcessGroup handle points to (private to the runtime).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collie/collectives/cost.hpp>
+#include <collie/job_store.hpp>
+#include <collie/process_group.hpp>
+
+namespace collie {
+
+// The job: shared by the world group and every sub-group made from it.
+struct World {
+  JobConfig config;
+  std::unique_ptr<JobStore> job;
+  // Declared after the store, so destroyed before it: connections close
+  // before the store (which rank 0 may host) goes away.
+  std::shared_ptr<transport::Mesh> mesh;
+};
+
+// Runs a group's async collectives, one at a time, in call order.
+class AsyncRunner {
+ public:
+  AsyncRunner() = default;
+  ~AsyncRunner();  // finishes what was queued, then joins
+  AsyncRunner(const AsyncRunner&) = delete;
+  AsyncRunner& operator=(const AsyncRunner&) = delete;
+  void post(std::function<void()> task);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first post
+};
+
+struct ProcessGroup::Impl {
+  std::shared_ptr<World> world;
+  std::string name;          // "world", "group 1 [0, 2]"
+  std::vector<int> members;  // group rank -> world rank
+  int rank = -1;             // this process's group rank; -1: not a member
+  std::uint32_t slot = 0;    // tag space: 0 for the world
+  std::atomic<std::uint64_t> sequence{0};
+  std::atomic<std::uint32_t> children{0};
+  collectives::CostModel cost_model;
+  // Auto's choices, by (collective, dtype size, log2 bytes, root).
+  mutable std::mutex choice_mu;
+  mutable std::map<std::uint64_t, Algorithm> choices;
+  // Set once a collective failed in a way that leaves messages in flight.
+  std::mutex broken_mu;
+  std::string broken;
+  AsyncRunner runner;  // last: stopped (and joined) first
+
+  transport::Mesh& mesh() const { return *world->mesh; }
+  void require_member(std::string_view what) const;
+};
+
+// The tag of a group's n-th collective: top bit set (point-to-point tags
+// never have it), then the group's slot, then the sequence number.
+inline std::uint64_t collective_tag(std::uint32_t slot, std::uint64_t sequence) {
+  return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(slot & 0x7fffffu) << 40) |
+         (sequence & ((std::uint64_t{1} << 40) - 1));
+}
+
+// Point-to-point tags of a sub-group live above the world's 2^31.
+inline std::uint64_t p2p_tag(std::uint32_t slot, int tag) {
+  return (static_cast<std::uint64_t>(slot) << 31) | static_cast<std::uint64_t>(tag);
+}
+
+}  // namespace collie

@@ -1,0 +1,272 @@
+// Collectives with the ranks as threads of this process (file:// store):
+// every collective and algorithm on small worlds, checked element by element
+// by support/collective_check; sub-groups, concurrent async collectives,
+// mismatches and argument errors. (The full dtype x op matrix runs across
+// processes, in collective_launch_test.cpp.)
+#include <future>
+#include <numeric>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/process_group.hpp>
+
+#include "support/collective_check.hpp"
+#include "support/scratch_dir.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+collie::InitOptions options(const collie::test::ScratchDir& dir, int rank, int world) {
+  collie::InitOptions o;
+  o.init_method = "file://" + (dir.path() / "store").string();
+  o.rank = rank;
+  o.world_size = world;
+  o.timeout = 60s;
+  o.segment_bytes = 1024;  // several segments per message at modest counts
+  return o;
+}
+
+void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body,
+               std::chrono::milliseconds timeout = 60s) {
+  collie::test::ScratchDir dir;
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      auto o = options(dir, r, world);
+      o.timeout = timeout;
+      auto pg = collie::init(o);
+      body(pg);
+    }));
+  }
+  for (auto& f : ranks) f.get();
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+void run_cases(collie::ProcessGroup& pg, const std::vector<collie::test::CollectiveCase>& cases) {
+  for (const auto& c : cases) {
+    std::string first;
+    std::size_t wrong = 0;
+    try {
+      wrong = collie::test::run_and_check(pg, c, first);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(collie::test::describe(c) + ": " + e.what());
+    }
+    expect(wrong == 0, fmt::format("{}: {} wrong; first: {}", collie::test::describe(c), wrong, first));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every collective and algorithm, worlds 1 to 5, in one process", "[collective]") {
+  for (int world = 1; world <= 5; ++world) {
+    INFO("world " << world);
+    const auto cases = collie::test::matrix(world, false);
+    REQUIRE(cases.size() > 100);
+    run_ranks(world, [&](collie::ProcessGroup& pg) { run_cases(pg, cases); });
+  }
+}
+
+TEST_CASE("sub-groups: own numbering, own tags, and a clear error outside", "[collective]") {
+  run_ranks(5, [](collie::ProcessGroup& world) {
+    // Odd and even ranks, the odd ones in reverse order.
+    auto evens = world.new_group({0, 2, 4});
+    auto odds = world.new_group({3, 1});
+    auto& mine = world.rank() % 2 == 0 ? evens : odds;
+    auto& other = world.rank() % 2 == 0 ? odds : evens;
+    expect(mine.size() == (world.rank() % 2 == 0 ? 3 : 2), "size");
+    const int expected_rank = world.rank() % 2 == 0 ? world.rank() / 2 : (world.rank() == 3 ? 0 : 1);
+    expect(mine.rank() == expected_rank, "rank in group");
+    expect(other.rank() == -1, "not a member");
+    std::vector<std::int64_t> v(10, world.rank());
+    // Both groups and the world at once, async: tags keep them apart.
+    std::vector<std::int64_t> w(10, 1);
+    auto a = mine.all_reduce_async(std::span(v));
+    auto b = world.all_reduce_async(std::span(w));
+    a.wait();
+    b.wait();
+    const std::int64_t sum = world.rank() % 2 == 0 ? 0 + 2 + 4 : 1 + 3;
+    for (auto x : v) expect(x == sum, "group sum");
+    for (auto x : w) expect(x == 5, "world sum");
+    // Point to point inside the group, in its numbering.
+    if (&mine == &odds) {
+      std::vector<int> msg(3, world.rank());
+      if (mine.rank() == 0) mine.send(std::span(msg), 1, 7);
+      else {
+        mine.recv(std::span(msg), 0, 7);
+        expect(msg[0] == 3, "group rank 0 is world rank 3");
+      }
+    }
+    try {
+      other.barrier();
+      expect(false, "a non-member used the group");
+    } catch (const collie::Error& e) {
+      expect(std::string(e.what()).find("which it is not a member of") != std::string::npos,
+             e.what());
+    }
+    // A group of one, and a nested group.
+    auto alone = world.new_group({world.rank()});
+    (void)alone;  // every rank makes the same number of calls: each its own
+    auto nested = mine.new_group({0});
+    if (mine.rank() == 0) {
+      std::vector<float> f(4, 2.5f);
+      nested.all_reduce(std::span(f), collie::ReduceOp::Max);
+      expect(f[3] == 2.5f, "group of one");
+    }
+  });
+}
+
+TEST_CASE("many async collectives in flight complete in order and correctly", "[collective]") {
+  run_ranks(4, [](collie::ProcessGroup& pg) {
+    std::vector<std::vector<float>> bufs(12, std::vector<float>(3000));
+    std::vector<std::vector<float>> gathered(12, std::vector<float>(4 * 3000));
+    std::vector<collie::Work> works;
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      std::fill(bufs[i].begin(), bufs[i].end(), static_cast<float>(pg.rank() + i));
+      if (i % 3 == 2)
+        works.push_back(pg.all_gather_async(std::span<const float>(bufs[i]), std::span(gathered[i])));
+      else
+        works.push_back(pg.all_reduce_async(std::span(bufs[i])));
+    }
+    // A blocking collective in between: it has its own sequence number.
+    pg.barrier();
+    for (auto& w : works) w.wait();
+    for (std::size_t i = 0; i < bufs.size(); ++i) {
+      if (i % 3 == 2) {
+        for (std::size_t j = 0; j < gathered[i].size(); ++j)
+          expect(gathered[i][j] == static_cast<float>(j / 3000 + i), "gathered");
+      } else {
+        for (auto x : bufs[i]) expect(x == static_cast<float>(6 + 4 * i), "reduced");
+      }
+    }
+  });
+}
+
+TEST_CASE("mismatched collectives raise MismatchError naming both calls", "[collective]") {
+  std::vector<std::string> messages(2);
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
+    std::vector<float> v(1024, 1.0f);
+    try {
+      if (pg.rank() == 0)
+        pg.all_reduce(std::span(v));
+      else
+        pg.broadcast(std::span(v), 0);
+      throw std::runtime_error("no mismatch seen");
+    } catch (const collie::MismatchError& e) {
+      messages[static_cast<std::size_t>(pg.rank())] = e.what();
+    }
+    // The group is unusable afterwards, and says why.
+    try {
+      pg.barrier();
+      throw std::runtime_error("a broken group ran a barrier");
+    } catch (const collie::Error& e) {
+      expect(std::string(e.what()).find("unusable since an earlier collective failed") !=
+                 std::string::npos,
+             e.what());
+    }
+  }, 20s);
+  CHECK_THAT(messages[1], Catch::Contains("rank 0 called all_reduce(float32, 1024, sum) but rank 1 "
+                                          "called broadcast(float32, 1024, root=0)"));
+  CHECK_THAT(messages[0], Catch::Contains("rank 1 called broadcast(float32, 1024, root=0) but "
+                                          "rank 0 called all_reduce(float32, 1024, sum)"));
+}
+
+TEST_CASE("mismatched counts, dtypes, roots and forced algorithms are caught", "[collective]") {
+  struct Variant {
+    const char* what;
+    std::function<void(collie::ProcessGroup&)> call;
+    const char* expected;
+  };
+  const std::vector<Variant> variants = {
+      {"count",
+       [](collie::ProcessGroup& pg) {
+         std::vector<std::int32_t> v(pg.rank() == 0 ? 100 : 101);
+         pg.all_reduce(std::span(v));
+       },
+       "all_reduce(int32, 101, sum) but rank"},
+      {"dtype",
+       [](collie::ProcessGroup& pg) {
+         if (pg.rank() == 0) {
+           std::vector<float> v(64);
+           pg.all_reduce(std::span(v));
+         } else {
+           std::vector<std::int32_t> v(64);
+           pg.all_reduce(std::span(v));
+         }
+       },
+       "all_reduce(int32, 64, sum)"},
+      {"root",
+       [](collie::ProcessGroup& pg) {
+         std::vector<double> v(64);
+         pg.broadcast(std::span(v), pg.rank() == 2 ? 1 : 0);
+       },
+       "root=1"},
+      {"algorithm",
+       [](collie::ProcessGroup& pg) {
+         std::vector<double> v(300);
+         collie::CollectiveOptions o;
+         o.algorithm = pg.rank() == 0 ? collie::Algorithm::Ring : collie::Algorithm::Tree;
+         pg.all_reduce(std::span(v), collie::ReduceOp::Sum, o);
+       },
+       "with ring"},
+  };
+  for (const auto& v : variants) {
+    INFO(v.what);
+    std::atomic<int> caught{0};
+    std::vector<std::string> messages(3), others(3);
+    run_ranks(3, [&](collie::ProcessGroup& pg) {
+      try {
+        v.call(pg);
+      } catch (const collie::MismatchError& e) {
+        messages[static_cast<std::size_t>(pg.rank())] = e.what();
+        ++caught;
+      } catch (const collie::Error& e) {
+        // Ranks not next to the mismatch may fail otherwise (timeout).
+        others[static_cast<std::size_t>(pg.rank())] = e.what();
+      }
+    }, 5s);
+    INFO(others[0] << "\n" << others[1] << "\n" << others[2]);
+    CHECK(caught >= 1);
+    CHECK_THAT(messages[0] + messages[1] + messages[2], Catch::Contains(v.expected));
+  }
+}
+
+TEST_CASE("collective argument errors say what is wrong, before any message moves",
+          "[collective]") {
+  run_ranks(2, [](collie::ProcessGroup& pg) {
+    auto message = [&](const std::function<void()>& f) -> std::string {
+      try {
+        f();
+      } catch (const collie::Error& e) {
+        return e.what();
+      }
+      return "no error";
+    };
+    std::vector<float> a(10), b(7), c(20);
+    auto has = [](const std::string& s, const char* part) {
+      expect(s.find(part) != std::string::npos, s + " lacks: " + part);
+    };
+    has(message([&] { pg.all_reduce(std::span<const float>(a), std::span(b)); }),
+        "the output has 7 elements, the input 10");
+    has(message([&] { pg.all_gather(std::span<const float>(a), std::span(b)); }),
+        "a buffer of 7 elements for 2 ranks of 10: it must hold 2 x 10 = 20");
+    has(message([&] { pg.broadcast(std::span(a), 2); }), "root 2 is not a rank of world (ranks 0 to 1)");
+    has(message([&] { pg.all_reduce(std::span(a), collie::ReduceOp::BitwiseAnd); }),
+        "reduce op band is not defined on float32");
+    collie::CollectiveOptions o;
+    o.algorithm = collie::Algorithm::Pairwise;
+    has(message([&] { pg.all_reduce(std::span(a), collie::ReduceOp::Sum, o); }),
+        "all_reduce has no algorithm 'pairwise'; it has: ring, halving_doubling, "
+        "recursive_doubling, tree");
+    has(message([&] { pg.all_to_all(std::span<const float>(b), std::span(b)); }),
+        "both must hold 2 equal blocks");
+    // Nothing moved: the group still works.
+    pg.all_reduce(std::span(c));
+  });
+}

@@ -1,0 +1,163 @@
+// The reduce kernels against element-by-element references written here:
+// every dtype and op, lengths that leave vector tails, wrap-around, NaN,
+// float16/bfloat16 rounding, and the averages' two halves.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/reduce.hpp>
+
+using collie::DataType;
+using collie::ReduceOp;
+
+namespace {
+
+constexpr ReduceOp kOps[] = {ReduceOp::Sum,        ReduceOp::Product,   ReduceOp::Min,
+                             ReduceOp::Max,        ReduceOp::Avg,       ReduceOp::BitwiseAnd,
+                             ReduceOp::BitwiseOr,  ReduceOp::BitwiseXor};
+
+// Integer reference in 64 bits, narrowed modulo 2^bits.
+template <class T>
+T int_ref(ReduceOp op, T a, T b) {
+  const auto x = static_cast<std::int64_t>(a), y = static_cast<std::int64_t>(b);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return static_cast<T>(static_cast<std::uint64_t>(x) + static_cast<std::uint64_t>(y));
+    case ReduceOp::Product:
+      return static_cast<T>(static_cast<std::uint64_t>(x) * static_cast<std::uint64_t>(y));
+    case ReduceOp::Min:
+      return static_cast<T>(std::min(x, y));
+    case ReduceOp::Max:
+      return static_cast<T>(std::max(x, y));
+    case ReduceOp::BitwiseAnd:
+      return static_cast<T>(x & y);
+    case ReduceOp::BitwiseOr:
+      return static_cast<T>(x | y);
+    case ReduceOp::BitwiseXor:
+      return static_cast<T>(x ^ y);
+  }
+  return 0;
+}
+
+double float_ref(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return a + b;
+    case ReduceOp::Product:
+      return a * b;
+    case ReduceOp::Min:
+      return std::isnan(a) || std::isnan(b) ? std::nan("") : std::min(a, b);
+    default:
+      return std::isnan(a) || std::isnan(b) ? std::nan("") : std::max(a, b);
+  }
+}
+
+template <class T>
+void check_ints(DataType type) {
+  const std::size_t n = 1031;  // not a multiple of any vector width
+  std::vector<T> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<T>(i * 2654435761u + 12345);  // every bit pattern, wrapping
+    b[i] = static_cast<T>(i * 40503u + 977);
+  }
+  for (auto op : kOps) {
+    INFO(collie::dtype_name(type) << " " << collie::reduce_op_name(op));
+    auto acc = a;
+    collie::reduce(type, op, acc.data(), b.data(), n);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(acc[i] == int_ref(op, a[i], b[i]));
+  }
+}
+
+template <class T>
+void check_floats(DataType type) {
+  const std::size_t n = 1031;
+  std::vector<T> a(n), b(n);
+  auto make = [](double v) {
+    if constexpr (std::is_floating_point_v<T>)
+      return static_cast<T>(v);
+    else
+      return T(static_cast<float>(v));
+  };
+  auto value = [](T v) {
+    if constexpr (std::is_floating_point_v<T>)
+      return static_cast<double>(v);
+    else
+      return static_cast<double>(static_cast<float>(v));
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = make(std::sin(static_cast<double>(i)) * 1000);
+    b[i] = make(std::cos(static_cast<double>(i) * 0.7) * 300);
+  }
+  a[5] = make(std::nan(""));  // NaN on either side wins min and max
+  b[9] = make(std::nan(""));
+  a[11] = make(std::numeric_limits<double>::infinity());
+  for (auto op : kOps) {
+    INFO(collie::dtype_name(type) << " " << collie::reduce_op_name(op));
+    auto acc = a;
+    if (!collie::supports(type, op)) {
+      CHECK_THROWS_WITH(collie::reduce(type, op, acc.data(), b.data(), n),
+                        Catch::Contains("not defined on " + std::string(collie::dtype_name(type))));
+      continue;
+    }
+    collie::reduce(type, op, acc.data(), b.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // The exact result, rounded once to the dtype (through float for the
+      // 16-bit types: exact, since float holds their sums and products of two).
+      const double want_wide = float_ref(op, value(a[i]), value(b[i]));
+      const double want = value(make(static_cast<double>(static_cast<float>(want_wide))));
+      const double got = value(acc[i]);
+      if (std::isnan(want)) {
+        REQUIRE(std::isnan(got));
+      } else if constexpr (std::is_same_v<T, double>) {
+        REQUIRE(got == want_wide);
+      } else {
+        REQUIRE(got == want);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's complement",
+          "[reduce]") {
+  check_ints<std::int8_t>(DataType::Int8);
+  check_ints<std::uint8_t>(DataType::UInt8);
+  check_ints<std::int32_t>(DataType::Int32);
+  check_ints<std::int64_t>(DataType::Int64);
+}
+
+TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating",
+          "[reduce]") {
+  check_floats<float>(DataType::Float32);
+  check_floats<double>(DataType::Float64);
+  check_floats<collie::float16>(DataType::Float16);
+  check_floats<collie::bfloat16>(DataType::BFloat16);
+}
+
+TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
+  collie::reduce(DataType::Float32, ReduceOp::Sum, nullptr, nullptr, 0);
+  for (auto op : kOps) CHECK(collie::parse_reduce_op(collie::reduce_op_name(op)) == op);
+  CHECK(collie::parse_reduce_op("product") == ReduceOp::Product);
+  CHECK_FALSE(collie::parse_reduce_op("mean").has_value());
+  CHECK_THROWS_WITH(collie::check_supported(DataType::BFloat16, ReduceOp::BitwiseXor),
+                    "reduce op bxor is not defined on bfloat16: bitwise ops take integer dtypes "
+                    "(int8, uint8, int32, int64)");
+  // Averages: integers truncate toward zero; float16 divides before the sum.
+  std::vector<std::int32_t> v = {-7, 7, 9, -1};
+  collie::finish_average(DataType::Int32, v.data(), v.size(), 2);
+  CHECK(v == std::vector<std::int32_t>{-3, 3, 4, 0});
+  std::vector<collie::float16> h(3, collie::float16(60000.0f));
+  collie::prescale_average(DataType::Float16, h.data(), h.size(), 4);
+  collie::finish_average(DataType::Float16, h.data(), h.size(), 4);
+  for (auto x : h) CHECK(static_cast<float>(x) == 15000.0f);
+  std::vector<double> d = {3.0, -1.5};
+  collie::prescale_average(DataType::Float64, d.data(), d.size(), 3);
+  collie::finish_average(DataType::Float64, d.data(), d.size(), 3);
+  CHECK(d == std::vector<double>{1.0, -0.5});
+}
