@@ -137,8 +137,16 @@ class Executor {
     try {
       for (const auto& step : schedule.steps) run_step(step);
     } catch (const MismatchError&) {
+      // Everyone should know what this rank called: the rank whose message
+      // did not match, and the others, which may wait for this one.
       abandon();
-      if (mismatched_from_ >= 0) notify({mismatched_from_}, fingerprint_);
+      std::vector<int> peers;
+      if (mismatched_from_ >= 0) peers.push_back(mismatched_from_);
+      const int n = static_cast<int>(g_.members.size());
+      if (n <= 64)
+        for (int p = 0; p < n; ++p)
+          if (p != g_.rank && p != mismatched_from_) peers.push_back(p);
+      notify(peers, fingerprint_);
       throw;
     } catch (const ConnectionError&) {
       abandon();
@@ -225,6 +233,7 @@ class Executor {
     }
     const auto theirs = mesh_.fingerprint(r);
     if (is_failure_notice(theirs)) {
+      check_queued();  // a mismatch seen by another rank explains more
       failed_world_rank_ = static_cast<int>(theirs & 0xffffffffu);
       throw ConnectionError(fmt::format(
           "rank {}: {} failed during this collective, as rank {} reported (its connection to "
@@ -243,21 +252,27 @@ class Executor {
     }
   }
 
+  // Looks at messages under this collective's tag that no receive asked
+  // for: another call's fingerprint is a mismatch (checked first: it is the
+  // cause), a failure notice is news of a dead rank.
   void check_queued() {
-    for (const auto& [world_peer, theirs] : mesh_.queued_fingerprints(tag_)) {
-      if (theirs == fingerprint_) continue;  // for a later step
-      const auto it = std::find(g_.members.begin(), g_.members.end(), world_peer);
-      if (it == g_.members.end()) continue;
-      const int from = static_cast<int>(it - g_.members.begin());
-      if (is_failure_notice(theirs)) {
-        failed_world_rank_ = static_cast<int>(theirs & 0xffffffffu);
-        throw ConnectionError(fmt::format(
-            "rank {}: {} failed during this collective, as rank {} reported (its connection to "
-            "it broke)",
-            g_.rank, mesh_.describe_peer(failed_world_rank_), from));
+    const auto queued = mesh_.queued_fingerprints(tag_);
+    for (bool notices : {false, true}) {
+      for (const auto& [world_peer, theirs] : queued) {
+        if (theirs == fingerprint_ || is_failure_notice(theirs) != notices) continue;
+        const auto it = std::find(g_.members.begin(), g_.members.end(), world_peer);
+        if (it == g_.members.end()) continue;
+        const int from = static_cast<int>(it - g_.members.begin());
+        if (notices) {
+          failed_world_rank_ = static_cast<int>(theirs & 0xffffffffu);
+          throw ConnectionError(fmt::format(
+              "rank {}: {} failed during this collective, as rank {} reported (its connection "
+              "to it broke)",
+              g_.rank, mesh_.describe_peer(failed_world_rank_), from));
+        }
+        mismatched_from_ = from;
+        throw MismatchError(mismatch(from, theirs));
       }
-      mismatched_from_ = from;
-      throw MismatchError(mismatch(from, theirs));
     }
   }
 

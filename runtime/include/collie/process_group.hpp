@@ -164,29 +164,29 @@ class ProcessGroup {
   // (T: one of collie's dtypes, dtype.hpp. `In` may be const T.)
 
   // Every rank's `buffer` ends equal to the root's.
-  template <class T>
-  void broadcast(std::span<T> buffer, int root, const CollectiveOptions& o = {}) {
+  template <class T, std::size_t E>
+  void broadcast(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
     run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, false);
   }
-  template <class T>
-  Work broadcast_async(std::span<T> buffer, int root, const CollectiveOptions& o = {}) {
+  template <class T, std::size_t E>
+  Work broadcast_async(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
     return run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, true);
   }
 
   // In place: every rank's `buffer` ends with op over all ranks' buffers.
-  template <class T>
-  void all_reduce(std::span<T> buffer, ReduceOp op = ReduceOp::Sum,
+  template <class T, std::size_t E>
+  void all_reduce(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
     run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, false);
   }
-  template <class T>
-  Work all_reduce_async(std::span<T> buffer, ReduceOp op = ReduceOp::Sum,
+  template <class T, std::size_t E>
+  Work all_reduce_async(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                         const CollectiveOptions& o = {}) {
     return run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, true);
   }
   // Out of place: `input` is left as it was; output.size() == input.size().
-  template <class In, class T>
-  void all_reduce(std::span<In> input, std::span<T> output, ReduceOp op = ReduceOp::Sum,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void all_reduce(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
     check_equal(Collective::AllReduce, input.size(), output.size());
     run(Collective::AllReduce, input, output, input.size(), op, 0, o, false);
@@ -194,20 +194,20 @@ class ProcessGroup {
 
   // In place: the root's `buffer` ends with op over all ranks' buffers;
   // other ranks' buffers are left as they were.
-  template <class T>
-  void reduce(std::span<T> buffer, int root, ReduceOp op = ReduceOp::Sum,
+  template <class T, std::size_t E>
+  void reduce(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
               const CollectiveOptions& o = {}) {
     run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, false);
   }
-  template <class T>
-  Work reduce_async(std::span<T> buffer, int root, ReduceOp op = ReduceOp::Sum,
+  template <class T, std::size_t E>
+  Work reduce_async(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
                     const CollectiveOptions& o = {}) {
     return run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, true);
   }
   // Out of place: `output` (input.size() elements) is written on the root
   // only; elsewhere it is ignored and may be empty.
-  template <class In, class T>
-  void reduce(std::span<In> input, std::span<T> output, int root, ReduceOp op = ReduceOp::Sum,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void reduce(std::span<In, EI> input, std::span<T, EO> output, int root, ReduceOp op = ReduceOp::Sum,
               const CollectiveOptions& o = {}) {
     if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
     run(Collective::Reduce, input, output, input.size(), op, root, o, false);
@@ -215,13 +215,13 @@ class ProcessGroup {
 
   // Every rank's `output` (size() * input.size() elements) ends with every
   // rank's input, in rank order.
-  template <class In, class T>
-  void all_gather(std::span<In> input, std::span<T> output, const CollectiveOptions& o = {}) {
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void all_gather(std::span<In, EI> input, std::span<T, EO> output, const CollectiveOptions& o = {}) {
     check_blocks(Collective::AllGather, output.size(), input.size());
     run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, false);
   }
-  template <class In, class T>
-  Work all_gather_async(std::span<In> input, std::span<T> output,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work all_gather_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
     check_blocks(Collective::AllGather, output.size(), input.size());
     return run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, true);
@@ -229,14 +229,14 @@ class ProcessGroup {
 
   // The root's `output` (size() * input.size() elements) ends with every
   // rank's input, in rank order; elsewhere `output` is ignored (may be empty).
-  template <class In, class T>
-  void gather(std::span<In> input, std::span<T> output, int root,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void gather(std::span<In, EI> input, std::span<T, EO> output, int root,
               const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
     run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, false);
   }
-  template <class In, class T>
-  Work gather_async(std::span<In> input, std::span<T> output, int root,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work gather_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                     const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
     return run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, true);
@@ -244,14 +244,14 @@ class ProcessGroup {
 
   // Rank i's `output` ends with block i of the root's `input` (size() *
   // output.size() elements); elsewhere `input` is ignored (may be empty).
-  template <class In, class T>
-  void scatter(std::span<In> input, std::span<T> output, int root,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void scatter(std::span<In, EI> input, std::span<T, EO> output, int root,
                const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
     run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, false);
   }
-  template <class In, class T>
-  Work scatter_async(std::span<In> input, std::span<T> output, int root,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work scatter_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                      const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
     return run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, true);
@@ -259,14 +259,14 @@ class ProcessGroup {
 
   // Rank i's `output` ends with op over block i of every rank's `input`
   // (size() * output.size() elements).
-  template <class In, class T>
-  void reduce_scatter(std::span<In> input, std::span<T> output, ReduceOp op = ReduceOp::Sum,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void reduce_scatter(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                       const CollectiveOptions& o = {}) {
     check_blocks(Collective::ReduceScatter, input.size(), output.size());
     run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, false);
   }
-  template <class In, class T>
-  Work reduce_scatter_async(std::span<In> input, std::span<T> output,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work reduce_scatter_async(std::span<In, EI> input, std::span<T, EO> output,
                             ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
     check_blocks(Collective::ReduceScatter, input.size(), output.size());
     return run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, true);
@@ -274,13 +274,13 @@ class ProcessGroup {
 
   // Block j of rank i's `input` becomes block i of rank j's `output`; both
   // hold size() blocks of equal length.
-  template <class In, class T>
-  void all_to_all(std::span<In> input, std::span<T> output, const CollectiveOptions& o = {}) {
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void all_to_all(std::span<In, EI> input, std::span<T, EO> output, const CollectiveOptions& o = {}) {
     const auto block = check_all_to_all(input.size(), output.size());
     run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, false);
   }
-  template <class In, class T>
-  Work all_to_all_async(std::span<In> input, std::span<T> output,
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work all_to_all_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
     const auto block = check_all_to_all(input.size(), output.size());
     return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, true);
@@ -316,8 +316,8 @@ class ProcessGroup {
   transport::Mesh& mesh() const;
 
  private:
-  template <class In, class Out>
-  Work run(Collective c, std::span<In> input, std::span<Out> output, std::size_t count,
+  template <class In, std::size_t EI, class Out, std::size_t EO>
+  Work run(Collective c, std::span<In, EI> input, std::span<Out, EO> output, std::size_t count,
            ReduceOp op, int root, const CollectiveOptions& o, bool async) {
     using T = std::remove_const_t<Out>;
     static_assert(std::is_same_v<std::remove_const_t<In>, T>,

@@ -1,0 +1,108 @@
+// One rank of the multi-process collective tests (collective_launch_test.cpp),
+// started by `collie launch -n N -- collie_collective_worker SCENARIO`:
+//   matrix [full|smoke]  every case of support/collective_check's matrix,
+//                        every element checked; prints "rank R: matrix ok (N
+//                        cases)" or what was wrong.
+//   victim               ranks all-reduce 8 MiB in a loop; rank 2 kills
+//                        itself mid-way. Survivors print "failed after MS ms
+//                        of waiting: MESSAGE" and exit 0.
+//   mismatch             rank 1 calls broadcast where the others call
+//                        all_reduce; ranks that see it print "MismatchError: ...".
+#include <chrono>
+#include <csignal>
+#include <thread>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <collie/collie.hpp>
+
+#include "support/collective_check.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int matrix(collie::ProcessGroup& pg, bool full) {
+  const auto cases = collie::test::matrix(pg.size(), full);
+  for (const auto& c : cases) {
+    std::string first;
+    std::size_t wrong = 0;
+    try {
+      wrong = collie::test::run_and_check(pg, c, first);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s: %s\n", pg.rank(), collie::test::describe(c).c_str(),
+                   e.what());
+      return 1;
+    }
+    if (wrong != 0) {
+      std::fprintf(stderr, "rank %d: %s: %zu wrong; first: %s\n", pg.rank(),
+                   collie::test::describe(c).c_str(), wrong, first.c_str());
+      return 1;
+    }
+  }
+  std::printf("rank %d: matrix ok (%zu cases)\n", pg.rank(), cases.size());
+  return 0;
+}
+
+int victim(collie::ProcessGroup& pg) {
+  std::vector<float> v(std::size_t{2} << 20, 1.0f);
+  for (int i = 0;; ++i) {
+    if (pg.rank() == 2 && i == 3) {
+      // Die in the middle of the next collective: after its first messages.
+      auto w = pg.all_reduce_async(std::span(v));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::printf("rank 2: dying\n");
+      std::fflush(stdout);
+      std::raise(SIGKILL);
+    }
+    const auto start = Clock::now();
+    try {
+      pg.all_reduce(std::span(v));
+    } catch (const collie::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      std::printf("rank %d: failed after %lld ms of waiting: %s\n", pg.rank(),
+                  static_cast<long long>(ms), e.what());
+      std::fflush(stdout);
+      return 0;
+    }
+  }
+}
+
+int mismatch(collie::ProcessGroup& pg) {
+  std::vector<double> v(4096, 1.0);
+  try {
+    if (pg.rank() == 1)
+      pg.broadcast(std::span(v), 0);
+    else
+      pg.all_reduce(std::span(v));
+  } catch (const collie::MismatchError& e) {
+    std::printf("rank %d: MismatchError: %s\n", pg.rank(), e.what());
+  } catch (const collie::Error& e) {
+    std::printf("rank %d: %s\n", pg.rank(), e.what());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch\n");
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    auto pg = collie::init();
+    if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");
+    if (scenario == "victim") return victim(pg);
+    if (scenario == "mismatch") return mismatch(pg);
+    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
