@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/cost.hpp>
 #include <collie/collectives/ring.hpp>
 #include <collie/collectives/schedule.hpp>
 #include <collie/error.hpp>
@@ -260,4 +261,39 @@ TEST_CASE("names: collectives and algorithms parse back, unknown ones are listed
                     "broadcast has no algorithm 'pairwise'; it has: tree, ring");
   CHECK_THROWS_WITH(make_schedule(Collective::Scatter, Algorithm::Tree, Shape{0, 4, 8, 4, 1}),
                     "scatter: root 4 is outside a world of 4 (ranks 0 to 3)");
+}
+
+TEST_CASE("cost model: the ring's textbook time, trees for small buffers, rings for large",
+          "[schedule][cost]") {
+  CostModel m;
+  m.delta = 0;
+  for (int n : {2, 3, 4, 5, 8}) {
+    const std::size_t count = 1200 * static_cast<std::size_t>(n);  // divisible chunks
+    const double N = static_cast<double>(count * 4);
+    const auto ring = estimate(Collective::AllReduce, Algorithm::Ring, Shape{0, n, count, 0, 1},
+                               4, m);
+    const double textbook = 2 * (n - 1) * (m.alpha + N / n * m.beta) + (n - 1) * N / n * m.gamma;
+    CHECK(ring.seconds == Approx(textbook).epsilon(1e-9));
+    CHECK(ring.steps == static_cast<std::size_t>(2 * (n - 1)));
+  }
+  auto best = [&](Collective c, int n, std::size_t count, int pieces) {
+    Algorithm winner = Algorithm::Auto;
+    double t = 1e30;
+    for (auto a : algorithms_for(c)) {
+      const double s = estimate(c, a, Shape{0, n, count, 0, pieces}, 4, CostModel{}).seconds;
+      if (s < t) {
+        t = s;
+        winner = a;
+      }
+    }
+    return winner;
+  };
+  for (int n : {3, 5, 8}) {
+    INFO("world " << n);
+    CHECK(best(Collective::Broadcast, n, 1, 1) == Algorithm::Tree);
+    CHECK(best(Collective::Broadcast, n, 16 << 20, 256) == Algorithm::Ring);
+    CHECK(best(Collective::AllReduce, n, 1, 1) == Algorithm::RecursiveDoubling);
+    const auto large = best(Collective::AllReduce, n, 16 << 20, 1);
+    CHECK((large == Algorithm::Ring || large == Algorithm::HalvingDoubling));
+  }
 }

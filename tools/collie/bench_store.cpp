@@ -305,6 +305,7 @@ void add_bench_command(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmark collie");
   bench->require_subcommand(1);
   add_bench_p2p_command(*bench);
+  add_bench_reduce_command(*bench);
   auto* cmd = bench->add_subcommand(
       "store", "Operations per second of the rendezvous store, and the time to rendezvous");
   auto args = std::make_shared<BenchArgs>();

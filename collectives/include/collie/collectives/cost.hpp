@@ -1,36 +1,42 @@
 // The alpha-beta cost model (Hockney; as used by Thakur, Rabenseifner &
 // Gropp 2005 to choose MPICH's algorithms), applied to the schedules
-// themselves rather than to a formula per algorithm: a step costs
-//   alpha                                  (one round of latency)
-// + beta  * max(bytes sent, bytes received) (the link, full duplex)
-// + gamma * bytes reduced                   (the reduce kernel)
-// and a rank's time is the sum over its steps. A collective's estimate is
-// the slowest rank's time. For the ring this gives the textbook
-// 2 (n - 1) alpha + 2 (n - 1) / n N beta + (n - 1) / n N gamma; for a
-// pipelined chain (pieces + n - 2) (alpha + N / pieces beta); for a binomial
-// tree ceil(log2 n) (alpha + N beta) at the root.
+// themselves rather than to a formula per algorithm. estimate() runs every
+// rank's schedule on a clock: a message sent at time t arrives at
+//   t + alpha + beta * (bytes the sender has put on its link before it, and it)
+// a step starts when the previous one ended and ends when its sends are on
+// the wire and its receives have arrived (the receiving link carries them
+// one after another) and been reduced (gamma per byte), plus delta per
+// message posted. The collective's time is the last rank's finish: a chain's
+// pieces flow down it, a tree's rounds wait for their parents. For the ring
+// this gives the textbook 2 (n - 1) (alpha + N / n beta) + (n - 1) / n N
+// gamma; for a pipelined chain (pieces + n - 2) (alpha + N / pieces beta);
+// for a binomial tree ceil(log2 n) (alpha + N beta).
 #pragma once
 
 #include <collie/collectives/algorithms.hpp>
 
 namespace collie::collectives {
 
+// The defaults are this project's measurements on its 2-core loopback
+// machine (docs/PERFORMANCE.md): alpha and beta from `collie bench p2p`
+// (4.5 us one-way, 3.6 GB/s), gamma from `collie bench reduce` (float32 sum:
+// ~25 GB/s of bytes reduced), delta from the per-message cost of posting.
 struct CostModel {
-  double alpha = 10e-6;      // seconds per step
-  double beta = 1 / 3.0e9;   // seconds per byte on a link
-  double gamma = 1 / 8.0e9;  // seconds per byte reduced
+  double alpha = 5e-6;        // seconds: latency of one message
+  double beta = 1 / 3.5e9;    // seconds per byte on a link
+  double gamma = 1 / 25.0e9;  // seconds per byte reduced
+  double delta = 1e-6;        // seconds of overhead per message posted
 };
 
 struct Cost {
-  double seconds = 0;        // the model's time for the slowest rank
+  double seconds = 0;        // the model's time: when the last rank finishes
   std::size_t steps = 0;     // the most steps any rank takes
   std::size_t messages = 0;  // the most messages any rank sends
   std::size_t bytes = 0;     // the most bytes any rank sends
 };
 
-// One rank's schedule.
-Cost estimate(const Schedule& schedule, std::size_t element_bytes, const CostModel& model);
-// Every rank of the collective (max over ranks, each field on its own).
+// Every rank of the collective, on the model's clock. Throws collie::Error
+// as simulate() does on a schedule that cannot run.
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
               const CostModel& model);
 
