@@ -1,19 +1,23 @@
 // collie: collective communication over plain TCP.
 //
 // This header brings in the whole public API: collie::init() and the process
-// group with point-to-point messages (collie/process_group.hpp); the element
-// types (collie/dtype.hpp); the resolution of a job's rank, size and store
+// group with point-to-point messages and collectives (collie/process_group.hpp);
+// the element types (collie/dtype.hpp); reduce ops and kernels
+// (collie/reduce.hpp); the algorithms (collie/collectives/...); the resolution of a job's rank, size and store
 // address from the environment (collie/job_config.hpp); the rendezvous store
 // (collie/store/...); and the peer mesh underneath (collie/transport/...).
 #pragma once
 
 #include <collie/address.hpp>
+#include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/cost.hpp>
 #include <collie/dtype.hpp>
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
 #include <collie/process_group.hpp>
+#include <collie/reduce.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/file_store.hpp>
