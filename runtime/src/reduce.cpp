@@ -245,21 +245,10 @@ void narrow_bf16(const float* __restrict in, bfloat16* __restrict out, std::size
   std::memcpy(static_cast<void*>(out), half, n * sizeof(std::uint16_t));
 }
 
-template <class Convert, class F>
-inline void combine_f16(float16* acc, const float16* in, std::size_t n, F f) {
-  alignas(32) float a[kBlock];
-  alignas(32) float b[kBlock];
-  for (std::size_t done = 0; done < n; done += kBlock) {
-    const std::size_t m = std::min(kBlock, n - done);
-    Convert::widen(acc + done, a, m);
-    Convert::widen(in + done, b, m);
-    combine(a, b, m, f);
-    Convert::narrow(a, acc + done, m);
-  }
-}
-
-template <class Convert, class F>
-inline void combine_bf16(bfloat16* acc, const bfloat16* in, std::size_t n, F f) {
+// float16 and bfloat16: widened a block at a time, combined in float,
+// narrowed back (Convert: the scalar or the AVX2 conversions).
+template <class Convert, class H, class F>
+inline void combine_half(H* acc, const H* in, std::size_t n, F f) {
   alignas(32) float a[kBlock];
   alignas(32) float b[kBlock];
   for (std::size_t done = 0; done < n; done += kBlock) {
@@ -309,9 +298,9 @@ template <class F16>
 inline void run_half(DataType type, ReduceOp op, void* acc, const void* in, std::size_t n) {
   auto go = [&](auto f) {
     if (type == DataType::Float16)
-      combine_f16<F16>(static_cast<float16*>(acc), static_cast<const float16*>(in), n, f);
+      combine_half<F16>(static_cast<float16*>(acc), static_cast<const float16*>(in), n, f);
     else
-      combine_bf16<F16>(static_cast<bfloat16*>(acc), static_cast<const bfloat16*>(in), n, f);
+      combine_half<F16>(static_cast<bfloat16*>(acc), static_cast<const bfloat16*>(in), n, f);
   };
   switch (op) {
     case ReduceOp::Sum:

@@ -13,7 +13,6 @@
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
-using collie::test::run;
 using collie::test::RunResult;
 using collie::test::Subprocess;
 
@@ -27,11 +26,8 @@ const std::string kExamples = COLLIE_EXAMPLES_DIR;
 const std::string kMatrix = COLLIE_TEST_FULL_MATRIX ? "full" : "smoke";
 
 RunResult launch(int ranks, const std::vector<std::string>& program,
-                 const std::vector<std::string>& env = {},
-                 std::chrono::milliseconds timeout = 280s) {
-  std::vector<std::string> argv = {kCollie, "launch", "-n", std::to_string(ranks), "--"};
-  argv.insert(argv.end(), program.begin(), program.end());
-  return run(argv, env, {}, timeout);
+                 const std::vector<std::string>& env) {
+  return collie::test::launch_ranks(kCollie, ranks, program, env, 280s);
 }
 
 }  // namespace

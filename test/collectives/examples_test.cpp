@@ -12,9 +12,7 @@ const std::string kCollie = COLLIE_CLI_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 
 collie::test::RunResult launch(int ranks, const std::string& example) {
-  return collie::test::run({kCollie, "launch", "-n", std::to_string(ranks), "--",
-                            kExamples + "/" + example},
-                           {}, {}, 100s);
+  return collie::test::launch_ranks(kCollie, ranks, {kExamples + "/" + example});
 }
 
 void expect_lines(const std::string& example, const std::vector<std::string>& lines) {

@@ -151,4 +151,12 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   return result;
 }
 
+RunResult launch_ranks(const std::string& collie_path, int ranks,
+                       const std::vector<std::string>& program,
+                       const std::vector<std::string>& env, std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv = {collie_path, "launch", "-n", std::to_string(ranks), "--"};
+  argv.insert(argv.end(), program.begin(), program.end());
+  return run(argv, env, {}, timeout);
+}
+
 }  // namespace collie::test

@@ -54,4 +54,11 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
               const std::string& input = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+// Runs `collie launch -n RANKS -- PROGRAM...` (collie at `collie_path`) to
+// completion, with `env` added to the environment.
+RunResult launch_ranks(const std::string& collie_path, int ranks,
+                       const std::vector<std::string>& program,
+                       const std::vector<std::string>& env = {},
+                       std::chrono::milliseconds timeout = std::chrono::seconds(100));
+
 }  // namespace collie::test

@@ -21,11 +21,8 @@ const std::string kCollie = COLLIE_CLI_PATH;
 const std::string kWorker = COLLIE_P2P_WORKER_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 
-RunResult launch(int ranks, const std::vector<std::string>& program,
-                 std::chrono::milliseconds timeout = 100s) {
-  std::vector<std::string> argv = {kCollie, "launch", "-n", std::to_string(ranks), "--"};
-  argv.insert(argv.end(), program.begin(), program.end());
-  return run(argv, {}, {}, timeout);
+RunResult launch(int ranks, const std::vector<std::string>& program) {
+  return collie::test::launch_ranks(kCollie, ranks, program);
 }
 
 void require_ok(const RunResult& r, int ranks, const std::string& scenario) {
