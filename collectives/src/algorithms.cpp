@@ -118,6 +118,11 @@ const std::vector<Algorithm>& algorithms_for(Collective c) {
   return barrier;
 }
 
+bool implements(Collective c, Algorithm a) {
+  const auto& all = algorithms_for(c);
+  return std::find(all.begin(), all.end(), a) != all.end();
+}
+
 std::string algorithm_list(Collective c) {
   std::vector<std::string_view> names;
   for (auto a : algorithms_for(c))

@@ -1,10 +1,6 @@
 #include <algorithm>
-#include <deque>
-
-#include <fmt/format.h>
 
 #include <collie/collectives/cost.hpp>
-#include <collie/error.hpp>
 
 namespace collie::collectives {
 
@@ -26,57 +22,35 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
     cost.messages = std::max(cost.messages, messages);
     cost.bytes = std::max(cost.bytes, bytes);
   }
-  // Arrival times of the messages in flight, per (sender, receiver), in order.
-  std::vector<std::deque<double>> queues(n * n);
-  std::vector<std::size_t> next(n, 0);
+  // Messages are their arrival times; a rank's clock is when its last step ended.
   std::vector<double> clock(n, 0.0);
-  std::vector<bool> sent(n, false);
   std::vector<double> send_end(n, 0.0);
-  for (;;) {
-    bool progress = false, done = true;
-    for (std::size_t r = 0; r < n; ++r) {
-      const auto& s = schedules[r];
-      if (next[r] == s.steps.size()) continue;
-      done = false;
-      const auto& step = s.steps[next[r]];
-      const double start = clock[r];
-      if (!sent[r]) {
-        double link = start;  // this rank's outgoing link, busy until
-        for (const auto& t : step.sends) {
-          link += model.delta + model.beta * static_cast<double>(t.range.count * element_bytes);
-          queues[r * n + static_cast<std::size_t>(t.peer)].push_back(link + model.alpha);
+  const auto bytes_of = [&](const Transfer& t) {
+    return static_cast<double>(t.range.count * element_bytes);
+  };
+  run_schedules<double>(
+      schedules, "estimate",
+      [&](std::size_t r, std::size_t index) {
+        double link = clock[r];  // this rank's outgoing link, busy until
+        std::vector<double> arrivals;
+        for (const auto& t : schedules[r].steps[index].sends) {
+          link += model.delta + model.beta * bytes_of(t);
+          arrivals.push_back(link + model.alpha);
         }
         send_end[r] = link;
-        sent[r] = true;
-        progress = true;
-      }
-      bool ready = true;
-      for (const auto& t : step.recvs) {
-        const auto from = static_cast<std::size_t>(t.peer);
-        const auto needed = static_cast<std::size_t>(std::count_if(
-            step.recvs.begin(), step.recvs.end(), [&](const Transfer& u) { return u.peer == t.peer; }));
-        if (queues[from * n + r].size() < needed) ready = false;
-      }
-      if (!ready) continue;
-      double end = send_end[r];
-      double inbound = start;  // this rank's incoming link, busy until
-      for (const auto& t : step.recvs) {
-        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
-        const double arrival = q.front();
-        q.pop_front();
-        const double bytes = static_cast<double>(t.range.count * element_bytes);
-        inbound = std::max(inbound + model.beta * bytes, arrival) + model.delta;
-        if (t.combine == Combine::Reduce) inbound += model.gamma * bytes;
-        end = std::max(end, inbound);
-      }
-      clock[r] = end;
-      ++next[r];
-      sent[r] = false;
-      progress = true;
-    }
-    if (done) break;
-    if (!progress) throw Error(fmt::format("estimate: {} {} deadlocks", collective_name(c), algorithm_name(a)));
-  }
+        return arrivals;
+      },
+      [&](std::size_t r, std::size_t index, std::vector<double> arrivals) {
+        const auto& recvs = schedules[r].steps[index].recvs;
+        double end = send_end[r];
+        double inbound = clock[r];  // this rank's incoming link, busy until
+        for (std::size_t k = 0; k < recvs.size(); ++k) {
+          inbound = std::max(inbound + model.beta * bytes_of(recvs[k]), arrivals[k]) + model.delta;
+          if (recvs[k].combine == Combine::Reduce) inbound += model.gamma * bytes_of(recvs[k]);
+          end = std::max(end, inbound);
+        }
+        clock[r] = end;
+      });
   cost.seconds = *std::max_element(clock.begin(), clock.end());
   return cost;
 }

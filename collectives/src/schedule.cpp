@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <deque>
 
 #include <fmt/format.h>
 
@@ -88,6 +87,19 @@ void check_step(const Schedule& s, int rank, std::size_t index, int world) {
 
 }  // namespace
 
+void throw_deadlock(const char* who, const std::vector<Schedule>& schedules,
+                    const std::vector<std::size_t>& next) {
+  std::string stuck;
+  for (std::size_t r = 0; r < schedules.size(); ++r)
+    if (next[r] < schedules[r].steps.size()) stuck += fmt::format(" rank {} at step {};", r, next[r]);
+  throw Error(fmt::format("{}: deadlock:{}", who, stuck));
+}
+
+void throw_unreceived(const char* who, std::size_t from, std::size_t to, std::size_t count) {
+  throw Error(fmt::format("{}: rank {} sent rank {} {} message(s) never received", who, from, to,
+                          count));
+}
+
 SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers buffers) {
   const int world = static_cast<int>(schedules.size());
   const auto n = static_cast<std::size_t>(world);
@@ -100,76 +112,43 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
     for (std::size_t i = 0; i < s.steps.size(); ++i)
       check_step(s, r, i, world);
   }
-  // queues[src * n + dst]: messages in flight, in order.
-  std::vector<std::deque<std::vector<Contribution>>> queues(n * n);
-  std::vector<std::size_t> next(n, 0);  // the step each rank is at
-  std::vector<bool> sent(n, false);     // whether it has posted that step's sends
-  for (;;) {
-    bool progress = false;
-    bool all_done = true;
-    for (std::size_t r = 0; r < n; ++r) {
-      const auto& s = schedules[r];
-      if (next[r] == s.steps.size()) continue;
-      all_done = false;
-      const auto& step = s.steps[next[r]];
-      auto& buffer = buffers[r];
-      if (!sent[r]) {
+  using Message = std::vector<Contribution>;
+  run_schedules<Message>(
+      schedules, "simulate",
+      [&](std::size_t r, std::size_t index) {
+        const auto& step = schedules[r].steps[index];
+        auto& buffer = buffers[r];
         for (const auto& c : step.copies)
           for (std::size_t i = 0; i < c.from.count; ++i)
             buffer[c.to.offset + i] = buffer[c.from.offset + i];
+        std::vector<Message> out;
         for (const auto& t : step.sends) {
           const auto first = buffer.begin() + static_cast<std::ptrdiff_t>(t.range.offset);
-          queues[r * n + static_cast<std::size_t>(t.peer)].emplace_back(
-              first, first + static_cast<std::ptrdiff_t>(t.range.count));
+          out.emplace_back(first, first + static_cast<std::ptrdiff_t>(t.range.count));
         }
-        sent[r] = true;
-        progress = true;
-      }
-      // Enough messages waiting from every peer this step receives from?
-      bool ready = true;
-      for (const auto& t : step.recvs) {
-        const auto from = static_cast<std::size_t>(t.peer);
-        const auto needed = static_cast<std::size_t>(
-            std::count_if(step.recvs.begin(), step.recvs.end(),
-                          [&](const Transfer& u) { return u.peer == t.peer; }));
-        if (queues[from * n + r].size() < needed) ready = false;
-      }
-      if (!ready) continue;
-      for (const auto& t : step.recvs) {
-        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
-        auto message = std::move(q.front());
-        q.pop_front();
-        if (message.size() != t.range.count)
-          throw Error(
-              fmt::format("rank {} step {}: receives {} elements from rank {}, which sent {}", r,
-                          next[r], t.range.count, t.peer, message.size()));
-        for (std::size_t i = 0; i < message.size(); ++i) {
-          auto& element = buffer[t.range.offset + i];
-          if (t.combine == Combine::Copy) {
-            element = std::move(message[i]);
-          } else {
-            element.insert(element.end(), message[i].begin(), message[i].end());
-            std::sort(element.begin(), element.end());
+        return out;
+      },
+      [&](std::size_t r, std::size_t index, std::vector<Message> messages) {
+        const auto& step = schedules[r].steps[index];
+        auto& buffer = buffers[r];
+        for (std::size_t k = 0; k < step.recvs.size(); ++k) {
+          const auto& t = step.recvs[k];
+          auto& message = messages[k];
+          if (message.size() != t.range.count)
+            throw Error(
+                fmt::format("rank {} step {}: receives {} elements from rank {}, which sent {}",
+                            r, index, t.range.count, t.peer, message.size()));
+          for (std::size_t i = 0; i < message.size(); ++i) {
+            auto& element = buffer[t.range.offset + i];
+            if (t.combine == Combine::Copy) {
+              element = std::move(message[i]);
+            } else {
+              element.insert(element.end(), message[i].begin(), message[i].end());
+              std::sort(element.begin(), element.end());
+            }
           }
         }
-      }
-      ++next[r];
-      sent[r] = false;
-      progress = true;
-    }
-    if (all_done) break;
-    if (!progress) {
-      std::string stuck;
-      for (std::size_t r = 0; r < n; ++r)
-        if (next[r] < schedules[r].steps.size())
-          stuck += fmt::format(" rank {} at step {};", r, next[r]);
-      throw Error("simulate: deadlock:" + stuck);
-    }
-  }
-  for (std::size_t q = 0; q < queues.size(); ++q)
-    if (!queues[q].empty())
-      throw Error(fmt::format("simulate: rank {} sent rank {} {} message(s) never received", q / n,
-                              q % n, queues[q].size()));
+      });
   return buffers;
 }
 

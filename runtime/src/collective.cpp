@@ -129,7 +129,9 @@ class Executor {
         tag_(collective_tag(g.slot, call.sequence)),
         fingerprint_(encode(call.signature())),
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
-        deadline_(Clock::now() + call.timeout) {}
+        deadline_(Clock::now() + call.timeout) {
+    for (std::size_t i = 0; i < kWindow; ++i) free_slots_.push_back(i);
+  }
 
   ~Executor() { abandon(); }
 
@@ -167,6 +169,11 @@ class Executor {
  private:
   static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
 
+  struct Pending {
+    transport::RequestPtr request;
+    int peer = 0;  // group rank
+  };
+
   std::byte* at(const Range& r) const {
     for (const auto& region : regions_) {
       if (r.offset >= region.offset && r.offset + r.count <= region.offset + region.count)
@@ -184,7 +191,7 @@ class Executor {
   }
 
   std::string mismatch(int from, std::uint64_t theirs) const {
-    const auto mine = decode(fingerprint_);
+    const auto mine = call_.signature();
     const auto other = decode(theirs);
     // The algorithm matters only when it is all that differs.
     const bool algo = describe(mine, false) == describe(other, false);
@@ -234,11 +241,7 @@ class Executor {
     const auto theirs = mesh_.fingerprint(r);
     if (is_failure_notice(theirs)) {
       check_queued();  // a mismatch seen by another rank explains more
-      failed_world_rank_ = static_cast<int>(theirs & 0xffffffffu);
-      throw ConnectionError(fmt::format(
-          "rank {}: {} failed during this collective, as rank {} reported (its connection to "
-          "it broke)",
-          g_.rank, mesh_.describe_peer(failed_world_rank_), from));
+      reported_failure(theirs, from);
     }
     if (theirs != fingerprint_) {
       mismatched_from_ = from;
@@ -248,7 +251,7 @@ class Executor {
       throw MismatchError(fmt::format(
           "{}; both ranks called {}, so they cut it into different segments: set "
           "COLLIE_SEGMENT_BYTES alike on every rank",
-          size_error, describe(decode(fingerprint_), true)));
+          size_error, describe(call_.signature(), true)));
     }
   }
 
@@ -263,28 +266,41 @@ class Executor {
         const auto it = std::find(g_.members.begin(), g_.members.end(), world_peer);
         if (it == g_.members.end()) continue;
         const int from = static_cast<int>(it - g_.members.begin());
-        if (notices) {
-          failed_world_rank_ = static_cast<int>(theirs & 0xffffffffu);
-          throw ConnectionError(fmt::format(
-              "rank {}: {} failed during this collective, as rank {} reported (its connection "
-              "to it broke)",
-              g_.rank, mesh_.describe_peer(failed_world_rank_), from));
-        }
+        if (notices) reported_failure(theirs, from);
         mismatched_from_ = from;
         throw MismatchError(mismatch(from, theirs));
       }
     }
   }
 
+  // Group rank `from` sent a failure notice naming a dead rank.
+  [[noreturn]] void reported_failure(std::uint64_t notice, int from) {
+    failed_world_rank_ = static_cast<int>(notice & 0xffffffffu);
+    throw ConnectionError(fmt::format(
+        "rank {}: {} failed during this collective, as rank {} reported (its connection to it "
+        "broke)",
+        g_.rank, mesh_.describe_peer(failed_world_rank_), from));
+  }
+
   // Sends `fingerprint` in a 0-byte message to each of `peers` (group
-  // ranks), waiting a moment for each; errors are ignored (the collective
-  // has already failed).
+  // ranks): all posted at once, then one second in all to hand them over.
+  // Errors are logged, not thrown: the collective has already failed.
   void notify(const std::vector<int>& peers, std::uint64_t fingerprint) {
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    std::vector<Pending> notices;
     for (int p : peers) {
       try {
-        mesh_.wait(mesh_.isend(peer(p), tag_, nullptr, 0, fingerprint), std::chrono::seconds(1));
+        notices.push_back({mesh_.isend(peer(p), tag_, nullptr, 0, fingerprint), p});
       } catch (const std::exception& e) {
-        collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, p,
+        collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, p, e.what());
+      }
+    }
+    for (const auto& n : notices) {
+      try {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        mesh_.wait(n.request, std::max(left, std::chrono::milliseconds(0)));
+      } catch (const std::exception& e) {
+        collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, n.peer,
                             e.what());
       }
     }
@@ -293,8 +309,8 @@ class Executor {
   void post_send(int to, const std::byte* data, std::size_t count) {
     for (std::size_t done = 0; done < count; done += segment_) {
       const std::size_t n = std::min(segment_, count - done);
-      sends_.push_back(mesh_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_));
-      send_peers_.push_back(to);
+      sends_.push_back(
+          {mesh_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_), to});
     }
   }
 
@@ -341,27 +357,21 @@ class Executor {
                                    t.combine == Combine::Reduce, nullptr, 0});
       }
     }
-    std::vector<std::size_t> free_slots;
     std::size_t posted = 0;
     auto post_more = [&] {
       while (posted < segments.size()) {
         auto& s = segments[posted];
         std::byte* into = s.target;
         if (s.reduce) {
-          if (slots_.empty()) {
-            const std::size_t n = std::min<std::size_t>(kWindow, segments.size());
-            slots_.resize(n);
-            for (std::size_t i = 0; i < n; ++i) free_slots_all_.push_back(i);
-          }
-          if (free_slots_all_.empty()) return;
-          s.slot = free_slots_all_.back();
-          free_slots_all_.pop_back();
-          auto& slot = slots_[s.slot];
+          if (free_slots_.empty()) return;
+          s.slot = free_slots_.back();
+          free_slots_.pop_back();
+          auto& slot = slots_[s.slot];  // grown on first use, kept for later steps
           if (slot.size() < s.count * esize_) slot.resize(s.count * esize_);
           into = slot.data();
         }
         s.request = mesh_.irecv(peer(s.from), tag_, into, s.count * esize_);
-        recvs_.push_back(s.request);
+        recvs_.push_back({s.request, s.from});
         ++posted;
       }
     };
@@ -371,13 +381,12 @@ class Executor {
       wait_recv(s.request, s.from);
       if (s.reduce) {
         reduce(call_.dtype, call_.op, s.target, slots_[s.slot].data(), s.count);
-        free_slots_all_.push_back(s.slot);
+        free_slots_.push_back(s.slot);
       }
       post_more();
     }
-    for (std::size_t i = 0; i < sends_.size(); ++i) wait(sends_[i], send_peers_[i]);
+    for (const auto& send : sends_) wait(send.request, send.peer);
     sends_.clear();
-    send_peers_.clear();
     recvs_.clear();
   }
 
@@ -385,16 +394,15 @@ class Executor {
   // that nothing writes into the buffers once this returns.
   void abandon() {
     for (auto* list : {&sends_, &recvs_}) {
-      for (const auto& r : *list) {
-        if (mesh_.test(r)) continue;
+      for (const auto& p : *list) {
+        if (mesh_.test(p.request)) continue;
         try {
-          mesh_.wait(r, std::chrono::milliseconds(0));
+          mesh_.wait(p.request, std::chrono::milliseconds(0));
         } catch (const std::exception&) {
         }
       }
       list->clear();
     }
-    send_peers_.clear();
   }
 
   ProcessGroup::Impl& g_;
@@ -406,13 +414,12 @@ class Executor {
   std::uint64_t fingerprint_;
   std::size_t segment_;  // elements
   Clock::time_point deadline_;
-  std::vector<transport::RequestPtr> sends_;
-  std::vector<int> send_peers_;
-  std::vector<transport::RequestPtr> recvs_;
+  std::vector<Pending> sends_;  // this step's, until waited for
+  std::vector<Pending> recvs_;
   int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
   int mismatched_from_ = -1;    // the group rank whose message did not match
-  std::vector<std::vector<std::byte>> slots_;
-  std::vector<std::size_t> free_slots_all_;
+  std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
+  std::vector<std::size_t> free_slots_;
 };
 
 // The extent of [0, limit) that a schedule touches (for scratch memory).
@@ -463,7 +470,6 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
   std::vector<std::byte> scratch;
   std::vector<Region> regions;
   std::byte* result = nullptr;  // where an Avg result is finished
-  std::size_t result_count = call.count;
   std::byte token{0};
 
   switch (call.collective) {
@@ -533,7 +539,7 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
     std::memcpy(out, scratch.data() + static_cast<std::size_t>(g.rank) * call.count * es,
                 call.count * es);
   if (avg && result != nullptr && (call.collective != Collective::Reduce || root))
-    finish_average(call.dtype, result, result_count, n);
+    finish_average(call.dtype, result, call.count, n);
 }
 
 // Runs a call, turning transport errors into ones that name the collective,
@@ -553,23 +559,23 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call) {
     std::lock_guard lock(g.broken_mu);
     if (g.broken.empty()) g.broken = message;
   };
+  // The same error type, its message led by the call.
+  auto named = [&]<class E>(const E& e) {
+    const auto message = fmt::format("{}: {}", what(), e.what());
+    break_group(message);
+    return E(message);
+  };
   try {
     execute(g, call);
-  } catch (const MismatchError& e) {
+  } catch (const MismatchError& e) {  // names the calls already
     break_group(e.what());
     throw;
   } catch (const TimeoutError& e) {
-    const auto message = fmt::format("{}: {}", what(), e.what());
-    break_group(message);
-    throw TimeoutError(message);
+    throw named(e);
   } catch (const ProtocolError& e) {
-    const auto message = fmt::format("{}: {}", what(), e.what());
-    break_group(message);
-    throw ProtocolError(message);
+    throw named(e);
   } catch (const ConnectionError& e) {
-    const auto message = fmt::format("{}: {}", what(), e.what());
-    break_group(message);
-    throw ConnectionError(message);
+    throw named(e);
   }
 }
 
@@ -693,8 +699,7 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   call.root = collectives::has_root(c) ? root : 0;
   call.timeout = o.timeout.value_or(g.world->config.timeout);
   if (o.algorithm != Algorithm::Auto) {
-    const auto& available = collectives::algorithms_for(c);
-    if (std::find(available.begin(), available.end(), o.algorithm) == available.end()) {
+    if (!collectives::implements(c, o.algorithm)) {
       throw Error(fmt::format("rank {}: {} has no algorithm '{}'; it has: {}", rank(),
                               collectives::collective_name(c),
                               collectives::algorithm_name(o.algorithm),

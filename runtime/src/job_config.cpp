@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -247,8 +246,6 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_
     start = end + 1;
     if (item.empty()) continue;
     const auto colon = item.find(':');
-    std::vector<std::string_view> all;
-    for (auto c : collectives::kCollectives) all.push_back(collectives::collective_name(c));
     if (colon == std::string_view::npos) {
       throw Error(fmt::format("collie::init: {}: '{}' is not COLLECTIVE:ALGORITHM (for example "
                               "all_reduce:ring,broadcast:tree)",
@@ -256,14 +253,14 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_
     }
     const auto c = collectives::parse_collective(item.substr(0, colon));
     if (!c) {
+      std::vector<std::string_view> all;
+      for (auto known : collectives::kCollectives) all.push_back(collectives::collective_name(known));
       throw Error(fmt::format("collie::init: {}: no collective '{}'; collectives: {}", source,
                               item.substr(0, colon), fmt::join(all, ", ")));
     }
     const auto name = item.substr(colon + 1);
     const auto a = collectives::parse_algorithm(name);
-    const auto& available = collectives::algorithms_for(*c);
-    if (!a || (*a != collectives::Algorithm::Auto &&
-               std::find(available.begin(), available.end(), *a) == available.end())) {
+    if (!a || (*a != collectives::Algorithm::Auto && !collectives::implements(*c, *a))) {
       throw Error(fmt::format("collie::init: {}: {} has no algorithm '{}'; it has: auto, {}",
                               source, collectives::collective_name(*c), name,
                               collectives::algorithm_list(*c)));

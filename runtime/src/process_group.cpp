@@ -57,7 +57,7 @@ std::string advertised_address(const JobConfig& config) {
 // ---- Work ----
 
 Work::~Work() {
-  if (!state_ || waited_ || state_->test()) return;
+  if (!state_ || state_->test()) return;
   try {
     state_->wait(std::nullopt);
   } catch (const std::exception& e) {
@@ -69,20 +69,17 @@ Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     Work old(std::move(*this));  // waits for what this one held
     state_ = std::move(other.state_);
-    waited_ = other.waited_;
   }
   return *this;
 }
 
 void Work::wait() {
   if (!state_) return;
-  waited_ = true;
   state_->wait(std::nullopt);
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!state_) return;
-  waited_ = true;
   state_->wait(timeout);
 }
 

@@ -14,39 +14,18 @@
 #include <collie/process_group.hpp>
 
 #include "support/collective_check.hpp"
-#include "support/scratch_dir.hpp"
+#include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
+using collie::test::expect;
 
 namespace {
 
-collie::InitOptions options(const collie::test::ScratchDir& dir, int rank, int world) {
-  collie::InitOptions o;
-  o.init_method = "file://" + (dir.path() / "store").string();
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = 60s;
-  o.segment_bytes = 1024;  // several segments per message at modest counts
-  return o;
-}
-
+// 1 KiB segments: several per message at modest counts.
 void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body,
                std::chrono::milliseconds timeout = 60s) {
-  collie::test::ScratchDir dir;
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      auto o = options(dir, r, world);
-      o.timeout = timeout;
-      auto pg = collie::init(o);
-      body(pg);
-    }));
-  }
-  for (auto& f : ranks) f.get();
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
+  collie::test::run_ranks(world, body, timeout,
+                          [](collie::InitOptions& o) { o.segment_bytes = 1024; });
 }
 
 void run_cases(collie::ProcessGroup& pg, const std::vector<collie::test::CollectiveCase>& cases) {

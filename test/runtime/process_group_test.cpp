@@ -9,40 +9,11 @@
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
 
-#include "support/scratch_dir.hpp"
+#include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
-
-namespace {
-
-collie::InitOptions file_options(const collie::test::ScratchDir& dir, int rank, int world) {
-  collie::InitOptions o;
-  o.init_method = "file://" + (dir.path() / "store").string();
-  o.rank = rank;
-  o.world_size = world;
-  o.timeout = 30s;
-  return o;
-}
-
-// Runs body(pg) for every rank on its own thread; errors surface here.
-void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body) {
-  collie::test::ScratchDir dir;
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      auto pg = collie::init(file_options(dir, r, world));
-      body(pg);
-    }));
-  }
-  for (auto& f : ranks)
-    f.get();
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
-}
-
-}  // namespace
+using collie::test::expect;
+using collie::test::run_ranks;
 
 TEST_CASE("init over file:// joins every rank, and typed spans travel intact", "[process_group]") {
   run_ranks(3, [](collie::ProcessGroup& pg) {

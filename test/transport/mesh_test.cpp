@@ -16,12 +16,14 @@
 
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
+#include "support/thread_ranks.hpp"
 #include "wire.hpp"
 
 using namespace std::chrono_literals;
 using collie::transport::Mesh;
 using collie::transport::MeshOptions;
 using collie::transport::RequestPtr;
+using collie::test::expect;
 
 namespace {
 
@@ -63,10 +65,6 @@ std::vector<std::uint8_t> pattern(std::size_t n, int from, std::uint64_t tag) {
     v[i] =
         static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(from) * 7 + tag * 13) % 251);
   return v;
-}
-
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error(what);
 }
 
 void send(Mesh& m, int peer, std::uint64_t tag, const std::vector<std::uint8_t>& v) {

@@ -1001,11 +1001,30 @@ Mesh::~Mesh() {
       for (auto& r : q)
         m.fail_for_peer(*r, ErrorKind::Connection, reason);
     if (p.current_recv) m.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
-    if (p.fd >= 0) {
-      ::shutdown(p.fd, SHUT_WR);
-      ::close(p.fd);
-    }
+    if (p.fd >= 0) ::shutdown(p.fd, SHUT_WR);
   }
+  // A lingering close: closing a socket with unread data in it sends a reset,
+  // and a reset makes the peer's kernel drop what it had not yet read of
+  // ours (the last message before an error, say). So read and discard until
+  // each peer closes its side too (it does as soon as it sees ours), for at
+  // most a quarter of a second, then close.
+  std::vector<pollfd> open;
+  for (auto& p : m.peers)
+    if (p.fd >= 0) open.push_back({p.fd, POLLIN, 0});
+  const auto linger_until = Clock::now() + 250ms;
+  while (!open.empty() && Clock::now() < linger_until) {
+    if (::poll(open.data(), open.size(), std::max(remaining_ms(linger_until), 1)) < 0 &&
+        errno != EINTR)
+      break;
+    std::erase_if(open, [](const pollfd& f) {
+      if (f.revents == 0) return false;
+      std::array<std::byte, 64 * 1024> sink;
+      const auto n = ::read(f.fd, sink.data(), sink.size());
+      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    });
+  }
+  for (auto& p : m.peers)
+    if (p.fd >= 0) ::close(p.fd);
   for (auto& h : m.handshakes)
     if (h.fd >= 0) ::close(h.fd);
   ::close(m.listen_fd);
@@ -1240,6 +1259,9 @@ bool Mesh::test(const RequestPtr& request) const {
 }
 
 std::uint64_t Mesh::fingerprint(const RequestPtr& request) const {
+  // Written under the lock before the request finished: once it has, the
+  // acquire in test() is enough (the common case, after a wait).
+  if (test(request)) return request->fingerprint;
   std::lock_guard lock(impl_->mu);
   return request->fingerprint;
 }

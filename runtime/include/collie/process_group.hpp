@@ -93,8 +93,10 @@ class Work {
   explicit Work(std::unique_ptr<State> state) : state_(std::move(state)) {}
   // A Work destroyed while pending waits for it first (with the group's
   // timeout), as a std::future from std::async does, so collie never writes
-  // into or reads from a buffer after its Work is gone. Errors seen there are
-  // logged, not thrown: call wait() to see them.
+  // into or reads from a buffer after its Work is gone; that holds after a
+  // wait(t) that timed out too (an async collective keeps running then; a
+  // send or receive was withdrawn). Errors seen there are logged, not
+  // thrown: call wait() to see them.
   ~Work();
   Work(Work&&) noexcept = default;
   Work& operator=(Work&& other) noexcept;
@@ -110,7 +112,6 @@ class Work {
 
  private:
   std::unique_ptr<State> state_;
-  bool waited_ = false;
 };
 
 using collectives::Algorithm;

@@ -70,6 +70,8 @@ std::optional<Algorithm> parse_algorithm(std::string_view name);
 
 // The algorithms implementing `c` (never Auto), the classic one first.
 const std::vector<Algorithm>& algorithms_for(Collective c);
+// Whether `a` is one of algorithms_for(c).
+bool implements(Collective c, Algorithm a);
 // "ring, halving_doubling, recursive_doubling, tree", for error messages.
 std::string algorithm_list(Collective c);
 bool has_root(Collective c);

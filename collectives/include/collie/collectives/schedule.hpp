@@ -19,7 +19,9 @@
 // - Empty ranges are left out on both sides.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -92,6 +94,19 @@ bool overlap(const Range& a, const Range& b);
 // chunks (the first count % parts chunks one element longer).
 Range chunk(std::size_t count, int parts, int i);
 
+// ---- running schedules without sockets ----
+
+// Runs every rank's schedule in an order the messages allow: a rank posts a
+// step's sends (`send(rank, step)` returns one Message per send, in order)
+// and completes the step once every message it receives has been sent
+// (`receive(rank, step, messages)` gets one per receive, in order). Between
+// two ranks the k-th message sent is the k-th received. Throws
+// collie::Error, starting with `who`, on a deadlock or messages left
+// unreceived. simulate() and the cost model (cost.hpp) are both this loop.
+template <class Message, class Send, class Receive>
+void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send send,
+                   Receive receive);
+
 // ---- symbolic execution ----
 
 // What one element holds: the ranks whose contributions were combined into
@@ -109,5 +124,62 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
 // The state every rank starts an all_reduce-like collective with: element
 // i of rank r holds {r}.
 SymbolicBuffers own_contributions(int world, std::size_t count);
+
+// Throws the Error run_schedules() reports (out of line: fmt stays out of
+// this header).
+[[noreturn]] void throw_deadlock(const char* who, const std::vector<Schedule>& schedules,
+                                 const std::vector<std::size_t>& next);
+[[noreturn]] void throw_unreceived(const char* who, std::size_t from, std::size_t to,
+                                   std::size_t count);
+
+template <class Message, class Send, class Receive>
+void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send send,
+                   Receive receive) {
+  const std::size_t n = schedules.size();
+  std::vector<std::deque<Message>> queues(n * n);  // [src * n + dst], in order
+  std::vector<std::size_t> next(n, 0);             // the step each rank is at
+  std::vector<bool> sent(n, false);                // that step's sends posted?
+  for (;;) {
+    bool progress = false;
+    bool all_done = true;
+    for (std::size_t r = 0; r < n; ++r) {
+      const auto& steps = schedules[r].steps;
+      if (next[r] == steps.size()) continue;
+      all_done = false;
+      const auto& step = steps[next[r]];
+      if (!sent[r]) {
+        auto messages = send(r, next[r]);
+        for (std::size_t i = 0; i < step.sends.size(); ++i)
+          queues[r * n + static_cast<std::size_t>(step.sends[i].peer)].push_back(
+              std::move(messages[i]));
+        sent[r] = true;
+        progress = true;
+      }
+      // Enough messages waiting from every peer this step receives from?
+      bool ready = true;
+      for (const auto& t : step.recvs) {
+        const auto needed = static_cast<std::size_t>(
+            std::count_if(step.recvs.begin(), step.recvs.end(),
+                          [&](const Transfer& u) { return u.peer == t.peer; }));
+        if (queues[static_cast<std::size_t>(t.peer) * n + r].size() < needed) ready = false;
+      }
+      if (!ready) continue;
+      std::vector<Message> messages;
+      for (const auto& t : step.recvs) {
+        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
+        messages.push_back(std::move(q.front()));
+        q.pop_front();
+      }
+      receive(r, next[r], std::move(messages));
+      ++next[r];
+      sent[r] = false;
+      progress = true;
+    }
+    if (all_done) break;
+    if (!progress) throw_deadlock(who, schedules, next);
+  }
+  for (std::size_t q = 0; q < queues.size(); ++q)
+    if (!queues[q].empty()) throw_unreceived(who, q / n, q % n, queues[q].size());
+}
 
 }  // namespace collie::collectives

@@ -93,8 +93,11 @@ class Mesh {
   // Listens, publishes this rank's address in `store`, and starts the
   // background thread. Throws collie::Error if it cannot listen.
   Mesh(std::shared_ptr<store::Store> store, MeshOptions options);
-  // Fails what is still pending, closes every connection (after handing the
-  // kernel what was already sent) and joins the background thread.
+  // Fails what is still pending, joins the background thread and closes
+  // every connection: it sends its end-of-stream after what was already
+  // sent, then reads and drops what peers still send until they close too
+  // (at most 250 ms), so that no connection is reset while a peer has not
+  // yet read this rank's last messages.
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
