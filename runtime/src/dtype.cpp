@@ -1,4 +1,5 @@
 #include <cmath>
+#include <utility>
 
 #include <collie/dtype.hpp>
 
@@ -63,6 +64,23 @@ std::string_view dtype_name(DataType type) {
       return "float64";
   }
   return "unknown";
+}
+
+std::optional<DataType> parse_dtype(std::string_view name) {
+  static constexpr std::pair<std::string_view, DataType> kNames[] = {
+      {"int8", DataType::Int8},         {"char", DataType::Int8},
+      {"uint8", DataType::UInt8},       {"byte", DataType::UInt8},
+      {"int32", DataType::Int32},       {"int", DataType::Int32},
+      {"int64", DataType::Int64},       {"long", DataType::Int64},
+      {"float16", DataType::Float16},   {"half", DataType::Float16},
+      {"fp16", DataType::Float16},      {"bfloat16", DataType::BFloat16},
+      {"bf16", DataType::BFloat16},     {"float32", DataType::Float32},
+      {"float", DataType::Float32},     {"fp32", DataType::Float32},
+      {"float64", DataType::Float64},   {"double", DataType::Float64},
+      {"fp64", DataType::Float64}};
+  for (const auto& [n, t] : kNames)
+    if (n == name) return t;
+  return std::nullopt;
 }
 
 std::size_t dtype_size(DataType type) {

@@ -18,27 +18,27 @@
 
 #include <collie/collie.hpp>
 
-#include "support/collective_check.hpp"
+#include "collective_check.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 int matrix(collie::ProcessGroup& pg, bool full) {
-  const auto cases = collie::test::matrix(pg.size(), full);
+  const auto cases = collie::check::matrix(pg.size(), full);
   for (const auto& c : cases) {
     std::string first;
     std::size_t wrong = 0;
     try {
-      wrong = collie::test::run_and_check(pg, c, first);
+      wrong = collie::check::run_and_check(pg, c, first);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s: %s\n", pg.rank(), collie::test::describe(c).c_str(),
+      std::fprintf(stderr, "rank %d: %s: %s\n", pg.rank(), collie::check::describe(c).c_str(),
                    e.what());
       return 1;
     }
     if (wrong != 0) {
       std::fprintf(stderr, "rank %d: %s: %zu wrong; first: %s\n", pg.rank(),
-                   collie::test::describe(c).c_str(), wrong, first.c_str());
+                   collie::check::describe(c).c_str(), wrong, first.c_str());
       return 1;
     }
   }

@@ -1,6 +1,6 @@
 // Collectives with the ranks as threads of this process (file:// store):
 // every collective and algorithm on small worlds, checked element by element
-// by support/collective_check; sub-groups, concurrent async collectives,
+// by tools/check/collective_check; sub-groups, concurrent async collectives,
 // mismatches and argument errors. (The full dtype x op matrix runs across
 // processes, in collective_launch_test.cpp.)
 #include <future>
@@ -13,7 +13,7 @@
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
 
-#include "support/collective_check.hpp"
+#include "collective_check.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -28,16 +28,16 @@ void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body
                           [](collie::InitOptions& o) { o.segment_bytes = 1024; });
 }
 
-void run_cases(collie::ProcessGroup& pg, const std::vector<collie::test::CollectiveCase>& cases) {
+void run_cases(collie::ProcessGroup& pg, const std::vector<collie::check::CollectiveCase>& cases) {
   for (const auto& c : cases) {
     std::string first;
     std::size_t wrong = 0;
     try {
-      wrong = collie::test::run_and_check(pg, c, first);
+      wrong = collie::check::run_and_check(pg, c, first);
     } catch (const std::exception& e) {
-      throw std::runtime_error(collie::test::describe(c) + ": " + e.what());
+      throw std::runtime_error(collie::check::describe(c) + ": " + e.what());
     }
-    expect(wrong == 0, fmt::format("{}: {} wrong; first: {}", collie::test::describe(c), wrong, first));
+    expect(wrong == 0, fmt::format("{}: {} wrong; first: {}", collie::check::describe(c), wrong, first));
   }
 }
 
@@ -46,7 +46,7 @@ void run_cases(collie::ProcessGroup& pg, const std::vector<collie::test::Collect
 TEST_CASE("every collective and algorithm, worlds 1 to 5, in one process", "[collective]") {
   for (int world = 1; world <= 5; ++world) {
     INFO("world " << world);
-    const auto cases = collie::test::matrix(world, false);
+    const auto cases = collie::check::matrix(world, false);
     REQUIRE(cases.size() > 100);
     run_ranks(world, [&](collie::ProcessGroup& pg) { run_cases(pg, cases); });
   }

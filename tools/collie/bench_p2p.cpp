@@ -29,6 +29,7 @@
 #include <collie/store/server.hpp>
 #include <collie/version.hpp>
 
+#include "bench_job.hpp"
 #include "commands.hpp"
 
 namespace collie::cli {
@@ -251,8 +252,7 @@ Bandwidth raw_bandwidth(int fd, int rank, const P2pArgs& a) {
 
 void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>& latencies,
            const std::vector<Bandwidth>& bandwidths) {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
+  const std::string host = host_name();
   if (a.json) {
     std::string out = fmt::format(
         "{{\"collie\": \"{}\", \"host\": \"{}\", \"ranks\": {}, \"latency_bytes\": {}, "
@@ -276,7 +276,7 @@ void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>&
     return;
   }
   std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, mesh address %s\n",
-              collie::version(), pg.size(), host, pg.mesh().address().c_str());
+              collie::version(), pg.size(), host.c_str(), pg.mesh().address().c_str());
   std::printf(
       "# latency: %zu B ping-pong, %d iterations after %d warm-up; one-way = round trip / 2\n",
       a.latency_bytes, a.latency_iters, a.latency_warmup);
@@ -319,61 +319,6 @@ int run_rank(const P2pArgs& a) {
   }
 }
 
-bool inside_a_job() {
-  for (const char* name : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
-    if (std::getenv(name) != nullptr) return true;
-  return false;
-}
-
-void set_rank_environment(int rank, std::uint16_t port) {
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", "2", 1);
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  setenv("COLLIE_STORE_HOSTED", "1", 1);
-}
-
-// Without a launcher: fork rank 1 (before any thread exists), host the store
-// here on a free port, and be rank 0.
-int standalone(const P2pArgs& a) {
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("pipe failed");
-  std::fflush(stdout);
-  const pid_t child = fork();
-  if (child < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)));
-  if (child == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::close(pipe_fds[1]);
-    std::uint16_t port = 0;
-    if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
-    set_rank_environment(1, port);
-    const int rc = run_rank(a);
-    std::fflush(stdout);
-    _exit(rc);
-  }
-  ::close(pipe_fds[0]);
-  int rc = 1;
-  {
-    store::ServerOptions options;
-    options.host = "127.0.0.1";
-    store::StoreServer server(options);
-    const std::uint16_t port = server.port();
-    if (::write(pipe_fds[1], &port, sizeof(port)) != sizeof(port)) throw Error("pipe write failed");
-    ::close(pipe_fds[1]);
-    set_rank_environment(0, port);
-    rc = run_rank(a);
-    // Rank 1 may be waiting for rank 0 in the store, which is still up: do
-    // not let it wait out the job's timeout.
-    if (rc != 0) ::kill(child, SIGTERM);
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) rc = 1;
-  }
-  return rc;
-}
-
 }  // namespace
 
 void add_bench_p2p_command(CLI::App& bench) {
@@ -405,7 +350,7 @@ void add_bench_p2p_command(CLI::App& bench) {
       "raw TCP: the same two processes over one plain socket (TCP_NODELAY), blocking\n"
       "  reads, and for latency also non-blocking reads in a busy loop.");
   cmd->callback([args] {
-    const int rc = inside_a_job() ? run_rank(*args) : standalone(*args);
+    const int rc = inside_a_job() ? run_rank(*args) : run_standalone(2, [&] { return run_rank(*args); });
     if (rc != 0) throw Exit{rc};
   });
 }

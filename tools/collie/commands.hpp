@@ -17,11 +17,13 @@ void add_store_command(CLI::App& app);
 // `collie launch`
 void add_launch_command(CLI::App& app);
 
-// `collie bench store|p2p|reduce`
+// `collie bench <collective>|all|store|p2p|reduce`
 void add_bench_command(CLI::App& app);
+// `collie bench <collective>|all` (bench_collective.cpp), added by add_bench_command.
+void add_bench_collective_commands(CLI::App& bench);
 // `collie bench p2p` (bench_p2p.cpp), added by add_bench_command.
 void add_bench_p2p_command(CLI::App& bench);
-// `collie bench reduce` (bench_reduce.cpp), added by add_bench_command.
-void add_bench_reduce_command(CLI::App& bench);
+// `collie bench kernels` (bench_kernels.cpp), added by add_bench_command.
+void add_bench_kernels_command(CLI::App& bench);
 
 }  // namespace collie::cli

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 
@@ -84,6 +85,13 @@ inline constexpr DataType dtype_of = detail::dtype_of<T>();
 
 // "float32", "bfloat16", ...
 std::string_view dtype_name(DataType type);
+// The dtype named `name`: collie's names, and the ones NCCL and torch use
+// ("float", "half", "double", "bf16", "int", "char", "long", ...).
+std::optional<DataType> parse_dtype(std::string_view name);
+// Every dtype, in declaration order.
+inline constexpr DataType kDataTypes[] = {DataType::Int8,    DataType::UInt8,    DataType::Int32,
+                                          DataType::Int64,   DataType::Float16,  DataType::BFloat16,
+                                          DataType::Float32, DataType::Float64};
 // Bytes per element.
 std::size_t dtype_size(DataType type);
 

@@ -19,7 +19,7 @@ namespace collie::collectives {
 
 // The defaults are this project's measurements on its 2-core loopback
 // machine (docs/PERFORMANCE.md): alpha and beta from `collie bench p2p`
-// (4.5 us one-way, 3.6 GB/s), gamma from `collie bench reduce` (float32 sum:
+// (4.5 us one-way, 3.6 GB/s), gamma from `collie bench kernels` (float32 sum:
 // ~25 GB/s of bytes reduced), delta from the per-message cost of posting.
 struct CostModel {
   double alpha = 5e-6;        // seconds: latency of one message

@@ -1,4 +1,4 @@
-// `collie bench reduce`: the reduce kernels' speed, in GB/s of memory
+// `collie bench kernels`: the reduce kernels' speed, in GB/s of memory
 // traffic (each element read twice and written once), next to memcpy's
 // (read once, written once) on the same buffers. A kernel near memcpy's
 // figure runs at memory bandwidth: the network, not the arithmetic, limits
@@ -73,7 +73,7 @@ void run(const ReduceArgs& a) {
     std::printf("]}\n");
     return;
   }
-  std::printf("# collie bench reduce: %zu bytes per buffer, best of %d runs\n", bytes, a.iters);
+  std::printf("# collie bench kernels: %zu bytes per buffer, best of %d runs\n", bytes, a.iters);
   std::printf("# memory traffic: reduce reads 2 and writes 1 byte per byte, memcpy 1 and 1\n");
   std::printf("%-10s %-6s %10s %12s\n", "dtype", "op", "GB/s", "of memcpy");
   std::printf("%-10s %-6s %10.2f %11.0f%%\n", "memcpy", "-", copy_gbs, 100.0);
@@ -84,9 +84,9 @@ void run(const ReduceArgs& a) {
 
 }  // namespace
 
-void add_bench_reduce_command(CLI::App& bench) {
+void add_bench_kernels_command(CLI::App& bench) {
   auto* cmd = bench.add_subcommand(
-      "reduce", "Speed of the reduce kernels (every dtype, several ops) against memcpy");
+      "kernels", "Speed of the reduce kernels (every dtype, several ops) against memcpy");
   auto args = std::make_shared<ReduceArgs>();
   cmd->add_option("--bytes", args->bytes, "Bytes per buffer (larger than the caches)")
       ->capture_default_str();

@@ -1,0 +1,638 @@
+// `collie bench <collective>|all`: nccl-tests for collie. Sweeps message
+// sizes, times every collective (out-of-place and in-place where both
+// exist), checks every result against a reference computed independently
+// (tools/check), and prints one row per size as it is measured.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/process_group.hpp>
+#include <collie/version.hpp>
+
+#include "bench_job.hpp"
+#include "bench_plot.hpp"
+#include "collective_check.hpp"
+#include "commands.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace cs = collectives;
+
+struct Args {
+  std::vector<Collective> collectives;  // one, or every one for `all`
+  std::string name;                     // "all_reduce" or "all"
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = std::size_t{64} << 20;
+  double factor = 2;
+  std::size_t step_bytes = 0;  // > 0: add this instead of multiplying
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string op = "sum";
+  std::string dtype = "float32";
+  int root = 0;
+  std::vector<std::string> algos{"auto"};
+  int ranks = 2;  // stand-alone only
+  bool json = false;
+  bool csv = false;
+  bool progress = false;
+  std::string plot;
+  std::vector<std::string> baselines;
+};
+
+// One measured cell: a size, an algorithm and a placement.
+struct Result {
+  Collective collective;
+  std::string algorithm;  // as asked ("auto" or a name)
+  std::string chosen;     // what ran
+  std::size_t bytes = 0;
+  std::size_t count = 0;  // elements, as nccl-tests counts them
+  bool in_place = false;
+  double time_us = 0;
+  double algbw = 0;
+  double busbw = 0;
+  std::size_t wrong = 0;
+};
+
+// ---- Ctrl-C: every rank stops after the row it is measuring ----
+
+std::atomic<bool> g_interrupted{false};
+
+void on_signal(int) {
+  g_interrupted.store(true, std::memory_order_relaxed);
+}
+
+void catch_interrupts() {
+  struct sigaction action{};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// ---- sizes and factors ----
+
+// nccl-tests' bus bandwidth factors: what each rank's busiest link carries,
+// relative to the buffer size.
+double bus_factor(Collective c, int n) {
+  const double r = static_cast<double>(n);
+  switch (c) {
+    case Collective::AllReduce:
+      return n > 1 ? 2 * (r - 1) / r : 0;
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+    case Collective::Gather:
+    case Collective::Scatter:
+      return (r - 1) / r;
+    case Collective::Broadcast:
+    case Collective::Reduce:
+      return 1;
+    case Collective::Barrier:
+      return 0;
+  }
+  return 0;
+}
+
+std::string_view bus_factor_text(Collective c) {
+  switch (c) {
+    case Collective::AllReduce:
+      return "2(n-1)/n";
+    case Collective::Broadcast:
+    case Collective::Reduce:
+      return "1";
+    case Collective::Barrier:
+      return "0 (no data)";
+    default:
+      return "(n-1)/n";
+  }
+}
+
+// Collectives whose size counts n blocks (nccl-tests: the larger buffer).
+bool blocked(Collective c) {
+  return c == Collective::AllGather || c == Collective::ReduceScatter ||
+         c == Collective::AllToAll || c == Collective::Gather || c == Collective::Scatter;
+}
+
+// The sizes of the sweep for `c`, in bytes, each a whole number of elements
+// (of blocks of n elements for the blocked collectives), at least one, with
+// no size twice.
+std::vector<std::size_t> sizes_for(const Args& a, Collective c, std::size_t esize, int n) {
+  if (c == Collective::Barrier) return {0};
+  const std::size_t unit = esize * (blocked(c) ? static_cast<std::size_t>(n) : 1);
+  std::vector<std::size_t> out;
+  for (double s = static_cast<double>(a.min_bytes); s <= static_cast<double>(a.max_bytes) * 1.0000001;
+       s = a.step_bytes > 0 ? s + static_cast<double>(a.step_bytes) : s * a.factor) {
+    auto bytes = static_cast<std::size_t>(s) / unit * unit;
+    bytes = std::max(bytes, unit);
+    if (out.empty() || out.back() != bytes) out.push_back(bytes);
+    if (a.step_bytes == 0 && a.factor <= 1) break;
+  }
+  return out;
+}
+
+// ---- output ----
+
+struct Printer {
+  const Args& a;
+  int ranks;
+  DataType dtype;
+  ReduceOp op;
+  std::size_t algo_width = 4;
+  bool tty_progress = false;
+  std::size_t rows_total = 0;
+  std::size_t rows_done = 0;
+  Clock::time_point started = Clock::now();
+  Clock::time_point last_progress{};
+
+  bool table() const { return !a.json && !a.csv; }
+
+  void clear_progress() {
+    if (tty_progress) std::fputs("\r\033[K", stderr);
+  }
+
+  void progress(std::string_view what, bool force = false) {
+    if (!tty_progress) return;
+    const auto now = Clock::now();
+    if (!force && now - last_progress < std::chrono::milliseconds(100)) return;
+    last_progress = now;
+    const int width = 30;
+    const double done = rows_total == 0 ? 1 : static_cast<double>(rows_done) / static_cast<double>(rows_total);
+    const int filled = static_cast<int>(done * width);
+    std::fprintf(stderr, "\r\033[K[%s%s] %zu/%zu rows, %.1f s  %.*s",
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(width - filled), ' ').c_str(), rows_done,
+                 rows_total, std::chrono::duration<double>(now - started).count(),
+                 static_cast<int>(what.size()), what.data());
+    std::fflush(stderr);
+  }
+
+  void header(const ProcessGroup& pg, const std::string& how) {
+    if (a.csv) {
+      std::puts(
+          "collective,algorithm,chosen,ranks,size_bytes,count,dtype,op,root,placement,time_us,"
+          "algbw_gbps,busbw_gbps,wrong");
+      std::fflush(stdout);
+      return;
+    }
+    if (!table()) return;
+    std::string algos;
+    for (const auto& s : a.algos) algos += (algos.empty() ? "" : ",") + s;
+    std::printf("# collie %s bench %s: %d ranks on %s (%s)\n", collie::version(), a.name.c_str(),
+                pg.size(), host_name().c_str(), how.c_str());
+    std::printf("#  dtype %s, op %s, root %d, algorithm %s; sizes %s to %s, %s; %d iterations "
+                "after %d warm-up; check %s\n",
+                std::string(dtype_name(dtype)).c_str(), std::string(reduce_op_name(op)).c_str(),
+                a.root, algos.c_str(), size_label(static_cast<double>(a.min_bytes)).c_str(),
+                size_label(static_cast<double>(a.max_bytes)).c_str(),
+                a.step_bytes > 0 ? fmt::format("step {} B", a.step_bytes).c_str()
+                                 : fmt::format("factor {:g}", a.factor).c_str(),
+                a.iters, a.warmup, a.check ? "on" : "off");
+    std::printf("#  time: the mean over the iterations, the maximum across ranks; algbw = size / "
+                "time; busbw = algbw x bus factor\n#\n");
+    std::fflush(stdout);
+  }
+
+  void columns(Collective c, bool has_out_of_place, bool has_in_place) {
+    if (!table()) return;
+    const int w = static_cast<int>(algo_width);
+    std::printf("# %s (bus factor %s)\n", std::string(cs::collective_name(c)).c_str(),
+                std::string(bus_factor_text(c)).c_str());
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %30s   %30s\n", "", "", "", "", "", w, "",
+                has_out_of_place ? "out-of-place              " : "",
+                has_in_place ? "in-place                  " : "");
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size",
+                "count", "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong",
+                "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)",
+                "(elements)", "", "", "", w, "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "(GB/s)", "");
+    std::fflush(stdout);
+  }
+
+  // One table row: a size and an algorithm, both placements.
+  void row(const std::optional<Result>& out, const std::optional<Result>& in) {
+    const Result& r = out ? *out : *in;
+    const bool reduces = cs::reduces(r.collective);
+    const int root = cs::has_root(r.collective) ? a.root : -1;
+    if (a.csv) {
+      for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
+        if (x == nullptr) continue;
+        std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.4f,%.4f,%zu\n",
+                    std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
+                    x->chosen.c_str(), ranks, x->bytes, x->count,
+                    std::string(dtype_name(dtype)).c_str(),
+                    reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
+                    x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw,
+                    x->wrong);
+      }
+      std::fflush(stdout);
+      return;
+    }
+    if (!table()) return;
+    clear_progress();
+    auto cell = [](const std::optional<Result>& x) {
+      if (!x) return fmt::format("{:>8} {:>7} {:>7} {:>6}", "-", "-", "-", "-");
+      return fmt::format("{:>8.2f} {:>7.3f} {:>7.3f} {:>6}", x->time_us, x->algbw, x->busbw,
+                         x->wrong);
+    };
+    const std::string algo =
+        r.algorithm == "auto" ? fmt::format("auto:{}", r.chosen) : r.chosen;
+    std::printf("  %10zu %12zu %8s %6s %5d  %-*s %s %s\n", r.bytes, r.count,
+                std::string(dtype_name(dtype)).c_str(),
+                reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
+                static_cast<int>(algo_width), algo.c_str(), cell(out).c_str(), cell(in).c_str());
+    std::fflush(stdout);
+  }
+
+  void footer(const std::vector<Result>& results, std::size_t wrong, bool interrupted) {
+    clear_progress();
+    double sum = 0;
+    std::size_t cells = 0;
+    std::vector<std::pair<std::string, std::pair<double, std::size_t>>> per;
+    for (const auto& r : results) {
+      if (r.collective == Collective::Barrier) continue;
+      sum += r.busbw;
+      ++cells;
+      const std::string key = fmt::format("{}{}{}", a.collectives.size() > 1 ? cs::collective_name(r.collective) : "",
+                                          a.collectives.size() > 1 && a.algos.size() > 1 ? " " : "",
+                                          a.algos.size() > 1 ? r.algorithm : "");
+      auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == key; });
+      if (it == per.end()) {
+        per.push_back({key, {0.0, 0}});
+        it = per.end() - 1;
+      }
+      it->second.first += r.busbw;
+      ++it->second.second;
+    }
+    const double avg = cells == 0 ? 0 : sum / static_cast<double>(cells);
+    if (a.json) {
+      print_json(results, wrong, interrupted, avg);
+      return;
+    }
+    if (!table()) return;
+    if (interrupted) std::printf("# Interrupted: the rows above are those measured so far\n");
+    std::printf("# Out of bounds values : %zu %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
+    std::printf("# Avg bus bandwidth    : %.4f GB/s\n", avg);
+    if (per.size() > 1 || (per.size() == 1 && !per[0].first.empty())) {
+      for (const auto& [key, v] : per)
+        std::printf("#   %-40s %.4f GB/s\n", key.c_str(),
+                    v.second == 0 ? 0.0 : v.first / static_cast<double>(v.second));
+    }
+    std::printf("#\n");
+    std::fflush(stdout);
+  }
+
+  void print_json(const std::vector<Result>& results, std::size_t wrong, bool interrupted,
+                  double avg) {
+    std::string out = fmt::format(
+        "{{\"collie\": \"{}\", \"benchmark\": \"{}\", \"host\": \"{}\", \"ranks\": {}, "
+        "\"dtype\": \"{}\", \"op\": \"{}\", \"root\": {}, \"iterations\": {}, \"warmup\": {}, "
+        "\"check\": {}, \"time\": \"mean over iterations, maximum across ranks\",\n \"results\": [",
+        collie::version(), a.name, host_name(), ranks, dtype_name(dtype), reduce_op_name(op),
+        a.root, a.iters, a.warmup, a.check ? "true" : "false");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      out += fmt::format(
+          "{}\n  {{\"collective\": \"{}\", \"algorithm\": \"{}\", \"chosen\": \"{}\", "
+          "\"size_bytes\": {}, \"count\": {}, \"placement\": \"{}\", \"time_us\": {:.3f}, "
+          "\"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}, \"wrong\": {}}}",
+          i == 0 ? "" : ",", cs::collective_name(r.collective), r.algorithm, r.chosen, r.bytes,
+          r.count, r.in_place ? "in-place" : "out-of-place", r.time_us, r.algbw, r.busbw, r.wrong);
+    }
+    out += fmt::format("],\n \"wrong\": {}, \"avg_busbw_gbps\": {:.4f}, \"interrupted\": {}}}\n",
+                       wrong, avg, interrupted ? "true" : "false");
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);
+  }
+};
+
+// ---- the plot ----
+
+void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Result>& results) {
+  std::vector<PlotSeries> series;
+  for (const auto& r : results) {
+    if (r.collective == Collective::Barrier) continue;
+    // Out-of-place where a collective has it, else in-place.
+    const bool only_in_place = r.collective == Collective::Broadcast;
+    if (r.in_place != only_in_place) continue;
+    std::string label = a.collectives.size() > 1 ? std::string(cs::collective_name(r.collective)) : "";
+    if (a.collectives.size() == 1 || a.algos.size() > 1)
+      label += (label.empty() ? "" : " ") + std::string("collie ") + r.algorithm;
+    auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.label == label; });
+    if (it == series.end()) {
+      series.push_back({label, {}, false});
+      it = series.end() - 1;
+    }
+    it->points.push_back({static_cast<double>(r.bytes), r.busbw});
+  }
+  for (const auto& spec : a.baselines) {
+    const auto eq = spec.find('=');
+    const std::string label =
+        eq == std::string::npos ? std::filesystem::path(spec).stem().string() : spec.substr(0, eq);
+    const std::string path = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    for (auto& s : read_baseline(path, label)) series.push_back(std::move(s));
+  }
+  const std::string title =
+      fmt::format("collie {}: {} ranks, {}, bus bandwidth", a.name, ranks, dtype_name(dtype));
+  std::ofstream out(a.plot);
+  out << svg_plot(title, series);
+  if (!out) throw Error(fmt::format("--plot: cannot write {}", a.plot));
+}
+
+// ---- measuring ----
+
+struct Bench {
+  const Args& a;
+  ProcessGroup& pg;
+  DataType dtype;
+  ReduceOp op;
+  Printer& printer;
+  std::vector<Result> results;
+  std::size_t wrong_total = 0;
+  bool interrupted = false;
+  std::string first_wrong;
+
+  // Times one cell; every rank calls it with the same arguments.
+  Result measure(Collective c, Algorithm algo, std::size_t bytes, bool in_place) {
+    const std::size_t esize = dtype_size(dtype);
+    const auto n = static_cast<std::size_t>(pg.size());
+    check::CollectiveCase k;
+    k.collective = c;
+    k.algorithm = algo;
+    k.dtype = dtype;
+    k.op = op;
+    k.root = a.root;
+    k.in_place = in_place && c != Collective::Broadcast;
+    k.count = c == Collective::Barrier ? 1 : bytes / esize / (blocked(c) ? n : 1);
+    check::PreparedCase prepared(pg, k);
+    Result r;
+    r.collective = c;
+    r.algorithm = algo == Algorithm::Auto ? "auto" : std::string(cs::algorithm_name(algo));
+    r.chosen = std::string(cs::algorithm_name(
+        algo == Algorithm::Auto ? pg.choose_algorithm(c, dtype, k.count, a.root) : algo));
+    r.bytes = bytes;
+    r.count = bytes / esize;
+    r.in_place = in_place;
+    for (int i = 0; i < a.warmup; ++i) prepared.run();
+    pg.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < a.iters; ++i) {
+      prepared.run();
+      if (pg.rank() == 0) printer.progress(fmt::format("{} {} {}", cs::collective_name(c), size_label(static_cast<double>(bytes)), r.chosen));
+    }
+    const double mine = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
+                        std::max(a.iters, 1);
+    std::size_t wrong = 0;
+    if (a.check != 0 && c != Collective::Barrier) {
+      prepared.refill();
+      prepared.run();
+      std::string first;
+      wrong = prepared.check(first);
+      if (wrong > 0 && first_wrong.empty()) first_wrong = first;
+    }
+    // The slowest rank's time, the wrong elements of all ranks, and whether
+    // any rank was interrupted.
+    std::vector<double> maxima{mine, g_interrupted.load() ? 1.0 : 0.0};
+    std::vector<double> sums{static_cast<double>(wrong)};
+    pg.all_reduce(std::span(maxima), ReduceOp::Max);
+    pg.all_reduce(std::span(sums), ReduceOp::Sum);
+    r.time_us = maxima[0];
+    if (maxima[1] != 0) interrupted = true;
+    r.wrong = static_cast<std::size_t>(sums[0]);
+    r.algbw = r.time_us > 0 ? static_cast<double>(bytes) / r.time_us / 1e3 : 0;
+    r.busbw = r.algbw * bus_factor(c, pg.size());
+    ++printer.rows_done;
+    return r;
+  }
+
+  void run(Collective c, const std::vector<Algorithm>& algos) {
+    const bool has_in = check::has_in_place_form(c);
+    const bool has_out = c != Collective::Broadcast;
+    if (pg.rank() == 0) printer.columns(c, has_out, has_in);
+    for (std::size_t bytes : sizes_for(a, c, dtype_size(dtype), pg.size())) {
+      for (Algorithm algo : algos) {
+        std::optional<Result> out, in;
+        if (has_out) out = measure(c, algo, bytes, false);
+        if (has_in && !interrupted) in = measure(c, algo, bytes, true);
+        for (const auto* x : {&out, &in}) {
+          if (!*x) continue;
+          results.push_back(**x);
+          wrong_total += (*x)->wrong;
+        }
+        if (pg.rank() == 0) printer.row(out, in);
+        if (interrupted) return;
+      }
+    }
+  }
+};
+
+std::vector<Algorithm> algorithms(const Args& a, Collective c) {
+  std::vector<Algorithm> out;
+  for (const auto& name : a.algos) {
+    if (name == "all") {
+      for (Algorithm x : cs::algorithms_for(c))
+        if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+      continue;
+    }
+    const auto parsed = cs::parse_algorithm(name);
+    if (!parsed && name != "auto") {
+      throw Error(fmt::format("--algo: unknown algorithm '{}' (auto, all, or one of {})", name,
+                              cs::algorithm_list(c)));
+    }
+    const Algorithm x = parsed.value_or(Algorithm::Auto);
+    if (x != Algorithm::Auto && !cs::implements(c, x)) {
+      if (a.collectives.size() > 1) continue;  // `all`: each collective takes what it has
+      throw Error(fmt::format("--algo: {} has no {} algorithm; it has: auto, {}",
+                              cs::collective_name(c), name, cs::algorithm_list(c)));
+    }
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  }
+  if (out.empty()) out.push_back(Algorithm::Auto);
+  return out;
+}
+
+// Checks what can be checked before any rank starts.
+void validate(const Args& a, DataType& dtype, ReduceOp& op) {
+  const auto t = parse_dtype(a.dtype);
+  if (!t) {
+    std::string names;
+    for (DataType x : kDataTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(x));
+    throw Error(fmt::format("-d: unknown dtype '{}'; collie has {} (and NCCL's names: float, "
+                            "half, double, ...)",
+                            a.dtype, names));
+  }
+  dtype = *t;
+  const auto o = parse_reduce_op(a.op);
+  if (!o) throw Error(fmt::format("-o: unknown reduce op '{}' (sum, prod, min, max, avg, band, bor, bxor)", a.op));
+  op = *o;
+  if (std::any_of(a.collectives.begin(), a.collectives.end(), cs::reduces)) check_supported(dtype, op);
+  if (a.min_bytes > a.max_bytes)
+    throw Error(fmt::format("-b {} is larger than -e {}", a.min_bytes, a.max_bytes));
+  if (a.min_bytes == 0) throw Error("-b: the smallest size must be at least 1 byte");
+  if (!(a.factor >= 1) && a.step_bytes == 0) throw Error("-f: the step factor must be at least 1");
+  if (a.iters < 1) throw Error("-n: at least one iteration");
+  if (a.warmup < 0) throw Error("-w: warm-up iterations cannot be negative");
+  if (a.json && a.csv) throw Error("--json and --csv: choose one");
+  if (!a.baselines.empty() && a.plot.empty()) throw Error("--baseline goes with --plot");
+  for (Collective c : a.collectives) (void)algorithms(a, c);
+}
+
+int run_rank(const Args& a, const std::string& how) {
+  catch_interrupts();
+  try {
+    DataType dtype{};
+    ReduceOp op{};
+    validate(a, dtype, op);
+    auto pg = init();
+    if (a.root < 0 || a.root >= pg.size())
+      throw Error(fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
+    Printer printer{a, pg.size(), dtype, op};
+    printer.tty_progress = a.progress && pg.rank() == 0 && isatty(STDERR_FILENO) != 0;
+    for (Collective c : a.collectives) {
+      const auto algos = algorithms(a, c);
+      for (const auto& x : algos) {
+        const std::string label = x == Algorithm::Auto ? "auto:" + std::string(cs::algorithm_name(cs::algorithms_for(c).front())) : std::string(cs::algorithm_name(x));
+        printer.algo_width = std::max(printer.algo_width, label.size() + 14);
+      }
+      const int forms = (c != Collective::Broadcast ? 1 : 0) + (check::has_in_place_form(c) ? 1 : 0);
+      printer.rows_total += sizes_for(a, c, dtype_size(dtype), pg.size()).size() * algos.size() *
+                            static_cast<std::size_t>(forms);
+    }
+    printer.algo_width = std::min<std::size_t>(printer.algo_width, 24);
+    if (pg.rank() == 0) printer.header(pg, how);
+    Bench bench{a, pg, dtype, op, printer, {}, 0, false, {}};
+    for (Collective c : a.collectives) {
+      bench.run(c, algorithms(a, c));
+      if (bench.interrupted) break;
+    }
+    if (pg.rank() == 0) {
+      printer.footer(bench.results, bench.wrong_total, bench.interrupted);
+      if (!a.plot.empty()) write_plot(a, pg.size(), dtype, bench.results);
+    }
+    if (!bench.first_wrong.empty())
+      std::fprintf(stderr, "collie bench: wrong result: %s\n", bench.first_wrong.c_str());
+    pg.barrier();
+    if (bench.interrupted) return 130;
+    if (bench.wrong_total > 0) {
+      if (pg.rank() == 0)
+        std::fprintf(stderr, "collie bench: %zu wrong elements (see #wrong)\n", bench.wrong_total);
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collie bench %s: %s\n", a.name.c_str(), e.what());
+    return 1;
+  }
+}
+
+void add_one(CLI::App& bench, const std::string& name, const std::string& description,
+             std::vector<Collective> collectives) {
+  auto* cmd = bench.add_subcommand(name, description);
+  auto args = std::make_shared<Args>();
+  args->collectives = std::move(collectives);
+  args->name = name;
+  cmd->add_option("-b,--minbytes", args->min_bytes, "Smallest size (bytes; K, M, G suffixes)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("-e,--maxbytes", args->max_bytes, "Largest size")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("64M");
+  cmd->add_option("-f,--stepfactor", args->factor, "Multiply the size by this from one row to the next")
+      ->capture_default_str();
+  cmd->add_option("-i,--stepbytes", args->step_bytes, "Add this many bytes instead of -f")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("-n,--iters", args->iters, "Timed iterations per row")->capture_default_str();
+  cmd->add_option("-w,--warmup_iters", args->warmup, "Untimed iterations before them")
+      ->capture_default_str();
+  cmd->add_option("-c,--check", args->check, "Check every result (1) or not (0)")
+      ->capture_default_str();
+  cmd->add_option("-o,--op", args->op, "Reduce op: sum, prod, min, max, avg, band, bor, bxor")
+      ->capture_default_str();
+  cmd->add_option("-d,--datatype", args->dtype,
+                  "int8, uint8, int32, int64, float16, bfloat16, float32, float64 (or float, "
+                  "half, double...)")
+      ->capture_default_str();
+  cmd->add_option("-r,--root", args->root, "Root rank (broadcast, reduce, gather, scatter)")
+      ->capture_default_str();
+  cmd->add_option("--algo", args->algos,
+                  "auto, all, or algorithm names (comma-separated) to compare side by side")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-g,--ranks", args->ranks,
+                  "Ranks to start when run on its own (inside collie launch, srun or mpirun the "
+                  "job decides)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print one JSON document at the end instead of the table");
+  cmd->add_flag("--csv", args->csv, "Print CSV rows (one per size, algorithm and placement)");
+  cmd->add_flag("--progress", args->progress, "Show a progress bar on stderr when it is a terminal");
+  cmd->add_option("--plot", args->plot, "Write bus bandwidth against size as an SVG file");
+  cmd->add_option("--baseline", args->baselines,
+                  "[LABEL=]FILE: another system's results to draw with --plot (CSV with size and "
+                  "busbw columns, or nccl-tests output)");
+  cmd->footer(
+      "Each row is one size: out-of-place and in-place (all_reduce, reduce; broadcast is\n"
+      "in-place only), as nccl-tests prints them.\n"
+      "  size   bytes of the larger buffer (all_gather, gather: the output of n blocks;\n"
+      "         reduce_scatter, scatter, all_to_all: the input of n blocks), rounded to\n"
+      "         whole elements per rank; count = size / element size.\n"
+      "  time   the mean over the -n timed iterations on each rank (after -w warm-up and a\n"
+      "         barrier), taken as the maximum across ranks: the collective is done when\n"
+      "         the slowest rank is done.\n"
+      "  algbw  size / time (GB/s = 1e9 bytes per second).\n"
+      "  busbw  algbw x nccl-tests' bus factor: all_reduce 2(n-1)/n; all_gather,\n"
+      "         reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast, reduce 1.\n"
+      "  #wrong elements that differ from a reference computed independently (after the\n"
+      "         timed iterations the inputs are refilled and the collective runs once more);\n"
+      "         any wrong element makes the command exit 1.\n"
+      "Inside collie launch -n N, srun or mpirun it uses the job's ranks; on its own it\n"
+      "starts --ranks processes on this machine and hosts the store on a free loopback\n"
+      "port. Ctrl-C stops after the row being measured, prints the rows so far and exits\n"
+      "130. --algo auto names the algorithm it picked: auto:ring.");
+  cmd->callback([args] {
+    DataType dtype{};
+    ReduceOp op{};
+    validate(*args, dtype, op);  // once, before any rank starts
+    if (!inside_a_job() && (args->root < 0 || args->root >= args->ranks)) {
+      throw Error(fmt::format("-r: root {} is not a rank of the {} started (0 to {})", args->root,
+                              args->ranks, args->ranks - 1));
+    }
+    const int rc = inside_a_job()
+                       ? run_rank(*args, "inside a job")
+                       : run_standalone(args->ranks, [&] {
+                           return run_rank(*args, fmt::format("{} processes started by collie bench", args->ranks));
+                         });
+    if (rc != 0) throw Exit{rc};
+  });
+}
+
+}  // namespace
+
+void add_bench_collective_commands(CLI::App& bench) {
+  for (Collective c : cs::kCollectives) {
+    add_one(bench, std::string(cs::collective_name(c)),
+            fmt::format("Time {} over a sweep of sizes, as nccl-tests does", cs::collective_name(c)),
+            {c});
+  }
+  add_one(bench, "all", "Every collective, one after the other",
+          std::vector<Collective>(std::begin(cs::kCollectives), std::end(cs::kCollectives)));
+}
+
+}  // namespace collie::cli
