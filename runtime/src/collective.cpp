@@ -131,9 +131,20 @@ class Executor {
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
         deadline_(Clock::now() + call.timeout) {
     for (std::size_t i = 0; i < kWindow; ++i) free_slots_.push_back(i);
+    std::lock_guard lock(g_.slots_mu);
+    for (auto& slot : slots_) {
+      if (g_.spare_slots.empty()) break;
+      slot = std::move(g_.spare_slots.back());
+      g_.spare_slots.pop_back();
+    }
   }
 
-  ~Executor() { abandon(); }
+  ~Executor() {
+    abandon();
+    std::lock_guard lock(g_.slots_mu);
+    for (auto& slot : slots_)
+      if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow) g_.spare_slots.push_back(std::move(slot));
+  }
 
   void run(const Schedule& schedule) {
     try {

@@ -233,6 +233,15 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     throw Error(fmt::format("collie::init: a segment of {} bytes: choose 1 KiB to 1 GiB",
                             config.segment_bytes));
   }
+  if (options.spin) {
+    config.spin = *options.spin;
+  } else if (auto text = lookup("COLLIE_SPIN_US")) {
+    const int us = parse_int(*text, "COLLIE_SPIN_US");
+    if (us < 0 || us > 1000000)
+      throw Error(fmt::format("collie::init: COLLIE_SPIN_US='{}': choose 0 to 1000000", *text));
+    config.spin = std::chrono::microseconds(us);
+  }
+  if (config.spin.count() < 0) throw Error("collie::init: the spin must not be negative");
   return config;
 }
 

@@ -243,6 +243,7 @@ ProcessGroup init(const InitOptions& options) {
   mesh.token = config.token;
   mesh.timeout = config.timeout;
   mesh.listen_address = advertised_address(config);
+  mesh.spin = config.spin;
   if (config.rank == 0) {
     mesh.group_id = transport::Mesh::random_group_id();
     store.set("world/id", fmt::format("{:016x}", mesh.group_id));

@@ -217,6 +217,30 @@ struct Mesh::Impl {
   std::vector<Peer> peers;
   std::vector<int> connected;  // ranks with a socket, in the order they connected: what is polled
   std::size_t unexpected_bytes = 0;
+  // Payload buffers of unexpected messages, kept for the next ones (a
+  // pipelined collective sends many of one size): no allocation, no page
+  // faults per message. At most kSparePayloadBytes in all.
+  std::vector<std::pair<std::size_t, std::unique_ptr<std::byte[]>>> spare_payloads;
+  std::size_t spare_payload_bytes = 0;
+  static constexpr std::size_t kSparePayloadBytes = std::size_t{16} << 20;
+
+  // A buffer for `n` bytes (mu held).
+  std::unique_ptr<std::byte[]> take_payload(std::size_t n) {
+    for (auto it = spare_payloads.begin(); it != spare_payloads.end(); ++it) {
+      if (it->first != n) continue;
+      auto buffer = std::move(it->second);
+      spare_payload_bytes -= n;
+      spare_payloads.erase(it);
+      return buffer;
+    }
+    return std::unique_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(n, 1)]);
+  }
+  // Keeps a consumed payload buffer of `n` bytes for reuse (mu held).
+  void give_payload(std::unique_ptr<std::byte[]> buffer, std::size_t n) {
+    if (n < 4096 || spare_payload_bytes + n > kSparePayloadBytes) return;
+    spare_payload_bytes += n;
+    spare_payloads.emplace_back(n, std::move(buffer));
+  }
   std::size_t paused_peers = 0;         // peers whose reading waits for queue space or a receive
   std::atomic<std::size_t> pending{0};  // requests not finished (changed under mu)
   std::mutex drive_mu;                  // held by the one thread that polls the peers' sockets
@@ -382,7 +406,7 @@ struct Mesh::Impl {
       auto u = std::make_shared<Unexpected>();
       u->fingerprint = h.fingerprint;
       u->length = h.length;
-      u->data.reset(new std::byte[std::max<std::size_t>(h.length, 1)]);
+      u->data = take_payload(h.length);
       unexpected_bytes += h.length;
       p.unexpected[h.tag].push_back(u);
       p.current_unexpected = std::move(u);
@@ -1064,7 +1088,7 @@ RequestPtr Mesh::isend(int peer, std::uint64_t tag, const void* data, std::size_
       auto u = std::make_shared<Unexpected>();
       u->fingerprint = fingerprint;
       u->length = bytes;
-      u->data.reset(new std::byte[std::max<std::size_t>(bytes, 1)]);
+      u->data = m.take_payload(bytes);
       if (bytes > 0) std::memcpy(u->data.get(), data, bytes);
       u->got = bytes;
       u->complete = true;
@@ -1125,6 +1149,7 @@ RequestPtr Mesh::irecv(int peer, std::uint64_t tag, void* data, std::size_t byte
           p.current_recv = r;
         } else {
           m.complete(*r);
+          m.give_payload(std::move(u->data), u->length);
         }
       }
       m.resume_paused();
@@ -1171,6 +1196,9 @@ bool Mesh::drive_until(const RequestPtr& request, Clock::time_point deadline) {
           int ms = 0;
           if (now >= spin_until) ms = std::clamp(remaining_ms(deadline), 1, 50);
           m.drive_once(ms, fds, who);
+          // Spinning, let a thread waiting for this CPU run: on a busy host
+          // it may be the one that sends what this wait is for.
+          if (ms == 0 && pending()) sched_yield();
         }
       } else {
         std::unique_lock lock(m.done_mu);

@@ -20,6 +20,7 @@
 // COLLIE_ALGO (algorithms forced per collective: "all_reduce:ring,
 // broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
 // a number of bytes, or with a K or M suffix; the same on every rank),
+// COLLIE_SPIN_US (microseconds a wait polls before it sleeps, default 50),
 // COLLIE_STORE_TOKEN, COLLIE_STORE_HOSTED (set by `collie launch`: the
 // launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
 #pragma once
@@ -47,6 +48,7 @@ struct InitOptions {
   std::optional<std::string> token;                  // overrides COLLIE_STORE_TOKEN
   std::optional<std::string> algorithms;             // overrides COLLIE_ALGO
   std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
+  std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
@@ -73,6 +75,9 @@ struct JobConfig {
   std::string rank_source;  // which variables the rank came from, for messages
   AlgorithmOverrides algorithms;                     // COLLIE_ALGO
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
+  // How long a wait polls its sockets (yielding the CPU between polls)
+  // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.
+  std::chrono::microseconds spin{50};
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

@@ -35,8 +35,8 @@
 // completes when its bytes are handed to the kernel (or, to oneself, copied).
 //
 // Progress. A thread that waits drives the sockets itself (spinning on
-// non-blocking polls for `spin`, then sleeping in poll()), so a reply is seen
-// without a thread hand-off. A background thread accepts connections, runs
+// non-blocking polls for `spin`, yielding the CPU between them, then
+// sleeping in poll()), so a reply is seen without a thread hand-off. A background thread accepts connections, runs
 // handshakes and moves data while nobody waits.
 //
 // Failure. When a peer's connection closes or resets, or it breaks the
