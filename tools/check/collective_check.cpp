@@ -165,6 +165,7 @@ struct PreparedCase::Impl {
   virtual void run() = 0;
   virtual void refill() = 0;
   virtual std::size_t check(std::string& first) const = 0;
+  virtual void spoil() = 0;
 };
 
 namespace {
@@ -268,6 +269,13 @@ class Typed final : public PreparedCase::Impl {
         break;
     }
     w.wait();
+  }
+
+  void spoil() override {
+    const bool result_in_input =
+        c_.in_place && (c_.collective == Collective::AllReduce || c_.collective == Collective::Reduce);
+    auto& got = result_in_input ? input_ : output_;
+    if (result_count() > 0) got[0] = to<T>(from(got[0]) + 1);
   }
 
   std::size_t check(std::string& first) const override {
@@ -375,6 +383,9 @@ void PreparedCase::refill() {
 }
 std::size_t PreparedCase::check(std::string& first) const {
   return impl_->check(first);
+}
+void PreparedCase::spoil() {
+  impl_->spoil();
 }
 
 bool has_in_place_form(Collective c) {

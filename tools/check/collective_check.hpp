@@ -50,6 +50,9 @@ class PreparedCase {
   // reference, and inputs that must come back unchanged); `first` says what
   // the first one was.
   std::size_t check(std::string& first) const;
+  // Changes the first element of this rank's result (if it has one), so
+  // that tests can see check() and its callers report it.
+  void spoil();
 
   struct Impl;
 

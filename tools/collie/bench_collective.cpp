@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -55,6 +56,10 @@ struct Args {
   std::string plot;
   std::vector<std::string> baselines;
 };
+
+bool several_algorithms(const Args& a) {
+  return a.algos.size() > 1 || (a.algos.size() == 1 && a.algos[0] == "all");
+}
 
 // One measured cell: a size, an algorithm and a placement.
 struct Result {
@@ -215,9 +220,8 @@ struct Printer {
     const int w = static_cast<int>(algo_width);
     std::printf("# %s (bus factor %s)\n", std::string(cs::collective_name(c)).c_str(),
                 std::string(bus_factor_text(c)).c_str());
-    std::printf("# %10s %12s %8s %6s %5s  %-*s %30s   %30s\n", "", "", "", "", "", w, "",
-                has_out_of_place ? "out-of-place              " : "",
-                has_in_place ? "in-place                  " : "");
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %-31s %-31s\n", "", "", "", "", "", w, "",
+                has_out_of_place ? "    out-of-place" : "", has_in_place ? "    in-place" : "");
     std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size",
                 "count", "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong",
                 "time", "algbw", "busbw", "#wrong");
@@ -271,9 +275,11 @@ struct Printer {
       if (r.collective == Collective::Barrier) continue;
       sum += r.busbw;
       ++cells;
-      const std::string key = fmt::format("{}{}{}", a.collectives.size() > 1 ? cs::collective_name(r.collective) : "",
-                                          a.collectives.size() > 1 && a.algos.size() > 1 ? " " : "",
-                                          a.algos.size() > 1 ? r.algorithm : "");
+      const bool by_algorithm = several_algorithms(a);
+      const std::string key =
+          fmt::format("{}{}{}", a.collectives.size() > 1 ? cs::collective_name(r.collective) : "",
+                      a.collectives.size() > 1 && by_algorithm ? " " : "",
+                      by_algorithm ? r.algorithm : "");
       auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == key; });
       if (it == per.end()) {
         per.push_back({key, {0.0, 0}});
@@ -334,7 +340,7 @@ void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Resu
     const bool only_in_place = r.collective == Collective::Broadcast;
     if (r.in_place != only_in_place) continue;
     std::string label = a.collectives.size() > 1 ? std::string(cs::collective_name(r.collective)) : "";
-    if (a.collectives.size() == 1 || a.algos.size() > 1)
+    if (a.collectives.size() == 1 || several_algorithms(a))
       label += (label.empty() ? "" : " ") + std::string("collie ") + r.algorithm;
     auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.label == label; });
     if (it == series.end()) {
@@ -345,8 +351,7 @@ void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Resu
   }
   for (const auto& spec : a.baselines) {
     const auto eq = spec.find('=');
-    const std::string label =
-        eq == std::string::npos ? std::filesystem::path(spec).stem().string() : spec.substr(0, eq);
+    const std::string label = eq == std::string::npos ? "" : spec.substr(0, eq);
     const std::string path = eq == std::string::npos ? spec : spec.substr(eq + 1);
     for (auto& s : read_baseline(path, label)) series.push_back(std::move(s));
   }
@@ -369,6 +374,12 @@ struct Bench {
   std::size_t wrong_total = 0;
   bool interrupted = false;
   std::string first_wrong;
+  // For tests of -c: COLLIE_BENCH_SPOIL_RANK=R makes rank R change one
+  // element of every result it checks.
+  int spoil_rank_ = [] {
+    const char* text = std::getenv("COLLIE_BENCH_SPOIL_RANK");
+    return text == nullptr ? -1 : std::atoi(text);
+  }();
 
   // Times one cell; every rank calls it with the same arguments.
   Result measure(Collective c, Algorithm algo, std::size_t bytes, bool in_place) {
@@ -404,6 +415,7 @@ struct Bench {
     if (a.check != 0 && c != Collective::Barrier) {
       prepared.refill();
       prepared.run();
+      if (spoil_rank_ == pg.rank()) prepared.spoil();
       std::string first;
       wrong = prepared.check(first);
       if (wrong > 0 && first_wrong.empty()) first_wrong = first;

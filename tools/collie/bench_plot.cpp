@@ -234,8 +234,9 @@ std::vector<PlotSeries> read_baseline(const std::string& path, const std::string
           f[static_cast<std::size_t>(placement_col)] == "in-place")
         continue;
       std::string name = label;
-      if (label_col >= 0 && static_cast<std::size_t>(label_col) < f.size())
-        name += " " + f[static_cast<std::size_t>(label_col)];
+      if (label.empty() && label_col >= 0 && static_cast<std::size_t>(label_col) < f.size())
+        name = f[static_cast<std::size_t>(label_col)];
+      if (name.empty()) name = std::filesystem::path(path).stem().string();
       add(name, bytes, bw);
     }
   } else {
@@ -253,7 +254,7 @@ std::vector<PlotSeries> read_baseline(const std::string& path, const std::string
             "time algbw busbw ...) or a CSV header; got '{}'",
             path, l + 1, line));
       }
-      add(label, bytes, bw);
+      add(label.empty() ? std::filesystem::path(path).stem().string() : label, bytes, bw);
     }
   }
   std::vector<PlotSeries> out;

@@ -28,7 +28,8 @@ std::string svg_plot(const std::string& title, const std::vector<PlotSeries>& se
 // "algorithm" column (one series per value) and a "placement" column (only
 // out-of-place rows are read where both are present); or nccl-tests' text
 // output (size in column 1, out-of-place busbw in column 8). `label` names
-// the series (a label column's values are appended). Throws collie::Error
+// the series; when it is empty, a label column's values do (one series per
+// value), else the file's name. Throws collie::Error
 // naming the file and line of anything it cannot read.
 std::vector<PlotSeries> read_baseline(const std::string& path, const std::string& label);
 

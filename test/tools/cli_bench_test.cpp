@@ -1,0 +1,213 @@
+// `collie bench <collective>|all`: stand-alone and under collie launch, the
+// table, CSV and JSON, checking (a spoiled result fails the command), the
+// plot with a baseline, errors, and Ctrl-C. Sizes are tiny: these test the
+// command, not the speed (docs/PERFORMANCE.md has the figures).
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <signal.h>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::run;
+using collie::test::RunResult;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+
+RunResult bench(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv = {kCollie, "bench"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, env, {}, 120s);
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string field;
+  std::istringstream in(text);
+  while (std::getline(in, field, sep)) out.push_back(field);
+  return out;
+}
+
+// CSV rows as maps from the header's names.
+std::vector<std::map<std::string, std::string>> csv_rows(const std::string& text) {
+  const auto lines = split(text, '\n');
+  REQUIRE(!lines.empty());
+  const auto header = split(lines[0], ',');
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].empty()) continue;
+    const auto f = split(lines[i], ',');
+    REQUIRE(f.size() == header.size());
+    std::map<std::string, std::string> row;
+    for (std::size_t j = 0; j < f.size(); ++j) row[header[j]] = f[j];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("bench all_reduce stand-alone: a row per size and placement, all checked, bus factor 2(n-1)/n") {
+  const auto r = bench({"all_reduce", "--ranks", "3", "-b", "4", "-e", "1K", "-f", "4", "-n", "2",
+                        "-w", "1", "--csv"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = csv_rows(r.out);
+  // 4, 16, 64, 256, 1024 bytes, out-of-place and in-place.
+  REQUIRE(rows.size() == 10);
+  std::set<std::string> sizes;
+  for (const auto& row : rows) {
+    sizes.insert(row.at("size_bytes"));
+    CHECK(row.at("ranks") == "3");
+    CHECK(row.at("wrong") == "0");
+    CHECK(row.at("algorithm") == "auto");
+    CHECK(row.at("chosen") != "auto");
+    const double time = std::stod(row.at("time_us"));
+    const double algbw = std::stod(row.at("algbw_gbps"));
+    const double busbw = std::stod(row.at("busbw_gbps"));
+    CHECK(time > 0);
+    CHECK(std::stoull(row.at("count")) * 4 == std::stoull(row.at("size_bytes")));
+    CHECK(algbw == Approx(std::stod(row.at("size_bytes")) / time / 1e3).epsilon(0.02).margin(1e-4));
+    CHECK(busbw == Approx(algbw * 4.0 / 3.0).epsilon(0.02).margin(1e-4));
+  }
+  CHECK(sizes == std::set<std::string>{"4", "16", "64", "256", "1024"});
+}
+
+TEST_CASE("bench all: every collective and every algorithm, in the table, with a footer") {
+  const auto r = bench({"all", "--ranks", "3", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-w",
+                        "0", "--algo", "all", "-r", "2"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* c : {"broadcast", "reduce", "all_reduce", "gather", "all_gather", "scatter",
+                        "reduce_scatter", "all_to_all", "barrier"})
+    CHECK(r.out.find(std::string("# ") + c + " (bus factor") != std::string::npos);
+  for (const char* a : {"ring", "tree", "halving_doubling", "recursive_doubling", "linear",
+                        "recursive_halving", "pairwise", "dissemination"})
+    CHECK(r.out.find(a) != std::string::npos);
+  CHECK(r.out.find("# Out of bounds values : 0 OK") != std::string::npos);
+  CHECK(r.out.find("# Avg bus bandwidth") != std::string::npos);
+  CHECK(r.out.find("3 ranks") != std::string::npos);
+}
+
+TEST_CASE("bench under collie launch uses the job's ranks, JSON names every cell") {
+  const auto r = run({kCollie, "launch", "-n", "4", "--", kCollie, "bench", "reduce_scatter",
+                      "-b", "16", "-e", "256", "-f", "16", "-n", "1", "-w", "0", "-d", "int32",
+                      "-o", "max", "--json"},
+                     {}, {}, 120s);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("\"ranks\": 4") != std::string::npos);
+  CHECK(r.out.find("\"dtype\": \"int32\"") != std::string::npos);
+  CHECK(r.out.find("\"op\": \"max\"") != std::string::npos);
+  CHECK(r.out.find("\"size_bytes\": 16,") != std::string::npos);
+  CHECK(r.out.find("\"size_bytes\": 256,") != std::string::npos);
+  CHECK(r.out.find("\"wrong\": 0, \"avg_busbw_gbps\"") != std::string::npos);
+  // Only rank 0 prints the document.
+  CHECK(std::count(r.out.begin(), r.out.end(), '{') == 3);
+}
+
+TEST_CASE("bench: a wrong element is counted in #wrong and fails the command") {
+  const auto r = bench({"all_gather", "--ranks", "2", "-b", "8", "-e", "32", "-n", "1", "-w", "0",
+                        "--csv"},
+                       {"COLLIE_BENCH_SPOIL_RANK=1"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  for (const auto& row : csv_rows(r.out)) CHECK(row.at("wrong") == "1");
+  CHECK(r.err.find("wrong result: rank 1: element 0") != std::string::npos);
+  CHECK(r.err.find("3 wrong elements") != std::string::npos);
+}
+
+TEST_CASE("bench --plot draws the sizes and a baseline, bad baselines are named") {
+  const collie::test::ScratchDir dir;
+  const auto svg = dir.path() / "bw.svg";
+  const auto base = dir.path() / "other.csv";
+  {
+    std::ofstream out(base);
+    out << "size,busbw\n8,0.001\n1024,0.1\n";
+  }
+  const auto r = bench({"broadcast", "--ranks", "2", "-b", "8", "-e", "1K", "-f", "4", "-n", "1",
+                        "-w", "0", "--algo", "tree,ring", "--plot", svg.string(), "--baseline",
+                        "mpi=" + base.string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.rfind("<svg", 0) == 0);
+  CHECK(text.find("collie tree") != std::string::npos);
+  CHECK(text.find("collie ring") != std::string::npos);
+  CHECK(text.find(">mpi<") != std::string::npos);
+  CHECK(text.find("stroke-dasharray") != std::string::npos);  // the baseline
+  CHECK(text.find("bus bandwidth (GB/s, log scale)") != std::string::npos);
+  CHECK(text.find("1 KiB") != std::string::npos);
+
+  {
+    std::ofstream out(base);
+    out << "bytes;bw\n8;1\n";
+  }
+  const auto bad = bench({"broadcast", "--ranks", "1", "-b", "8", "-e", "8", "-n", "1", "--plot",
+                          svg.string(), "--baseline", base.string()});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("line 1: expected nccl-tests' columns") != std::string::npos);
+}
+
+TEST_CASE("bench: impossible requests fail before any rank starts, listing what exists") {
+  auto r = bench({"gather", "--algo", "ring"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("gather has no ring algorithm; it has: auto, tree, linear") != std::string::npos);
+  r = bench({"all_reduce", "-d", "complex64"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("unknown dtype 'complex64'") != std::string::npos);
+  CHECK(r.err.find("bfloat16") != std::string::npos);
+  r = bench({"all_reduce", "-d", "float", "-o", "bxor"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("bxor") != std::string::npos);
+  r = bench({"broadcast", "--ranks", "2", "-r", "2"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("root 2 is not a rank") != std::string::npos);
+  r = bench({"all_reduce", "-b", "1M", "-e", "1K"});
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("-b 1048576 is larger than -e 1024") != std::string::npos);
+}
+
+TEST_CASE("bench world of one rank, and a count of one element per rank") {
+  const auto r = bench({"all_to_all", "--ranks", "1", "-b", "1", "-e", "4", "-n", "1", "-w", "0",
+                        "-d", "int8", "--csv"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto rows = csv_rows(r.out);
+  REQUIRE(rows.size() == 3);  // 1, 2, 4 bytes
+  CHECK(rows[0].at("size_bytes") == "1");
+  CHECK(rows[0].at("busbw_gbps") == "0.0000");  // (n-1)/n = 0
+}
+
+TEST_CASE("bench: SIGINT stops after the row being measured and keeps the rows so far") {
+  Subprocess p({kCollie, "bench", "all_reduce", "--ranks", "2", "-b", "8", "-e", "1G", "-f", "2",
+                "-n", "50", "-w", "0", "-c", "0"});
+  // Wait for the first row, then interrupt rank 0 only: the others learn
+  // it at the end of the row.
+  bool row = false;
+  for (int i = 0; i < 40 && !row; ++i) {
+    const auto line = p.read_line(5s);
+    if (!line) break;
+    row = !line->empty() && (*line)[0] != '#';
+  }
+  REQUIRE(row);
+  p.signal(SIGINT);
+  const auto r = p.wait(60s);
+  REQUIRE(r);
+  INFO(r->out << r->err);
+  CHECK(r->exit_code == 130);
+  CHECK(r->out.find("# Interrupted: the rows above are those measured so far") != std::string::npos);
+  CHECK(r->out.find("# Avg bus bandwidth") != std::string::npos);
+  CHECK(r->out.find("1073741824") == std::string::npos);  // it did not reach 1 GiB
+}

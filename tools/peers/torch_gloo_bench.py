@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""The same sweep as `collie bench`, through torch.distributed's gloo backend.
+
+  python3 tools/peers/torch_gloo_bench.py --ranks 2 --collective all_reduce \
+      -b 8 -e 64M -f 4 -n 20 -w 5 > torch.csv
+
+Prints CSV (collective, size_bytes, time_us, busbw_gbps) with the columns
+`collie bench --baseline` reads. Time: mean over iterations, maximum across
+ranks; bus factors as nccl-tests (and collie bench). float32, sum, in place
+where torch has one buffer. Used for docs/PERFORMANCE.md; not part of the build.
+"""
+import argparse, os, socket, sys, time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def factor(name, n):
+    return {"all_reduce": 2 * (n - 1) / n, "broadcast": 1, "reduce": 1}.get(name, (n - 1) / n)
+
+
+def run(rank, args, port, queue):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    n = args.ranks
+    size = args.b
+    rows = []
+    while size <= args.e:
+        blocked = args.collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+        count = size // 4 // (n if blocked else 1)
+        if count == 0:
+            size *= args.f
+            continue
+        x = torch.ones(count, dtype=torch.float32)
+        full = [torch.ones(count) for _ in range(n)]
+        big = torch.ones(count * n)
+
+        def once():
+            c = args.collective
+            if c == "all_reduce":
+                dist.all_reduce(x)
+            elif c == "broadcast":
+                dist.broadcast(x, 0)
+            elif c == "reduce":
+                dist.reduce(x, 0)
+            elif c == "all_gather":
+                dist.all_gather(full, x)
+            elif c == "gather":
+                dist.gather(x, full if rank == 0 else None, 0)
+            elif c == "scatter":
+                dist.scatter(x, full if rank == 0 else None, 0)
+            elif c == "reduce_scatter":
+                dist.reduce_scatter(x, full)
+            elif c == "all_to_all":
+                out = torch.empty_like(big)
+                dist.all_to_all_single(out, big)
+
+        for _ in range(args.w):
+            once()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(args.n):
+            once()
+        mine = torch.tensor([(time.perf_counter() - start) / args.n * 1e6])
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        t = mine.item()
+        nbytes = count * 4 * (n if blocked else 1)
+        rows.append((nbytes, t, nbytes / t / 1e3 * factor(args.collective, n)))
+        size *= args.f
+    if rank == 0:
+        queue.put(rows)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--collective", default="all_reduce")
+    p.add_argument("-b", type=parse_size, default=8)
+    p.add_argument("-e", type=parse_size, default=64 << 20)
+    p.add_argument("-f", type=int, default=2)
+    p.add_argument("-n", type=int, default=20)
+    p.add_argument("-w", type=int, default=5)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=run, args=(r, args, port, queue)) for r in range(args.ranks)]
+    for proc in procs:
+        proc.start()
+    rows = queue.get()
+    for proc in procs:
+        proc.join()
+    print("collective,size_bytes,time_us,busbw_gbps,label")
+    for nbytes, t, bw in rows:
+        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},torch-gloo")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
