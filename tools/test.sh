@@ -30,7 +30,7 @@ run_preset() {
     return
   fi
   echo "=== preset $preset: test"
-  ctest --preset "$preset" -j "$test_jobs" 2>&1 | tee "$log"
+  ctest --preset "$preset" -j "$test_jobs" --output-on-failure 2>&1 | tee "$log"
   local line passed failed total
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
   if [ -z "$line" ]; then

@@ -3,6 +3,7 @@
 // segment, checking every message's fingerprint.
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -179,6 +180,9 @@ class Executor {
 
  private:
   static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
+  // How long a broken connection waits for a mismatched message that would
+  // explain it.
+  static constexpr std::chrono::milliseconds kMismatchGrace{250};
 
   struct Pending {
     transport::RequestPtr request;
@@ -241,8 +245,15 @@ class Executor {
       }
     } catch (const ConnectionError&) {
       // A peer that left may have left because it ran another call, whose
-      // message waits here: the mismatch is the news.
-      check_queued();
+      // messages wait here or are on their way (perhaps over a connection
+      // still being set up): the mismatch is the news. Look for a moment
+      // (the background thread moves data meanwhile).
+      const auto until = Clock::now() + kMismatchGrace;
+      for (;;) {
+        check_queued();
+        if (Clock::now() >= until) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(from);
       throw;
     } catch (const RequestError& e) {  // a size mismatch: the fingerprint says why

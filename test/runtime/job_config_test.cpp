@@ -215,3 +215,21 @@ TEST_CASE("Slurm node lists: the first host", "[init]") {
     CHECK_THROWS_AS(collie::first_host_of_nodelist(bad), collie::Error);
   }
 }
+
+TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with it", "[init]") {
+  const std::map<std::string, std::string> job{
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  CHECK(resolve(job).spin == 50us);
+  auto with = job;
+  with["COLLIE_SPIN_US"] = "0";
+  CHECK(resolve(with).spin == 0us);
+  with["COLLIE_SPIN_US"] = "250";
+  CHECK(resolve(with).spin == 250us);
+  InitOptions options;
+  options.spin = 7us;
+  CHECK(resolve(with, options).spin == 7us);
+  for (const char* bad : {"-1", "fast", "2000000"}) {
+    with["COLLIE_SPIN_US"] = bad;
+    CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SPIN_US"));
+  }
+}
