@@ -272,16 +272,12 @@ class Typed final : public PreparedCase::Impl {
   }
 
   void spoil() override {
-    const bool result_in_input =
-        c_.in_place && (c_.collective == Collective::AllReduce || c_.collective == Collective::Reduce);
-    auto& got = result_in_input ? input_ : output_;
+    auto& got = result_in_input() ? input_ : output_;
     if (result_count() > 0) got[0] = to<T>(from(got[0]) + 1);
   }
 
   std::size_t check(std::string& first) const override {
-    const bool result_in_input =
-        c_.in_place && (c_.collective == Collective::AllReduce || c_.collective == Collective::Reduce);
-    const auto& got = result_in_input ? input_ : output_;
+    const auto& got = result_in_input() ? input_ : output_;
     std::size_t wrong = 0;
     auto bad = [&](std::string what) {
       if (wrong++ == 0) first = std::move(what);
@@ -294,7 +290,7 @@ class Typed final : public PreparedCase::Impl {
         bad(fmt::format("rank {}: element {} is {}, expected {}", me_, i, g, want));
     }
     // An input that is not where the result goes must come back as it was.
-    if (!result_in_input || (c_.collective == Collective::Reduce && !root_)) {
+    if (!result_in_input() || (c_.collective == Collective::Reduce && !root_)) {
       for (std::size_t i = 0; i < input_.size(); ++i) {
         if (from(input_[i]) != from(to<T>(value(c_, me_, i)))) {
           bad(fmt::format("rank {}: input element {} changed", me_, i));
@@ -309,10 +305,14 @@ class Typed final : public PreparedCase::Impl {
   // How many elements of this rank's result the reference covers (0: this
   // rank has no result, e.g. a reduce's non-root).
   std::size_t result_count() const {
-    const bool result_in_input =
-        c_.in_place && (c_.collective == Collective::AllReduce || c_.collective == Collective::Reduce);
     if (c_.collective == Collective::Reduce && !root_) return 0;
-    return result_in_input ? input_.size() : output_.size();
+    return result_in_input() ? input_.size() : output_.size();
+  }
+
+  // The in-place all_reduce and reduce leave their result in the input.
+  bool result_in_input() const {
+    return c_.in_place &&
+           (c_.collective == Collective::AllReduce || c_.collective == Collective::Reduce);
   }
 
   // The reference for element i of this rank's result.

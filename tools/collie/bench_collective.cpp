@@ -239,7 +239,7 @@ struct Printer {
     if (a.csv) {
       for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
         if (x == nullptr) continue;
-        std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.4f,%.4f,%zu\n",
+        std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu\n",
                     std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
                     x->chosen.c_str(), ranks, x->bytes, x->count,
                     std::string(dtype_name(dtype)).c_str(),
