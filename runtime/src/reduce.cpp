@@ -45,8 +45,7 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
-  for (auto op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg,
-                  ReduceOp::BitwiseAnd, ReduceOp::BitwiseOr, ReduceOp::BitwiseXor}) {
+  for (auto op : kReduceOps) {
     if (name == reduce_op_name(op)) return op;
   }
   if (name == "product") return ReduceOp::Product;

@@ -15,9 +15,7 @@ using collie::ReduceOp;
 
 namespace {
 
-constexpr ReduceOp kOps[] = {ReduceOp::Sum,        ReduceOp::Product,   ReduceOp::Min,
-                             ReduceOp::Max,        ReduceOp::Avg,       ReduceOp::BitwiseAnd,
-                             ReduceOp::BitwiseOr,  ReduceOp::BitwiseXor};
+constexpr auto& kOps = collie::kReduceOps;
 
 // Integer reference in 64 bits, narrowed modulo 2^bits.
 template <class T>

@@ -212,3 +212,28 @@ TEST_CASE("bench: SIGINT stops after the row being measured and keeps the rows s
   CHECK(r->out.find("# Avg bus bandwidth") != std::string::npos);
   CHECK(r->out.find("1073741824") == std::string::npos);  // it did not reach 1 GiB
 }
+
+TEST_CASE("bench stand-alone: a rank killed mid-sweep fails the command within seconds, naming it") {
+  Subprocess p({kCollie, "bench", "all_reduce", "--ranks", "2", "-b", "8", "-e", "1G", "-n", "50",
+                "-w", "0", "-c", "0"});
+  bool row = false;
+  for (int i = 0; i < 40 && !row; ++i) {
+    const auto line = p.read_line(5s);
+    if (!line) break;
+    row = !line->empty() && (*line)[0] != '#';
+  }
+  REQUIRE(row);
+  // Rank 1 is the bench's only child.
+  std::ifstream children("/proc/" + std::to_string(p.pid()) + "/task/" + std::to_string(p.pid()) +
+                         "/children");
+  pid_t rank1 = 0;
+  REQUIRE(children >> rank1);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(::kill(rank1, SIGKILL) == 0);
+  const auto r = p.wait(60s);
+  REQUIRE(r);
+  INFO(r->out << r->err);
+  CHECK(r->exit_code == 1);
+  CHECK(r->err.find("rank 1") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+}

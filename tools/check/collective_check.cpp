@@ -13,10 +13,6 @@ namespace collie::check {
 
 namespace {
 
-constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min,
-                             ReduceOp::Max, ReduceOp::Avg,     ReduceOp::BitwiseAnd,
-                             ReduceOp::BitwiseOr, ReduceOp::BitwiseXor};
-
 bool is_float(DataType t) {
   return t == DataType::Float16 || t == DataType::BFloat16 || t == DataType::Float32 ||
          t == DataType::Float64;
@@ -392,6 +388,10 @@ bool has_in_place_form(Collective c) {
   return c == Collective::AllReduce || c == Collective::Reduce || c == Collective::Broadcast;
 }
 
+bool has_out_of_place_form(Collective c) {
+  return c != Collective::Broadcast;
+}
+
 std::string describe(const CollectiveCase& c) {
   return fmt::format("{} {} {} {} count {} root {} {}{}", collectives::collective_name(c.collective),
                      collectives::algorithm_name(c.algorithm), dtype_name(c.dtype),
@@ -417,7 +417,7 @@ std::vector<CollectiveCase> matrix(int world, bool full) {
       // Every dtype, and every op it supports.
       for (auto t : kDataTypes) {
         if (!full && t != DataType::Float32 && t != DataType::Int32) continue;
-        for (auto op : kOps) {
+        for (auto op : kReduceOps) {
           if (!collectives::reduces(coll) && op != ReduceOp::Sum) continue;
           if (!supports(t, op)) continue;
           if (!full && op != ReduceOp::Sum && !(op == ReduceOp::Avg && t == DataType::Float32))

@@ -28,8 +28,10 @@ struct CollectiveCase {
 std::string describe(const CollectiveCase& c);
 
 // Whether `c` has an in-place form (all_reduce, reduce: the result replaces
-// the input; broadcast has only one buffer and counts as in-place).
+// the input; broadcast has only one buffer and counts as in-place), and an
+// out-of-place one (every collective but broadcast).
 bool has_in_place_form(Collective c);
+bool has_out_of_place_form(Collective c);
 
 // One case's buffers on one rank: filled with the case's inputs, run as often
 // as the caller likes, refilled, and checked against the reference after

@@ -100,7 +100,7 @@ double bus_factor(Collective c, int n) {
   const double r = static_cast<double>(n);
   switch (c) {
     case Collective::AllReduce:
-      return n > 1 ? 2 * (r - 1) / r : 0;
+      return 2 * (r - 1) / r;
     case Collective::AllGather:
     case Collective::ReduceScatter:
     case Collective::AllToAll:
@@ -173,10 +173,14 @@ struct Printer {
     if (tty_progress) std::fputs("\r\033[K", stderr);
   }
 
-  void progress(std::string_view what, bool force = false) {
+  // Redraws the bar (at most 10 times a second); `what` is formatted only
+  // then, so the timed loop pays nothing when there is no bar.
+  template <class What>
+  void progress(const What& what_of) {
     if (!tty_progress) return;
     const auto now = Clock::now();
-    if (!force && now - last_progress < std::chrono::milliseconds(100)) return;
+    if (now - last_progress < std::chrono::milliseconds(100)) return;
+    const std::string what = what_of();
     last_progress = now;
     const int width = 30;
     const double done = rows_total == 0 ? 1 : static_cast<double>(rows_done) / static_cast<double>(rows_total);
@@ -337,8 +341,7 @@ void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Resu
   for (const auto& r : results) {
     if (r.collective == Collective::Barrier) continue;
     // Out-of-place where a collective has it, else in-place.
-    const bool only_in_place = r.collective == Collective::Broadcast;
-    if (r.in_place != only_in_place) continue;
+    if (r.in_place == check::has_out_of_place_form(r.collective)) continue;
     std::string label = a.collectives.size() > 1 ? std::string(cs::collective_name(r.collective)) : "";
     if (a.collectives.size() == 1 || several_algorithms(a))
       label += (label.empty() ? "" : " ") + std::string("collie ") + r.algorithm;
@@ -391,7 +394,7 @@ struct Bench {
     k.dtype = dtype;
     k.op = op;
     k.root = a.root;
-    k.in_place = in_place && c != Collective::Broadcast;
+    k.in_place = in_place && check::has_out_of_place_form(c);  // broadcast: its one buffer
     k.count = c == Collective::Barrier ? 1 : bytes / esize / (blocked(c) ? n : 1);
     check::PreparedCase prepared(pg, k);
     Result r;
@@ -407,7 +410,10 @@ struct Bench {
     const auto start = Clock::now();
     for (int i = 0; i < a.iters; ++i) {
       prepared.run();
-      if (pg.rank() == 0) printer.progress(fmt::format("{} {} {}", cs::collective_name(c), size_label(static_cast<double>(bytes)), r.chosen));
+      printer.progress([&] {
+        return fmt::format("{} {} {}", cs::collective_name(c),
+                           size_label(static_cast<double>(bytes)), r.chosen);
+      });
     }
     const double mine = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
                         std::max(a.iters, 1);
@@ -437,7 +443,7 @@ struct Bench {
 
   void run(Collective c, const std::vector<Algorithm>& algos) {
     const bool has_in = check::has_in_place_form(c);
-    const bool has_out = c != Collective::Broadcast;
+    const bool has_out = check::has_out_of_place_form(c);
     if (pg.rank() == 0) printer.columns(c, has_out, has_in);
     for (std::size_t bytes : sizes_for(a, c, dtype_size(dtype), pg.size())) {
       for (Algorithm algo : algos) {
@@ -481,21 +487,39 @@ std::vector<Algorithm> algorithms(const Args& a, Collective c) {
   return out;
 }
 
-// Checks what can be checked before any rank starts.
-void validate(const Args& a, DataType& dtype, ReduceOp& op) {
+// "a, b, c": the names of every item of `items`.
+template <class Items, class Name>
+std::string names_of(const Items& items, Name name) {
+  std::string out;
+  for (const auto& x : items) out += (out.empty() ? "" : ", ") + std::string(name(x));
+  return out;
+}
+
+// What to run, resolved from the options once, before any rank starts
+// (every error here names the option).
+struct Plan {
+  DataType dtype{};
+  ReduceOp op{};
+  std::vector<std::pair<Collective, std::vector<Algorithm>>> runs;
+};
+
+Plan make_plan(const Args& a) {
+  Plan plan;
   const auto t = parse_dtype(a.dtype);
   if (!t) {
-    std::string names;
-    for (DataType x : kDataTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(x));
     throw Error(fmt::format("-d: unknown dtype '{}'; collie has {} (and NCCL's names: float, "
                             "half, double, ...)",
-                            a.dtype, names));
+                            a.dtype, names_of(kDataTypes, dtype_name)));
   }
-  dtype = *t;
+  plan.dtype = *t;
   const auto o = parse_reduce_op(a.op);
-  if (!o) throw Error(fmt::format("-o: unknown reduce op '{}' (sum, prod, min, max, avg, band, bor, bxor)", a.op));
-  op = *o;
-  if (std::any_of(a.collectives.begin(), a.collectives.end(), cs::reduces)) check_supported(dtype, op);
+  if (!o) {
+    throw Error(fmt::format("-o: unknown reduce op '{}' ({})", a.op,
+                            names_of(kReduceOps, reduce_op_name)));
+  }
+  plan.op = *o;
+  if (std::any_of(a.collectives.begin(), a.collectives.end(), cs::reduces))
+    check_supported(plan.dtype, plan.op);
   if (a.min_bytes > a.max_bytes)
     throw Error(fmt::format("-b {} is larger than -e {}", a.min_bytes, a.max_bytes));
   if (a.min_bytes == 0) throw Error("-b: the smallest size must be at least 1 byte");
@@ -504,40 +528,50 @@ void validate(const Args& a, DataType& dtype, ReduceOp& op) {
   if (a.warmup < 0) throw Error("-w: warm-up iterations cannot be negative");
   if (a.json && a.csv) throw Error("--json and --csv: choose one");
   if (!a.baselines.empty() && a.plot.empty()) throw Error("--baseline goes with --plot");
-  for (Collective c : a.collectives) (void)algorithms(a, c);
+  for (Collective c : a.collectives) plan.runs.emplace_back(c, algorithms(a, c));
+  return plan;
 }
 
-int run_rank(const Args& a, const std::string& how) {
+// The width of the algo column: the longest name it can show.
+std::size_t algo_column_width(const Plan& plan) {
+  std::size_t width = 4;
+  for (const auto& [c, algos] : plan.runs) {
+    for (Algorithm x : algos) {
+      if (x != Algorithm::Auto) {
+        width = std::max(width, cs::algorithm_name(x).size());
+        continue;
+      }
+      for (Algorithm y : cs::algorithms_for(c))  // auto:NAME
+        width = std::max(width, 5 + cs::algorithm_name(y).size());
+    }
+  }
+  return width;
+}
+
+int run_rank(const Args& a, const Plan& plan, const std::string& how) {
   catch_interrupts();
   try {
-    DataType dtype{};
-    ReduceOp op{};
-    validate(a, dtype, op);
     auto pg = init();
     if (a.root < 0 || a.root >= pg.size())
       throw Error(fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
-    Printer printer{a, pg.size(), dtype, op};
+    Printer printer{a, pg.size(), plan.dtype, plan.op};
     printer.tty_progress = a.progress && pg.rank() == 0 && isatty(STDERR_FILENO) != 0;
-    for (Collective c : a.collectives) {
-      const auto algos = algorithms(a, c);
-      for (const auto& x : algos) {
-        const std::string label = x == Algorithm::Auto ? "auto:" + std::string(cs::algorithm_name(cs::algorithms_for(c).front())) : std::string(cs::algorithm_name(x));
-        printer.algo_width = std::max(printer.algo_width, label.size() + 14);
-      }
-      const int forms = (c != Collective::Broadcast ? 1 : 0) + (check::has_in_place_form(c) ? 1 : 0);
-      printer.rows_total += sizes_for(a, c, dtype_size(dtype), pg.size()).size() * algos.size() *
-                            static_cast<std::size_t>(forms);
+    printer.algo_width = algo_column_width(plan);
+    for (const auto& [c, algos] : plan.runs) {
+      const std::size_t forms = (check::has_out_of_place_form(c) ? 1 : 0) +
+                                (check::has_in_place_form(c) ? 1 : 0);
+      printer.rows_total +=
+          sizes_for(a, c, dtype_size(plan.dtype), pg.size()).size() * algos.size() * forms;
     }
-    printer.algo_width = std::min<std::size_t>(printer.algo_width, 24);
     if (pg.rank() == 0) printer.header(pg, how);
-    Bench bench{a, pg, dtype, op, printer, {}, 0, false, {}};
-    for (Collective c : a.collectives) {
-      bench.run(c, algorithms(a, c));
+    Bench bench{a, pg, plan.dtype, plan.op, printer, {}, 0, false, {}};
+    for (const auto& [c, algos] : plan.runs) {
+      bench.run(c, algos);
       if (bench.interrupted) break;
     }
     if (pg.rank() == 0) {
       printer.footer(bench.results, bench.wrong_total, bench.interrupted);
-      if (!a.plot.empty()) write_plot(a, pg.size(), dtype, bench.results);
+      if (!a.plot.empty()) write_plot(a, pg.size(), plan.dtype, bench.results);
     }
     if (!bench.first_wrong.empty())
       std::fprintf(stderr, "collie bench: wrong result: %s\n", bench.first_wrong.c_str());
@@ -619,18 +653,18 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "port. Ctrl-C stops after the row being measured, prints the rows so far and exits\n"
       "130. --algo auto names the algorithm it picked: auto:ring.");
   cmd->callback([args] {
-    DataType dtype{};
-    ReduceOp op{};
-    validate(*args, dtype, op);  // once, before any rank starts
-    if (!inside_a_job() && (args->root < 0 || args->root >= args->ranks)) {
+    const Plan plan = make_plan(*args);  // once, before any rank starts
+    if (inside_a_job()) {
+      const int rc = run_rank(*args, plan, "inside a job");
+      if (rc != 0) throw Exit{rc};
+      return;
+    }
+    if (args->root < 0 || args->root >= args->ranks) {
       throw Error(fmt::format("-r: root {} is not a rank of the {} started (0 to {})", args->root,
                               args->ranks, args->ranks - 1));
     }
-    const int rc = inside_a_job()
-                       ? run_rank(*args, "inside a job")
-                       : run_standalone(args->ranks, [&] {
-                           return run_rank(*args, fmt::format("{} processes started by collie bench", args->ranks));
-                         });
+    const std::string how = fmt::format("{} processes started by collie bench", args->ranks);
+    const int rc = run_standalone(args->ranks, [&] { return run_rank(*args, plan, how); });
     if (rc != 0) throw Exit{rc};
   });
 }

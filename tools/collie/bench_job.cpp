@@ -1,6 +1,8 @@
 #include "bench_job.hpp"
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,8 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <optional>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -72,8 +76,46 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
     children.push_back(child);
   }
   ::close(pipe_fds[0]);
+
+  // Watches the other ranks: one that fails while rank 0 still runs may
+  // leave rank 0 waiting for it (in the rendezvous, say) until the job's
+  // timeout. Rank 0 usually notices on its own within a second (a closed
+  // connection); if it has not after kGrace, the watcher stops the job.
+  constexpr auto kGrace = std::chrono::seconds(3);
+  std::atomic<bool> rank0_done{false};
+  std::vector<int> statuses(children.size(), 0);
+  std::thread watcher([&] {
+    std::vector<bool> reaped(children.size(), false);
+    std::size_t left = children.size();
+    std::optional<std::chrono::steady_clock::time_point> failed_at;
+    std::string failure;
+    while (left > 0) {
+      for (std::size_t i = 0; i < children.size(); ++i) {
+        if (reaped[i] || waitpid(children[i], &statuses[i], WNOHANG) != children[i]) continue;
+        reaped[i] = true;
+        --left;
+        const int st = statuses[i];
+        if (!failed_at && !(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !rank0_done) {
+          failed_at = std::chrono::steady_clock::now();
+          failure = WIFEXITED(st) ? fmt::format("exited with status {}", WEXITSTATUS(st))
+                                  : fmt::format("was killed by signal {} ({})", WTERMSIG(st),
+                                                strsignal(WTERMSIG(st)));
+          failure = fmt::format("rank {} (pid {}) {}", i + 1, children[i], failure);
+        }
+      }
+      if (failed_at && !rank0_done && std::chrono::steady_clock::now() - *failed_at > kGrace) {
+        std::fprintf(stderr, "collie bench: %s; stopping the job\n", failure.c_str());
+        for (pid_t c : children) ::kill(c, SIGTERM);
+        std::fflush(stdout);
+        std::fflush(stderr);
+        _exit(1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+
   int rc = 1;
-  {
+  try {
     store::ServerOptions options;
     options.host = "127.0.0.1";
     store::StoreServer server(options);
@@ -84,17 +126,20 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
     ::close(pipe_fds[1]);
     set_rank_environment(0, ranks, port);
     rc = rank_main();
-    // The others may be waiting for rank 0 in the store, which is still up:
-    // do not let them wait out the job's timeout.
-    if (rc != 0)
-      for (pid_t c : children) ::kill(c, SIGTERM);
-    for (pid_t c : children) {
-      int status = 0;
-      while (waitpid(c, &status, 0) < 0 && errno == EINTR) {
-      }
-      if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) rc = 1;
-    }
+  } catch (...) {
+    rank0_done = true;
+    for (pid_t c : children) ::kill(c, SIGKILL);
+    watcher.join();
+    throw;
   }
+  rank0_done = true;
+  // The others may be waiting for rank 0 in the store, which is gone now:
+  // do not let them wait out the job's timeout.
+  if (rc != 0)
+    for (pid_t c : children) ::kill(c, SIGTERM);
+  watcher.join();
+  for (int st : statuses)
+    if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) rc = 1;
   return rc;
 }
 

@@ -54,8 +54,7 @@ void run(const ReduceArgs& a) {
     double gbs;
   };
   std::vector<Row> rows;
-  for (auto t : {DataType::Int8, DataType::UInt8, DataType::Int32, DataType::Int64,
-                 DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64}) {
+  for (auto t : kDataTypes) {
     for (auto op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max,
                     ReduceOp::BitwiseXor}) {
       if (!supports(t, op)) continue;

@@ -220,17 +220,16 @@ struct Mesh::Impl {
   // Payload buffers of unexpected messages, kept for the next ones (a
   // pipelined collective sends many of one size): no allocation, no page
   // faults per message. At most kSparePayloadBytes in all.
-  std::vector<std::pair<std::size_t, std::unique_ptr<std::byte[]>>> spare_payloads;
+  std::unordered_map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> spare_payloads;
   std::size_t spare_payload_bytes = 0;
   static constexpr std::size_t kSparePayloadBytes = std::size_t{16} << 20;
 
   // A buffer for `n` bytes (mu held).
   std::unique_ptr<std::byte[]> take_payload(std::size_t n) {
-    for (auto it = spare_payloads.begin(); it != spare_payloads.end(); ++it) {
-      if (it->first != n) continue;
-      auto buffer = std::move(it->second);
+    if (auto it = spare_payloads.find(n); it != spare_payloads.end() && !it->second.empty()) {
+      auto buffer = std::move(it->second.back());
+      it->second.pop_back();
       spare_payload_bytes -= n;
-      spare_payloads.erase(it);
       return buffer;
     }
     return std::unique_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(n, 1)]);
@@ -239,7 +238,7 @@ struct Mesh::Impl {
   void give_payload(std::unique_ptr<std::byte[]> buffer, std::size_t n) {
     if (n < 4096 || spare_payload_bytes + n > kSparePayloadBytes) return;
     spare_payload_bytes += n;
-    spare_payloads.emplace_back(n, std::move(buffer));
+    spare_payloads[n].push_back(std::move(buffer));
   }
   std::size_t paused_peers = 0;         // peers whose reading waits for queue space or a receive
   std::atomic<std::size_t> pending{0};  // requests not finished (changed under mu)

@@ -32,6 +32,11 @@ enum class ReduceOp : std::uint8_t { Sum, Product, Min, Max, Avg, BitwiseAnd, Bi
 std::string_view reduce_op_name(ReduceOp op);
 // The inverse of reduce_op_name; also accepts "product", "and", "or", "xor".
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
+// Every reduce op, in declaration order.
+inline constexpr ReduceOp kReduceOps[] = {ReduceOp::Sum,        ReduceOp::Product,
+                                          ReduceOp::Min,        ReduceOp::Max,
+                                          ReduceOp::Avg,        ReduceOp::BitwiseAnd,
+                                          ReduceOp::BitwiseOr,  ReduceOp::BitwiseXor};
 
 // Whether `op` applies to `type` (bitwise ops: integer dtypes only).
 bool supports(DataType type, ReduceOp op);
