@@ -2,12 +2,13 @@
 # Installs what collie needs, from Debian packages only, and nothing that is
 # already there. Called by tools/bench.sh and tools/test.sh; safe to re-run.
 #   tools/setup.sh          build dependencies
-#   tools/setup.sh --test   plus what the tests need (clang + libFuzzer)
+#   tools/setup.sh --test   plus what the tests need (clang + libFuzzer, chromium for the
+#                           explain page's browser test)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev catch2)
+packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev catch2)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang libclang-rt-14-dev)
+  packages+=(clang libclang-rt-14-dev chromium)
 fi
 
 missing=()

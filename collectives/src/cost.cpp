@@ -55,4 +55,34 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   return cost;
 }
 
+int pieces_for(std::size_t bytes, std::size_t segment_bytes) {
+  const std::size_t p = (bytes + segment_bytes - 1) / segment_bytes;
+  return static_cast<int>(std::clamp<std::size_t>(p, 1, 1024));
+}
+
+std::size_t size_bucket(std::size_t bytes) {
+  std::size_t b = 1;
+  while (b < bytes) b <<= 1;
+  return b;
+}
+
+Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t element_bytes,
+                         std::size_t segment_bytes, const CostModel& model) {
+  const auto& candidates = algorithms_for(c);
+  if (candidates.size() == 1 || world <= 1) return candidates.front();
+  const std::size_t representative = size_bucket(count * element_bytes) / element_bytes;
+  Algorithm best = candidates.front();
+  double best_seconds = 0;
+  for (auto a : candidates) {
+    const Shape shape{0, world, representative, 0,
+                      pieces_for(representative * element_bytes, segment_bytes)};
+    const double t = estimate(c, a, shape, element_bytes, model).seconds;
+    if (a == candidates.front() || t < best_seconds) {
+      best = a;
+      best_seconds = t;
+    }
+  }
+  return best;
+}
+
 }  // namespace collie::collectives

@@ -100,6 +100,30 @@ void throw_unreceived(const char* who, std::size_t from, std::size_t to, std::si
                           count));
 }
 
+void validate(const std::vector<Schedule>& schedules) {
+  const int world = static_cast<int>(schedules.size());
+  for (int r = 0; r < world; ++r) {
+    const auto& s = schedules[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < s.steps.size(); ++i) check_step(s, r, i, world);
+  }
+  // Messages as their sizes: matched in order, as the runtime matches them.
+  run_schedules<std::size_t>(
+      schedules, "validate",
+      [&](std::size_t r, std::size_t index) {
+        std::vector<std::size_t> out;
+        for (const auto& t : schedules[r].steps[index].sends) out.push_back(t.range.count);
+        return out;
+      },
+      [&](std::size_t r, std::size_t index, std::vector<std::size_t> sizes) {
+        const auto& recvs = schedules[r].steps[index].recvs;
+        for (std::size_t k = 0; k < recvs.size(); ++k)
+          if (sizes[k] != recvs[k].range.count)
+            throw Error(
+                fmt::format("rank {} step {}: receives {} elements from rank {}, which sent {}",
+                            r, index, recvs[k].range.count, recvs[k].peer, sizes[k]));
+      });
+}
+
 SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers buffers) {
   const int world = static_cast<int>(schedules.size());
   const auto n = static_cast<std::size_t>(world);
@@ -109,9 +133,8 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
     if (buffers[static_cast<std::size_t>(r)].size() != s.buffer_count)
       throw Error(fmt::format("simulate: rank {}'s buffer has {} elements, its schedule {}", r,
                               buffers[static_cast<std::size_t>(r)].size(), s.buffer_count));
-    for (std::size_t i = 0; i < s.steps.size(); ++i)
-      check_step(s, r, i, world);
   }
+  validate(schedules);
   using Message = std::vector<Contribution>;
   run_schedules<Message>(
       schedules, "simulate",
@@ -133,11 +156,7 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
         auto& buffer = buffers[r];
         for (std::size_t k = 0; k < step.recvs.size(); ++k) {
           const auto& t = step.recvs[k];
-          auto& message = messages[k];
-          if (message.size() != t.range.count)
-            throw Error(
-                fmt::format("rank {} step {}: receives {} elements from rank {}, which sent {}",
-                            r, index, t.range.count, t.peer, message.size()));
+          auto& message = messages[k];  // its size checked by validate()
           for (std::size_t i = 0; i < message.size(); ++i) {
             auto& element = buffer[t.range.offset + i];
             if (t.combine == Combine::Copy) {

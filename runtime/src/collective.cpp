@@ -2,6 +2,7 @@
 // schedule expects, and execute the schedule over the mesh, segment by
 // segment, checking every message's fingerprint.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <thread>
 
@@ -113,11 +114,6 @@ struct Region {
   std::byte* data = nullptr;
 };
 
-int pieces_for(std::size_t bytes, std::size_t segment_bytes) {
-  const std::size_t p = (bytes + segment_bytes - 1) / segment_bytes;
-  return static_cast<int>(std::clamp<std::size_t>(p, 1, 1024));
-}
-
 // Runs one schedule over the mesh.
 class Executor {
  public:
@@ -130,7 +126,8 @@ class Executor {
         tag_(collective_tag(g.slot, call.sequence)),
         fingerprint_(encode(call.signature())),
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
-        deadline_(Clock::now() + call.timeout) {
+        deadline_(Clock::now() + call.timeout),
+        trace_(g.world->tracer.get()) {
     for (std::size_t i = 0; i < kWindow; ++i) free_slots_.push_back(i);
     std::lock_guard lock(g_.slots_mu);
     for (auto& slot : slots_) {
@@ -149,7 +146,8 @@ class Executor {
 
   void run(const Schedule& schedule) {
     try {
-      for (const auto& step : schedule.steps) run_step(step);
+      for (std::size_t i = 0; i < schedule.steps.size(); ++i)
+        run_step(schedule.steps[i], static_cast<std::uint32_t>(i));
     } catch (const MismatchError&) {
       // Everyone should know what this rank called: the rank whose message
       // did not match, and the others, which may wait for this one.
@@ -337,6 +335,7 @@ class Executor {
   }
 
   struct Segment {
+    std::size_t transfer = 0;  // index into the step's receives
     int from = 0;
     std::byte* target = nullptr;
     std::size_t count = 0;
@@ -345,9 +344,19 @@ class Executor {
     std::size_t slot = 0;
   };
 
-  void run_step(const collectives::Step& step) {
-    for (const auto& c : step.copies)
+  // Now, only when tracing (reading the clock is not free).
+  Tracer::Clock::time_point mark() const {
+    return trace_ != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
+  }
+
+  void run_step(const collectives::Step& step, std::uint32_t index) {
+    const auto step_begin = mark();
+    for (const auto& c : step.copies) {
+      const auto begin = mark();
       std::memmove(at(c.to), at(c.from), c.from.count * esize_);
+      if (trace_)
+        trace_->event(Tracer::Kind::Copy, begin, mark(), index, -1, c.from.count * esize_);
+    }
     // Sends go straight from the buffer, unless a receive of this step
     // lands where they read: then from a snapshot.
     std::vector<std::byte> snapshot;
@@ -359,6 +368,7 @@ class Executor {
     }
     std::size_t used = 0;
     for (const auto& t : step.sends) {
+      const auto begin = mark();
       const std::byte* data = at(t.range);
       if (snap) {
         std::memcpy(snapshot.data() + used, data, t.range.count * esize_);
@@ -366,15 +376,18 @@ class Executor {
         used += t.range.count * esize_;
       }
       post_send(t.peer, data, t.range.count);
+      if (trace_)
+        trace_->event(Tracer::Kind::Send, begin, mark(), index, t.peer, t.range.count * esize_);
     }
     // Receives, cut like the sender cut them, posted in order; a reduced
     // segment lands in one of kWindow scratch slots, so posting pauses while
     // every slot is taken (the order of posting is the order of matching).
     std::vector<Segment> segments;
-    for (const auto& t : step.recvs) {
+    for (std::size_t k = 0; k < step.recvs.size(); ++k) {
+      const auto& t = step.recvs[k];
       std::byte* target = at(t.range);
       for (std::size_t done = 0; done < t.range.count; done += segment_) {
-        segments.push_back(Segment{t.peer, target + done * esize_,
+        segments.push_back(Segment{k, t.peer, target + done * esize_,
                                    std::min(segment_, t.range.count - done),
                                    t.combine == Combine::Reduce, nullptr, 0});
       }
@@ -398,16 +411,31 @@ class Executor {
       }
     };
     post_more();
+    Tracer::Clock::time_point recv_begin;
     for (std::size_t i = 0; i < segments.size(); ++i) {
       auto& s = segments[i];
+      if (trace_ && (i == 0 || segments[i - 1].transfer != s.transfer)) recv_begin = mark();
       wait_recv(s.request, s.from);
       if (s.reduce) {
+        const auto begin = mark();
         reduce(call_.dtype, call_.op, s.target, slots_[s.slot].data(), s.count);
+        if (trace_) trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, s.count * esize_);
         free_slots_.push_back(s.slot);
       }
       post_more();
+      if (trace_ && (i + 1 == segments.size() || segments[i + 1].transfer != s.transfer)) {
+        const auto& t = step.recvs[s.transfer];
+        trace_->event(Tracer::Kind::Recv, recv_begin, mark(), index, t.peer,
+                      t.range.count * esize_, t.combine == Combine::Reduce);
+      }
     }
+    const auto wait_begin = mark();
     for (const auto& send : sends_) wait(send.request, send.peer);
+    if (trace_) {
+      const auto end = mark();
+      if (!step.sends.empty()) trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
+      trace_->event(Tracer::Kind::Step, step_begin, end, index, -1, 0);
+    }
     sends_.clear();
     recvs_.clear();
   }
@@ -436,6 +464,7 @@ class Executor {
   std::uint64_t fingerprint_;
   std::size_t segment_;  // elements
   Clock::time_point deadline_;
+  Tracer* trace_;  // null: not tracing
   std::vector<Pending> sends_;  // this step's, until waited for
   std::vector<Pending> recvs_;
   int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
@@ -478,12 +507,14 @@ bool overlapping(const void* a, std::size_t a_bytes, const void* b, std::size_t 
 // Lays the call's buffers out as the schedule expects, runs it, and puts the
 // result where the caller wants it.
 void execute(ProcessGroup::Impl& g, const Call& call) {
+  Tracer* const trace = g.world->tracer.get();
+  const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
   const int n = static_cast<int>(g.members.size());
   const std::size_t es = dtype_size(call.dtype);
   const auto bytes = call.count * es;
   const auto nc = static_cast<std::size_t>(n) * call.count;
   const Shape shape{g.rank, n, call.count, call.root,
-                    pieces_for(bytes, g.world->config.segment_bytes)};
+                    collectives::pieces_for(bytes, g.world->config.segment_bytes)};
   const Schedule schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
   auto* in = static_cast<std::byte*>(const_cast<void*>(call.input));
   auto* out = static_cast<std::byte*>(call.output);
@@ -562,6 +593,13 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
                 call.count * es);
   if (avg && result != nullptr && (call.collective != Collective::Reduce || root))
     finish_average(call.dtype, result, call.count, n);
+  if (trace != nullptr) {
+    trace->collective(begin, Tracer::now(),
+                      Tracer::CallInfo{call.collective, call.dtype, call.op, call.algorithm,
+                                       call.root, call.count, call.sequence,
+                                       trace->group_id(g.name),
+                                       static_cast<std::uint32_t>(schedule.steps.size())});
+  }
 }
 
 // Runs a call, turning transport errors into ones that name the collective,
@@ -631,8 +669,7 @@ class AsyncCollective final : public Work::State {
 };
 
 std::uint64_t choice_key(Collective c, std::size_t es, std::size_t bytes) {
-  int log = 0;
-  while ((std::size_t{1} << log) < bytes) ++log;
+  const auto log = std::countr_zero(collectives::size_bucket(bytes));
   return (static_cast<std::uint64_t>(c) << 48) | (static_cast<std::uint64_t>(es) << 8) |
          static_cast<std::uint64_t>(log);
 }
@@ -648,25 +685,12 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
   const auto& candidates = collectives::algorithms_for(c);
   if (candidates.size() == 1 || g.members.size() <= 1) return candidates.front();
   const std::size_t es = dtype_size(dtype);
-  const std::size_t bytes = count * es;
-  const auto key = choice_key(c, es, bytes);
+  const auto key = choice_key(c, es, count * es);
   std::lock_guard lock(g.choice_mu);
   if (auto it = g.choices.find(key); it != g.choices.end()) return it->second;
-  // Costed at the bucket's size (the next power of two), so every rank
-  // picks alike whatever size it saw first.
-  const std::size_t representative = (std::size_t{1} << (key & 0xff)) / es;
-  const int n = static_cast<int>(g.members.size());
-  Algorithm best = candidates.front();
-  double best_seconds = 0;
-  for (auto a : candidates) {
-    const Shape shape{0, n, representative, 0,
-                      pieces_for(representative * es, g.world->config.segment_bytes)};
-    const double t = collectives::estimate(c, a, shape, es, g.cost_model).seconds;
-    if (a == candidates.front() || t < best_seconds) {
-      best = a;
-      best_seconds = t;
-    }
-  }
+  const Algorithm best =
+      collectives::auto_algorithm(c, static_cast<int>(g.members.size()), count, es,
+                                  g.world->config.segment_bytes, g.cost_model);
   g.choices.emplace(key, best);
   return best;
 }

@@ -16,10 +16,13 @@
 #include <collie/job_store.hpp>
 #include <collie/process_group.hpp>
 
+#include "trace.hpp"
+
 namespace collie {
 
 // The job: shared by the world group and every sub-group made from it.
 struct World {
+  std::unique_ptr<Tracer> tracer;  // null unless tracing; closed last
   JobConfig config;
   std::unique_ptr<JobStore> job;
   // Declared after the store, so destroyed before it: connections close

@@ -242,6 +242,7 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     config.spin = std::chrono::microseconds(us);
   }
   if (config.spin.count() < 0) throw Error("collie::init: the spin must not be negative");
+  config.trace_dir = options.trace_dir.value_or(lookup("COLLIE_TRACE").value_or(""));
   return config;
 }
 

@@ -231,6 +231,8 @@ ProcessGroup init(const InitOptions& options) {
   auto impl = std::make_shared<World>();
   impl->config = resolve_job_config(options);
   const auto& config = impl->config;
+  if (!config.trace_dir.empty())
+    impl->tracer = Tracer::open(config.trace_dir, config.rank, config.world_size);
   impl->job = std::make_unique<JobStore>(config);
   auto& store = impl->job->store();
 

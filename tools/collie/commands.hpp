@@ -26,4 +26,10 @@ void add_bench_p2p_command(CLI::App& bench);
 // `collie bench kernels` (bench_kernels.cpp), added by add_bench_command.
 void add_bench_kernels_command(CLI::App& bench);
 
+// `collie explain <collective>` (explain_command.cpp)
+void add_explain_command(CLI::App& app);
+
+// `collie trace merge` (trace_command.cpp)
+void add_trace_command(CLI::App& app);
+
 }  // namespace collie::cli

@@ -13,7 +13,8 @@
 int main(int argc, char** argv) {
   CLI::App app(
       "collie: collective communication over plain TCP.\n"
-      "Launch jobs, serve and query the rendezvous store, and benchmark it.",
+      "Launch jobs, serve and query the rendezvous store, benchmark collectives, explain their\n"
+      "algorithms step by step, and merge traces.",
       "collie");
   app.set_version_flag("--version", std::string("collie ") + collie::version());
   app.require_subcommand(1);
@@ -22,10 +23,13 @@ int main(int argc, char** argv) {
       "  MASTER_ADDR, MASTER_PORT  the store's address when --addr is not given\n"
       "  COLLIE_STORE_TOKEN        shared secret for store authentication\n"
       "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
+      "  COLLIE_TRACE              a directory: every rank writes a Chrome trace there\n"
       "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
   collie::cli::add_launch_command(app);
   collie::cli::add_store_command(app);
   collie::cli::add_bench_command(app);
+  collie::cli::add_explain_command(app);
+  collie::cli::add_trace_command(app);
 
   try {
     app.parse(argc, argv);

@@ -49,6 +49,7 @@ struct InitOptions {
   std::optional<std::string> algorithms;             // overrides COLLIE_ALGO
   std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
   std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
+  std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
@@ -78,6 +79,8 @@ struct JobConfig {
   // How long a wait polls its sockets (yielding the CPU between polls)
   // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.
   std::chrono::microseconds spin{50};
+  // Where every rank writes its Chrome trace (COLLIE_TRACE); empty: no trace.
+  std::string trace_dir;
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

@@ -40,4 +40,18 @@ struct Cost {
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
               const CostModel& model);
 
+// The pipeline pieces of a chain for a buffer of `bytes` cut into segments
+// of `segment_bytes` (COLLIE_SEGMENT_BYTES): 1 to 1024.
+int pieces_for(std::size_t bytes, std::size_t segment_bytes);
+
+// The power of two at or above `bytes` (1 for 0): Auto costs a call at its
+// size's bucket, so that every rank picks alike whatever size it saw first.
+std::size_t size_bucket(std::size_t bytes);
+
+// What Auto runs: of algorithms_for(c), the one estimate() says is fastest
+// for a buffer of size_bucket(count * element_bytes) bytes on `world`
+// ranks; ties go to the classic (first) one.
+Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t element_bytes,
+                         std::size_t segment_bytes, const CostModel& model);
+
 }  // namespace collie::collectives

@@ -115,6 +115,12 @@ using Contribution = std::vector<int>;
 // [rank][element]
 using SymbolicBuffers = std::vector<std::vector<Contribution>>;
 
+// Checks the rules above without running anything but message sizes:
+// peers, ranges within the buffer, local copies, overlapping receives, and
+// that the messages match in order without a deadlock. Throws collie::Error
+// naming the rank and step.
+void validate(const std::vector<Schedule>& schedules);
+
 // Runs every rank's schedule (schedules[r] is rank r's) on symbolic
 // buffers, matching messages between ranks in order. Throws collie::Error
 // with a description on a deadlock, a size mismatch, a range outside the

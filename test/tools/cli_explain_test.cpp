@@ -1,0 +1,252 @@
+// `collie explain`: golden text and JSON for two small cases (the ring
+// all_reduce on 4 ranks, the tree broadcast on 5 ranks with root 2), the
+// comparison, errors that list what exists, and the html page in a real
+// browser (headless Chromium: it steps through every step and back and
+// checks what it drew against the data). The final state of every
+// algorithm on worlds 1 to 9 is checked in test/collectives/explain_test.cpp.
+//
+// After a deliberate change to the output, rewrite the golden files with
+//   COLLIE_UPDATE_GOLDEN=1 build/release/test/collie_cli_tests '[explain]'
+// and read the diff before committing it.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::run;
+using collie::test::RunResult;
+using collie::test::ScratchDir;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+const std::filesystem::path kGolden = COLLIE_GOLDEN_DIR;
+
+RunResult explain(std::vector<std::string> args) {
+  std::vector<std::string> argv = {kCollie, "explain"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv, {}, {}, 60s);
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void check_golden(const std::string& name, const std::string& actual) {
+  const auto path = kGolden / name;
+  if (const char* update = std::getenv("COLLIE_UPDATE_GOLDEN"); update && std::string(update) == "1") {
+    std::ofstream(path, std::ios::binary) << actual;
+    WARN("rewrote " << path.string());
+    return;
+  }
+  REQUIRE(std::filesystem::exists(path));
+  const auto expected = read_file(path);
+  // Line by line, so that a failure shows the first line that differs.
+  std::istringstream e(expected), a(actual);
+  std::string el, al;
+  int line = 0;
+  while (true) {
+    const bool more_e = static_cast<bool>(std::getline(e, el));
+    const bool more_a = static_cast<bool>(std::getline(a, al));
+    ++line;
+    INFO(name << " line " << line);
+    REQUIRE(more_e == more_a);
+    if (!more_e) break;
+    REQUIRE(al == el);
+  }
+  REQUIRE(actual == expected);
+}
+
+}  // namespace
+
+TEST_CASE("explain: the ring all_reduce on 4 ranks, text and json, as the golden files", "[explain]") {
+  const auto text = explain({"all_reduce", "--algo", "ring", "--ranks", "4"});
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  REQUIRE(text.out.find("\033[") == std::string::npos);  // no color into a pipe
+  check_golden("ring_all_reduce_4.txt", text.out);
+
+  const auto json = explain({"all_reduce", "--algo", "ring", "--ranks", "4", "--format", "json"});
+  REQUIRE(json.exit_code == 0);
+  check_golden("ring_all_reduce_4.json", json.out);
+  // And what the golden file says, checked on its own: 2 (n - 1) steps of
+  // one message per rank; every rank ends with a_i+b_i+c_i+d_i in element i.
+  const auto doc = nlohmann::json::parse(json.out);
+  REQUIRE(doc["steps"].size() == 6);
+  for (const auto& step : doc["steps"]) REQUIRE(step["messages"].size() == 4);
+  // (Runs whose symbols continue one another are one run: element i of
+  // a[0..3]+b[0..3]+c[0..3]+d[0..3] is ai+bi+ci+di.)
+  for (const auto& rank : doc["steps"].back()["state"]) {
+    REQUIRE(rank.size() == 1);
+    REQUIRE(rank[0]["offset"] == 0);
+    REQUIRE(rank[0]["count"] == 4);
+    REQUIRE(rank[0]["label"] == "a[0..3]+b[0..3]+c[0..3]+d[0..3]");
+    REQUIRE(rank[0]["symbols"] == nlohmann::json::parse("[[0,0],[1,0],[2,0],[3,0]]"));
+  }
+  // Mid-way, after step 3 (the reduce-scatter half), rank 0 holds the whole
+  // sum of chunk 1 alone.
+  REQUIRE(doc["steps"][2]["state"][0][1]["label"] == "a1+b1+c1+d1");
+  REQUIRE(doc["cost"]["steps"] == 6);
+  REQUIRE(doc["cost"]["messages_per_rank"] == 6);
+  REQUIRE(doc["cost"]["bytes_per_rank"] == 24);  // 2 (n - 1) chunks of 4 bytes
+  REQUIRE(doc["check"] == "ok");
+}
+
+TEST_CASE("explain: the tree broadcast on 5 ranks from root 2, text and json, as the golden files",
+          "[explain]") {
+  const auto text = explain({"broadcast", "--algo", "tree", "--ranks", "5", "--root", "2"});
+  INFO(text.err);
+  REQUIRE(text.exit_code == 0);
+  check_golden("tree_broadcast_5_root2.txt", text.out);
+  const auto json =
+      explain({"broadcast", "--algo", "tree", "--ranks", "5", "--root", "2", "--format", "json"});
+  REQUIRE(json.exit_code == 0);
+  check_golden("tree_broadcast_5_root2.json", json.out);
+  const auto doc = nlohmann::json::parse(json.out);
+  // A binomial tree: ceil(log2 5) = 3 steps, 4 messages in all, each the
+  // root's whole buffer.
+  REQUIRE(doc["steps"].size() == 3);
+  std::size_t messages = 0;
+  for (const auto& step : doc["steps"]) {
+    for (const auto& m : step["messages"]) {
+      REQUIRE(m["content"] == "c[0..4]");
+      ++messages;
+    }
+  }
+  REQUIRE(messages == 4);
+  for (const auto& rank : doc["steps"].back()["state"]) REQUIRE(rank[0]["label"] == "c[0..4]");
+}
+
+TEST_CASE("explain --compare: every algorithm of the collective, Auto's pick marked", "[explain]") {
+  const auto small = explain({"all_reduce", "--ranks", "8", "--count", "1", "--compare"});
+  REQUIRE(small.exit_code == 0);
+  for (const char* algo : {"ring", "halving_doubling", "recursive_doubling", "tree"})
+    REQUIRE(small.out.find(std::string("\n  ") + algo) != std::string::npos);
+  REQUIRE(small.out.find("<- Auto") != std::string::npos);
+  // The textbook picture: for 4 bytes the ring's 14 steps lose to the
+  // logarithmic algorithms; at 64 MiB the ring's bandwidth term wins over
+  // recursive doubling, which sends the whole buffer every step.
+  auto auto_line = [](const std::string& out) {
+    const auto at = out.find("<- Auto");
+    const auto start = out.rfind("\n  ", at) + 3;
+    return out.substr(start, out.find(' ', start) - start);
+  };
+  REQUIRE(auto_line(small.out) != "ring");
+  const auto json =
+      explain({"all_reduce", "--ranks", "8", "--count", "16M", "--compare", "--format", "json"});
+  REQUIRE(json.exit_code == 0);
+  const auto doc = nlohmann::json::parse(json.out);
+  double ring = 0, recursive = 0;
+  for (const auto& c : doc["compare"]) {
+    if (c["algorithm"] == "ring") ring = c["seconds"].get<double>();
+    if (c["algorithm"] == "recursive_doubling") recursive = c["seconds"].get<double>();
+  }
+  REQUIRE(ring > 0);
+  REQUIRE(ring < recursive);
+  REQUIRE(doc["auto"] != "recursive_doubling");
+}
+
+TEST_CASE("explain: more than 8 ranks are summarised, --full shows them all", "[explain]") {
+  const auto summary = explain({"all_gather", "--ranks", "12"});
+  REQUIRE(summary.exit_code == 0);
+  REQUIRE(summary.out.find("showing ranks 0, 1, 11") != std::string::npos);
+  REQUIRE(summary.out.find("rank 5 ") == std::string::npos);
+  const auto full = explain({"all_gather", "--ranks", "12", "--full"});
+  REQUIRE(full.out.find("  rank 5 ") != std::string::npos);
+  REQUIRE(full.out.find("Final state checked") != std::string::npos);
+}
+
+TEST_CASE("explain: impossible requests list what there is", "[explain]") {
+  const auto algo = explain({"broadcast", "--algo", "ring_of_fire"});
+  REQUIRE(algo.exit_code == 1);
+  REQUIRE(algo.err.find("broadcast has no algorithm 'ring_of_fire'; it has: auto, tree, ring") !=
+          std::string::npos);
+  const auto wrong_family = explain({"all_to_all", "--algo", "tree"});
+  REQUIRE(wrong_family.exit_code == 1);
+  REQUIRE(wrong_family.err.find("it has: auto, pairwise") != std::string::npos);
+  const auto root = explain({"scatter", "--ranks", "3", "--root", "3"});
+  REQUIRE(root.exit_code == 1);
+  REQUIRE(root.err.find("root 3 is not a rank of 3 (ranks 0 to 2)") != std::string::npos);
+  const auto collective = explain({"allreduse"});
+  REQUIRE(collective.exit_code == 1);
+  REQUIRE(collective.err.find("collie has: broadcast, reduce, all_reduce") != std::string::npos);
+  const auto ranks = explain({"all_reduce", "--ranks", "0"});
+  REQUIRE(ranks.exit_code == 1);
+  REQUIRE(ranks.err.find("explain shows 1 to 64 ranks") != std::string::npos);
+  const auto format = explain({"all_reduce", "--format", "pdf"});
+  REQUIRE(format.exit_code == 1);
+  REQUIRE(format.err.find("text, json or html") != std::string::npos);
+}
+
+TEST_CASE("explain: world size 1 and count 0 explain in zero steps, still checked", "[explain]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"all_reduce", "--ranks", "1"}, {"all_gather", "--ranks", "3", "--count", "0"}}) {
+    const auto r = explain(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.out.find(": 0 steps") != std::string::npos);
+    REQUIRE(r.out.find("Final state checked") != std::string::npos);
+  }
+}
+
+#if COLLIE_TEST_BROWSER
+TEST_CASE("explain: the html page loads in headless Chromium, steps through without errors, and "
+          "draws",
+          "[explain][browser]") {
+  const char* chromium = "/usr/bin/chromium";
+  INFO("the browser test needs Debian's chromium: tools/setup.sh --test installs it");
+  REQUIRE(std::filesystem::exists(chromium));
+  ScratchDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string steps;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{"all_reduce", "--algo", "ring", "--ranks", "4"}, "6 steps"},
+           {{"broadcast", "--algo", "tree", "--ranks", "5", "--root", "2", "--compare"}, "3 steps"},
+           {{"all_to_all", "--ranks", "3", "--count", "40"}, "3 steps"}}) {
+    INFO(c.args[0] << ": " << c.steps);
+    const auto page = dir.file("page.html");
+    auto args = c.args;
+    args.insert(args.end(), {"--format", "html", "-o", page});
+    const auto made = explain(args);
+    REQUIRE(made.exit_code == 0);
+    const auto html = read_file(page);
+    // Self-contained: nothing fetched from anywhere.
+    REQUIRE(html.find("src=") == std::string::npos);
+    REQUIRE(html.find("http://") == html.find("http://www.w3.org/2000/svg"));
+    REQUIRE(html.find("https://") == std::string::npos);
+    const std::vector<std::string> browser = {chromium, "--headless", "--no-sandbox",
+                                              "--disable-gpu", "--user-data-dir=" + dir.file("profile"),
+                                              "--enable-logging=stderr", "--v=0"};
+    auto dump = browser;
+    dump.insert(dump.end(), {"--dump-dom", "file://" + page + "#selftest"});
+    const auto loaded = run(dump, {}, {}, 60s);
+    INFO(loaded.err);
+    REQUIRE(loaded.exit_code == 0);
+    REQUIRE(loaded.out.find("data-selftest=\"ok ") != std::string::npos);
+    REQUIRE(loaded.out.find(", " + c.steps + "\"") != std::string::npos);
+    REQUIRE(loaded.out.find("data-errors=") == std::string::npos);
+    REQUIRE(loaded.err.find("Uncaught") == std::string::npos);
+    // What a person sees: a screenshot, mid-way.
+    auto shot = browser;
+    const auto png = dir.file("page.png");
+    shot.insert(shot.end(), {"--screenshot=" + png, "--window-size=1200,800",
+                             "file://" + page + "#step=1"});
+    REQUIRE(run(shot, {}, {}, 60s).exit_code == 0);
+    const auto image = read_file(png);
+    REQUIRE(image.size() > 20000);  // a blank page is ~3 KB
+    REQUIRE(image.substr(1, 3) == "PNG");
+  }
+}
+#endif

@@ -1,0 +1,70 @@
+// `collie explain`: what the command computes once, for its three formats.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <collie/collectives/cost.hpp>
+#include <collie/collectives/explain.hpp>
+
+namespace collie::cli::explain {
+
+namespace cs = collectives;
+
+// What the user asked, resolved and checked.
+struct Request {
+  cs::Collective collective = cs::Collective::AllReduce;
+  cs::Algorithm algorithm = cs::Algorithm::Ring;  // never Auto: resolved
+  bool automatic = false;                         // the user left it to Auto
+  cs::Shape shape;                                // rank 0
+  std::string dtype = "float32";
+  std::size_t element_bytes = 4;
+  std::size_t segment_bytes = 0;
+  cs::CostModel model;
+};
+
+// One algorithm's cost, as the summary and --compare show it.
+struct CostLine {
+  cs::Algorithm algorithm;
+  cs::Cost cost;             // the full model
+  double latency_seconds;    // alpha and delta only
+  double bandwidth_seconds;  // beta and gamma only
+  std::vector<std::size_t> messages;  // [rank] sent
+  std::vector<std::size_t> bytes;     // [rank] sent
+};
+CostLine cost_of(const Request& r, cs::Algorithm a);
+
+// Every step of the explanation, kept (the formats that show steps cap the
+// world at kMaxRanks, so this fits).
+struct Run {
+  cs::Explanation explanation;
+  std::vector<cs::ExplainedStep> steps;
+  std::vector<cs::RunBuffer> final_state;
+  std::string check;  // "ok", or why the final state is wrong
+};
+inline constexpr int kMaxRanks = 64;
+Run run(const Request& r);
+
+// The JSON document (schedule, initial state, steps, cost, check): also the
+// data the html page animates.
+nlohmann::ordered_json to_json(const Request& r, const Run& run, bool compare);
+nlohmann::ordered_json compare_json(const Request& r);
+
+// The terminal text; `color` adds ANSI colors; `full` shows every rank and
+// step of a big explanation.
+std::string to_text(const Request& r, const Run& run, bool color, bool full);
+std::string compare_text(const Request& r);
+
+// One self-contained page (no network): the JSON document and a script that
+// draws it.
+std::string to_html(const Request& r, const nlohmann::ordered_json& doc);
+
+// "16 B", "1 KiB", "1.5 MiB".
+std::string bytes_label(std::size_t bytes);
+// "41.2 us", "1.31 ms".
+std::string time_label(double seconds);
+
+}  // namespace collie::cli::explain

@@ -1,0 +1,202 @@
+// `collie explain <collective>`: runs the real schedules symbolically and
+// shows them step by step (text, json, html), with their cost.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <collie/dtype.hpp>
+#include <collie/error.hpp>
+#include <collie/job_config.hpp>
+
+#include "commands.hpp"
+#include "explain.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+namespace cs = collectives;
+
+struct ExplainArgs {
+  std::string collective;
+  std::string algo = "auto";
+  int ranks = 4;
+  std::size_t count = 0;  // 0 with count_given false: the default for the collective
+  bool count_given = false;
+  int root = 0;
+  std::string format = "text";
+  std::string output;
+  bool compare = false;
+  std::string dtype = "float32";
+  std::size_t segment_bytes = JobConfig{}.segment_bytes;
+  std::string color = "auto";
+  bool full = false;
+};
+
+std::string collective_list() {
+  std::string out;
+  for (auto c : cs::kCollectives) out += (out.empty() ? "" : ", ") + std::string(cs::collective_name(c));
+  return out;
+}
+
+explain::Request resolve(const ExplainArgs& a) {
+  explain::Request r;
+  const auto c = cs::parse_collective(a.collective);
+  if (!c)
+    throw Error(fmt::format("explain: unknown collective '{}'; collie has: {}", a.collective,
+                            collective_list()));
+  r.collective = *c;
+  const int limit = a.compare ? 1024 : explain::kMaxRanks;
+  if (a.ranks < 1 || a.ranks > limit)
+    throw Error(fmt::format("explain: --ranks {}: explain shows 1 to {} ranks{}", a.ranks,
+                            explain::kMaxRanks,
+                            a.compare ? "" : " (--compare alone costs up to 1024)"));
+  if (cs::has_root(r.collective)) {
+    if (a.root < 0 || a.root >= a.ranks)
+      throw Error(fmt::format("explain: {}: root {} is not a rank of {} (ranks 0 to {})",
+                              cs::collective_name(r.collective), a.root, a.ranks, a.ranks - 1));
+  } else if (a.root != 0) {
+    throw Error(fmt::format("explain: {} has no root; --root is for {}",
+                            cs::collective_name(r.collective), "broadcast, reduce, gather, scatter"));
+  }
+  const auto dtype = parse_dtype(a.dtype);
+  if (!dtype) {
+    std::string names;
+    for (auto t : kDataTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(t));
+    throw Error(fmt::format("explain: unknown dtype '{}'; collie has: {}", a.dtype, names));
+  }
+  r.dtype = std::string(dtype_name(*dtype));
+  r.element_bytes = dtype_size(*dtype);
+  if (a.segment_bytes < 1024)
+    throw Error(fmt::format("explain: --segment-bytes {}: at least 1024, as COLLIE_SEGMENT_BYTES",
+                            a.segment_bytes));
+  r.segment_bytes = a.segment_bytes;
+  // Default count: one element per rank's chunk of a buffer collective, one
+  // per block of a blocked one.
+  std::size_t count = a.count;
+  if (!a.count_given) {
+    const bool buffer = r.collective == cs::Collective::AllReduce ||
+                        r.collective == cs::Collective::Reduce ||
+                        r.collective == cs::Collective::Broadcast;
+    count = buffer ? static_cast<std::size_t>(a.ranks) : 1;
+  }
+  if (r.collective == cs::Collective::Barrier) count = 1;
+  if (a.algo == "auto") {
+    r.automatic = true;
+    r.algorithm = cs::auto_algorithm(r.collective, a.ranks, count, r.element_bytes,
+                                     r.segment_bytes, r.model);
+  } else {
+    const auto algo = cs::parse_algorithm(a.algo);
+    if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))
+      throw Error(fmt::format("explain: {} has no algorithm '{}'; it has: auto, {}",
+                              cs::collective_name(r.collective), a.algo,
+                              cs::algorithm_list(r.collective)));
+    r.algorithm = *algo;
+  }
+  r.shape = cs::Shape{0, a.ranks, count, cs::has_root(r.collective) ? a.root : 0,
+                      cs::pieces_for(count * r.element_bytes, r.segment_bytes)};
+  return r;
+}
+
+void explain_main(const ExplainArgs& a) {
+  if (a.format != "text" && a.format != "json" && a.format != "html")
+    throw Error(fmt::format("explain: --format {}: text, json or html", a.format));
+  const auto r = resolve(a);
+  std::string out;
+  if (a.compare && a.format == "text") {
+    out = explain::compare_text(r);
+  } else if (a.compare && a.format == "json" && r.shape.world > explain::kMaxRanks) {
+    out = explain::compare_json(r).dump(2) + "\n";
+  } else {
+    if (r.shape.world > explain::kMaxRanks)
+      throw Error(fmt::format("explain: --ranks {}: the {} format shows at most {} ranks",
+                              r.shape.world, a.format, explain::kMaxRanks));
+    const auto run = explain::run(r);
+    if (a.format == "text") {
+      const bool tty = a.output.empty() && isatty(STDOUT_FILENO) != 0;
+      const bool color = a.color == "always" || (a.color == "auto" && tty);
+      out = explain::to_text(r, run, color, a.full);
+    } else {
+      const auto doc = explain::to_json(r, run, a.compare);
+      out = a.format == "json" ? doc.dump(2) + "\n" : explain::to_html(r, doc);
+    }
+  }
+  if (a.output.empty()) {
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return;
+  }
+  std::ofstream file(a.output, std::ios::binary);
+  file << out;
+  file.close();
+  if (!file) throw Error(fmt::format("explain: cannot write {}", a.output));
+}
+
+}  // namespace
+
+void add_explain_command(CLI::App& app) {
+  auto args = std::make_shared<ExplainArgs>();
+  auto* cmd = app.add_subcommand(
+      "explain",
+      "Show a collective's algorithm step by step: the real schedules, run on symbols instead "
+      "of numbers, with their cost.");
+  cmd->add_option("collective", args->collective,
+                  "broadcast, reduce, all_reduce, gather, all_gather, scatter, reduce_scatter, "
+                  "all_to_all or barrier")
+      ->required();
+  cmd->add_option("-a,--algo", args->algo,
+                  "The algorithm (ring, tree, recursive_doubling, ...: the error lists a "
+                  "collective's), or auto: what the runtime's cost model picks for this size")
+      ->capture_default_str();
+  cmd->add_option("-n,--ranks", args->ranks, "World size (1 to 64; with --compare up to 1024)")
+      ->capture_default_str();
+  cmd->add_option_function<std::size_t>(
+         "-c,--count",
+         [args](std::size_t c) {
+           args->count = c;
+           args->count_given = true;
+         },
+         "Elements per rank as the collective's caller counts them (K, M suffixes); default: "
+         "the world size for broadcast, reduce and all_reduce (one element per chunk), 1 per "
+         "block for the others")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("-r,--root", args->root, "Root of broadcast, reduce, gather, scatter")
+      ->capture_default_str();
+  cmd->add_option("-d,--dtype", args->dtype, "Element type, for the bytes in the cost")
+      ->capture_default_str();
+  cmd->add_option("--segment-bytes", args->segment_bytes,
+                  "The runtime's segment size (COLLIE_SEGMENT_BYTES): how many pieces the chain "
+                  "algorithms pipeline")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("-f,--format", args->format,
+                  "text (for the terminal), json (schedule and every step's state, for other "
+                  "tools) or html (one self-contained animated page)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "Write to this file instead of stdout");
+  cmd->add_flag("--compare", args->compare,
+                "Compare the cost of every algorithm of the collective at this size (text: the "
+                "table alone; json and html: added to the document)");
+  cmd->add_option("--color", args->color, "auto (when stdout is a terminal), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  cmd->add_flag("--full", args->full,
+                "Show every rank and every step, however many (text; by default more than 8 "
+                "ranks show ranks 0, 1, the root and the last, and more than 40 steps the first "
+                "20 and the last 10)");
+  cmd->footer(
+      "Examples:\n"
+      "  collie explain all_reduce --algo ring --ranks 4\n"
+      "  collie explain broadcast --algo tree --ranks 5 --root 2\n"
+      "  collie explain all_reduce --ranks 8 --count 16M --compare\n"
+      "  collie explain all_gather --ranks 6 --format html -o all_gather.html\n"
+      "Symbols: rank 0's input is a, rank 1's b, ...; a2 is element 2 of rank 0's input; a2+b2 "
+      "the two combined by the reduce op. The cost is the alpha-beta model of\n"
+      "docs/algorithms.md, run on the schedules themselves; Auto picks with the same model.");
+  cmd->callback([args] { explain_main(*args); });
+}
+
+}  // namespace collie::cli

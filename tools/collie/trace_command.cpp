@@ -1,0 +1,148 @@
+// `collie trace merge DIR -o trace.json`: the per-rank traces that
+// COLLIE_TRACE=DIR writes, on one timeline (chrome://tracing, Perfetto).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <collie/error.hpp>
+
+#include "commands.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct MergeArgs {
+  std::string dir;
+  std::string output = "trace.json";
+};
+
+struct RankTrace {
+  int rank = 0;
+  fs::path path;
+  json events;
+  long long unix_us = 0;
+  bool truncated = false;
+};
+
+RankTrace read_rank(const fs::path& path, int rank) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in && !in.eof()) throw Error(fmt::format("trace merge: cannot read {}", path.string()));
+  RankTrace t;
+  t.rank = rank;
+  t.path = path;
+  std::string body = text.str();
+  t.events = json::parse(body, nullptr, false);
+  if (t.events.is_discarded()) {
+    // A rank that died before closing its array: the trace-event format
+    // allows a missing "]"; so do we (after the last complete event).
+    const auto last = body.rfind("}");
+    if (last != std::string::npos) {
+      t.events = json::parse(body.substr(0, last + 1) + "\n]", nullptr, false);
+      t.truncated = !t.events.is_discarded();
+    }
+  }
+  if (t.events.is_discarded() || !t.events.is_array())
+    throw Error(fmt::format("trace merge: {} is not a trace-event JSON array (was it written by "
+                            "COLLIE_TRACE?)",
+                            path.string()));
+  bool found = false;
+  for (const auto& e : t.events) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "process_name" && e.contains("args") &&
+        e["args"].contains("collie_unix_us")) {
+      t.unix_us = e["args"]["collie_unix_us"].get<long long>();
+      found = true;
+    }
+  }
+  if (!found)
+    throw Error(fmt::format("trace merge: {} has no collie clock (process_name metadata with "
+                            "collie_unix_us): not a collie trace",
+                            path.string()));
+  return t;
+}
+
+void merge_main(const MergeArgs& a) {
+  const fs::path dir(a.dir);
+  if (!fs::is_directory(dir))
+    throw Error(fmt::format("trace merge: {} is not a directory (give the COLLIE_TRACE directory)",
+                            a.dir));
+  const std::regex name(R"(collie-trace-rank(\d+)\.json)");
+  std::vector<RankTrace> ranks;
+  std::vector<std::string> others;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const auto file = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(file, m, name))
+      ranks.push_back(read_rank(entry.path(), std::stoi(m[1].str())));
+    else
+      others.push_back(file);
+  }
+  if (ranks.empty())
+    throw Error(fmt::format("trace merge: no collie-trace-rank<R>.json in {}{}", a.dir,
+                            others.empty() ? " (it is empty)"
+                                           : fmt::format(" (it holds: {})", fmt::join(others, ", "))));
+  std::sort(ranks.begin(), ranks.end(),
+            [](const RankTrace& x, const RankTrace& y) { return x.rank < y.rank; });
+  long long origin = ranks.front().unix_us;
+  for (const auto& r : ranks) origin = std::min(origin, r.unix_us);
+  json merged = json::array();
+  std::size_t events = 0;
+  for (auto& r : ranks) {
+    // Each rank's ts 0 is its own start; on the merged timeline, its wall
+    // clock minus the earliest rank's.
+    const double shift = static_cast<double>(r.unix_us - origin);
+    for (auto& e : r.events) {
+      if (e.contains("ts")) e["ts"] = e["ts"].get<double>() + shift;
+      if (e.value("ph", "") != "M") ++events;
+      merged.push_back(std::move(e));
+    }
+    if (r.truncated)
+      std::fprintf(stderr, "collie trace merge: %s was cut short (rank %d did not finish); merged "
+                           "its complete events\n",
+                   r.path.string().c_str(), r.rank);
+  }
+  json doc;
+  doc["traceEvents"] = std::move(merged);
+  doc["displayTimeUnit"] = "ns";
+  doc["otherData"] = {{"generator", "collie trace merge"},
+                      {"ranks", ranks.size()},
+                      {"collie_unix_us_at_zero", origin}};
+  std::ofstream out(a.output, std::ios::binary);
+  out << doc.dump() << "\n";
+  out.close();
+  if (!out) throw Error(fmt::format("trace merge: cannot write {}", a.output));
+  std::printf("merged %zu rank%s, %zu events, into %s\n", ranks.size(), ranks.size() == 1 ? "" : "s",
+              events, a.output.c_str());
+}
+
+}  // namespace
+
+void add_trace_command(CLI::App& app) {
+  auto* trace = app.add_subcommand(
+      "trace", "Work with the traces that COLLIE_TRACE=DIR makes every rank write.");
+  trace->require_subcommand(1);
+  auto args = std::make_shared<MergeArgs>();
+  auto* merge = trace->add_subcommand(
+      "merge",
+      "Merge DIR/collie-trace-rank<R>.json into one Chrome trace-event file: one process per "
+      "rank, lined up by wall clock; open it in chrome://tracing or ui.perfetto.dev.");
+  merge->add_option("dir", args->dir, "The COLLIE_TRACE directory")->required();
+  merge->add_option("-o,--output", args->output, "The merged trace")->capture_default_str();
+  merge->callback([args] { merge_main(*args); });
+}
+
+}  // namespace collie::cli
