@@ -233,3 +233,17 @@ TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with 
     CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SPIN_US"));
   }
 }
+
+TEST_CASE("COLLIE_TRACE names the trace directory; InitOptions::trace_dir overrides it", "[init]") {
+  const std::map<std::string, std::string> job{
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  CHECK(resolve(job).trace_dir.empty());
+  auto with = job;
+  with["COLLIE_TRACE"] = "/tmp/traces";
+  CHECK(resolve(with).trace_dir == "/tmp/traces");
+  InitOptions options;
+  options.trace_dir = "";  // off, whatever the environment says
+  CHECK(resolve(with, options).trace_dir.empty());
+  options.trace_dir = "elsewhere";
+  CHECK(resolve(with, options).trace_dir == "elsewhere");
+}

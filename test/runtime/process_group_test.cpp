@@ -1,7 +1,9 @@
 // collie::init() and the process group's point-to-point API, with the ranks
 // as threads of this process meeting through a file:// store.
+#include <fstream>
 #include <future>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -108,4 +110,37 @@ TEST_CASE("Work destroyed while pending waits, so the buffer is filled when it i
       pg.send(std::span(buffer), 1);
     }
   });
+}
+
+TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank; a directory that "
+          "cannot be made fails init, named",
+          "[trace]") {
+  collie::test::ScratchDir dir;
+  const auto traces = dir.path() / "traces";
+  run_ranks(
+      2,
+      [](collie::ProcessGroup& pg) {
+        std::vector<float> data(1000, 1.0f);
+        pg.all_reduce(std::span(data));
+        pg.barrier();
+      },
+      30s, [&](collie::InitOptions& o) { o.trace_dir = traces.string(); });
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(traces / ("collie-trace-rank" + std::to_string(r) + ".json"));
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto t = text.str();
+    // Closed (the world went away), and holding both collectives' spans
+    // with what they were.
+    REQUIRE(t.rfind("\n]\n") == t.size() - 3);
+    REQUIRE(t.find("\"name\":\"all_reduce\",\"cat\":\"collective\"") != std::string::npos);
+    REQUIRE(t.find("\"count\":1000,\"bytes\":4000") != std::string::npos);
+    REQUIRE(t.find("\"name\":\"barrier\",\"cat\":\"collective\"") != std::string::npos);
+    REQUIRE(t.find("\"cat\":\"send\"") != std::string::npos);
+  }
+  std::ofstream(dir.path() / "a_file") << "x";
+  REQUIRE_THROWS_WITH(
+      run_ranks(1, [](collie::ProcessGroup&) {}, 30s,
+                [&](collie::InitOptions& o) { o.trace_dir = (dir.path() / "a_file" / "sub").string(); }),
+      Catch::Contains("COLLIE_TRACE: cannot create the directory") && Catch::Contains("a_file"));
 }

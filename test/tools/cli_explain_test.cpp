@@ -250,3 +250,32 @@ TEST_CASE("explain: the html page loads in headless Chromium, steps through with
   }
 }
 #endif
+
+TEST_CASE("docs/algorithms.md: every collie explain excerpt is what the command prints today",
+          "[explain][docs]") {
+  const auto doc = read_file(std::filesystem::path(COLLIE_DOCS_DIR) / "algorithms.md");
+  std::istringstream in(doc);
+  std::string line;
+  int excerpts = 0;
+  const std::string marker = "<!-- collie explain ";
+  while (std::getline(in, line)) {
+    if (line.rfind(marker, 0) != 0) continue;
+    const auto args_text = line.substr(marker.size(), line.size() - marker.size() - 4);
+    std::vector<std::string> args;
+    std::istringstream words(args_text);
+    for (std::string w; words >> w;) args.push_back(w);
+    args.push_back("--color");
+    args.push_back("never");
+    REQUIRE(std::getline(in, line));
+    REQUIRE(line == "```text");
+    std::string block;
+    while (std::getline(in, line) && line != "```") block += line + "\n";
+    INFO("docs/algorithms.md: 'collie explain " << args_text
+                                                << "' changed: run tools/explain_docs.sh");
+    const auto now = explain(args);
+    REQUIRE(now.exit_code == 0);
+    REQUIRE(now.out == block);
+    ++excerpts;
+  }
+  REQUIRE(excerpts >= 6);
+}
