@@ -234,7 +234,7 @@ TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with 
   }
 }
 
-TEST_CASE("COLLIE_TRACE names the trace directory; InitOptions::trace_dir overrides it", "[init]") {
+TEST_CASE("COLLIE_TRACE names the trace directory, InitOptions::trace_dir overrides it", "[init]") {
   const std::map<std::string, std::string> job{
       {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
   CHECK(resolve(job).trace_dir.empty());

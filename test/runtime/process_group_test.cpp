@@ -112,7 +112,7 @@ TEST_CASE("Work destroyed while pending waits, so the buffer is filled when it i
   });
 }
 
-TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank; a directory that "
+TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank, and a directory that "
           "cannot be made fails init, named",
           "[trace]") {
   collie::test::ScratchDir dir;

@@ -251,12 +251,13 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   return line;
 }
 
-Run run(const Request& r) {
+Run run(const Request& r, bool keep_states) {
   Run out;
   out.final_state = cs::explain(r.collective, r.algorithm, r.shape,
                                 [&](const cs::Explanation& e, const cs::ExplainedStep& step) {
                                   if (out.steps.empty()) out.explanation = e;
                                   out.steps.push_back(step);
+                                  if (!keep_states) out.steps.back().state.clear();
                                 });
   if (out.steps.empty()) {  // nothing moves (one rank, or no elements)
     out.explanation.collective = r.collective;

@@ -46,7 +46,9 @@ struct Run {
   std::string check;  // "ok", or why the final state is wrong
 };
 inline constexpr int kMaxRanks = 64;
-Run run(const Request& r);
+// keep_states: keep every step's state (the summarised text needs only the
+// final one: a big world's states of every step take gigabytes).
+Run run(const Request& r, bool keep_states = true);
 
 // The JSON document (schedule, initial state, steps, cost, check): also the
 // data the html page animates.

@@ -115,7 +115,8 @@ void explain_main(const ExplainArgs& a) {
     if (r.shape.world > explain::kMaxRanks)
       throw Error(fmt::format("explain: --ranks {}: the {} format shows at most {} ranks",
                               r.shape.world, a.format, explain::kMaxRanks));
-    const auto run = explain::run(r);
+    const bool summarised_text = a.format == "text" && r.shape.world > 8 && !a.full;
+    const auto run = explain::run(r, !summarised_text);
     if (a.format == "text") {
       const bool tty = a.output.empty() && isatty(STDOUT_FILENO) != 0;
       const bool color = a.color == "always" || (a.color == "auto" && tty);
