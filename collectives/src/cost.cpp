@@ -21,6 +21,8 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
     cost.steps = std::max(cost.steps, schedules.back().steps.size());
     cost.messages = std::max(cost.messages, messages);
     cost.bytes = std::max(cost.bytes, bytes);
+    cost.rank_messages.push_back(messages);
+    cost.rank_bytes.push_back(bytes);
   }
   // Messages are their arrival times; a rank's clock is when its last step ended.
   std::vector<double> clock(n, 0.0);

@@ -118,9 +118,8 @@ std::vector<RunBuffer> initial_runs(Collective c, const Shape& shape) {
   return state;
 }
 
-std::vector<RunBuffer> explain(Collective c, Algorithm a, const Shape& shape,
-                               const std::function<void(const Explanation&, const ExplainedStep&)>&
-                                   on_step) {
+Explanation explain(Collective c, Algorithm a, const Shape& shape,
+                    const std::function<void(const ExplainedStep&)>& on_step) {
   Explanation e;
   e.collective = c;
   e.algorithm = a;
@@ -164,13 +163,7 @@ std::vector<RunBuffer> explain(Collective c, Algorithm a, const Shape& shape,
       if (next[r] == steps.size()) continue;
       all_done = false;
       const auto& st = steps[next[r]];
-      bool ready = true;
-      for (const auto& t : st.recvs) {
-        const auto needed = static_cast<std::size_t>(std::count_if(
-            st.recvs.begin(), st.recvs.end(), [&](const Transfer& u) { return u.peer == t.peer; }));
-        if (queues[static_cast<std::size_t>(t.peer) * n + r].size() < needed) ready = false;
-      }
-      if (!ready) continue;
+      if (!receivable(st, queues, n, r)) continue;
       for (const auto& t : st.recvs) {
         auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
         Posted p = std::move(q.front());
@@ -187,9 +180,11 @@ std::vector<RunBuffer> explain(Collective c, Algorithm a, const Shape& shape,
       throw Error(fmt::format("explain {} with {}: no rank can go on at step {}", collective_name(c),
                               algorithm_name(a), number));
     step.state = state;
-    on_step(e, step);
+    on_step(step);
+    e.steps = number;
   }
-  return state;
+  e.final_state = std::move(state);
+  return e;
 }
 
 SymbolicBuffers contributions(Collective c, const Shape& shape, const std::vector<RunBuffer>& state) {
@@ -222,7 +217,18 @@ void check_final_symbols(Collective c, const Shape& shape, const std::vector<Run
   const auto k = shape.count;
   const int n = shape.world;
   for (int r = 0; r < n; ++r) {
-    if (c == Collective::Barrier) break;
+    if (c == Collective::Barrier) {
+      // The token must have heard from every rank (some more than once).
+      std::vector<int> heard;
+      for (const auto& run : state[static_cast<std::size_t>(r)])
+        for (const auto& sym : run.symbols) heard.push_back(sym.rank);
+      std::sort(heard.begin(), heard.end());
+      heard.erase(std::unique(heard.begin(), heard.end()), heard.end());
+      if (static_cast<int>(heard.size()) != n)
+        throw Error(fmt::format("barrier: rank {} has heard from {} of {} ranks only ({})", r,
+                                heard.size(), n, fmt::join(heard, ",")));
+      continue;
+    }
     if ((c == Collective::Reduce || c == Collective::Gather) && r != shape.root) continue;
     Shape s = shape;
     s.rank = r;

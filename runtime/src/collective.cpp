@@ -597,7 +597,7 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
     trace->collective(begin, Tracer::now(),
                       Tracer::CallInfo{call.collective, call.dtype, call.op, call.algorithm,
                                        call.root, call.count, call.sequence,
-                                       trace->group_id(g.name),
+                                       g.trace_group,
                                        static_cast<std::uint32_t>(schedule.steps.size())});
   }
 }

@@ -222,6 +222,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
     if (ranks[i] == parent.rank) child->rank = static_cast<int>(i);
   }
   child->name = fmt::format("group {} [{}]", index, fmt::join(child->members, ", "));
+  if (auto* tracer = child->world->tracer.get()) child->trace_group = tracer->group_id(child->name);
   return ProcessGroup(std::move(child));
 }
 
@@ -278,6 +279,7 @@ ProcessGroup init(const InitOptions& options) {
   auto group = std::make_shared<ProcessGroup::Impl>();
   group->world = std::move(impl);
   group->name = "world";
+  if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
   group->rank = config.rank;
   for (int r = 0; r < config.world_size; ++r) group->members.push_back(r);
   return ProcessGroup(std::move(group));

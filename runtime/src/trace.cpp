@@ -1,6 +1,8 @@
 #include "trace.hpp"
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -144,8 +146,12 @@ void Tracer::flush_locked() {
   }
   records_.clear();
   calls_.clear();
-  std::fwrite(out.data(), 1, out.size(), file_);
-  std::fflush(file_);
+  if ((std::fwrite(out.data(), 1, out.size(), file_) != out.size() || std::fflush(file_) != 0) &&
+      !write_failed_) {
+    write_failed_ = true;  // said once: the job goes on, its trace is incomplete
+    collie::log().error("rank {}: writing the trace {} failed ({}); it will be incomplete", rank_,
+                        path_, std::strerror(errno));
+  }
 }
 
 }  // namespace collie

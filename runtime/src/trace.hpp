@@ -54,7 +54,8 @@ class Tracer {
     std::uint32_t group;  // from group_id()
     std::uint32_t steps;
   };
-  // A small number for a group's name (kept for the file).
+  // A small number for a group's name (kept for the file); a group asks
+  // once, when it is made.
   std::uint32_t group_id(const std::string& name);
 
   void collective(Clock::time_point begin, Clock::time_point end, const CallInfo& info);
@@ -92,6 +93,7 @@ class Tracer {
   std::vector<CallInfo> calls_;
   std::vector<std::string> groups_;
   bool first_ = true;  // no event written yet (no comma before it)
+  bool write_failed_ = false;
 };
 
 }  // namespace collie

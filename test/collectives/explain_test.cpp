@@ -43,10 +43,8 @@ TEST_CASE("every algorithm's explanation ends in the collective's final state, w
               }
               std::size_t steps = 0, received = 0, sent = 0;
               std::vector<RunBuffer> last = initial_runs(c, shape);
-              const auto final_state =
-                  explain(c, a, shape, [&](const Explanation& e, const ExplainedStep& step) {
+              const auto e = explain(c, a, shape, [&](const ExplainedStep& step) {
                     REQUIRE(step.number == ++steps);
-                    REQUIRE(e.schedules.size() == static_cast<std::size_t>(world));
                     received += step.messages.size();
                     sent += step.sent;
                     for (const auto& m : step.messages) {
@@ -63,6 +61,9 @@ TEST_CASE("every algorithm's explanation ends in the collective's final state, w
                     }
                     last = step.state;
                   });
+              REQUIRE(e.schedules.size() == static_cast<std::size_t>(world));
+              REQUIRE(e.steps == steps);
+              const auto& final_state = e.final_state;
               REQUIRE(final_state == last);
               REQUIRE(sent == sends);
               REQUIRE(received == sends);
@@ -84,7 +85,7 @@ TEST_CASE("the ring all_reduce explained on 4 ranks takes 2 (n - 1) steps, one m
           "[explain]") {
   std::vector<std::size_t> per_step;
   explain(Collective::AllReduce, Algorithm::Ring, Shape{0, 4, 4, 0, 1},
-          [&](const Explanation&, const ExplainedStep& step) {
+          [&](const ExplainedStep& step) {
             per_step.push_back(step.messages.size());
           });
   REQUIRE(per_step == std::vector<std::size_t>(6, 4));
@@ -93,7 +94,8 @@ TEST_CASE("the ring all_reduce explained on 4 ranks takes 2 (n - 1) steps, one m
 TEST_CASE("a wrong final state is caught: by contributions and by element index", "[explain]") {
   const Shape shape{0, 3, 3, 0, 1};
   auto state = explain(Collective::AllReduce, Algorithm::Ring, shape,
-                       [](const Explanation&, const ExplainedStep&) {});
+                       [](const ExplainedStep&) {})
+                   .final_state;
   REQUIRE_NOTHROW(check_final_symbols(Collective::AllReduce, shape, state));
   auto missing = state;
   missing[1][0].symbols.pop_back();  // rank 1 lost a contribution
@@ -115,6 +117,20 @@ TEST_CASE("a wrong final state is caught: by contributions and by element index"
   tail[0] = RunBuffer{Run{0, 2, state[0][0].symbols}, Run{2, 1, {{0, 2}, {1, 2}}}};
   REQUIRE_THROWS_WITH(check_final_symbols(Collective::AllReduce, shape, tail),
                       Catch::Contains("rank 0 output element 2"));
+}
+
+TEST_CASE("a barrier's token must hear from every rank", "[explain]") {
+  const Shape shape{0, 5, 1, 0, 1};
+  auto state = explain(Collective::Barrier, Algorithm::Dissemination, shape,
+                       [](const ExplainedStep&) {})
+                   .final_state;
+  REQUIRE_NOTHROW(check_final_symbols(Collective::Barrier, shape, state));
+  state[3][0].symbols.erase(
+      std::remove_if(state[3][0].symbols.begin(), state[3][0].symbols.end(),
+                     [](const Symbol& s) { return s.rank == 1; }),
+      state[3][0].symbols.end());
+  REQUIRE_THROWS_WITH(check_final_symbols(Collective::Barrier, shape, state),
+                      Catch::Contains("barrier: rank 3 has heard from 4 of 5 ranks only (0,2,3,4)"));
 }
 
 TEST_CASE("run labels: one element, a run, a reduction, ranks past z, a barrier", "[explain]") {

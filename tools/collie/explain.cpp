@@ -3,6 +3,8 @@
 // explain_html.cpp.
 #include "explain.hpp"
 
+#include "bench_plot.hpp"
+
 #include <algorithm>
 #include <map>
 
@@ -15,6 +17,11 @@ namespace collie::cli::explain {
 namespace {
 
 using nlohmann::ordered_json;
+
+// "16 B", "85.3333 MiB": the bench's labels.
+std::string bytes_label(std::size_t bytes) {
+  return size_label(static_cast<double>(bytes));
+}
 
 std::string range_label(const cs::Range& r) {
   if (r.count == 1) return fmt::format("[{}]", r.offset);
@@ -70,8 +77,8 @@ ordered_json cost_json(const CostLine& c) {
           {"seconds", c.cost.seconds},
           {"latency_seconds", c.latency_seconds},
           {"bandwidth_seconds", c.bandwidth_seconds},
-          {"messages", c.messages},
-          {"bytes", c.bytes}};
+          {"messages", c.cost.rank_messages},
+          {"bytes", c.cost.rank_bytes}};
 }
 
 ordered_json model_json(const cs::CostModel& m) {
@@ -211,17 +218,6 @@ std::string request_words(const Request& r) {
 
 }  // namespace
 
-std::string bytes_label(std::size_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 4) {
-    value /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.4g} {}", value, kUnits[unit]);
-}
-
 std::string time_label(double seconds) {
   if (seconds < 1e-3) return fmt::format("{:.3g} us", seconds * 1e6);
   if (seconds < 1) return fmt::format("{:.3g} ms", seconds * 1e3);
@@ -229,7 +225,7 @@ std::string time_label(double seconds) {
 }
 
 CostLine cost_of(const Request& r, cs::Algorithm a) {
-  CostLine line{a, {}, 0, 0, {}, {}};
+  CostLine line{a, {}, 0, 0};
   line.cost = cs::estimate(r.collective, a, r.shape, r.element_bytes, r.model);
   cs::CostModel latency = r.model, bandwidth = r.model;
   latency.beta = latency.gamma = 0;
@@ -237,44 +233,18 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   line.latency_seconds = cs::estimate(r.collective, a, r.shape, r.element_bytes, latency).seconds;
   line.bandwidth_seconds =
       cs::estimate(r.collective, a, r.shape, r.element_bytes, bandwidth).seconds;
-  for (int rank = 0; rank < r.shape.world; ++rank) {
-    cs::Shape s = r.shape;
-    s.rank = rank;
-    std::size_t messages = 0, bytes = 0;
-    for (const auto& st : cs::make_schedule(r.collective, a, s).steps) {
-      messages += st.sends.size();
-      for (const auto& t : st.sends) bytes += t.range.count * r.element_bytes;
-    }
-    line.messages.push_back(messages);
-    line.bytes.push_back(bytes);
-  }
   return line;
 }
 
 Run run(const Request& r, bool keep_states) {
   Run out;
-  out.final_state = cs::explain(r.collective, r.algorithm, r.shape,
-                                [&](const cs::Explanation& e, const cs::ExplainedStep& step) {
-                                  if (out.steps.empty()) out.explanation = e;
-                                  out.steps.push_back(step);
-                                  if (!keep_states) out.steps.back().state.clear();
-                                });
-  if (out.steps.empty()) {  // nothing moves (one rank, or no elements)
-    out.explanation.collective = r.collective;
-    out.explanation.algorithm = r.algorithm;
-    out.explanation.shape = r.shape;
-    for (int rank = 0; rank < r.shape.world; ++rank) {
-      cs::Shape s = r.shape;
-      s.rank = rank;
-      out.explanation.schedules.push_back(cs::make_schedule(r.collective, r.algorithm, s));
-    }
-    out.explanation.initial = cs::initial_runs(r.collective, r.shape);
-  }
+  out.explanation =
+      cs::explain(r.collective, r.algorithm, r.shape, [&](const cs::ExplainedStep& step) {
+        out.steps.push_back(step);
+        if (!keep_states) out.steps.back().state.clear();
+      });
   try {
-    cs::check_final_symbols(r.collective, r.shape, out.final_state);
-    if (r.collective == cs::Collective::Barrier)  // a token's check: whom it heard from
-      cs::check_final_state(r.collective, r.shape.world, 1, 0,
-                            cs::contributions(r.collective, r.shape, out.final_state));
+    cs::check_final_symbols(r.collective, r.shape, out.explanation.final_state);
     out.check = "ok";
   } catch (const Error& e) {
     out.check = e.what();
@@ -445,7 +415,7 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
   }
   if (!all_ranks && total > 0) {
     out += "\n" + style.bold("after the last step") + "\n" +
-           state_table(r, run.final_state, shown, {}, style);
+           state_table(r, run.explanation.final_state, shown, {}, style);
   }
 
   const auto cost = cost_of(r, r.algorithm);
@@ -454,19 +424,20 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
                      "reduce terms alone {})\n",
                      cost.cost.steps, cost.cost.steps == 1 ? "" : "s", time_label(cost.cost.seconds),
                      time_label(cost.latency_seconds), time_label(cost.bandwidth_seconds));
-  const bool same = std::adjacent_find(cost.messages.begin(), cost.messages.end(),
-                                       std::not_equal_to<>()) == cost.messages.end() &&
-                    std::adjacent_find(cost.bytes.begin(), cost.bytes.end(),
-                                       std::not_equal_to<>()) == cost.bytes.end();
+  const auto& messages = cost.cost.rank_messages;
+  const auto& bytes = cost.cost.rank_bytes;
+  const bool same =
+      std::adjacent_find(messages.begin(), messages.end(), std::not_equal_to<>()) == messages.end() &&
+      std::adjacent_find(bytes.begin(), bytes.end(), std::not_equal_to<>()) == bytes.end();
   if (same) {
-    out += fmt::format("  every rank sends {} message{}, {}\n", cost.messages.front(),
-                       cost.messages.front() == 1 ? "" : "s", bytes_label(cost.bytes.front()));
+    out += fmt::format("  every rank sends {} message{}, {}\n", messages.front(),
+                       messages.front() == 1 ? "" : "s", bytes_label(bytes.front()));
   } else {
     for (int rank : shown)
       out += fmt::format("  rank {} sends {} message{}, {}\n", rank,
-                         cost.messages[static_cast<std::size_t>(rank)],
-                         cost.messages[static_cast<std::size_t>(rank)] == 1 ? "" : "s",
-                         bytes_label(cost.bytes[static_cast<std::size_t>(rank)]));
+                         messages[static_cast<std::size_t>(rank)],
+                         messages[static_cast<std::size_t>(rank)] == 1 ? "" : "s",
+                         bytes_label(bytes[static_cast<std::size_t>(rank)]));
   }
   out += "\n";
   if (run.check == "ok")

@@ -29,20 +29,17 @@ struct Request {
 // One algorithm's cost, as the summary and --compare show it.
 struct CostLine {
   cs::Algorithm algorithm;
-  cs::Cost cost;             // the full model
+  cs::Cost cost;             // the full model, with what each rank sends
   double latency_seconds;    // alpha and delta only
   double bandwidth_seconds;  // beta and gamma only
-  std::vector<std::size_t> messages;  // [rank] sent
-  std::vector<std::size_t> bytes;     // [rank] sent
 };
 CostLine cost_of(const Request& r, cs::Algorithm a);
 
 // Every step of the explanation, kept (the formats that show steps cap the
 // world at kMaxRanks, so this fits).
 struct Run {
-  cs::Explanation explanation;
+  cs::Explanation explanation;  // with the final state
   std::vector<cs::ExplainedStep> steps;
-  std::vector<cs::RunBuffer> final_state;
   std::string check;  // "ok", or why the final state is wrong
 };
 inline constexpr int kMaxRanks = 64;
@@ -62,10 +59,8 @@ std::string compare_text(const Request& r);
 
 // One self-contained page (no network): the JSON document and a script that
 // draws it.
-std::string to_html(const Request& r, const nlohmann::ordered_json& doc);
+std::string to_html(const nlohmann::ordered_json& doc);
 
-// "16 B", "1 KiB", "1.5 MiB".
-std::string bytes_label(std::size_t bytes);
 // "41.2 us", "1.31 ms".
 std::string time_label(double seconds);
 

@@ -123,7 +123,7 @@ void explain_main(const ExplainArgs& a) {
       out = explain::to_text(r, run, color, a.full);
     } else {
       const auto doc = explain::to_json(r, run, a.compare);
-      out = a.format == "json" ? doc.dump(2) + "\n" : explain::to_html(r, doc);
+      out = a.format == "json" ? doc.dump(2) + "\n" : explain::to_html(doc);
     }
   }
   if (a.output.empty()) {
@@ -169,7 +169,8 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("-d,--dtype", args->dtype, "Element type, for the bytes in the cost")
       ->capture_default_str();
   cmd->add_option("--segment-bytes", args->segment_bytes,
-                  "The runtime's segment size (COLLIE_SEGMENT_BYTES): how many pieces the chain "
+                  "The segment size to explain with (the runtime's COLLIE_SEGMENT_BYTES; this "
+                  "option's default is the runtime's default): how many pieces the chain "
                   "algorithms pipeline")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

@@ -14,7 +14,7 @@ constexpr const char* kPage =
 
 }  // namespace
 
-std::string to_html(const Request& /*r*/, const nlohmann::ordered_json& doc) {
+std::string to_html(const nlohmann::ordered_json& doc) {
   // Inside <script>, "</" could end the element early: JSON may write it "<\/".
   std::string data = doc.dump();
   for (std::size_t at = data.find("</"); at != std::string::npos; at = data.find("</", at + 3))

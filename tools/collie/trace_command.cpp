@@ -1,11 +1,13 @@
 // `collie trace merge DIR -o trace.json`: the per-rank traces that
 // COLLIE_TRACE=DIR writes, on one timeline (chrome://tracing, Perfetto).
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,11 +39,25 @@ struct RankTrace {
   bool truncated = false;
 };
 
+// The rank of "collie-trace-rank<R>.json", or -1 for another name.
+int rank_of(const std::string& file) {
+  const std::string prefix = "collie-trace-rank", suffix = ".json";
+  if (file.size() <= prefix.size() + suffix.size() || file.rfind(prefix, 0) != 0 ||
+      file.compare(file.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const char* first = file.data() + prefix.size();
+  const char* last = file.data() + file.size() - suffix.size();
+  int rank = -1;
+  const auto [end, ec] = std::from_chars(first, last, rank);
+  return ec == std::errc() && end == last ? rank : -1;
+}
+
 RankTrace read_rank(const fs::path& path, int rank) {
   std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(fmt::format("trace merge: cannot open {}: {}", path.string(), std::strerror(errno)));
   std::stringstream text;
   text << in.rdbuf();
-  if (!in && !in.eof()) throw Error(fmt::format("trace merge: cannot read {}", path.string()));
   RankTrace t;
   t.rank = rank;
   t.path = path;
@@ -80,14 +96,13 @@ void merge_main(const MergeArgs& a) {
   if (!fs::is_directory(dir))
     throw Error(fmt::format("trace merge: {} is not a directory (give the COLLIE_TRACE directory)",
                             a.dir));
-  const std::regex name(R"(collie-trace-rank(\d+)\.json)");
   std::vector<RankTrace> ranks;
   std::vector<std::string> others;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    std::smatch m;
     const auto file = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(file, m, name))
-      ranks.push_back(read_rank(entry.path(), std::stoi(m[1].str())));
+    const int rank = entry.is_regular_file() ? rank_of(file) : -1;
+    if (rank >= 0)
+      ranks.push_back(read_rank(entry.path(), rank));
     else
       others.push_back(file);
   }

@@ -33,6 +33,8 @@ struct Cost {
   std::size_t steps = 0;     // the most steps any rank takes
   std::size_t messages = 0;  // the most messages any rank sends
   std::size_t bytes = 0;     // the most bytes any rank sends
+  std::vector<std::size_t> rank_messages;  // [rank] messages it sends
+  std::vector<std::size_t> rank_bytes;     // [rank] bytes it sends
 };
 
 // Every rank of the collective, on the model's clock. Throws collie::Error

@@ -80,15 +80,16 @@ struct Explanation {
   Shape shape;                      // rank unused
   std::vector<Schedule> schedules;  // [rank]
   std::vector<RunBuffer> initial;   // [rank]
+  std::vector<RunBuffer> final_state;
+  std::size_t steps = 0;
 };
 
-// Builds every rank's schedule and the initial state; each step is passed
-// to `on_step` as it completes (the states of all steps of a big world need
-// not fit in memory at once). Returns the final state. Throws collie::Error
-// as make_schedule() and simulate() do.
-std::vector<RunBuffer> explain(Collective c, Algorithm a, const Shape& shape,
-                               const std::function<void(const Explanation&, const ExplainedStep&)>&
-                                   on_step);
+// Builds every rank's schedule and the initial state and runs them; each
+// step is passed to `on_step` as it completes (the states of all steps of a
+// big world need not fit in memory at once). Throws collie::Error as
+// make_schedule() and validate() do.
+Explanation explain(Collective c, Algorithm a, const Shape& shape,
+                    const std::function<void(const ExplainedStep&)>& on_step);
 
 // The initial state: every rank's input (the root's alone for a broadcast
 // and a scatter) holds its own symbols; the rest of the buffer is empty.
@@ -103,7 +104,8 @@ SymbolicBuffers contributions(Collective c, const Shape& shape, const std::vecto
 
 // Throws collie::Error naming the first wrong element unless every output
 // element holds exactly the symbols it must: a reduction's element i every
-// rank's element i once, a copy its one source element. Checks runs, not
+// rank's element i once, a copy its one source element; a barrier's token
+// must have heard from every rank. Checks runs, not
 // elements (any count costs the same); stricter than check_final_state(),
 // which sees whose contributions arrived but not which elements.
 void check_final_symbols(Collective c, const Shape& shape, const std::vector<RunBuffer>& state);

@@ -138,6 +138,19 @@ SymbolicBuffers own_contributions(int world, std::size_t count);
 [[noreturn]] void throw_unreceived(const char* who, std::size_t from, std::size_t to,
                                    std::size_t count);
 
+// Whether rank `r` can complete `step`: as many messages wait from each
+// peer as the step receives from it. queues[src * n + dst], in order.
+template <class Queue>
+bool receivable(const Step& step, const std::vector<Queue>& queues, std::size_t n, std::size_t r) {
+  for (const auto& t : step.recvs) {
+    const auto needed = static_cast<std::size_t>(
+        std::count_if(step.recvs.begin(), step.recvs.end(),
+                      [&](const Transfer& u) { return u.peer == t.peer; }));
+    if (queues[static_cast<std::size_t>(t.peer) * n + r].size() < needed) return false;
+  }
+  return true;
+}
+
 template <class Message, class Send, class Receive>
 void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send send,
                    Receive receive) {
@@ -161,15 +174,7 @@ void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send
         sent[r] = true;
         progress = true;
       }
-      // Enough messages waiting from every peer this step receives from?
-      bool ready = true;
-      for (const auto& t : step.recvs) {
-        const auto needed = static_cast<std::size_t>(
-            std::count_if(step.recvs.begin(), step.recvs.end(),
-                          [&](const Transfer& u) { return u.peer == t.peer; }));
-        if (queues[static_cast<std::size_t>(t.peer) * n + r].size() < needed) ready = false;
-      }
-      if (!ready) continue;
+      if (!receivable(step, queues, n, r)) continue;
       std::vector<Message> messages;
       for (const auto& t : step.recvs) {
         auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
