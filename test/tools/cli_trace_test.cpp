@@ -51,7 +51,7 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
   ScratchDir dir;
   const auto traces = dir.file("traces");
   const auto bench = run({kCollie, "bench", "all", "--algo", "all", "--ranks", "4", "-b", "20",
-                          "-e", "1000", "-f", "7", "-n", "2", "-w", "1", "--csv"},
+                          "-e", "200", "-f", "7", "-n", "2", "-w", "1", "--csv"},
                          {"COLLIE_TRACE=" + traces}, {}, 240s);
   INFO(bench.err);
   REQUIRE(bench.exit_code == 0);

@@ -65,11 +65,13 @@ void check(const std::vector<T>& v, int from, const std::string& what) {
   }
 }
 
+// Every dtype up to just over 1 MiB; 64 MiB once (`big`): the transport
+// moves bytes, and 8 x 64 MiB filled and checked under ThreadSanitizer was
+// the suite's longest test.
 template <class T>
-void pingpong_one(collie::ProcessGroup& pg, const char* name) {
-  const std::size_t max_bytes = std::size_t{64} << 20;
+void pingpong_one(collie::ProcessGroup& pg, const char* name, bool big = false) {
   std::vector<std::size_t> counts = {0, 1, 2, 3, 17, 4099, (std::size_t{1} << 20) / sizeof(T) + 1};
-  counts.push_back(max_bytes / sizeof(T));
+  if (big) counts.push_back((std::size_t{64} << 20) / sizeof(T));
   int tag = 0;
   for (std::size_t n : counts) {
     const std::string what = fmt::format("{} x {}", n, name);
@@ -99,7 +101,7 @@ void pingpong(collie::ProcessGroup& pg) {
   pingpong_one<collie::float16>(pg, "float16");
   pingpong_one<collie::bfloat16>(pg, "bfloat16");
   pingpong_one<float>(pg, "float32");
-  pingpong_one<double>(pg, "float64");
+  pingpong_one<double>(pg, "float64", true);
 }
 
 // Rank 0 sends 64 tags x 4 messages interleaved; rank 1 receives tags in a
