@@ -1,7 +1,7 @@
 # Installs the collie build in BUILD_DIR into a scratch prefix, then builds
 # and runs the consumer project against it, as an outside user would:
 #   find_package(collie) + target_link_libraries(app PRIVATE collie::collie)
-foreach(var BUILD_DIR CONSUMER_SOURCE WORK_DIR CXX_COMPILER)
+foreach(var BUILD_DIR CONSUMER_SOURCE WORK_DIR CXX_COMPILER GENERATOR MAKE_PROGRAM)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_consumer_test.cmake needs -D${var}=...")
   endif()
@@ -29,7 +29,10 @@ set(flags "")
 if(SANITIZE)
   set(flags "-fsanitize=${SANITIZE}")
 endif()
+# The generator collie itself was built with (Ninja, from tools/setup.sh):
+# CMake's default, Unix Makefiles, needs `make`, which a fresh Debian lacks.
 run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_SOURCE}" -B "${WORK_DIR}/build"
+  -G "${GENERATOR}" -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}
   -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
   "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_EXE_LINKER_FLAGS=${flags}")
 run_step("building the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")

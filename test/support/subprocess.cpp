@@ -115,6 +115,17 @@ std::optional<std::string> Subprocess::read_line(std::chrono::milliseconds timeo
   }
 }
 
+bool Subprocess::wait_for_stderr(const std::string& text, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (err_.find(text) == std::string::npos) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0 || err_fd_ < 0) return false;
+    pump(left);
+  }
+  return true;
+}
+
 void Subprocess::signal(int number) {
   if (!exit_code_) kill(pid_, number);
 }

@@ -31,6 +31,10 @@ class Subprocess {
   // or timeout.
   std::optional<std::string> read_line(std::chrono::milliseconds timeout);
 
+  // Waits until standard error holds `text` (anywhere in what was written
+  // so far): true once it does, false on EOF or timeout.
+  bool wait_for_stderr(const std::string& text, std::chrono::milliseconds timeout);
+
   void signal(int number);
 
   // Waits for the exit, reading the rest of both outputs. nullopt on timeout.

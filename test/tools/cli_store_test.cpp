@@ -99,9 +99,9 @@ TEST_CASE("collie store get: --no-wait, timeouts and errors exit non-zero with a
 }
 
 TEST_CASE("collie store wait returns once another client sets the keys", "[cli]") {
-  ServedStore s;
+  ServedStore s({}, {"COLLIE_LOG_LEVEL=debug"});
   Subprocess waiter({kCollie, "store", "wait", "a", "b", "--addr", s.addr, "--timeout", "30"});
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(s.server.wait_for_stderr("connected", 60s));  // the waiter is in
   s.cli({"set", "a", "1"});
   s.cli({"set", "b", "2"});
   auto result = waiter.wait(30s);
@@ -111,9 +111,12 @@ TEST_CASE("collie store wait returns once another client sets the keys", "[cli]"
 
 TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
   for (int sig : {SIGTERM, SIGINT}) {
-    ServedStore s;
+    ServedStore s({}, {"COLLIE_LOG_LEVEL=debug"});
     Subprocess waiter({kCollie, "store", "get", "never", "--addr", s.addr, "--timeout", "60"});
-    std::this_thread::sleep_for(300ms);
+    // The server logs each client once its handshake is done: only then is
+    // the waiter surely a client of this server (a busy machine may start it
+    // late).
+    REQUIRE(s.server.wait_for_stderr("connected", 60s));
     s.server.signal(sig);
     auto stopped = s.server.wait(10s);
     REQUIRE(stopped);
