@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
@@ -271,7 +272,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     }
     server_proof_ok_ =
         have_token &&
-        auth::proofs_equal(hello.proof,
+        crypto::digests_equal(hello.proof,
                            auth::server_proof(options_.token, client_nonce_, hello.nonce));
     proof_out_ =
         have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce) : wire::Proof{};
@@ -616,7 +617,7 @@ AsyncStoreClient::RequestId AsyncStoreClient::multi_set(std::span<const std::str
                                                         std::span<const std::string> values,
                                                         Handler<Done> done) {
   if (keys.size() != values.size()) {
-    throw std::invalid_argument(fmt::format(
+    throw ArgumentError(fmt::format(
         "store multi_set: {} keys but {} values; they must pair up", keys.size(), values.size()));
   }
   auto request = key_list(wire::Op::MultiSet, keys);

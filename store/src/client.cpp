@@ -5,6 +5,7 @@
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
 
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
@@ -21,7 +22,7 @@ class StoreClient::Impl {
       : timeout_(options.timeout), client_(io_, std::move(options)) {
     const auto connect_timeout = client_.options().connect_timeout.value_or(timeout_);
     if (connect_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("store client: the connect timeout must be positive");
+      throw ArgumentError("store client: the connect timeout must be positive");
     }
     auto result = std::make_shared<Result<Done>>();
     client_.connect(std::move(host), port, completion(result));
@@ -43,7 +44,7 @@ class StoreClient::Impl {
     std::lock_guard lock(mutex_);
     const auto limit = timeout.value_or(timeout_);
     if (limit <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument(fmt::format("store {}: the timeout must be positive", what()));
+      throw ArgumentError(fmt::format("store {}: the timeout must be positive", what()));
     }
     auto result = std::make_shared<Result<T>>();
     const auto id = start(client_, completion(result));
@@ -67,7 +68,7 @@ class StoreClient::Impl {
   }
   void set_timeout(std::chrono::milliseconds timeout) {
     if (timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("store client: the default timeout must be positive");
+      throw ArgumentError("store client: the default timeout must be positive");
     }
     std::lock_guard lock(mutex_);
     timeout_ = timeout;
@@ -112,7 +113,7 @@ class StoreClient::Impl {
       if (Clock::now() >= deadline) return false;
       if (io_.stopped()) io_.restart();
       if (io_.run_one_until(deadline) == 0 && io_.stopped() && !done) {
-        throw std::logic_error("store client: waiting for a reply with no I/O pending");
+        throw Error("internal: store client: waiting for a reply with no I/O pending");
       }
     }
     return true;
@@ -213,7 +214,7 @@ std::vector<std::string> StoreClient::multi_get(std::span<const std::string> key
 void StoreClient::multi_set(std::span<const std::string> keys, std::span<const std::string> values,
                             Timeout timeout) {
   if (keys.size() != values.size()) {
-    throw std::invalid_argument(
+    throw ArgumentError(
         fmt::format("store multi_set: {} keys but {} values", keys.size(), values.size()));
   }
   if (keys.empty()) return;

@@ -33,11 +33,4 @@ std::string describe_call(std::string_view op, std::span<const std::string> keys
   return fmt::format("{}([{}])", op, list);
 }
 
-std::string describe_duration(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  if (ms >= 1000 && ms % 1000 == 0) return fmt::format("{} s", ms / 1000);
-  if (ms >= 1000) return fmt::format("{:.1f} s", static_cast<double>(ms) / 1000.0);
-  return fmt::format("{} ms", ms);
-}
-
 }  // namespace collie::store

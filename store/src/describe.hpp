@@ -1,7 +1,7 @@
-// Short descriptions of calls and durations for error messages.
+// Short descriptions of store calls and keys for error messages (durations:
+// <collie/duration.hpp>).
 #pragma once
 
-#include <chrono>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,8 +12,6 @@ namespace collie::store {
 std::string describe_call(std::string_view op, std::string_view key);
 // "wait(['a', 'b', 'c', ... 97 more])"
 std::string describe_call(std::string_view op, std::span<const std::string> keys);
-// "300 s", "1.5 s", "250 ms"
-std::string describe_duration(std::chrono::milliseconds d);
 // The key as shown in messages: printable bytes as is, others as \xNN, cut at 80.
 std::string printable_key(std::string_view key);
 

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/store/file_store.hpp>
 
@@ -49,7 +50,7 @@ class FileStore::Impl {
   Impl(std::string path, std::chrono::milliseconds timeout)
       : path_(std::move(path)), timeout_(timeout) {
     if (timeout_ <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("FileStore: the timeout must be positive");
+      throw ArgumentError("FileStore: the timeout must be positive");
     }
     fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd_ < 0) {
@@ -63,7 +64,7 @@ class FileStore::Impl {
   std::chrono::milliseconds limit(Timeout t) const {
     const auto value = t.value_or(timeout_);
     if (value <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("file store: the timeout must be positive");
+      throw ArgumentError("file store: the timeout must be positive");
     }
     return value;
   }
@@ -402,7 +403,7 @@ std::vector<std::string> FileStore::multi_get(std::span<const std::string> keys,
 void FileStore::multi_set(std::span<const std::string> keys, std::span<const std::string> values,
                           Timeout timeout) {
   if (keys.size() != values.size()) {
-    throw std::invalid_argument(
+    throw ArgumentError(
         fmt::format("file store multi_set: {} keys but {} values", keys.size(), values.size()));
   }
   for (std::size_t i = 0; i < keys.size(); ++i)

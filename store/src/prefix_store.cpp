@@ -1,12 +1,12 @@
-#include <stdexcept>
-
 #include <collie/store/prefix_store.hpp>
+
+#include <collie/error.hpp>
 
 namespace collie::store {
 
 PrefixStore::PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
     : inner_(std::move(inner)), prefix_(std::move(prefix) + "/") {
-  if (!inner_) throw std::invalid_argument("PrefixStore: the inner store is null");
+  if (!inner_) throw ArgumentError("PrefixStore: the inner store is null");
 }
 
 std::vector<std::string> PrefixStore::full(std::span<const std::string> keys) const {

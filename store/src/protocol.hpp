@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <collie/crypto.hpp>
 #include <collie/store/store.hpp>
 
 namespace collie::store::wire {
@@ -19,7 +20,7 @@ namespace collie::store::wire {
 inline constexpr std::uint32_t kMagic = 0x434C5354;  // "CLST"
 inline constexpr std::uint16_t kVersion = 1;
 inline constexpr std::size_t kNonceBytes = 32;
-inline constexpr std::size_t kProofBytes = 32;
+inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
 inline constexpr std::size_t kClientHelloBytes = 4 + 2 + 2 + kNonceBytes;
 inline constexpr std::size_t kServerHelloBytes = 4 + 2 + 1 + 1 + 16 + kNonceBytes + kProofBytes;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
@@ -28,7 +29,7 @@ inline constexpr std::size_t kFrameHeaderBytes = 4;
 inline constexpr std::uint32_t kMinMessageBytes = 4096;
 
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
-using Proof = std::array<std::uint8_t, kProofBytes>;
+using Proof = crypto::Digest;  // HMAC-SHA256
 
 enum class Op : std::uint8_t {
   Set = 1,

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/server.hpp>
@@ -179,7 +180,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void on_client_proof() {
     const auto expected = auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
-    if (!client_has_token_ || !auth::proofs_equal(proof_in_, expected)) {
+    if (!client_has_token_ || !crypto::digests_equal(proof_in_, expected)) {
       log().warn("store: refused {}: authentication failed ({})", peer_,
                  client_has_token_ ? "wrong token" : "the client has no token");
       close_after_write_ = true;
@@ -295,7 +296,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 ServerCore::ServerCore(ServerOptions options)
     : options_(std::move(options)), state_(options_.limits, options_.max_waits_per_connection) {
   if (options_.limits.max_message_bytes < wire::kMinMessageBytes) {
-    throw std::invalid_argument(
+    throw ArgumentError(
         fmt::format("store server: max_message_bytes must be at least {}", wire::kMinMessageBytes));
   }
   port_ = options_.port;

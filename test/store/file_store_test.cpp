@@ -53,7 +53,7 @@ TEST_CASE("file store: every operation", "[file_store]") {
   CHECK_FALSE(s.delete_key("c"));
   s.multi_set({"m/a", "m/b"}, {"1", "2"});
   CHECK(s.multi_get({"m/b", "m/a"}) == std::vector<std::string>{"2", "1"});
-  CHECK_THROWS_AS(s.multi_set({"a"}, {}), std::invalid_argument);
+  CHECK_THROWS_AS(s.multi_set({"a"}, {}), collie::ArgumentError);
   s.append("log", "a");
   s.append("log", "b");
   CHECK(s.get("log") == "ab");

@@ -220,7 +220,7 @@ TEST_CASE("multi_set then multi_get, and multi_get waits for all", "[store]") {
   });
   CHECK(c->multi_get({"a", "x", "y"}, 10s) == std::vector<std::string>{"1", "10", "20"});
   later.get();
-  CHECK_THROWS_AS(c->multi_set({"a", "b"}, {"1"}), std::invalid_argument);
+  CHECK_THROWS_AS(c->multi_set({"a", "b"}, {"1"}), collie::ArgumentError);
   CHECK_THROWS_AS(c->multi_get({"a", "never"}, 100ms), collie::TimeoutError);
 }
 
@@ -269,7 +269,7 @@ TEST_CASE("per-call timeouts override the client default", "[store][timeout]") {
   c->set_timeout(300ms);
   CHECK_THROWS_WITH(c->get("x"), Catch::Contains("300 ms"));
   CHECK_THROWS_WITH(c->get("x", 50ms), Catch::Contains("50 ms"));
-  CHECK_THROWS_AS(c->get("x", 0ms), std::invalid_argument);
+  CHECK_THROWS_AS(c->get("x", 0ms), collie::ArgumentError);
 }
 
 TEST_CASE("ping measures a round trip", "[store]") {
@@ -324,5 +324,5 @@ TEST_CASE("prefix stores are isolated from each other and from the root", "[stor
   auto other = std::async(std::launch::async, [&] { b2.barrier("bar", 2, 200ms); });
   CHECK_THROWS_AS(a.barrier("bar", 2, 200ms), collie::TimeoutError);
   CHECK_THROWS_AS(other.get(), collie::TimeoutError);
-  CHECK_THROWS_AS(collie::store::PrefixStore(nullptr, "x"), std::invalid_argument);
+  CHECK_THROWS_AS(collie::store::PrefixStore(nullptr, "x"), collie::ArgumentError);
 }

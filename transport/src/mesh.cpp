@@ -22,11 +22,12 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/duration.hpp>
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/transport/mesh.hpp>
 
-#include "describe.hpp"
 #include "wire.hpp"
 
 namespace collie::transport {
@@ -779,7 +780,7 @@ struct Mesh::Impl {
           } else if (now >= h.deadline) {
             refuse(h,
                    fmt::format("it sent no complete handshake within {}",
-                               store::describe_duration(opt.handshake_timeout)),
+                               describe_duration(opt.handshake_timeout)),
                    false);
           }
         } else if (who[i] >= 0 && fds[i].revents != 0) {
@@ -823,7 +824,7 @@ struct Mesh::Impl {
         a.error = fmt::format(
             "rank {} never published its address (store key '{}') within {}: did it start and "
             "join the group?",
-            peer, key(peer), store::describe_duration(opt.timeout));
+            peer, key(peer), describe_duration(opt.timeout));
         return a;
       } catch (const Error& e) {
         a.error =
@@ -928,7 +929,7 @@ struct Mesh::Impl {
       if (!state_cv.wait_until(lock, deadline, [&] { return p.state != PeerState::Connecting; })) {
         fail_peer(p, ErrorKind::Timeout,
                   fmt::format("no connection to {} within {}", describe_peer_locked(peer),
-                              store::describe_duration(opt.timeout)));
+                              describe_duration(opt.timeout)));
       }
     }
     if (p.state != PeerState::Unconnected) return;
@@ -950,7 +951,7 @@ struct Mesh::Impl {
       fail_peer(p, ErrorKind::Timeout,
                 fmt::format("{} said it was connecting to this rank, but no connection came "
                             "within {}",
-                            describe_peer_locked(peer), store::describe_duration(opt.timeout)));
+                            describe_peer_locked(peer), describe_duration(opt.timeout)));
     }
   }
 };
@@ -1240,7 +1241,7 @@ void Mesh::wait(const RequestPtr& request, std::optional<std::chrono::millisecon
       if (pending()) {
         auto& p = m.peers[static_cast<std::size_t>(r.peer)];
         std::string why = fmt::format("{} timed out after {} ({})", m.describe_request(r),
-                                      store::describe_duration(limit), m.progress_text(r));
+                                      describe_duration(limit), m.progress_text(r));
         if (p.state == PeerState::Connecting) why += "; the connection is still being set up";
         if (!r.is_send && p.rx == Rx::Paused)
           why += fmt::format(
@@ -1327,7 +1328,7 @@ int Mesh::connection_count() const {
 }
 
 std::uint64_t Mesh::random_group_id() {
-  return wire::random_u64();
+  return crypto::random_u64();
 }
 
 }  // namespace collie::transport

@@ -1,6 +1,6 @@
 #include "wire.hpp"
 
-#include "auth.hpp"  // the store's HMAC and random bytes (store/src)
+#include <collie/crypto.hpp>
 
 namespace collie::transport::wire {
 
@@ -13,23 +13,17 @@ Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group
   put64(message.data() + kLabel.size() + kNonceBytes, group_id);
   put32(message.data() + kLabel.size() + kNonceBytes + 8, from);
   put32(message.data() + kLabel.size() + kNonceBytes + 12, to);
-  return store::auth::hmac_sha256(token, message);
+  return crypto::hmac_sha256(token, message);
 }
 
 bool proofs_equal(const Proof& a, const Proof& b) {
-  return store::auth::proofs_equal(a, b);
+  return crypto::digests_equal(a, b);
 }
 
 Nonce random_nonce() {
   Nonce nonce{};
-  store::auth::random_bytes(nonce);
+  crypto::random_bytes(nonce);
   return nonce;
-}
-
-std::uint64_t random_u64() {
-  std::array<std::uint8_t, 8> bytes{};
-  store::auth::random_bytes(bytes);
-  return get64(bytes.data());
 }
 
 }  // namespace collie::transport::wire

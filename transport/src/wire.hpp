@@ -8,11 +8,13 @@
 #include <cstring>
 #include <string_view>
 
+#include <collie/crypto.hpp>
+
 namespace collie::transport::wire {
 
 inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
 inline constexpr std::size_t kNonceBytes = 32;
-inline constexpr std::size_t kProofBytes = 32;
+inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
 // challenge: magic, version u16, reserved u16, acceptor rank u32, nonce
 inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes;
 // hello: magic, version u16, reserved u16, group id u64, from u32, to u32,
@@ -27,7 +29,7 @@ inline constexpr std::size_t kHeaderBytes = 32;
 enum class Verdict : std::uint8_t { Accepted = 0, Duplicate = 1, Refused = 2 };
 
 using Nonce = std::array<std::uint8_t, kNonceBytes>;
-using Proof = std::array<std::uint8_t, kProofBytes>;
+using Proof = crypto::Digest;  // HMAC-SHA256
 
 inline void put16(std::uint8_t* p, std::uint16_t v) {
   p[0] = static_cast<std::uint8_t>(v);
@@ -113,6 +115,5 @@ Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group
                  std::uint32_t from, std::uint32_t to);
 bool proofs_equal(const Proof& a, const Proof& b);
 Nonce random_nonce();
-std::uint64_t random_u64();
 
 }  // namespace collie::transport::wire

@@ -18,7 +18,7 @@ namespace collie::store {
 
 class PrefixStore final : public Store {
  public:
-  // Throws std::invalid_argument if `inner` is null.
+  // Throws collie::ArgumentError if `inner` is null.
   PrefixStore(std::shared_ptr<Store> inner, std::string prefix);
 
   using Store::check;

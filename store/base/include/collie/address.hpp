@@ -1,7 +1,7 @@
 // "host:port" text, read and written the same way everywhere in collie
 // (tcp:// init, the CLI's --addr, store and peer addresses in messages).
-// It lives here, in the bottom layer, beside error.hpp and log.hpp, so that
-// every layer can use it.
+// It lives in the base layer, beside error.hpp and log.hpp, so that every
+// layer can use it.
 #pragma once
 
 #include <cstdint>

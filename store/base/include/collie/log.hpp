@@ -3,8 +3,8 @@
 // Every layer logs through one spdlog logger named "collie", written to
 // stderr. Its level comes from COLLIE_LOG_LEVEL (off, error, warn, info,
 // debug, trace; default warn) the first time log() is called, and can be
-// changed later with set_log_level(). It lives in store/, the bottom layer,
-// so that every layer above can use it. Thread-safe.
+// changed later with set_log_level(). It lives in the base layer, so that
+// every layer above can use it. Thread-safe.
 #pragma once
 
 #include <optional>

@@ -1,8 +1,9 @@
-// collie's exception types, shared by every layer.
+// collie's exception types, shared by every layer (the base layer, under
+// the store, the transport, the collectives and the runtime).
 //
-// Every error collie raises derives from collie::Error and carries a message
-// that names what a user needs to act on it: the operation, the peer or
-// address, the key, the sizes, the timeout that ran out.
+// Every exception collie throws derives from collie::Error and carries a
+// message that names what a user needs to act on it: the operation, the
+// peer or address, the key, the sizes, the timeout that ran out.
 #pragma once
 
 #include <stdexcept>
@@ -39,6 +40,13 @@ class AuthenticationError : public Error {
 // The peer spoke something other than the protocol we expect (wrong magic,
 // unsupported version, malformed message).
 class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A call's argument is invalid (a timeout that is not positive, a null
+// store, keys and values of different counts). Nothing was done.
+class ArgumentError : public Error {
  public:
   using Error::Error;
 };
