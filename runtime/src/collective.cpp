@@ -1,5 +1,5 @@
 // The collectives: choose an algorithm, lay the caller's buffers out as the
-// schedule expects, and execute the schedule over the mesh, segment by
+// schedule expects, and execute the schedule over the transport, segment by
 // segment, checking every message's fingerprint.
 #include <algorithm>
 #include <bit>
@@ -114,12 +114,12 @@ struct Region {
   std::byte* data = nullptr;
 };
 
-// Runs one schedule over the mesh.
+// Runs one schedule over the transport.
 class Executor {
  public:
   Executor(ProcessGroup::Impl& g, const Call& call, std::vector<Region> regions)
       : g_(g),
-        mesh_(g.mesh()),
+        transport_(g.transport()),
         call_(call),
         regions_(std::move(regions)),
         esize_(dtype_size(call.dtype)),
@@ -217,7 +217,7 @@ class Executor {
   // Waits for a request with group rank `with`; remembers who failed.
   void wait(const transport::RequestPtr& r, int with) {
     try {
-      mesh_.wait(r, remaining());
+      transport_.wait(r, remaining());
     } catch (const ConnectionError&) {
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);
       throw;
@@ -233,7 +233,7 @@ class Executor {
     std::string size_error;
     try {
       auto slice = std::chrono::milliseconds(20);
-      while (!mesh_.wait_some(r, std::min(slice, remaining()))) {
+      while (!transport_.wait_some(r, std::min(slice, remaining()))) {
         check_queued();
         if (remaining().count() == 0) {
           wait(r, from);  // throws the TimeoutError
@@ -258,7 +258,7 @@ class Executor {
       size_differs = true;
       size_error = e.what();
     }
-    const auto theirs = mesh_.fingerprint(r);
+    const auto theirs = transport_.fingerprint(r);
     if (is_failure_notice(theirs)) {
       check_queued();  // a mismatch seen by another rank explains more
       reported_failure(theirs, from);
@@ -279,7 +279,7 @@ class Executor {
   // for: another call's fingerprint is a mismatch (checked first: it is the
   // cause), a failure notice is news of a dead rank.
   void check_queued() {
-    const auto queued = mesh_.queued_fingerprints(tag_);
+    const auto queued = transport_.queued_fingerprints(tag_);
     for (bool notices : {false, true}) {
       for (const auto& [world_peer, theirs] : queued) {
         if (theirs == fingerprint_ || is_failure_notice(theirs) != notices) continue;
@@ -299,7 +299,7 @@ class Executor {
     throw ConnectionError(fmt::format(
         "rank {}: {} failed during this collective, as rank {} reported (its connection to it "
         "broke)",
-        g_.rank, mesh_.describe_peer(failed_world_rank_), from));
+        g_.rank, transport_.describe_peer(failed_world_rank_), from));
   }
 
   // Sends `fingerprint` in a 0-byte message to each of `peers` (group
@@ -310,7 +310,7 @@ class Executor {
     std::vector<Pending> notices;
     for (int p : peers) {
       try {
-        notices.push_back({mesh_.isend(peer(p), tag_, nullptr, 0, fingerprint), p});
+        notices.push_back({transport_.isend(peer(p), tag_, nullptr, 0, fingerprint), p});
       } catch (const std::exception& e) {
         collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, p, e.what());
       }
@@ -318,7 +318,7 @@ class Executor {
     for (const auto& n : notices) {
       try {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-        mesh_.wait(n.request, std::max(left, std::chrono::milliseconds(0)));
+        transport_.wait(n.request, std::max(left, std::chrono::milliseconds(0)));
       } catch (const std::exception& e) {
         collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, n.peer,
                             e.what());
@@ -330,7 +330,7 @@ class Executor {
     for (std::size_t done = 0; done < count; done += segment_) {
       const std::size_t n = std::min(segment_, count - done);
       sends_.push_back(
-          {mesh_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_), to});
+          {transport_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_), to});
     }
   }
 
@@ -405,7 +405,7 @@ class Executor {
           if (slot.size() < s.count * esize_) slot.resize(s.count * esize_);
           into = slot.data();
         }
-        s.request = mesh_.irecv(peer(s.from), tag_, into, s.count * esize_);
+        s.request = transport_.irecv(peer(s.from), tag_, into, s.count * esize_);
         recvs_.push_back({s.request, s.from});
         ++posted;
       }
@@ -445,9 +445,9 @@ class Executor {
   void abandon() {
     for (auto* list : {&sends_, &recvs_}) {
       for (const auto& p : *list) {
-        if (mesh_.test(p.request)) continue;
+        if (transport_.test(p.request)) continue;
         try {
-          mesh_.wait(p.request, std::chrono::milliseconds(0));
+          transport_.wait(p.request, std::chrono::milliseconds(0));
         } catch (const std::exception&) {
         }
       }
@@ -456,7 +456,7 @@ class Executor {
   }
 
   ProcessGroup::Impl& g_;
-  transport::Mesh& mesh_;
+  transport::Transport& transport_;
   const Call& call_;
   std::vector<Region> regions_;
   std::size_t esize_;

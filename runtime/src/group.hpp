@@ -15,6 +15,7 @@
 #include <collie/collectives/cost.hpp>
 #include <collie/job_store.hpp>
 #include <collie/process_group.hpp>
+#include <collie/transport/transport.hpp>
 
 #include "trace.hpp"
 
@@ -27,7 +28,8 @@ struct World {
   std::unique_ptr<JobStore> job;
   // Declared after the store, so destroyed before it: connections close
   // before the store (which rank 0 may host) goes away.
-  std::shared_ptr<transport::Mesh> mesh;
+  std::shared_ptr<transport::Transport> transport;
+  std::string advertised_host;  // where peers reach this rank
 };
 
 // Runs a group's async collectives, one at a time, in call order.
@@ -70,7 +72,7 @@ struct ProcessGroup::Impl {
   std::vector<std::vector<std::byte>> spare_slots;
   AsyncRunner runner;  // last: stopped (and joined) first
 
-  transport::Mesh& mesh() const { return *world->mesh; }
+  transport::Transport& transport() const { return *world->transport; }
   void require_member(std::string_view what) const;
 };
 

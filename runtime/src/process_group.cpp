@@ -1,11 +1,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
 #include <collie/process_group.hpp>
 #include <collie/transport/interfaces.hpp>
+#include <collie/transport/open.hpp>
 
 #include "group.hpp"
 
@@ -15,15 +17,15 @@ namespace {
 
 class PointToPoint final : public Work::State {
  public:
-  PointToPoint(std::shared_ptr<transport::Mesh> mesh, transport::RequestPtr request)
-      : mesh_(std::move(mesh)), request_(std::move(request)) {}
+  PointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request)
+      : transport_(std::move(transport)), request_(std::move(request)) {}
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
-    mesh_->wait(request_, timeout);
+    transport_->wait(request_, timeout);
   }
-  bool test() const override { return mesh_->test(request_); }
+  bool test() const override { return transport_->test(request_); }
 
  private:
-  std::shared_ptr<transport::Mesh> mesh_;
+  std::shared_ptr<transport::Transport> transport_;
   transport::RequestPtr request_;
 };
 
@@ -144,8 +146,11 @@ const JobConfig& ProcessGroup::config() const {
 store::Store& ProcessGroup::store() const {
   return impl_->world->job->store();
 }
-transport::Mesh& ProcessGroup::mesh() const {
-  return impl_->mesh();
+const std::string& ProcessGroup::advertised_host() const {
+  return impl_->world->advertised_host;
+}
+std::string ProcessGroup::describe_transport() const {
+  return impl_->transport().describe();
 }
 
 namespace {
@@ -165,32 +170,31 @@ Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) 
   impl_->require_member("isend");
   check_tag(tag, rank(), "isend to", dst);
   const int to = world_rank(*impl_, dst, "isend to");
-  auto request = impl_->mesh().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->world->mesh, std::move(request)));
+  auto request = impl_->transport().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
+  return Work(std::make_unique<PointToPoint>(impl_->world->transport, std::move(request)));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("irecv");
   check_tag(tag, rank(), "irecv from", src);
   const int from = world_rank(*impl_, src, "irecv from");
-  auto request = impl_->mesh().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->world->mesh, std::move(request)));
+  auto request = impl_->transport().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
+  return Work(std::make_unique<PointToPoint>(impl_->world->transport, std::move(request)));
 }
 
 // The blocking forms wait on the request directly: no Work to allocate.
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   impl_->require_member("send");
   check_tag(tag, rank(), "send to", dst);
-  auto& mesh = impl_->mesh();
-  mesh.wait(mesh.isend(world_rank(*impl_, dst, "send to"), p2p_tag(impl_->slot, tag), data, bytes));
+  auto& t = impl_->transport();
+  t.wait(t.isend(world_rank(*impl_, dst, "send to"), p2p_tag(impl_->slot, tag), data, bytes));
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("recv");
   check_tag(tag, rank(), "recv from", src);
-  auto& mesh = impl_->mesh();
-  mesh.wait(
-      mesh.irecv(world_rank(*impl_, src, "recv from"), p2p_tag(impl_->slot, tag), data, bytes));
+  auto& t = impl_->transport();
+  t.wait(t.irecv(world_rank(*impl_, src, "recv from"), p2p_tag(impl_->slot, tag), data, bytes));
 }
 
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
@@ -239,21 +243,21 @@ ProcessGroup init(const InitOptions& options) {
 
   // A random id per job run: a rank of another job (or an earlier run) that
   // reaches this one's ports is refused in the handshake.
-  transport::MeshOptions mesh;
-  mesh.rank = config.rank;
-  mesh.world_size = config.world_size;
-  mesh.group = "world";
-  mesh.token = config.token;
-  mesh.timeout = config.timeout;
-  mesh.listen_address = advertised_address(config);
-  mesh.spin = config.spin;
+  transport::TransportOptions transport_options;
+  transport_options.rank = config.rank;
+  transport_options.world_size = config.world_size;
+  transport_options.group = "world";
+  transport_options.token = config.token;
+  transport_options.timeout = config.timeout;
+  transport_options.listen_address = impl->advertised_host = advertised_address(config);
+  transport_options.spin = config.spin;
   if (config.rank == 0) {
-    mesh.group_id = transport::Mesh::random_group_id();
-    store.set("world/id", fmt::format("{:016x}", mesh.group_id));
+    transport_options.group_id = crypto::random_u64();
+    store.set("world/id", fmt::format("{:016x}", transport_options.group_id));
   } else {
     const std::string id = store.get("world/id");
     try {
-      mesh.group_id = std::stoull(id, nullptr, 16);
+      transport_options.group_id = std::stoull(id, nullptr, 16);
     } catch (const std::exception&) {
       throw Error(
           fmt::format("rank {}: the store's 'world/id' holds '{}', not rank 0's group id: "
@@ -261,7 +265,7 @@ ProcessGroup init(const InitOptions& options) {
                       config.rank, id));
     }
   }
-  impl->mesh = std::make_shared<transport::Mesh>(impl->job->shared_store(), mesh);
+  impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
   try {
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
   } catch (const TimeoutError& e) {
@@ -273,9 +277,9 @@ ProcessGroup init(const InitOptions& options) {
   }
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.
-  if (config.world_size <= 4096) impl->mesh->prefetch_addresses();
-  collie::log().debug("rank {}/{} joined; listening on {}", config.rank, config.world_size,
-                      impl->mesh->address());
+  if (config.world_size <= 4096) impl->transport->prefetch();
+  collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
+                      impl->transport->describe());
   auto group = std::make_shared<ProcessGroup::Impl>();
   group->world = std::move(impl);
   group->name = "world";

@@ -149,8 +149,8 @@ void recv_all(int fd, void* data, std::size_t n, bool busy) {
   }
 }
 
-// Rank 0 listens on the host its mesh uses and publishes host:port; rank 1
-// connects. Rank 0 waits for it no longer than the job's timeout.
+// Rank 0 listens on the host its transport advertises and publishes
+// host:port; rank 1 connects. Rank 0 waits for it no longer than the job's timeout.
 int raw_connection(ProcessGroup& pg) {
   auto resolve = [](const HostPort& where, int flags) {
     addrinfo hints{};
@@ -166,8 +166,8 @@ int raw_connection(ProcessGroup& pg) {
   };
   int fd = -1;
   if (pg.rank() == 0) {
-    const auto own = split_host_port(pg.mesh().address()).value();  // the mesh wrote it
-    const auto found = resolve({own.host, 0}, AI_PASSIVE | AI_NUMERICHOST);
+    const HostPort own{pg.advertised_host(), 0};
+    const auto found = resolve(own, AI_PASSIVE | AI_NUMERICHOST);
     const int listener = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (::bind(listener, found->ai_addr, found->ai_addrlen) != 0 || ::listen(listener, 1) != 0) {
       const int e = errno;
@@ -275,8 +275,8 @@ void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>&
     std::fputs(out.c_str(), stdout);
     return;
   }
-  std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, mesh address %s\n",
-              collie::version(), pg.size(), host.c_str(), pg.mesh().address().c_str());
+  std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, transport %s\n",
+              collie::version(), pg.size(), host.c_str(), pg.describe_transport().c_str());
   std::printf(
       "# latency: %zu B ping-pong, %d iterations after %d warm-up; one-way = round trip / 2\n",
       a.latency_bytes, a.latency_iters, a.latency_warmup);

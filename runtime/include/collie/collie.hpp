@@ -5,7 +5,7 @@
 // the element types (collie/dtype.hpp); reduce ops and kernels
 // (collie/reduce.hpp); the algorithms (collie/collectives/...); the resolution of a job's rank, size and store
 // address from the environment (collie/job_config.hpp); the rendezvous store
-// (collie/store/...); and the peer mesh underneath (collie/transport/...).
+// (collie/store/...); and the transport underneath (collie/transport/...).
 #pragma once
 
 #include <collie/address.hpp>
@@ -25,5 +25,8 @@
 #include <collie/store/server.hpp>
 #include <collie/store/store.hpp>
 #include <collie/transport/interfaces.hpp>
-#include <collie/transport/mesh.hpp>
+#include <collie/transport/open.hpp>
+#include <collie/transport/peer_router.hpp>
+#include <collie/transport/tcp.hpp>
+#include <collie/transport/transport.hpp>
 #include <collie/version.hpp>

@@ -6,8 +6,8 @@
 //   if (pg.rank() == 1) pg.recv(std::span(v), /*src=*/0);
 //
 // init() resolves the job from the environment (see job_config.hpp), opens
-// the job's store (job_store.hpp), agrees on a random group id, starts the
-// peer mesh (transport/mesh.hpp: each rank listens on the interface that
+// the job's store (job_store.hpp), agrees on a random group id, opens the
+// transport (transport/open.hpp: each rank listens on the interface that
 // routes to the master and publishes its address), and waits until every
 // rank has joined. It throws collie::Error naming what to set or who is
 // missing; it never hangs past the timeout (COLLIE_TIMEOUT, default 300 s).
@@ -74,11 +74,10 @@
 #include <collie/job_config.hpp>
 #include <collie/reduce.hpp>
 #include <collie/store/store.hpp>
-#include <collie/transport/mesh.hpp>
 
 namespace collie {
 
-// An operation in flight (isend, irecv; collectives later).
+// An operation in flight: isend, irecv, or an async collective.
 class Work {
  public:
   // What a Work waits on; implemented by each kind of operation.
@@ -313,8 +312,11 @@ class ProcessGroup {
   // The job this group belongs to, and its store (namespace of this run).
   const JobConfig& config() const;
   store::Store& store() const;
-  // The peer mesh underneath (for collie's collectives and tools).
-  transport::Mesh& mesh() const;
+  // The address this rank advertises to its peers: that of the interface
+  // that routes to the master, or of COLLIE_SOCKET_IFNAME's ("10.0.0.4").
+  const std::string& advertised_host() const;
+  // What carries this rank's messages: "tcp on 10.0.0.4:41234".
+  std::string describe_transport() const;
 
  private:
   template <class In, std::size_t EI, class Out, std::size_t EO>

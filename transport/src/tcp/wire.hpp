@@ -1,4 +1,4 @@
-// The mesh's wire format: handshake records and message headers.
+// The TCP transport's wire format: handshake records and message headers.
 // Integers are little-endian. See docs/transport.md for the full description.
 #pragma once
 
@@ -10,7 +10,9 @@
 
 #include <collie/crypto.hpp>
 
-namespace collie::transport::wire {
+namespace collie::transport::tcp::wire {
+
+inline constexpr std::uint16_t kProtocolVersion = 1;
 
 inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
 inline constexpr std::size_t kNonceBytes = 32;
@@ -76,6 +78,27 @@ inline Header decode_header(const std::uint8_t* in) {
   return Header{get64(in), get64(in + 8), get64(in + 16), get64(in + 24)};
 }
 
+struct Challenge {
+  std::uint16_t version = 0;
+  std::uint32_t rank = 0;  // the acceptor's
+  Nonce nonce{};
+};
+
+inline void encode(const Challenge& c, std::uint8_t* out) {
+  std::memcpy(out, kMagic.data(), 4);
+  put16(out + 4, c.version);
+  put16(out + 6, 0);
+  put32(out + 8, c.rank);
+  std::memcpy(out + 12, c.nonce.data(), kNonceBytes);
+}
+inline Challenge decode_challenge(const std::uint8_t* in) {
+  Challenge c;
+  c.version = get16(in + 4);
+  c.rank = get32(in + 8);
+  std::memcpy(c.nonce.data(), in + 12, kNonceBytes);
+  return c;
+}
+
 struct Hello {
   std::uint16_t version = 0;
   std::uint64_t group_id = 0;
@@ -113,7 +136,6 @@ inline bool has_magic(const std::uint8_t* in) {
 // HMAC-SHA256(token, "collie-peer v1" || nonce || group id || from || to).
 Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group_id,
                  std::uint32_t from, std::uint32_t to);
-bool proofs_equal(const Proof& a, const Proof& b);
 Nonce random_nonce();
 
-}  // namespace collie::transport::wire
+}  // namespace collie::transport::tcp::wire

@@ -2,7 +2,7 @@
 
 #include <collie/crypto.hpp>
 
-namespace collie::transport::wire {
+namespace collie::transport::tcp::wire {
 
 Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group_id,
                  std::uint32_t from, std::uint32_t to) {
@@ -16,14 +16,10 @@ Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group
   return crypto::hmac_sha256(token, message);
 }
 
-bool proofs_equal(const Proof& a, const Proof& b) {
-  return crypto::digests_equal(a, b);
-}
-
 Nonce random_nonce() {
   Nonce nonce{};
   crypto::random_bytes(nonce);
   return nonce;
 }
 
-}  // namespace collie::transport::wire
+}  // namespace collie::transport::tcp::wire

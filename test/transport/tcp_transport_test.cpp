@@ -1,27 +1,32 @@
-// The peer mesh, in one process: each rank is a Mesh driven by its own
-// thread, all meeting through one store server. Multi-process tests through
-// `collie launch` are in p2p_launch_test.cpp.
+// The TCP transport (the peer mesh), in one process: each rank is a
+// TcpTransport driven by its own thread, all meeting through one store
+// server. Multi-process tests through `collie launch` are in
+// p2p_launch_test.cpp.
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <numeric>
+#include <span>
 #include <thread>
 
 #include <catch2/catch.hpp>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/prefix_store.hpp>
-#include <collie/transport/mesh.hpp>
+#include <collie/transport/tcp.hpp>
 
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
-#include "wire.hpp"
+#include "tcp/wire.hpp"
 
 using namespace std::chrono_literals;
-using collie::transport::Mesh;
-using collie::transport::MeshOptions;
+using Mesh = collie::transport::TcpTransport;
+using MeshOptions = collie::transport::TransportOptions;
 using collie::transport::RequestPtr;
 using collie::test::expect;
 
@@ -30,7 +35,7 @@ namespace {
 // n meshes of one group, each with its own store client.
 struct Cluster {
   explicit Cluster(int n, const std::function<void(MeshOptions&)>& tweak = {}) {
-    const auto id = Mesh::random_group_id();
+    const auto id = collie::crypto::random_u64();
     for (int r = 0; r < n; ++r) {
       MeshOptions o;
       o.rank = r;
@@ -375,7 +380,7 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
   const std::string address = c[0].address();
   const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
-  namespace wire = collie::transport::wire;
+  namespace wire = collie::transport::tcp::wire;
 
   SECTION("random bytes") {
     collie::test::RawConnection raw(port);
@@ -399,7 +404,7 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
       wire::Nonce nonce{};
       std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
       wire::Hello hello;
-      hello.version = collie::transport::kProtocolVersion;
+      hello.version = wire::kProtocolVersion;
       hello.group_id = c[0].options().group_id + k.group_offset;
       hello.from = 1;
       hello.to = k.to;
@@ -437,7 +442,7 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
 
 TEST_CASE("mesh: a rank with another token cannot connect, and says why", "[mesh]") {
   collie::test::StoreFixture fixture;
-  const auto id = Mesh::random_group_id();
+  const auto id = collie::crypto::random_u64();
   MeshOptions a;
   a.world_size = 2;
   a.group_id = id;
@@ -483,4 +488,159 @@ TEST_CASE("mesh: many threads share one mesh", "[mesh]") {
     for (auto& f : threads)
       f.get();
   });
+}
+
+namespace {
+
+// What a consuming receive saw: every piece in order, checked for coverage.
+struct Consumed {
+  std::vector<std::uint8_t> bytes;
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;  // (offset, size)
+  collie::transport::Consumer consumer() {
+    return [this](std::size_t offset, std::span<const std::byte> piece) {
+      pieces.emplace_back(offset, piece.size());
+      if (bytes.size() < offset + piece.size()) bytes.resize(offset + piece.size());
+      std::memcpy(bytes.data() + offset, piece.data(), piece.size());
+    };
+  }
+  // The pieces follow each other from 0 and end at `total`.
+  bool covers(std::size_t total) const {
+    std::size_t next = 0;
+    for (const auto& [offset, size] : pieces) {
+      if (offset != next || size == 0) return false;
+      next += size;
+    }
+    return next == total;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("mesh irecv_consume hands the payload over in order, posted before or after", "[mesh]") {
+  Cluster c(2);
+  const std::vector<std::size_t> sizes = {0, 1, 4095, 4096, 65536, 65537, (1 << 20) + 3};
+  std::vector<Consumed> early(sizes.size()), late(sizes.size());
+  c.run([&](int r) {
+    auto& m = c[r];
+    if (r == 0) {
+      recv(m, 1, 2, 0);  // rank 1 has posted the early receives
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        send(m, 1, 100 + i, pattern(sizes[i], 0, 100 + i));  // posted before it arrives
+        send(m, 1, 200 + i, pattern(sizes[i], 0, 200 + i));  // arrives first
+      }
+      send(m, 1, 1, {});  // all sent
+    } else {
+      std::vector<RequestPtr> posted;
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        posted.push_back(m.irecv_consume(0, 100 + i, sizes[i], early[i].consumer()));
+      send(m, 0, 2, {});
+      for (auto& q : posted)
+        m.wait(q);
+      recv(m, 0, 1, 0);  // the late ones are all queued, complete
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        m.wait(m.irecv_consume(0, 200 + i, sizes[i], late[i].consumer()));
+    }
+  });
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("size " << sizes[i]);
+    CHECK(early[i].covers(sizes[i]));
+    CHECK(early[i].bytes == pattern(sizes[i], 0, 100 + i));
+    CHECK(late[i].covers(sizes[i]));
+    CHECK(late[i].bytes == pattern(sizes[i], 0, 200 + i));
+  }
+  // A large message arrives in more than one piece (through the receive
+  // buffer, never whole into memory the caller did not give).
+  CHECK(early.back().pieces.size() > 1);
+}
+
+TEST_CASE("mesh irecv_consume reduces straight from the arriving bytes", "[mesh]") {
+  Cluster c(2);
+  constexpr std::size_t kCount = (3 << 20) / sizeof(std::int32_t) + 7;
+  std::vector<std::int32_t> mine(kCount), theirs(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    mine[i] = static_cast<std::int32_t>(i * 3);
+    theirs[i] = static_cast<std::int32_t>(1000000 - i);
+  }
+  std::size_t consumed = 0;
+  c.run([&](int r) {
+    auto& m = c[r];
+    if (r == 0) {
+      m.wait(m.isend(1, 7, theirs.data(), kCount * sizeof(std::int32_t)));
+      return;
+    }
+    // Pieces may split an element: keep the partial bytes of one.
+    std::array<std::byte, sizeof(std::int32_t)> carry{};
+    auto consume = [&](std::size_t offset, std::span<const std::byte> piece) {
+      for (std::size_t k = 0; k < piece.size(); ++k) {
+        const std::size_t at = offset + k;
+        carry[at % sizeof(std::int32_t)] = piece[k];
+        if (at % sizeof(std::int32_t) == sizeof(std::int32_t) - 1) {
+          std::int32_t v = 0;
+          std::memcpy(&v, carry.data(), sizeof(v));
+          mine[at / sizeof(std::int32_t)] += v;
+        }
+      }
+      consumed += piece.size();
+    };
+    m.wait(m.irecv_consume(0, 7, kCount * sizeof(std::int32_t), consume));
+  });
+  CHECK(consumed == kCount * sizeof(std::int32_t));
+  for (std::size_t i = 0; i < kCount; ++i) {
+    if (mine[i] != static_cast<std::int32_t>(i * 3 + 1000000 - i)) {
+      FAIL("element " << i << " is " << mine[i]);
+    }
+  }
+}
+
+TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that throws", "[mesh]") {
+  SECTION("to itself, before and after the send") {
+    Cluster c(1);
+    auto& m = c[0];
+    const auto a = pattern(5000, 0, 1);
+    Consumed before, after;
+    auto q = m.irecv_consume(0, 1, a.size(), before.consumer());
+    send(m, 0, 1, a);
+    m.wait(q);
+    send(m, 0, 2, a);
+    m.wait(m.irecv_consume(0, 2, a.size(), after.consumer()));
+    CHECK(before.covers(a.size()));
+    CHECK(before.bytes == a);
+    CHECK(after.covers(a.size()));
+    CHECK(after.bytes == a);
+  }
+  SECTION("between two ranks") {
+    Cluster c(2);
+    std::string wrong_size, threw;
+    Consumed next;
+    c.run([&](int r) {
+      auto& m = c[r];
+      if (r == 0) {
+        send(m, 1, 3, pattern(100, 0, 3));
+        send(m, 1, 3, pattern(200000, 0, 3));
+        send(m, 1, 3, pattern(300, 0, 3));
+        return;
+      }
+      Consumed unused;
+      try {
+        m.wait(m.irecv_consume(0, 3, 99, unused.consumer()));
+      } catch (const collie::RequestError& e) {
+        wrong_size = e.what();
+      }
+      expect(unused.pieces.empty(), "a message of the wrong size reached the consumer");
+      try {
+        m.wait(m.irecv_consume(0, 3, 200000,
+                               [](std::size_t, std::span<const std::byte>) {
+                                 throw std::runtime_error("no room for it");
+                               }));
+      } catch (const collie::RequestError& e) {
+        threw = e.what();
+      }
+      // The stream stays in step: the next message is whole.
+      m.wait(m.irecv_consume(0, 3, 300, next.consumer()));
+    });
+    CHECK_THAT(wrong_size, Catch::Contains("100 bytes") && Catch::Contains("expected 99 bytes"));
+    CHECK_THAT(threw, Catch::Contains("consumer threw") && Catch::Contains("no room for it"));
+    CHECK(next.covers(300));
+    CHECK(next.bytes == pattern(300, 0, 3));
+  }
 }

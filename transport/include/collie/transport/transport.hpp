@@ -1,0 +1,164 @@
+// The point-to-point transport: the one interface the runtime moves bytes
+// through. Algorithms never see a backend; the executor posts sends and
+// receives of bytes between ranks here and waits for them.
+//
+//   std::shared_ptr<Transport> t = open_transport(store, options);  // open.hpp
+//   auto s = t->isend(1, tag, data, bytes, fingerprint);
+//   auto r = t->irecv(1, tag, out, bytes);
+//   t->wait(s); t->wait(r);
+//
+// Backends. TcpTransport (tcp.hpp) serves any peer; a backend for peers on
+// the same host (shared memory) serves some. PeerRouter (peer_router.hpp)
+// sends each peer's requests to the backend chosen for that peer when the
+// group is made, and is itself a Transport. Every backend keeps the contract
+// below, so the runtime cannot tell them apart.
+//
+// Matching. A receive names (peer, tag, size). Between two ranks, messages
+// with the same tag are received in the order they were sent; different tags
+// are matched independently. A message whose length differs from the
+// receive's size fails that receive with a RequestError naming both lengths
+// (the message is consumed, the stream stays in step). A message that
+// arrives before its receive waits, bounded, in the backend (queued_*).
+//
+// Buffers. isend reads from, and irecv writes into, the caller's memory
+// until the request has finished (test() is true or a wait returned or
+// threw): keep it alive and untouched until then. A send completes when its
+// bytes are the backend's (handed to the kernel, copied out); completion says
+// nothing about the receiver. irecv_consume hands the payload over where it
+// arrives instead (see there).
+//
+// Fingerprints. Every send carries 64 bits of the caller's (the runtime
+// encodes its call there); a finished receive reports the sender's, also
+// when it failed for a size mismatch, so the caller can say why sizes differ.
+//
+// Failure. When a peer dies, closes, resets its connection or breaks the
+// protocol, every pending and later operation with that peer fails within a
+// second with ConnectionError (ProtocolError) naming this rank, the peer's
+// rank and address, the operation and the bytes moved. Messages that had
+// arrived complete before can still be received. A wait past its timeout
+// throws TimeoutError naming the operation, the peer, the time and the
+// bytes; a request that had not started is withdrawn (the pair stays
+// usable), one half-way through a message fails the peer (a byte stream
+// cannot resume).
+//
+// Thread safety. Every method may be called from any thread at once. Waits
+// by several threads on different requests progress together.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace collie::transport {
+
+using Tag = std::uint64_t;
+
+// What every backend is made with (each reads the fields it needs).
+struct TransportOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string group = "world";  // names the store keys; printed in errors
+  std::uint64_t group_id = 0;   // the same on every rank, different per job (handshakes)
+  std::string token;            // shared secret; empty: no secret, still checked equal
+  std::string listen_address = "127.0.0.1";  // TCP: advertised to peers; the port is ephemeral
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // connect and default waits
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};  // per accepted socket
+  std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
+  std::chrono::microseconds spin{50};  // busy polling before a wait sleeps
+};
+
+// One send or receive in flight. A backend derives its own; callers hold it
+// and ask the transport that made it about it.
+class Request {
+ public:
+  explicit Request(int peer) : peer_(peer) {}
+  virtual ~Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+// Takes a receive's payload where it arrives: called with consecutive
+// pieces, in order, that together cover [0, bytes) exactly once.
+using Consumer = std::function<void(std::size_t offset, std::span<const std::byte> piece)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Starts sending `bytes` bytes at `data` to `peer` with `tag`, carrying
+  // `fingerprint`. Sending to oneself copies at once. May block the first
+  // time it meets a peer, while the backend connects (within its timeout).
+  // Throws collie::Error for a peer out of range; failures of the peer
+  // surface in wait().
+  virtual RequestPtr isend(int peer, Tag tag, const void* data, std::size_t bytes,
+                           std::uint64_t fingerprint = 0) = 0;
+
+  // Starts receiving exactly `bytes` bytes from `peer` with `tag` into `data`.
+  virtual RequestPtr irecv(int peer, Tag tag, void* data, std::size_t bytes) = 0;
+
+  // Like irecv, but with no buffer: the payload is handed to `consume` where
+  // it arrives (the backend's receive buffer, a queued message, the bytes of
+  // a send to oneself), so a reduction can read it there instead of from a
+  // copy. `consume` runs on whichever thread drives the backend (a waiter,
+  // the backend's own thread, or this call itself for bytes already here),
+  // while the backend holds its lock: it must be short and must not call
+  // the transport. A piece is valid only during its call. The request
+  // completes after the last piece was consumed; on failure, the pieces seen
+  // so far are all there will be.
+  virtual RequestPtr irecv_consume(int peer, Tag tag, std::size_t bytes, Consumer consume) = 0;
+
+  // Waits until `request` is done; throws its error if it failed. nullopt:
+  // the backend's timeout. Throws TimeoutError past the timeout (see above).
+  virtual void wait(const RequestPtr& request,
+                    std::optional<std::chrono::milliseconds> timeout = std::nullopt) = 0;
+
+  // Waits up to `timeout`: true once the request is done (throwing its error
+  // if it failed), false if it is still pending (it stays posted, unlike a
+  // wait() that times out).
+  virtual bool wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) = 0;
+
+  // True once the request has finished, successfully or not. Never blocks.
+  virtual bool test(const RequestPtr& request) const = 0;
+
+  // The sender's fingerprint of a finished receive (also when it failed for
+  // a size mismatch).
+  virtual std::uint64_t fingerprint(const RequestPtr& request) const = 0;
+
+  // Payload bytes moved so far.
+  virtual std::size_t transferred(const RequestPtr& request) const = 0;
+
+  // (peer, fingerprint) of each message with `tag` that arrived before any
+  // receive asked for it and still waits for one: for a wait that takes long,
+  // a message under the right tag from a peer it did not expect one from.
+  virtual std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const = 0;
+
+  // "rank 3 at 10.0.0.4:41234", for messages.
+  virtual std::string describe_peer(int peer) const = 0;
+
+  // What carries this rank's messages, for logs and tools:
+  // "tcp on 10.0.0.4:41234".
+  virtual std::string describe() const = 0;
+
+  // Reads from the store now everything later connections need (every
+  // rank's address), waiting for ranks that have not published yet, so that
+  // the transport needs the store no more: rank 0 may host it and exit first.
+  virtual void prefetch() = 0;
+};
+
+}  // namespace collie::transport

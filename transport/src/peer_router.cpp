@@ -1,0 +1,122 @@
+#include <collie/transport/peer_router.hpp>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+
+namespace collie::transport {
+
+PeerRouter::PeerRouter(std::vector<std::shared_ptr<Transport>> backends,
+                       std::vector<std::size_t> backend_of)
+    : backends_(std::move(backends)), backend_of_(std::move(backend_of)) {
+  if (backends_.empty()) throw ArgumentError("PeerRouter: no backends");
+  for (const auto& b : backends_) {
+    if (!b) throw ArgumentError("PeerRouter: a backend is null");
+    if (b->rank() != backends_.front()->rank() ||
+        b->world_size() != backends_.front()->world_size()) {
+      throw ArgumentError(fmt::format(
+          "PeerRouter: backends disagree: '{}' is rank {} of {}, '{}' rank {} of {}",
+          backends_.front()->describe(), backends_.front()->rank(),
+          backends_.front()->world_size(), b->describe(), b->rank(), b->world_size()));
+    }
+  }
+  if (backend_of_.size() != static_cast<std::size_t>(world_size())) {
+    throw ArgumentError(fmt::format("PeerRouter: {} backend choices for a world of {}",
+                                    backend_of_.size(), world_size()));
+  }
+  for (std::size_t p = 0; p < backend_of_.size(); ++p) {
+    if (backend_of_[p] >= backends_.size()) {
+      throw ArgumentError(fmt::format("PeerRouter: rank {} goes to backend {}, of {}", p,
+                                      backend_of_[p], backends_.size()));
+    }
+  }
+}
+
+Transport& PeerRouter::backend(int peer) const {
+  if (peer < 0 || peer >= world_size()) {
+    throw Error(fmt::format("rank {}: rank {} is not in the group (ranks 0 to {})", rank(), peer,
+                            world_size() - 1));
+  }
+  return *backends_[backend_of_[static_cast<std::size_t>(peer)]];
+}
+
+int PeerRouter::rank() const {
+  return backends_.front()->rank();
+}
+
+int PeerRouter::world_size() const {
+  return backends_.front()->world_size();
+}
+
+RequestPtr PeerRouter::isend(int peer, Tag tag, const void* data, std::size_t bytes,
+                             std::uint64_t fingerprint) {
+  return backend(peer).isend(peer, tag, data, bytes, fingerprint);
+}
+
+RequestPtr PeerRouter::irecv(int peer, Tag tag, void* data, std::size_t bytes) {
+  return backend(peer).irecv(peer, tag, data, bytes);
+}
+
+RequestPtr PeerRouter::irecv_consume(int peer, Tag tag, std::size_t bytes, Consumer consume) {
+  return backend(peer).irecv_consume(peer, tag, bytes, std::move(consume));
+}
+
+void PeerRouter::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
+  backend(request->peer()).wait(request, timeout);
+}
+
+bool PeerRouter::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {
+  return backend(request->peer()).wait_some(request, timeout);
+}
+
+bool PeerRouter::test(const RequestPtr& request) const {
+  return backend(request->peer()).test(request);
+}
+
+std::uint64_t PeerRouter::fingerprint(const RequestPtr& request) const {
+  return backend(request->peer()).fingerprint(request);
+}
+
+std::size_t PeerRouter::transferred(const RequestPtr& request) const {
+  return backend(request->peer()).transferred(request);
+}
+
+std::vector<std::pair<int, std::uint64_t>> PeerRouter::queued_fingerprints(Tag tag) const {
+  std::vector<std::pair<int, std::uint64_t>> out;
+  for (const auto& b : backends_) {
+    auto some = b->queued_fingerprints(tag);
+    out.insert(out.end(), some.begin(), some.end());
+  }
+  return out;
+}
+
+std::string PeerRouter::describe_peer(int peer) const {
+  if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
+  return backend(peer).describe_peer(peer);
+}
+
+std::string PeerRouter::describe() const {
+  std::string out;
+  for (std::size_t b = 0; b < backends_.size(); ++b) {
+    // The ranks it serves, as runs: "0-3, 6".
+    std::string ranks;
+    for (std::size_t p = 0; p < backend_of_.size(); ++p) {
+      if (backend_of_[p] != b || (p > 0 && backend_of_[p - 1] == b)) continue;
+      std::size_t last = p;
+      while (last + 1 < backend_of_.size() && backend_of_[last + 1] == b)
+        ++last;
+      ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ",
+                           last == p ? fmt::format("{}", p) : fmt::format("{}-{}", p, last));
+    }
+    if (ranks.empty()) continue;
+    out += fmt::format("{}{} (ranks {})", out.empty() ? "" : "; ", backends_[b]->describe(), ranks);
+  }
+  return out;
+}
+
+void PeerRouter::prefetch() {
+  for (const auto& b : backends_)
+    b->prefetch();
+}
+
+}  // namespace collie::transport

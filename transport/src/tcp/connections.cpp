@@ -1,0 +1,89 @@
+#include "connections.hpp"
+
+#include <fmt/format.h>
+
+namespace collie::transport::tcp {
+
+std::string plural_bytes(std::size_t n) {
+  return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
+}
+
+Connections::Connections(const TransportOptions& options, asio::io_context& context)
+    : opt(options), io(context), pool(options.max_unexpected_bytes) {
+  for (int r = 0; r < options.world_size; ++r)
+    peers.emplace_back(*this, r);
+  peer(options.rank).state = PeerState::Ready;  // itself, no socket
+}
+
+void Connections::complete(TcpRequest& r) {
+  r.state.store(static_cast<int>(State::Done), std::memory_order_release);
+  --pending;
+  done_cv.notify_all();
+}
+
+void Connections::fail(TcpRequest& r, ErrorKind kind, std::string message) {
+  if (r.state.load(std::memory_order_relaxed) != static_cast<int>(State::Pending)) return;
+  r.error_kind = kind;
+  r.error = std::move(message);
+  r.state.store(static_cast<int>(State::Failed), std::memory_order_release);
+  --pending;
+  done_cv.notify_all();
+}
+
+void Connections::fail_for_peer(TcpRequest& r, ErrorKind kind, const std::string& reason) {
+  fail(r, kind, fmt::format("{} failed: {} ({})", describe_request(r), reason, progress_text(r)));
+}
+
+void Connections::fail_size_mismatch(TcpRequest& r, std::size_t sent, std::uint64_t fingerprint) {
+  r.fingerprint = fingerprint;
+  fail(r, ErrorKind::Request,
+       fmt::format("{} failed: {} sent a message of {} with this tag; the receive expected {} "
+                   "(the message was dropped)",
+                   describe_request(r), describe_peer(r.peer()), plural_bytes(sent),
+                   plural_bytes(r.bytes)));
+}
+
+void Connections::resume_paused() {
+  if (paused_peers == 0) return;  // the common case: nothing to scan
+  for (int rank : connected) {
+    auto& p = peer(rank);
+    if (p.state == PeerState::Ready && p.rx == Rx::Paused && p.resume()) {
+      p.receive();
+      wake_pollers();
+    }
+  }
+}
+
+void Connections::install(PeerStream& p, asio::ip::tcp::socket socket) {
+  p.open(std::move(socket));
+  connected.push_back(p.rank);
+  state_cv.notify_all();
+  wake_pollers();
+}
+
+void Connections::wake_pollers() const {
+  // A waiter that leaves while work is pending wakes the background thread
+  // itself (progress.cpp).
+  (waiters.load() > 0 ? driver_wake : background_wake).kick();
+}
+
+std::string Connections::describe_peer(int rank) const {
+  if (rank == opt.rank) return fmt::format("rank {} (itself)", rank);
+  const auto& p = peers[static_cast<std::size_t>(rank)];
+  const auto& where = p.published.empty() ? p.address : p.published;
+  if (where.empty()) return fmt::format("rank {}", rank);
+  return fmt::format("rank {} at {}", rank, where);
+}
+
+std::string Connections::describe_request(const TcpRequest& r) const {
+  return fmt::format("rank {}: {} {} {} (tag {}, {})", opt.rank, r.is_send ? "send" : "recv",
+                     r.is_send ? "to" : "from", describe_peer(r.peer()), r.tag,
+                     plural_bytes(r.bytes));
+}
+
+std::string Connections::progress_text(const TcpRequest& r) const {
+  return fmt::format("{} of {} {}", r.moved, plural_bytes(r.bytes),
+                     r.is_send ? "sent" : "received");
+}
+
+}  // namespace collie::transport::tcp

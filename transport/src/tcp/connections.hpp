@@ -1,0 +1,85 @@
+// The connection table: every peer's stream and what the streams share,
+// under one lock.
+//
+// One mutex (`mu`) guards every PeerStream, every request's guarded fields
+// and all socket I/O: a message is read or written by one thread at a time,
+// and a request changes hands (posted, matched, completed, failed) in one
+// critical section. Requests finish here (complete, fail), which counts
+// them and wakes the threads that sleep waiting for one. Wakeups reach the
+// thread that polls the sockets: a waiter that drives them, else the
+// background thread (progress.hpp).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <asio/io_context.hpp>
+
+#include <collie/transport/transport.hpp>
+
+#include "peer_stream.hpp"
+#include "request.hpp"
+#include "unexpected_pool.hpp"
+#include "wakeup.hpp"
+
+namespace collie::transport::tcp {
+
+class Connections {
+ public:
+  Connections(const TransportOptions& options, asio::io_context& io);
+
+  const TransportOptions& opt;
+  asio::io_context& io;  // every socket belongs to it; it is never run
+
+  mutable std::mutex mu;
+  std::condition_variable state_cv;  // a peer's state changed (with mu)
+  std::deque<PeerStream> peers;      // by rank; this rank's own is Ready, without a socket
+  std::vector<int> connected;        // ranks with a socket, in the order they connected: polled
+  UnexpectedPool pool;
+  std::size_t paused_peers = 0;  // peers whose reading waits for queue space or a receive
+
+  std::atomic<std::size_t> pending{0};  // requests not finished (changed under mu)
+  std::atomic<int> waiters{0};          // threads in a wait
+  std::mutex done_mu;
+  std::condition_variable done_cv;  // some request finished
+  Wakeup background_wake;  // new work for the background thread
+  Wakeup driver_wake;      // new work for the waiting thread that drives
+
+  PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
+
+  // ---- requests (mu held) ----
+  void started() { ++pending; }
+  void complete(TcpRequest& r);
+  // Fails `r` (once; a finished request is left alone).
+  void fail(TcpRequest& r, ErrorKind kind, std::string message);
+  // Fails `r` because its peer failed or went away for `reason`.
+  void fail_for_peer(TcpRequest& r, ErrorKind kind, const std::string& reason);
+  // Fails a receive matched with a message of another length (keeping the
+  // message's fingerprint: it may say why the sizes differ).
+  void fail_size_mismatch(TcpRequest& r, std::size_t sent, std::uint64_t fingerprint);
+
+  // Queue space was freed: paused peers may read on (mu held).
+  void resume_paused();
+  // Installs a connected socket as `p`'s connection (mu held).
+  void install(PeerStream& p, asio::ip::tcp::socket socket);
+
+  // Wakes whoever polls the peers now, so that it sees new work.
+  void wake_pollers() const;
+
+  // ---- messages (mu held) ----
+  // "rank 3 at 10.0.0.4:41234", "rank 0 (itself)"
+  std::string describe_peer(int rank) const;
+  // "rank 0: recv from rank 1 at 10.0.0.5:41234 (tag 3, 1024 bytes)"
+  std::string describe_request(const TcpRequest& r) const;
+  // "512 of 1024 bytes received"
+  std::string progress_text(const TcpRequest& r) const;
+};
+
+std::string plural_bytes(std::size_t n);
+
+}  // namespace collie::transport::tcp

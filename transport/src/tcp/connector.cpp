@@ -1,0 +1,143 @@
+#include "connector.hpp"
+
+#include <cstring>
+#include <fcntl.h>
+
+#include <asio/connect.hpp>
+#include <asio/error.hpp>
+#include <asio/io_context.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <fmt/format.h>
+
+#include <collie/address.hpp>
+
+#include "sockets.hpp"
+
+namespace collie::transport::tcp {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Runs the one asynchronous operation `start` begins on `socket` until it
+// completes or `deadline` passes; then it is cancelled and reported as
+// timed_out.
+template <class Start>
+std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
+                          Clock::time_point deadline, Start start) {
+  std::optional<std::error_code> result;
+  start([&](std::error_code ec, auto&&...) { result = ec; });
+  io.restart();
+  io.run_until(deadline);
+  if (result) return *result;
+  std::error_code ignored;
+  socket.cancel(ignored);
+  io.restart();
+  io.run();  // the cancelled handler runs: nothing refers to this frame afterwards
+  return asio::error::timed_out;
+}
+
+}  // namespace
+
+Attempt connect_to_peer(asio::io_context& io, const TransportOptions& opt, int peer,
+                        const std::string& where, Clock::time_point deadline) {
+  Attempt a;
+  const auto split = split_host_port(where);
+  if (!split) {
+    a.error = fmt::format("rank {} published an address that is not host:port: '{}'", peer, where);
+    return a;
+  }
+  asio::io_context local;
+  asio::ip::tcp::resolver resolver(local);
+  std::error_code ec;
+  const auto found = resolver.resolve(split->host, std::to_string(split->port),
+                                      asio::ip::resolver_base::numeric_service, ec);
+  if (ec || found.empty()) {
+    a.error = fmt::format("cannot resolve rank {}'s address {}: {}", peer, where,
+                          ec ? ec.message() : "no address");
+    return a;
+  }
+  const asio::ip::tcp::endpoint endpoint = *found.begin();
+  asio::ip::tcp::socket socket(local);
+  if (socket.open(endpoint.protocol(), ec); ec) {
+    a.error = fmt::format("cannot open a socket: {}", ec.message());
+    return a;
+  }
+  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  auto fail_with = [&](std::string text, ErrorKind kind = ErrorKind::Connection) {
+    a.kind = kind;
+    a.error = fmt::format("cannot connect to rank {} at {}: {}", peer, where, text);
+    return std::move(a);
+  };
+  // Reads or writes `bytes` whole; "" or what went wrong.
+  auto transfer = [&](bool read, std::uint8_t* bytes, std::size_t n, const char* late) {
+    const auto e = run_until(local, socket, deadline, [&](auto handler) {
+      if (read)
+        asio::async_read(socket, asio::buffer(bytes, n), handler);
+      else
+        asio::async_write(socket, asio::buffer(bytes, n), handler);
+    });
+    if (!e) return std::string();
+    if (e == asio::error::timed_out) return std::string(late);
+    if (e == asio::error::eof) return std::string("the peer closed the connection during the handshake");
+    return e.message();
+  };
+
+  ec = run_until(local, socket, deadline,
+                 [&](auto handler) { socket.async_connect(endpoint, handler); });
+  if (ec == asio::error::timed_out) return fail_with("no answer in time", ErrorKind::Timeout);
+  if (ec) return fail_with(ec.message() + " (has it exited?)");
+  tune(socket);
+
+  std::array<std::uint8_t, wire::kChallengeBytes> challenge_bytes{};
+  if (auto e = transfer(true, challenge_bytes.data(), challenge_bytes.size(),
+                        "no handshake reply in time");
+      !e.empty())
+    return fail_with(e);
+  if (!wire::has_magic(challenge_bytes.data()))
+    return fail_with("the process listening there is not a collie peer");
+  const auto challenge = wire::decode_challenge(challenge_bytes.data());
+  if (challenge.version != wire::kProtocolVersion)
+    return fail_with(fmt::format("it speaks peer protocol version {}, this rank speaks {}",
+                                 challenge.version, wire::kProtocolVersion));
+  if (challenge.rank != static_cast<std::uint32_t>(peer))
+    return fail_with(fmt::format("the process listening there is rank {}", challenge.rank));
+
+  wire::Hello hello;
+  hello.version = wire::kProtocolVersion;
+  hello.group_id = opt.group_id;
+  hello.from = static_cast<std::uint32_t>(opt.rank);
+  hello.to = static_cast<std::uint32_t>(peer);
+  hello.world_size = static_cast<std::uint32_t>(opt.world_size);
+  hello.proof = wire::peer_proof(opt.token, challenge.nonce, opt.group_id, hello.from, hello.to);
+  std::array<std::uint8_t, wire::kHelloBytes> out{};
+  wire::encode(hello, out.data());
+  if (auto e = transfer(false, out.data(), out.size(), "the handshake could not be sent in time");
+      !e.empty())
+    return fail_with(e);
+
+  std::array<std::uint8_t, wire::kVerdictBytes> verdict{};
+  if (auto e = transfer(true, verdict.data(), verdict.size(), "no handshake reply in time");
+      !e.empty())
+    return fail_with(e);
+  std::string reason(wire::get16(verdict.data() + 2), '\0');
+  if (!reason.empty()) {
+    if (auto e = transfer(true, reinterpret_cast<std::uint8_t*>(reason.data()), reason.size(),
+                          "no handshake reply in time");
+        !e.empty())
+      return fail_with(e);
+  }
+  a.verdict = static_cast<wire::Verdict>(verdict[0]);
+  if (a.verdict == wire::Verdict::Refused) return fail_with("it refused this rank: " + reason);
+  if (a.verdict != wire::Verdict::Accepted && a.verdict != wire::Verdict::Duplicate)
+    return fail_with("unknown handshake verdict");
+  // The connection outlives this io_context: it moves to the transport's.
+  const auto fd = socket.release(ec);
+  if (ec) return fail_with(ec.message());
+  a.socket.emplace(io, endpoint.protocol(), fd);
+  a.socket->non_blocking(true, ec);
+  return a;
+}
+
+}  // namespace collie::transport::tcp

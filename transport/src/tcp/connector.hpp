@@ -1,0 +1,37 @@
+// The connecting side: reach a peer at its published address and run the
+// handshake, all before a deadline.
+//
+// It resolves "host:port", connects, reads the peer's challenge (checking
+// it is a collie peer of this version and the rank it wanted), answers with
+// the hello and its HMAC proof, and reads the verdict. Each step is an
+// asynchronous Asio operation on a private io_context run until the
+// deadline, so a peer that accepts and then says nothing cannot hold the
+// caller past it. Runs on the caller's thread, without the table's lock.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <asio/ip/tcp.hpp>
+
+#include <collie/transport/transport.hpp>
+
+#include "request.hpp"
+#include "wire.hpp"
+
+namespace collie::transport::tcp {
+
+struct Attempt {
+  std::optional<asio::ip::tcp::socket> socket;  // on `io`, tuned; set when the handshake completed
+  wire::Verdict verdict = wire::Verdict::Refused;
+  std::string error;  // empty: the handshake completed with `verdict`
+  ErrorKind kind = ErrorKind::Connection;
+};
+
+// Connects to rank `peer`, which listens at `where` ("host:port"). The
+// socket it returns belongs to `io`.
+Attempt connect_to_peer(asio::io_context& io, const TransportOptions& options, int peer,
+                        const std::string& where, std::chrono::steady_clock::time_point deadline);
+
+}  // namespace collie::transport::tcp

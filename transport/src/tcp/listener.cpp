@@ -1,0 +1,193 @@
+#include "listener.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fcntl.h>
+
+#include <asio/error.hpp>
+#include <fmt/format.h>
+
+#include <collie/duration.hpp>
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+
+#include "connections.hpp"
+#include "sockets.hpp"
+
+namespace collie::transport::tcp {
+
+using Clock = std::chrono::steady_clock;
+
+Listener::Listener(const TransportOptions& options, asio::io_context& io, Connections& table)
+    : opt_(options), io_(io), table_(table), acceptor_(io) {
+  std::error_code ec;
+  const auto host = asio::ip::make_address(options.listen_address, ec);
+  if (ec) {
+    throw Error(fmt::format("rank {} cannot listen on '{}': it is not an IP address ({})",
+                            options.rank, options.listen_address, ec.message()));
+  }
+  const asio::ip::tcp::endpoint wanted(host, 0);
+  if (acceptor_.open(wanted.protocol(), ec); !ec) acceptor_.bind(wanted, ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) acceptor_.non_blocking(true, ec);
+  if (ec) {
+    throw Error(fmt::format("rank {} cannot listen on {}: {}", options.rank,
+                            options.listen_address, ec.message()));
+  }
+  ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  address_ = endpoint_text(acceptor_.local_endpoint());
+}
+
+Clock::time_point Listener::add_to_poll(std::vector<pollfd>& fds, std::vector<int>& who,
+                                        Clock::time_point until) {
+  fds.push_back({acceptor_.native_handle(), POLLIN, 0});
+  who.push_back(kListening);
+  for (std::size_t i = 0; i < handshakes_.size(); ++i) {
+    fds.push_back({handshakes_[i].socket.native_handle(), POLLIN, 0});
+    who.push_back(kHandshake - static_cast<int>(i));
+    until = std::min(until, handshakes_[i].deadline);
+  }
+  return until;
+}
+
+void Listener::service(const std::vector<pollfd>& fds, const std::vector<int>& who) {
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (who[i] == kListening) {
+      if (fds[i].revents & POLLIN) accept_all();
+    } else if (who[i] <= kHandshake) {
+      auto& h = handshakes_[static_cast<std::size_t>(kHandshake - who[i])];
+      if (fds[i].revents != 0) {
+        step(h);
+      } else if (now >= h.deadline) {
+        refuse(h,
+               fmt::format("it sent no complete handshake within {}",
+                           describe_duration(opt_.handshake_timeout)),
+               false);
+      }
+    }
+  }
+  std::erase_if(handshakes_, [](const Handshake& h) { return h.over; });
+}
+
+void Listener::close_all() {
+  handshakes_.clear();  // closes their sockets
+}
+
+void Listener::accept_all() {
+  for (;;) {
+    asio::ip::tcp::socket socket(io_);
+    asio::ip::tcp::endpoint remote;
+    std::error_code ec;
+    acceptor_.accept(socket, remote, ec);
+    if (ec) {
+      if (ec == asio::error::interrupted || ec == asio::error::connection_aborted) continue;
+      if (ec != asio::error::would_block && ec != asio::error::try_again) {
+        collie::log().warn("rank {}: accept on {} failed: {}", opt_.rank, address_, ec.message());
+      }
+      return;
+    }
+    tune(socket);
+    Handshake h{std::move(socket), endpoint_text(remote), wire::random_nonce(), {}, 0,
+                Clock::now() + opt_.handshake_timeout, false};
+    std::array<std::uint8_t, wire::kChallengeBytes> challenge{};
+    wire::encode(wire::Challenge{wire::kProtocolVersion, static_cast<std::uint32_t>(opt_.rank),
+                                 h.nonce},
+                 challenge.data());
+    // A fresh socket's buffer takes 44 bytes whole; anything less is a
+    // connection already gone.
+    if (h.socket.write_some(asio::buffer(challenge), ec) != challenge.size() || ec) continue;
+    handshakes_.push_back(std::move(h));
+  }
+}
+
+namespace {
+
+void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::string_view reason) {
+  reason = reason.substr(0, wire::kMaxReasonBytes);
+  std::vector<std::uint8_t> out(wire::kVerdictBytes + reason.size());
+  out[0] = static_cast<std::uint8_t>(verdict);
+  wire::put16(out.data() + 2, static_cast<std::uint16_t>(reason.size()));
+  std::memcpy(out.data() + wire::kVerdictBytes, reason.data(), reason.size());
+  std::error_code ignored;  // a verdict is a courtesy: the socket closes next
+  socket.write_some(asio::buffer(out), ignored);
+}
+
+}  // namespace
+
+void Listener::refuse(Handshake& h, std::string_view reason, bool answer) {
+  collie::log().warn("rank {} refused a connection from {}: {}", opt_.rank, h.remote, reason);
+  if (answer) send_verdict(h.socket, wire::Verdict::Refused, reason);
+  std::error_code ignored;
+  h.socket.close(ignored);
+  h.over = true;
+}
+
+void Listener::step(Handshake& h) {
+  std::error_code ec;
+  const std::size_t n =
+      h.socket.read_some(asio::buffer(h.buffer.data() + h.got, h.buffer.size() - h.got), ec);
+  if (ec == asio::error::eof) return refuse(h, "it closed the connection during the handshake", false);
+  if (ec) {
+    if (ec == asio::error::would_block || ec == asio::error::try_again ||
+        ec == asio::error::interrupted)
+      return;
+    return refuse(h, ec.message(), false);
+  }
+  h.got += n;
+  if (h.got >= 4 && !wire::has_magic(h.buffer.data()))
+    return refuse(h, "it is not a collie peer (wrong magic bytes)", false);
+  if (h.got < h.buffer.size()) return;
+  const auto hello = wire::decode_hello(h.buffer.data());
+  const auto world = static_cast<std::uint32_t>(opt_.world_size);
+  if (hello.version != wire::kProtocolVersion) {
+    return refuse(h,
+                  fmt::format("it speaks peer protocol version {}, this rank speaks {}",
+                              hello.version, wire::kProtocolVersion),
+                  true);
+  }
+  if (hello.group_id != opt_.group_id || hello.world_size != world) {
+    return refuse(h,
+                  fmt::format("it belongs to another job or group (group id {:016x}, world size "
+                              "{}; this is group '{}' id {:016x}, world size {})",
+                              hello.group_id, hello.world_size, opt_.group, opt_.group_id, world),
+                  true);
+  }
+  if (hello.to != static_cast<std::uint32_t>(opt_.rank) || hello.from >= world ||
+      hello.from == static_cast<std::uint32_t>(opt_.rank)) {
+    return refuse(h,
+                  fmt::format("it claims to be rank {} looking for rank {}, but this is rank {}",
+                              hello.from, hello.to, opt_.rank),
+                  true);
+  }
+  if (!crypto::digests_equal(hello.proof, wire::peer_proof(opt_.token, h.nonce, opt_.group_id,
+                                                           hello.from, hello.to))) {
+    return refuse(h, "wrong token (COLLIE_STORE_TOKEN differs)", true);
+  }
+  decide(h, hello);
+}
+
+void Listener::decide(Handshake& h, const wire::Hello& hello) {
+  std::lock_guard lock(table_.mu);
+  auto& p = table_.peer(static_cast<int>(hello.from));
+  const bool theirs_wins =
+      p.state == PeerState::Unconnected ||
+      (p.state == PeerState::Connecting && static_cast<int>(hello.from) < opt_.rank);
+  if (p.state == PeerState::Failed) {
+    send_verdict(h.socket, wire::Verdict::Refused,
+                 fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from,
+                             p.failure));
+  } else if (theirs_wins) {
+    p.address = h.remote;
+    send_verdict(h.socket, wire::Verdict::Accepted, "");
+    table_.install(p, std::move(h.socket));
+    collie::log().debug("rank {}: accepted rank {} from {}", opt_.rank, hello.from, h.remote);
+  } else {
+    send_verdict(h.socket, wire::Verdict::Duplicate, "");
+  }
+  std::error_code ignored;
+  if (h.socket.is_open()) h.socket.close(ignored);
+  h.over = true;
+}
+
+}  // namespace collie::transport::tcp

@@ -1,0 +1,78 @@
+// The listening socket and the acceptor's side of the handshake.
+//
+// The background thread (progress.hpp) polls the acceptor and every
+// handshake in progress. An accepted socket gets a challenge at once (magic,
+// version, this rank, a fresh nonce); its hello is read without blocking as
+// it comes, checked (version, group id and world size, both ranks, the HMAC
+// proof), and answered: accepted (the socket becomes the peer's connection
+// in the table), duplicate (this rank's own connection to that peer wins:
+// the lower rank's is kept) or refused with the reason. Strangers - wrong
+// magic, a connection closed half-way, silence past the handshake timeout -
+// are closed without a verdict. Every refusal is logged. Used by the
+// background thread alone; the table is locked only to admit a peer.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+#include <poll.h>
+
+#include <collie/transport/transport.hpp>
+
+#include "wire.hpp"
+
+namespace collie::transport::tcp {
+
+class Connections;
+
+class Listener {
+ public:
+  // Listens on an ephemeral port of `options.listen_address`. Throws
+  // collie::Error naming the address if it cannot.
+  Listener(const TransportOptions& options, asio::io_context& io, Connections& table);
+
+  // "host:port" it listens on.
+  const std::string& address() const { return address_; }
+
+  // Adds the acceptor and the handshakes' sockets to a poll set (`who`:
+  // kListening, or kHandshake - i for handshake i); returns the earliest
+  // handshake deadline, or `until` if none is sooner.
+  static constexpr int kListening = -2;
+  static constexpr int kHandshake = -3;
+  std::chrono::steady_clock::time_point add_to_poll(std::vector<pollfd>& fds,
+                                                    std::vector<int>& who,
+                                                    std::chrono::steady_clock::time_point until);
+  // Handles what the poll saw: accepts, reads hellos, decides, and refuses
+  // handshakes past their deadline.
+  void service(const std::vector<pollfd>& fds, const std::vector<int>& who);
+
+  // Closes the sockets of unfinished handshakes.
+  void close_all();
+
+ private:
+  struct Handshake {
+    asio::ip::tcp::socket socket;
+    std::string remote;
+    wire::Nonce nonce{};
+    std::array<std::uint8_t, wire::kHelloBytes> buffer{};
+    std::size_t got = 0;
+    std::chrono::steady_clock::time_point deadline;
+    bool over = false;
+  };
+
+  void accept_all();
+  void step(Handshake& h);  // reads what came; decides once the hello is whole
+  void decide(Handshake& h, const wire::Hello& hello);
+  void refuse(Handshake& h, std::string_view reason, bool answer);
+
+  const TransportOptions& opt_;
+  asio::io_context& io_;
+  Connections& table_;
+  asio::ip::tcp::acceptor acceptor_;
+  std::string address_;
+  std::vector<Handshake> handshakes_;
+};
+
+}  // namespace collie::transport::tcp

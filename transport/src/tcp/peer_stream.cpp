@@ -1,0 +1,372 @@
+#include "peer_stream.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <exception>
+
+#include <asio/error.hpp>
+#include <fmt/format.h>
+
+#include <collie/log.hpp>
+
+#include "connections.hpp"
+
+namespace collie::transport::tcp {
+
+namespace {
+
+constexpr std::size_t kStagingBytes = 64 * 1024;
+constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
+constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
+
+// The first entry queued under `tag` (removed), or an empty pointer.
+template <class Map>
+typename Map::mapped_type::value_type take_first(Map& map, Tag tag) {
+  auto it = map.find(tag);
+  if (it == map.end() || it->second.empty()) return {};
+  auto first = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty()) map.erase(it);
+  return first;
+}
+
+bool would_block(const std::error_code& ec) {
+  return ec == asio::error::would_block || ec == asio::error::try_again;
+}
+
+}  // namespace
+
+void PeerStream::open(asio::ip::tcp::socket s) {
+  socket.emplace(std::move(s));
+  state = PeerState::Ready;
+  staging.assign(kStagingBytes, 0);
+}
+
+std::string PeerStream::closed_reason() const {
+  return fmt::format("{} closed the connection (it exited, crashed or was killed)",
+                     table.describe_peer(rank));
+}
+
+void PeerStream::fail(ErrorKind kind, const std::string& reason) {
+  if (state == PeerState::Failed) return;
+  const bool affects_work = !sends.empty() || !posted.empty() || current_recv;
+  // A peer that closes with nothing pending may simply have finished.
+  collie::log().log(affects_work ? spdlog::level::warn : spdlog::level::debug, "rank {}: {}",
+                    table.opt.rank, reason);
+  state = PeerState::Failed;
+  if (rx == Rx::Paused) --table.paused_peers;
+  rx = Rx::Header;
+  failure = reason;
+  failure_kind = kind;
+  if (socket) {
+    std::error_code ignored;
+    socket->shutdown(asio::socket_base::shutdown_both, ignored);  // closed later: pollers may hold it
+  }
+  for (auto& r : sends)
+    table.fail_for_peer(*r, kind, reason);
+  sends.clear();
+  if (current_recv) {
+    table.fail_for_peer(*current_recv, kind, reason);
+    current_recv.reset();
+  }
+  if (current_unexpected && !current_unexpected->complete) {
+    std::erase(unexpected[current.tag], current_unexpected);
+    table.pool.release(*current_unexpected);
+    current_unexpected.reset();
+  }
+  for (auto& [tag, q] : posted)
+    for (auto& r : q)
+      table.fail_for_peer(*r, kind, reason);
+  posted.clear();
+  table.state_cv.notify_all();
+  table.wake_pollers();
+}
+
+// ---- sending ----
+
+void PeerStream::post_send(TcpRequestPtr r) {
+  sends.push_back(std::move(r));
+  if (sends.size() == 1) flush();
+}
+
+void PeerStream::send_to_self(TcpRequest& r) {
+  if (auto recv = take_first(posted, r.tag)) {
+    if (recv->bytes != r.bytes) {
+      table.fail_size_mismatch(*recv, r.bytes, r.fingerprint);
+    } else {
+      recv->fingerprint = r.fingerprint;
+      if (r.bytes == 0 || deliver(*recv, 0, {r.data, r.bytes})) {
+        recv->moved = r.bytes;
+        table.complete(*recv);
+      }
+    }
+  } else {
+    // Buffered: a send to oneself completes at once, whatever the queue holds.
+    auto u = table.pool.hold(r.bytes, r.fingerprint);
+    if (r.bytes > 0) std::memcpy(u->data.get(), r.data, r.bytes);
+    u->got = r.bytes;
+    u->complete = true;
+    unexpected[r.tag].push_back(std::move(u));
+  }
+  r.moved = r.bytes;
+  table.complete(r);
+}
+
+void PeerStream::flush() {
+  while (!sends.empty() && state == PeerState::Ready) {
+    std::array<asio::const_buffer, kMaxPieces> pieces;
+    std::size_t n = 0;
+    std::size_t asked = 0;
+    for (auto& r : sends) {
+      if (n + 2 > kMaxPieces) break;
+      if (!r->header_built) {
+        wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
+                     r->header.data());
+        r->header_built = true;
+      }
+      if (r->header_sent < wire::kHeaderBytes) {
+        pieces[n++] =
+            asio::buffer(r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent);
+      }
+      if (r->moved < r->bytes) pieces[n++] = asio::buffer(r->data + r->moved, r->bytes - r->moved);
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      asked += pieces[i].size();
+    std::error_code ec;
+    const std::size_t written = socket->write_some(std::span(pieces.data(), n), ec);
+    if (ec) {
+      if (ec == asio::error::interrupted) continue;
+      if (would_block(ec)) return;
+      fail(ErrorKind::Connection,
+           ec == asio::error::broken_pipe || ec == asio::error::connection_reset
+               ? closed_reason()
+               : fmt::format("the connection to {} failed: {}", table.describe_peer(rank),
+                             ec.message()));
+      return;
+    }
+    std::size_t left = written;
+    while (!sends.empty()) {
+      auto& r = *sends.front();
+      const std::size_t h = std::min(left, wire::kHeaderBytes - r.header_sent);
+      r.header_sent += h;
+      left -= h;
+      const std::size_t d = std::min(left, r.bytes - r.moved);
+      r.moved += d;
+      left -= d;
+      if (r.header_sent < wire::kHeaderBytes || r.moved < r.bytes) break;
+      auto done = std::move(sends.front());
+      sends.pop_front();
+      table.complete(*done);
+    }
+    if (written < asked) return;  // the kernel's buffer is full
+  }
+}
+
+// ---- receiving ----
+
+void PeerStream::post_recv(TcpRequestPtr r) {
+  if (auto u = take_first(unexpected, r->tag)) {
+    table.pool.release(*u);
+    const bool in_flight = !u->complete;
+    if (u->length != r->bytes) {
+      table.fail_size_mismatch(*r, u->length, u->fingerprint);
+      if (in_flight) current_unexpected.reset();  // the rest is read and dropped
+    } else {
+      r->fingerprint = u->fingerprint;
+      const bool taken = u->got == 0 || deliver(*r, 0, {u->data.get(), u->got});
+      r->moved = u->got;
+      if (in_flight) {  // the rest goes straight to the receive (or is dropped)
+        current_unexpected.reset();
+        if (taken) current_recv = r;
+      } else {
+        if (taken) table.complete(*r);
+        table.pool.recycle(std::move(u->data), u->length);
+      }
+    }
+    table.resume_paused();
+    return;
+  }
+  if (state == PeerState::Failed) {
+    table.fail_for_peer(*r, failure_kind, failure);
+    return;
+  }
+  const Tag tag = r->tag;
+  posted[tag].push_back(std::move(r));
+  if (rx == Rx::Paused && current.tag == tag) table.resume_paused();
+}
+
+bool PeerStream::withdraw(const TcpRequestPtr& r) {
+  if (r->is_send) {
+    if (r->header_built) return false;
+    std::erase(sends, r);
+    return true;
+  }
+  if (current_recv == r) return false;
+  if (auto it = posted.find(r->tag); it != posted.end()) std::erase(it->second, r);
+  return true;
+}
+
+bool PeerStream::deliver(TcpRequest& r, std::size_t offset, std::span<const std::byte> piece) {
+  if (!r.consume) {
+    std::memcpy(r.data + offset, piece.data(), piece.size());
+    return true;
+  }
+  try {
+    r.consume(offset, piece);
+    return true;
+  } catch (const std::exception& e) {
+    table.fail(r, ErrorKind::Request,
+               fmt::format("{} failed: its consumer threw at byte {}: {} (the rest of the "
+                           "message is dropped)",
+                           table.describe_request(r), offset, e.what()));
+    return false;
+  }
+}
+
+std::byte* PeerStream::current_target() {
+  if (current_recv) return current_recv->consume ? nullptr : current_recv->data;
+  if (current_unexpected) return current_unexpected->data.get();
+  return nullptr;
+}
+
+void PeerStream::finish_message() {
+  if (current_recv) {
+    table.complete(*current_recv);
+    current_recv.reset();
+  }
+  if (current_unexpected) {
+    current_unexpected->complete = true;
+    current_unexpected.reset();
+  }
+  rx = Rx::Header;
+}
+
+void PeerStream::account(std::size_t n) {
+  current_got += n;
+  if (current_recv) current_recv->moved = current_got;
+  if (current_unexpected) current_unexpected->got = current_got;
+  if (current_got == current.length) finish_message();
+}
+
+void PeerStream::begin_message() {
+  const auto& h = current;
+  if (rx == Rx::Paused) --table.paused_peers;  // trying again
+  current_got = 0;
+  current_recv.reset();
+  current_unexpected.reset();
+  if (auto r = take_first(posted, h.tag)) {
+    if (r->bytes != h.length) {
+      table.fail_size_mismatch(*r, h.length, h.fingerprint);
+    } else {
+      r->fingerprint = h.fingerprint;
+      current_recv = std::move(r);
+    }
+  } else {
+    if (!table.pool.fits(h.length)) {
+      rx = Rx::Paused;
+      ++table.paused_peers;
+      collie::log().debug("rank {}: pausing reads from rank {}: unexpected-message queue full",
+                          table.opt.rank, rank);
+      return;
+    }
+    auto u = table.pool.hold(h.length, h.fingerprint);
+    unexpected[h.tag].push_back(u);
+    current_unexpected = std::move(u);
+  }
+  rx = Rx::Payload;
+  if (h.length == 0) finish_message();
+}
+
+bool PeerStream::resume() {
+  begin_message();
+  return rx != Rx::Paused;
+}
+
+bool PeerStream::parse_staged() {
+  for (;;) {
+    if (state != PeerState::Ready) return false;
+    if (rx == Rx::Paused) return false;
+    const std::size_t avail = staged_end - staged_begin;
+    if (rx == Rx::Header) {
+      if (avail < wire::kHeaderBytes) return true;
+      current = wire::decode_header(staging.data() + staged_begin);
+      staged_begin += wire::kHeaderBytes;
+      if (current.sequence != recv_sequence) {
+        fail(ErrorKind::Protocol,
+             fmt::format("{} broke the protocol: message number {} arrived, {} was next",
+                         table.describe_peer(rank), current.sequence, recv_sequence));
+        return false;
+      }
+      ++recv_sequence;
+      begin_message();
+      continue;
+    }
+    if (avail == 0) return true;
+    const std::size_t take = std::min(avail, current_remaining());
+    const auto* piece = reinterpret_cast<const std::byte*>(staging.data() + staged_begin);
+    if (current_recv && current_recv->consume) {
+      if (!deliver(*current_recv, current_got, {piece, take})) current_recv.reset();  // dropped
+    } else if (auto* target = current_target()) {
+      std::memcpy(target + current_got, piece, take);
+    }
+    staged_begin += take;
+    account(take);
+  }
+}
+
+void PeerStream::receive() {
+  for (;;) {
+    if (!parse_staged()) return;
+    if (staged_begin == staged_end) staged_begin = staged_end = 0;
+    std::error_code ec;
+    std::size_t n = 0;
+    std::size_t asked = 0;
+    auto* target = current_target();
+    if (rx == Rx::Payload && staged_begin == staged_end && target != nullptr &&
+        current_remaining() >= kDirectReadMin) {
+      const std::array<asio::mutable_buffer, 2> pieces = {
+          asio::buffer(target + current_got, current_remaining()), asio::buffer(staging)};
+      asked = pieces[0].size() + pieces[1].size();
+      n = socket->read_some(pieces, ec);
+      if (n > 0) {
+        const std::size_t direct = std::min(n, current_remaining());
+        staged_begin = 0;
+        staged_end = n - direct;
+        account(direct);
+      }
+    } else {
+      if (staged_begin > 0) {
+        std::memmove(staging.data(), staging.data() + staged_begin, staged_end - staged_begin);
+        staged_end -= staged_begin;
+        staged_begin = 0;
+      }
+      asked = staging.size() - staged_end;
+      n = socket->read_some(asio::buffer(staging.data() + staged_end, asked), ec);
+      staged_end += n;
+    }
+    if (ec) {
+      if (ec == asio::error::interrupted) continue;
+      if (would_block(ec)) return;
+      fail(ErrorKind::Connection,
+           ec == asio::error::eof ? closed_reason()
+                                  : fmt::format("the connection to {} failed: {}",
+                                                table.describe_peer(rank), ec.message()));
+      return;
+    }
+    if (n < asked) {  // drained: parse and stop
+      parse_staged();
+      return;
+    }
+  }
+}
+
+void PeerStream::queued_fingerprints(Tag tag,
+                                     std::vector<std::pair<int, std::uint64_t>>& out) const {
+  auto it = unexpected.find(tag);
+  if (it == unexpected.end()) return;
+  for (const auto& u : it->second)
+    out.emplace_back(rank, u->fingerprint);
+}
+
+}  // namespace collie::transport::tcp

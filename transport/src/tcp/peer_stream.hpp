@@ -1,0 +1,118 @@
+// One peer's framed byte stream: the messages this rank sends it, and the
+// receive state machine that matches what it sends to posted receives.
+//
+// Sending: requests queue in order; flush() writes as many headers and
+// payloads as the kernel takes in one scatter/gather write (up to 64
+// pieces) and completes those fully written. Receiving: bytes are parsed as
+// header, payload, header...; a payload of 4 KiB or more bound for a
+// caller's buffer is read straight into it (the staging buffer as the second
+// piece, so the next header comes in the same call), smaller ones through a
+// 64 KiB staging buffer. A header is matched, by tag, with the first posted
+// receive, or queued as unexpected (UnexpectedPool), or, when the queue is
+// full, pauses reading (Rx::Paused) until a receive or free space resumes it.
+//
+// Invariants: sequence numbers count messages per direction from 0 (a gap
+// is a protocol error); `current_recv` or `current_unexpected` is the target
+// of the payload being read, or neither when it is being dropped; a Failed
+// stream never leaves that state. Every member is guarded by the table's
+// lock (connections.hpp), and every method runs with it held.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+
+#include "request.hpp"
+#include "unexpected_pool.hpp"
+#include "wire.hpp"
+
+namespace collie::transport::tcp {
+
+class Connections;
+
+enum class PeerState { Unconnected, Connecting, Ready, Failed };
+enum class Rx { Header, Payload, Paused };
+
+struct PeerStream {
+  PeerStream(Connections& connections, int peer_rank) : table(connections), rank(peer_rank) {}
+
+  // The socket's descriptor, for poll(); -1 without one.
+  int fd() { return socket ? socket->native_handle() : -1; }
+  // Takes `s` as this peer's connection: Ready.
+  void open(asio::ip::tcp::socket s);
+
+  // Queues a send and, if the queue was empty, writes at once.
+  void post_send(TcpRequestPtr r);
+  // This rank's own stream: a send to oneself, copied into the posted
+  // receive or buffered as unexpected (whatever the queue holds).
+  void send_to_self(TcpRequest& r);
+  // Matches a receive with a queued message, or posts it.
+  void post_recv(TcpRequestPtr r);
+  // Removes a request that has moved no byte yet (a wait that timed out);
+  // false if it is under way (or finished).
+  bool withdraw(const TcpRequestPtr& r);
+
+  // Writes what the kernel takes; reads what the socket has.
+  void flush();
+  void receive();
+  // A paused stream tries its waiting message again: true if it reads on.
+  bool resume();
+
+  // Fails the stream: every queued, posted and half-moved request fails
+  // with `reason`, and so does every later one.
+  void fail(ErrorKind kind, const std::string& reason);
+
+  // (peer, fingerprint) of each message queued under `tag`.
+  void queued_fingerprints(Tag tag, std::vector<std::pair<int, std::uint64_t>>& out) const;
+
+  Connections& table;
+  const int rank;
+  PeerState state = PeerState::Unconnected;
+  std::optional<asio::ip::tcp::socket> socket;  // shut down on failure, closed by the transport
+  std::string published;  // host:port it listens on, from the store
+  std::string address;    // host:port of its end of an accepted connection
+  std::string failure;
+  ErrorKind failure_kind = ErrorKind::None;
+  // Sending.
+  std::deque<TcpRequestPtr> sends;
+  std::uint64_t send_sequence = 0;
+  // Receiving.
+  std::vector<std::uint8_t> staging;
+  std::size_t staged_begin = 0;
+  std::size_t staged_end = 0;
+  Rx rx = Rx::Header;
+  wire::Header current{};
+  std::size_t current_got = 0;
+  TcpRequestPtr current_recv;
+  std::shared_ptr<Unexpected> current_unexpected;
+  std::uint64_t recv_sequence = 0;
+  std::unordered_map<Tag, std::deque<TcpRequestPtr>> posted;
+  std::unordered_map<Tag, std::deque<std::shared_ptr<Unexpected>>> unexpected;
+
+ private:
+  // Consumes the staging buffer. False if the stream paused or failed.
+  bool parse_staged();
+  void begin_message();
+  void finish_message();
+  void account(std::size_t n);
+  std::size_t current_remaining() const { return current.length - current_got; }
+  // Where the payload being read may be read into directly: the posted
+  // receive's buffer or the queued message's; null for a consuming receive
+  // or a message being dropped.
+  std::byte* current_target();
+  // Hands `piece` (at `offset` of the payload) to a receive; false if it
+  // failed doing so (a consumer that threw).
+  bool deliver(TcpRequest& r, std::size_t offset, std::span<const std::byte> piece);
+  std::string closed_reason() const;
+};
+
+}  // namespace collie::transport::tcp

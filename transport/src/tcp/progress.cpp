@@ -1,0 +1,138 @@
+#include "progress.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sched.h>
+#include <thread>
+
+#include <collie/log.hpp>
+
+namespace collie::transport::tcp {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+constexpr int kWake = -1;  // `who` of the wake eventfd in a poll set
+}  // namespace
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+void Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
+  for (int rank : table_.connected) {
+    auto& p = table_.peer(rank);
+    if (p.state != PeerState::Ready) continue;
+    short events = 0;
+    if (p.rx != Rx::Paused) events |= POLLIN;
+    if (!p.sends.empty()) events |= POLLOUT;
+    if (events == 0) continue;
+    fds.push_back({p.fd(), events, 0});
+    who.push_back(p.rank);
+  }
+}
+
+void Progress::service(const std::vector<pollfd>& fds, const std::vector<int>& who) {
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    if (who[i] < 0 || fds[i].revents == 0) continue;
+    auto& p = table_.peer(who[i]);
+    if (p.state != PeerState::Ready || p.fd() != fds[i].fd) continue;
+    if (fds[i].revents & POLLOUT) p.flush();
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) p.receive();
+  }
+}
+
+void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<int>& who) {
+  fds.clear();
+  who.clear();
+  fds.push_back({table_.driver_wake.fd(), POLLIN, 0});
+  who.push_back(kWake);
+  {
+    std::lock_guard lock(table_.mu);
+    add_peers(fds, who);
+  }
+  const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (ready <= 0) return;
+  if (fds[0].revents & POLLIN) table_.driver_wake.drain();
+  std::lock_guard lock(table_.mu);
+  service(fds, who);
+}
+
+bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
+  if (r.pending()) {
+    ++table_.waiters;
+    struct Leave {
+      Connections& table;
+      ~Leave() {
+        // The background thread moves data while nobody waits.
+        if (--table.waiters == 0 && table.pending.load() > 0) table.background_wake.kick();
+      }
+    } leave{table_};
+    const auto spin_until = Clock::now() + table_.opt.spin;
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    while (r.pending()) {
+      auto now = Clock::now();
+      if (now >= deadline) break;
+      std::unique_lock drive(drive_mu, std::try_to_lock);
+      if (drive.owns_lock()) {
+        while (r.pending() && (now = Clock::now()) < deadline) {
+          int ms = 0;
+          if (now >= spin_until) ms = std::clamp(remaining_ms(deadline), 1, 50);
+          drive_once(ms, fds, who);
+          // Spinning, let a thread waiting for this CPU run: on a busy host
+          // it may be the one that sends what this wait is for.
+          if (ms == 0 && r.pending()) sched_yield();
+        }
+      } else {
+        std::unique_lock lock(table_.done_mu);
+        table_.done_cv.wait_for(lock, 1ms);
+      }
+    }
+  }
+  return !r.pending();
+}
+
+void Progress::stop() {
+  stopping_ = true;
+  table_.background_wake.kick();
+}
+
+void Progress::background_loop() {
+  std::vector<pollfd> fds;
+  std::vector<int> who;
+  while (!stopping_.load()) {
+    fds.clear();
+    who.clear();
+    fds.push_back({table_.background_wake.fd(), POLLIN, 0});
+    who.push_back(kWake);
+    const auto until = listener_.add_to_poll(fds, who, Clock::now() + 100ms);
+    if (table_.waiters.load() == 0) {
+      std::lock_guard lock(table_.mu);
+      add_peers(fds, who);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(until));
+    if (ready < 0 && errno != EINTR) {
+      collie::log().error("rank {}: poll failed: {}", table_.opt.rank, std::strerror(errno));
+      std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    if (fds[0].revents & POLLIN) table_.background_wake.drain();
+    listener_.service(fds, who);
+    const bool peer_events = std::any_of(fds.begin(), fds.end(), [&](const pollfd& f) {
+      return f.revents != 0 && who[static_cast<std::size_t>(&f - fds.data())] >= 0;
+    });
+    if (peer_events && table_.waiters.load() == 0) {
+      std::unique_lock drive(drive_mu, std::try_to_lock);
+      if (drive.owns_lock()) {
+        std::lock_guard lock(table_.mu);
+        service(fds, who);
+      }
+    }
+  }
+}
+
+}  // namespace collie::transport::tcp

@@ -1,0 +1,376 @@
+// The TCP transport's face: the Transport calls, the connection of a peer
+// on first use, waits with timeouts, and orderly shutdown. The pieces it
+// ties together: the connection table and each peer's stream
+// (connections.hpp, peer_stream.hpp), the listener and connector
+// (handshakes), and the progress loops.
+#include <collie/transport/tcp.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include <asio/io_context.hpp>
+#include <fmt/format.h>
+
+#include <collie/crypto.hpp>
+#include <collie/duration.hpp>
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+
+#include "connections.hpp"
+#include "connector.hpp"
+#include "listener.hpp"
+#include "progress.hpp"
+
+namespace collie::transport {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using namespace tcp;
+
+struct TcpTransport::Impl {
+  Impl(std::shared_ptr<store::Store> s, TransportOptions o)
+      : options(std::move(o)),
+        store(std::move(s)),
+        table(options, io),
+        listener(options, io, table),
+        progress(table, listener) {}
+
+  TransportOptions options;
+  std::shared_ptr<store::Store> store;
+  asio::io_context io;  // owns the sockets; never run (progress.hpp polls them)
+  Connections table;
+  Listener listener;
+  Progress progress;
+  std::thread background;
+
+  std::string key(int rank) const { return fmt::format("{}/addr/{}", options.group, rank); }
+
+  TcpRequest& of(const RequestPtr& r) const { return static_cast<TcpRequest&>(*r); }
+
+  void check_peer(int peer, const char* op) const {
+    if (peer < 0 || peer >= options.world_size) {
+      throw Error(fmt::format("rank {}: {} rank {}: the group has ranks 0 to {}", options.rank, op,
+                              peer, options.world_size - 1));
+    }
+  }
+
+  // The peer's published address: known, or looked up in the store ("" and
+  // `a` filled when that fails).
+  std::string find_address(int peer, Clock::time_point deadline, Attempt& a) {
+    {
+      std::lock_guard lock(table.mu);
+      if (const auto& known = table.peer(peer).published; !known.empty()) return known;
+    }
+    std::string where;
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      where = store->get(key(peer), std::max(left, 1ms));
+    } catch (const TimeoutError&) {
+      a.kind = ErrorKind::Timeout;
+      a.error = fmt::format(
+          "rank {} never published its address (store key '{}') within {}: did it start and "
+          "join the group?",
+          peer, key(peer), describe_duration(options.timeout));
+      return "";
+    } catch (const Error& e) {
+      a.error = fmt::format("could not look up rank {}'s address in the store: {}", peer, e.what());
+      return "";
+    }
+    std::lock_guard lock(table.mu);
+    table.peer(peer).published = where;
+    return where;
+  }
+
+  // Makes sure the peer is Ready or Failed (caller's thread, mu not held).
+  void ensure_connected(int peer) {
+    std::unique_lock lock(table.mu);
+    auto& p = table.peer(peer);
+    const auto deadline = Clock::now() + options.timeout;
+    while (p.state == PeerState::Connecting) {
+      if (!table.state_cv.wait_until(lock, deadline,
+                                     [&] { return p.state != PeerState::Connecting; })) {
+        p.fail(ErrorKind::Timeout,
+               fmt::format("no connection to {} within {}", table.describe_peer(peer),
+                           describe_duration(options.timeout)));
+      }
+    }
+    if (p.state != PeerState::Unconnected) return;
+    p.state = PeerState::Connecting;
+    lock.unlock();
+    Attempt a;
+    if (const auto where = find_address(peer, deadline, a); !where.empty())
+      a = connect_to_peer(io, options, peer, where, deadline);
+    lock.lock();
+    if (!a.error.empty()) {
+      if (p.state == PeerState::Connecting) p.fail(a.kind, a.error);
+      return;
+    }
+    if (a.verdict == wire::Verdict::Accepted && p.state == PeerState::Connecting) {
+      table.install(p, std::move(*a.socket));
+      collie::log().debug("rank {}: connected to {}", options.rank, table.describe_peer(peer));
+      return;
+    }
+    a.socket.reset();  // the peer's own connection to us is the one kept
+    if (!table.state_cv.wait_until(lock, deadline,
+                                   [&] { return p.state != PeerState::Connecting; })) {
+      p.fail(ErrorKind::Timeout,
+             fmt::format("{} said it was connecting to this rank, but no connection came "
+                         "within {}",
+                         table.describe_peer(peer), describe_duration(options.timeout)));
+    }
+  }
+
+  RequestPtr post_recv(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume) {
+    check_peer(peer, "recv from");
+    auto r = std::make_shared<TcpRequest>(peer, false, tag, data, bytes, 0);
+    r->consume = std::move(consume);
+    bool connect = false;
+    {
+      std::lock_guard lock(table.mu);
+      table.started();
+      auto& p = table.peer(peer);
+      p.post_recv(r);
+      connect = p.state == PeerState::Unconnected;
+    }
+    // Connecting now, not at the first send, means a peer that dies before
+    // sending is noticed at once.
+    if (connect) ensure_connected(peer);
+    return r;
+  }
+
+  // A wait ran out of time: the request fails with TimeoutError; one that
+  // was half-way through a message fails its peer (mu held).
+  void time_out(const RequestPtr& request, std::chrono::milliseconds limit) {
+    auto& r = of(request);
+    auto& p = table.peer(r.peer());
+    std::string why = fmt::format("{} timed out after {} ({})", table.describe_request(r),
+                                  describe_duration(limit), table.progress_text(r));
+    if (p.state == PeerState::Connecting) why += "; the connection is still being set up";
+    if (!r.is_send && p.rx == Rx::Paused)
+      why += fmt::format(
+          "; reads from {} are paused: the unexpected-message queue is full ({} held, limit {})",
+          table.describe_peer(r.peer()), plural_bytes(table.pool.held()),
+          plural_bytes(table.pool.limit()));
+    const bool untouched = p.withdraw(std::static_pointer_cast<TcpRequest>(request));
+    table.fail(r, ErrorKind::Timeout, why);
+    if (!untouched) {
+      p.fail(ErrorKind::Connection,
+             fmt::format("the connection to {} was closed after a {} timed out half-way "
+                         "through a message",
+                         table.describe_peer(r.peer()), r.is_send ? "send" : "recv"));
+    }
+  }
+};
+
+TcpTransport::TcpTransport(std::shared_ptr<store::Store> store, TransportOptions options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    throw Error(fmt::format("transport: rank {} is outside a world of size {}", options.rank,
+                            options.world_size));
+  }
+  impl_ = std::make_unique<Impl>(std::move(store), std::move(options));
+  auto& m = *impl_;
+  const int rank = m.options.rank;
+  m.table.peer(rank).published = m.listener.address();
+  m.background = std::thread([&m] { m.progress.background_loop(); });
+  try {
+    m.store->set(m.key(rank), m.listener.address());
+  } catch (...) {
+    m.progress.stop();
+    m.background.join();
+    throw;
+  }
+  collie::log().debug("rank {} listens on {}", rank, m.listener.address());
+}
+
+TcpTransport::~TcpTransport() {
+  auto& m = *impl_;
+  m.progress.stop();
+  m.background.join();
+  std::lock_guard drive(m.progress.drive_mu);
+  std::lock_guard lock(m.table.mu);
+  for (auto& p : m.table.peers) {
+    const std::string reason = "the transport was shut down on this rank";
+    for (auto& r : p.sends)
+      m.table.fail_for_peer(*r, ErrorKind::Connection, reason);
+    for (auto& [tag, q] : p.posted)
+      for (auto& r : q)
+        m.table.fail_for_peer(*r, ErrorKind::Connection, reason);
+    if (p.current_recv) m.table.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
+    std::error_code ignored;
+    if (p.socket) p.socket->shutdown(asio::socket_base::shutdown_send, ignored);
+  }
+  // A lingering close: closing a socket with unread data in it sends a reset,
+  // and a reset makes the peer's kernel drop what it had not yet read of
+  // ours (the last message before an error, say). So read and discard until
+  // each peer closes its side too (it does as soon as it sees ours), for at
+  // most a quarter of a second, then close.
+  std::vector<pollfd> open;
+  std::vector<asio::ip::tcp::socket*> sockets;
+  for (auto& p : m.table.peers) {
+    if (!p.socket) continue;
+    open.push_back({p.fd(), POLLIN, 0});
+    sockets.push_back(&*p.socket);
+  }
+  const auto linger_until = Clock::now() + 250ms;
+  while (!open.empty() && Clock::now() < linger_until) {
+    if (::poll(open.data(), open.size(), std::max(remaining_ms(linger_until), 1)) < 0 &&
+        errno != EINTR)
+      break;
+    for (std::size_t i = open.size(); i-- > 0;) {
+      if (open[i].revents == 0) continue;
+      std::array<std::byte, 64 * 1024> sink;
+      std::error_code ec;
+      sockets[i]->read_some(asio::buffer(sink), ec);
+      if (!ec || ec == asio::error::would_block || ec == asio::error::try_again ||
+          ec == asio::error::interrupted)
+        continue;
+      open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+      sockets.erase(sockets.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  m.listener.close_all();
+  for (auto& p : m.table.peers)
+    p.socket.reset();
+}
+
+int TcpTransport::rank() const {
+  return impl_->options.rank;
+}
+
+int TcpTransport::world_size() const {
+  return impl_->options.world_size;
+}
+
+const TransportOptions& TcpTransport::options() const {
+  return impl_->options;
+}
+
+RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t bytes,
+                               std::uint64_t fingerprint) {
+  auto& m = *impl_;
+  m.check_peer(peer, "send to");
+  auto r = std::make_shared<TcpRequest>(
+      peer, true, tag, const_cast<std::byte*>(static_cast<const std::byte*>(data)), bytes,
+      fingerprint);
+  if (peer == m.options.rank) {
+    std::lock_guard lock(m.table.mu);
+    m.table.started();
+    m.table.peer(peer).send_to_self(*r);
+    return r;
+  }
+  std::unique_lock lock(m.table.mu);
+  auto& p = m.table.peer(peer);
+  if (p.state == PeerState::Unconnected || p.state == PeerState::Connecting) {
+    lock.unlock();  // connecting blocks; only the first message to a peer pays it
+    m.ensure_connected(peer);
+    lock.lock();
+  }
+  m.table.started();
+  if (p.state != PeerState::Ready) {
+    m.table.fail_for_peer(*r, p.failure_kind, p.failure);
+    return r;
+  }
+  p.post_send(r);
+  if (r->pending()) m.table.wake_pollers();
+  return r;
+}
+
+RequestPtr TcpTransport::irecv(int peer, Tag tag, void* data, std::size_t bytes) {
+  return impl_->post_recv(peer, tag, static_cast<std::byte*>(data), bytes, {});
+}
+
+RequestPtr TcpTransport::irecv_consume(int peer, Tag tag, std::size_t bytes, Consumer consume) {
+  if (!consume) throw ArgumentError("irecv_consume: the consumer is empty");
+  return impl_->post_recv(peer, tag, nullptr, bytes, std::move(consume));
+}
+
+bool TcpTransport::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {
+  if (!impl_->progress.drive_until(impl_->of(request), Clock::now() + timeout)) return false;
+  wait(request, 0ms);  // done: throws its error, if any
+  return true;
+}
+
+void TcpTransport::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
+  auto& m = *impl_;
+  auto& r = m.of(request);
+  const auto limit = timeout.value_or(m.options.timeout);
+  if (r.pending()) {
+    m.progress.drive_until(r, Clock::now() + limit);
+    if (r.pending()) {
+      std::lock_guard lock(m.table.mu);
+      if (r.pending()) m.time_out(request, limit);
+    }
+  }
+  if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed)) {
+    switch (r.error_kind) {
+      case ErrorKind::Timeout:
+        throw TimeoutError(r.error);
+      case ErrorKind::Protocol:
+        throw ProtocolError(r.error);
+      case ErrorKind::Request:
+        throw RequestError(r.error);
+      default:
+        throw ConnectionError(r.error);
+    }
+  }
+}
+
+bool TcpTransport::test(const RequestPtr& request) const {
+  return !impl_->of(request).pending();
+}
+
+std::uint64_t TcpTransport::fingerprint(const RequestPtr& request) const {
+  // Written under the lock before the request finished: once it has, the
+  // acquire in test() is enough (the common case, after a wait).
+  if (test(request)) return impl_->of(request).fingerprint;
+  std::lock_guard lock(impl_->table.mu);
+  return impl_->of(request).fingerprint;
+}
+
+std::size_t TcpTransport::transferred(const RequestPtr& request) const {
+  std::lock_guard lock(impl_->table.mu);
+  return impl_->of(request).moved;
+}
+
+std::vector<std::pair<int, std::uint64_t>> TcpTransport::queued_fingerprints(Tag tag) const {
+  std::lock_guard lock(impl_->table.mu);
+  std::vector<std::pair<int, std::uint64_t>> out;
+  for (const auto& p : impl_->table.peers)
+    p.queued_fingerprints(tag, out);
+  return out;
+}
+
+std::string TcpTransport::describe_peer(int peer) const {
+  std::lock_guard lock(impl_->table.mu);
+  if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);
+  return impl_->table.describe_peer(peer);
+}
+
+std::string TcpTransport::describe() const {
+  return "tcp on " + address();
+}
+
+std::string TcpTransport::address() const {
+  return impl_->listener.address();
+}
+
+void TcpTransport::prefetch() {
+  auto& m = *impl_;
+  std::vector<std::string> keys;
+  for (int r = 0; r < m.options.world_size; ++r)
+    keys.push_back(m.key(r));
+  const auto values = m.store->multi_get(keys);
+  std::lock_guard lock(m.table.mu);
+  for (std::size_t r = 0; r < values.size(); ++r)
+    m.table.peers[r].published = values[r];
+}
+
+int TcpTransport::connection_count() const {
+  std::lock_guard lock(impl_->table.mu);
+  return static_cast<int>(std::count_if(
+      impl_->table.peers.begin(), impl_->table.peers.end(),
+      [](const PeerStream& p) { return p.socket && p.state == PeerState::Ready; }));
+}
+
+}  // namespace collie::transport

@@ -1,0 +1,59 @@
+// Messages that arrive before their receive, and the memory they take.
+//
+// Each unexpected message gets a buffer of its exact size, read into
+// directly. The pool counts the bytes held across all peers against
+// `max_unexpected_bytes` (a peer whose next message does not fit is paused
+// by its stream) and keeps consumed buffers of 4 KiB or more, up to 16 MiB
+// in all, for the next messages of the same size: a pipelined collective
+// sends many segments of one size, and reusing their buffers saves an
+// allocation and its page faults per message. Not thread-safe: used under
+// the connection table's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace collie::transport::tcp {
+
+struct Unexpected {
+  std::uint64_t fingerprint = 0;
+  std::size_t length = 0;
+  std::unique_ptr<std::byte[]> data;
+  std::size_t got = 0;  // payload bytes read so far
+  bool complete = false;
+};
+
+class UnexpectedPool {
+ public:
+  explicit UnexpectedPool(std::size_t limit) : limit_(limit) {}
+
+  // Whether a message of `length` bytes may be queued now.
+  bool fits(std::size_t length) const { return length == 0 || held_ + length <= limit_; }
+
+  // A queued message of `length` bytes, counted as held (whether or not it
+  // fits: a send to oneself is always buffered).
+  std::shared_ptr<Unexpected> hold(std::size_t length, std::uint64_t fingerprint);
+
+  // The message left the queue (matched by a receive, or dropped).
+  void release(const Unexpected& u) { held_ -= u.length; }
+
+  // Keeps the buffer of a message that was consumed, for the next one.
+  void recycle(std::unique_ptr<std::byte[]> buffer, std::size_t length);
+
+  std::size_t held() const { return held_; }
+  std::size_t limit() const { return limit_; }
+
+ private:
+  static constexpr std::size_t kMinRecycled = 4096;
+  static constexpr std::size_t kMaxSpareBytes = std::size_t{16} << 20;
+
+  const std::size_t limit_;
+  std::size_t held_ = 0;
+  std::unordered_map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> spare_;
+  std::size_t spare_bytes_ = 0;
+};
+
+}  // namespace collie::transport::tcp
