@@ -46,11 +46,6 @@ std::string normalized(std::string_view name) {
   return out;
 }
 
-constexpr Algorithm kAlgorithms[] = {
-    Algorithm::Auto,          Algorithm::Ring,    Algorithm::Tree,
-    Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::RecursiveHalving,
-    Algorithm::Linear,        Algorithm::Pairwise, Algorithm::Dissemination};
-
 }  // namespace
 
 std::optional<Collective> parse_collective(std::string_view name) {
@@ -130,6 +125,11 @@ std::string algorithm_list(Collective c) {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
+std::string no_algorithm_message(Collective c, std::string_view name, bool auto_too) {
+  return fmt::format("{} has no algorithm '{}'; it has: {}{}", collective_name(c), name,
+                     auto_too ? "auto, " : "", algorithm_list(c));
+}
+
 bool has_root(Collective c) {
   return c == Collective::Broadcast || c == Collective::Reduce || c == Collective::Gather ||
          c == Collective::Scatter;
@@ -187,8 +187,7 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
       if (a == A::Dissemination) return dissemination_barrier(shape);
       break;
   }
-  throw Error(fmt::format("{} has no algorithm '{}'; it has: {}", collective_name(c),
-                          algorithm_name(a), algorithm_list(c)));
+  throw Error(no_algorithm_message(c, algorithm_name(a), false));
 }
 
 Layout layout(Collective c, const Shape& shape) {

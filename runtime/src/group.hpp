@@ -2,14 +2,10 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <collie/collectives/cost.hpp>
@@ -18,6 +14,7 @@
 #include <collie/transport/transport.hpp>
 
 #include "trace.hpp"
+#include "work.hpp"
 
 namespace collie {
 
@@ -30,24 +27,6 @@ struct World {
   // before the store (which rank 0 may host) goes away.
   std::shared_ptr<transport::Transport> transport;
   std::string advertised_host;  // where peers reach this rank
-};
-
-// Runs a group's async collectives, one at a time, in call order.
-class AsyncRunner {
- public:
-  AsyncRunner() = default;
-  ~AsyncRunner();  // finishes what was queued, then joins
-  AsyncRunner(const AsyncRunner&) = delete;
-  AsyncRunner& operator=(const AsyncRunner&) = delete;
-  void post(std::function<void()> task);
-
- private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::thread thread_;  // started by the first post
 };
 
 struct ProcessGroup::Impl {

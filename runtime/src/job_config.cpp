@@ -271,9 +271,8 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_
     const auto name = item.substr(colon + 1);
     const auto a = collectives::parse_algorithm(name);
     if (!a || (*a != collectives::Algorithm::Auto && !collectives::implements(*c, *a))) {
-      throw Error(fmt::format("collie::init: {}: {} has no algorithm '{}'; it has: auto, {}",
-                              source, collectives::collective_name(*c), name,
-                              collectives::algorithm_list(*c)));
+      throw Error(fmt::format("collie::init: {}: {}", source,
+                              collectives::no_algorithm_message(*c, name, true)));
     }
     out.emplace_back(*c, *a);
   }

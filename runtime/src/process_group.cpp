@@ -15,20 +15,6 @@ namespace collie {
 
 namespace {
 
-class PointToPoint final : public Work::State {
- public:
-  PointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request)
-      : transport_(std::move(transport)), request_(std::move(request)) {}
-  void wait(std::optional<std::chrono::milliseconds> timeout) override {
-    transport_->wait(request_, timeout);
-  }
-  bool test() const override { return transport_->test(request_); }
-
- private:
-  std::shared_ptr<transport::Transport> transport_;
-  transport::RequestPtr request_;
-};
-
 void check_tag(int tag, int rank, const char* op, int peer) {
   if (tag < 0) {
     throw Error(fmt::format("rank {}: {} rank {}: tag {} is negative; tags are 0 to 2^31 - 1", rank,
@@ -55,70 +41,6 @@ std::string advertised_address(const JobConfig& config) {
 }
 
 }  // namespace
-
-// ---- Work ----
-
-Work::~Work() {
-  if (!state_ || state_->test()) return;
-  try {
-    state_->wait(std::nullopt);
-  } catch (const std::exception& e) {
-    collie::log().error("a Work destroyed while pending failed: {}", e.what());
-  }
-}
-
-Work& Work::operator=(Work&& other) noexcept {
-  if (this != &other) {
-    Work old(std::move(*this));  // waits for what this one held
-    state_ = std::move(other.state_);
-  }
-  return *this;
-}
-
-void Work::wait() {
-  if (!state_) return;
-  state_->wait(std::nullopt);
-}
-
-void Work::wait(std::chrono::milliseconds timeout) {
-  if (!state_) return;
-  state_->wait(timeout);
-}
-
-bool Work::is_completed() const {
-  return !state_ || state_->test();
-}
-
-// ---- AsyncRunner ----
-
-AsyncRunner::~AsyncRunner() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void AsyncRunner::post(std::function<void()> task) {
-  std::lock_guard lock(mu_);
-  tasks_.push_back(std::move(task));
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  cv_.notify_one();
-}
-
-void AsyncRunner::loop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;  // stopping, and nothing left to run
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lock.unlock();
-    task();  // catches its own errors
-    lock.lock();
-  }
-}
 
 // ---- ProcessGroup ----
 
@@ -171,7 +93,7 @@ Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) 
   check_tag(tag, rank(), "isend to", dst);
   const int to = world_rank(*impl_, dst, "isend to");
   auto request = impl_->transport().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->world->transport, std::move(request)));
+  return point_to_point_work(impl_->world->transport, std::move(request));
 }
 
 Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
@@ -179,7 +101,7 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   check_tag(tag, rank(), "irecv from", src);
   const int from = world_rank(*impl_, src, "irecv from");
   auto request = impl_->transport().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
-  return Work(std::make_unique<PointToPoint>(impl_->world->transport, std::move(request)));
+  return point_to_point_work(impl_->world->transport, std::move(request));
 }
 
 // The blocking forms wait on the request directly: no Work to allocate.

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <collie/log.hpp>
+
 #include "describe.hpp"
 
 namespace collie::store {
@@ -296,6 +298,11 @@ void KeyValueState::park(ReplyTarget& client, const Request& req) {
   auto wait =
       std::make_shared<Wait>(Wait{&client, req.id, req.op, {req.keys.begin(), req.keys.end()}, 0});
   advance(*wait);
+  // At debug level, a job stuck in rendezvous shows which keys it waits for.
+  if (log().should_log(spdlog::level::debug)) {
+    const std::vector<std::string> keys(req.keys.begin(), req.keys.end());
+    log().debug("store: {} waits", describe_call(wire::op_name(req.op), keys));
+  }
   mine.emplace(req.id, wait);
   waits_by_key_[wait->keys[wait->next_missing]].push_back(std::move(wait));
 }

@@ -164,7 +164,7 @@ TEST_CASE("bench --plot draws the sizes and a baseline, bad baselines are named"
 TEST_CASE("bench: impossible requests fail before any rank starts, listing what exists") {
   auto r = bench({"gather", "--algo", "ring"});
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("gather has no ring algorithm; it has: auto, tree, linear") != std::string::npos);
+  CHECK(r.err.find("gather has no algorithm 'ring'; it has: auto, tree, linear") != std::string::npos);
   r = bench({"all_reduce", "-d", "complex64"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("unknown dtype 'complex64'") != std::string::npos);

@@ -101,7 +101,7 @@ TEST_CASE("collie store get: --no-wait, timeouts and errors exit non-zero with a
 TEST_CASE("collie store wait returns once another client sets the keys", "[cli]") {
   ServedStore s({}, {"COLLIE_LOG_LEVEL=debug"});
   Subprocess waiter({kCollie, "store", "wait", "a", "b", "--addr", s.addr, "--timeout", "30"});
-  REQUIRE(s.server.wait_for_stderr("connected", 60s));  // the waiter is in
+  REQUIRE(s.server.wait_for_stderr("wait(['a', 'b']) waits", 60s));  // the waiter is in
   s.cli({"set", "a", "1"});
   s.cli({"set", "b", "2"});
   auto result = waiter.wait(30s);
@@ -113,10 +113,9 @@ TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
   for (int sig : {SIGTERM, SIGINT}) {
     ServedStore s({}, {"COLLIE_LOG_LEVEL=debug"});
     Subprocess waiter({kCollie, "store", "get", "never", "--addr", s.addr, "--timeout", "60"});
-    // The server logs each client once its handshake is done: only then is
-    // the waiter surely a client of this server (a busy machine may start it
-    // late).
-    REQUIRE(s.server.wait_for_stderr("connected", 60s));
+    // The server logs each request that blocks: only then is the waiter
+    // surely blocked in this server (a busy machine may start it late).
+    REQUIRE(s.server.wait_for_stderr("get(['never']) waits", 60s));
     s.server.signal(sig);
     auto stopped = s.server.wait(10s);
     REQUIRE(stopped);

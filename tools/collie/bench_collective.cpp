@@ -478,8 +478,7 @@ std::vector<Algorithm> algorithms(const Args& a, Collective c) {
     const Algorithm x = parsed.value_or(Algorithm::Auto);
     if (x != Algorithm::Auto && !cs::implements(c, x)) {
       if (a.collectives.size() > 1) continue;  // `all`: each collective takes what it has
-      throw Error(fmt::format("--algo: {} has no {} algorithm; it has: auto, {}",
-                              cs::collective_name(c), name, cs::algorithm_list(c)));
+      throw Error(fmt::format("--algo: {}", cs::no_algorithm_message(c, name, true)));
     }
     if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
   }

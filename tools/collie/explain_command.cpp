@@ -92,9 +92,8 @@ explain::Request resolve(const ExplainArgs& a) {
   } else {
     const auto algo = cs::parse_algorithm(a.algo);
     if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))
-      throw Error(fmt::format("explain: {} has no algorithm '{}'; it has: auto, {}",
-                              cs::collective_name(r.collective), a.algo,
-                              cs::algorithm_list(r.collective)));
+      throw Error(
+          fmt::format("explain: {}", cs::no_algorithm_message(r.collective, a.algo, true)));
     r.algorithm = *algo;
   }
   r.shape = cs::Shape{0, a.ranks, count, cs::has_root(r.collective) ? a.root : 0,

@@ -61,6 +61,12 @@ inline constexpr Collective kCollectives[] = {
     Collective::Gather,        Collective::AllGather, Collective::Scatter,
     Collective::ReduceScatter, Collective::AllToAll, Collective::Barrier};
 
+// Every algorithm, Auto first.
+inline constexpr Algorithm kAlgorithms[] = {
+    Algorithm::Auto,   Algorithm::Ring,     Algorithm::Tree,
+    Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::RecursiveHalving,
+    Algorithm::Linear, Algorithm::Pairwise, Algorithm::Dissemination};
+
 // "all_reduce", ...; parse accepts "allreduce" and "all-reduce" too.
 std::string_view collective_name(Collective c);
 std::optional<Collective> parse_collective(std::string_view name);
@@ -74,6 +80,10 @@ const std::vector<Algorithm>& algorithms_for(Collective c);
 bool implements(Collective c, Algorithm a);
 // "ring, halving_doubling, recursive_doubling, tree", for error messages.
 std::string algorithm_list(Collective c);
+// The one wording of an unknown algorithm, wherever one is named (the API,
+// COLLIE_ALGO, the CLI): "all_reduce has no algorithm 'x'; it has: ring,
+// ..." ("it has: auto, ring, ..." where auto may be named too).
+std::string no_algorithm_message(Collective c, std::string_view name, bool auto_too);
 bool has_root(Collective c);
 bool reduces(Collective c);  // takes a reduce op
 

@@ -1,0 +1,389 @@
+#include "executor.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+
+#include "trace.hpp"
+
+namespace collie {
+
+using collectives::Combine;
+using collectives::Range;
+using collectives::Schedule;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Runs one schedule over the transport (executor.hpp).
+class Executor {
+ public:
+  Executor(ProcessGroup::Impl& g, const Call& call, std::vector<Region> regions)
+      : g_(g),
+        transport_(g.transport()),
+        call_(call),
+        regions_(std::move(regions)),
+        esize_(dtype_size(call.dtype)),
+        tag_(collective_tag(g.slot, call.sequence)),
+        fingerprint_(fingerprint(call.signature())),
+        segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
+        deadline_(Clock::now() + call.timeout),
+        trace_(g.world->tracer.get()) {
+    for (std::size_t i = 0; i < kWindow; ++i) free_slots_.push_back(i);
+    std::lock_guard lock(g_.slots_mu);
+    for (auto& slot : slots_) {
+      if (g_.spare_slots.empty()) break;
+      slot = std::move(g_.spare_slots.back());
+      g_.spare_slots.pop_back();
+    }
+  }
+
+  ~Executor() {
+    abandon();
+    std::lock_guard lock(g_.slots_mu);
+    for (auto& slot : slots_)
+      if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow) g_.spare_slots.push_back(std::move(slot));
+  }
+
+  void run(const Schedule& schedule) {
+    try {
+      for (std::size_t i = 0; i < schedule.steps.size(); ++i)
+        run_step(schedule.steps[i], static_cast<std::uint32_t>(i));
+    } catch (const MismatchError&) {
+      // Everyone should know what this rank called: the rank whose message
+      // did not match, and the others, which may wait for this one.
+      abandon();
+      std::vector<int> peers;
+      if (mismatched_from_ >= 0) peers.push_back(mismatched_from_);
+      const int n = static_cast<int>(g_.members.size());
+      if (n <= 64)
+        for (int p = 0; p < n; ++p)
+          if (p != g_.rank && p != mismatched_from_) peers.push_back(p);
+      notify(peers, fingerprint_);
+      throw;
+    } catch (const ConnectionError&) {
+      abandon();
+      if (failed_world_rank_ >= 0) {
+        std::vector<int> peers;
+        for (const auto& step : schedule.steps)
+          for (const auto* list : {&step.sends, &step.recvs})
+            for (const auto& t : *list)
+              if (peer(t.peer) != failed_world_rank_ &&
+                  std::find(peers.begin(), peers.end(), t.peer) == peers.end())
+                peers.push_back(t.peer);
+        notify(peers, failure_notice(failed_world_rank_));
+      }
+      throw;
+    }
+  }
+
+ private:
+  static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
+  // How long a broken connection waits for a mismatched message that would
+  // explain it.
+  static constexpr std::chrono::milliseconds kMismatchGrace{250};
+
+  struct Pending {
+    transport::RequestPtr request;
+    int peer = 0;  // group rank
+  };
+
+  std::byte* at(const Range& r) const {
+    for (const auto& region : regions_) {
+      if (r.offset >= region.offset && r.offset + r.count <= region.offset + region.count)
+        return region.data + (r.offset - region.offset) * esize_;
+    }
+    throw Error(fmt::format("internal: range [{}, {}) of the working buffer is not mapped",
+                            r.offset, r.offset + r.count));
+  }
+
+  int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
+
+  std::chrono::milliseconds remaining() const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    return std::max(left, std::chrono::milliseconds(0));
+  }
+
+  std::string mismatch(int from, std::uint64_t theirs) const {
+    const auto mine = call_.signature();
+    const auto other = decode_fingerprint(theirs);
+    // The algorithm matters only when it is all that differs.
+    const bool algo = describe(mine, false) == describe(other, false);
+    return fmt::format("rank {}: collective #{} on {} does not match: rank {} called {} but rank {} "
+                       "called {}",
+                       g_.rank, call_.sequence, g_.name, from, describe(other, algo), g_.rank,
+                       describe(mine, algo));
+  }
+
+  // Waits for a request with group rank `with`; remembers who failed.
+  void wait(const transport::RequestPtr& r, int with) {
+    try {
+      transport_.wait(r, remaining());
+    } catch (const ConnectionError&) {
+      if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);
+      throw;
+    }
+  }
+
+  // Waits for a receive from group rank `from` and checks who sent it. A
+  // wait that takes long looks, now and then, for a message under this
+  // collective's tag from a rank it does not expect one from: a rank that
+  // disagrees on the call (another root, say) may send where no one listens.
+  void wait_recv(const transport::RequestPtr& r, int from) {
+    bool size_differs = false;
+    std::string size_error;
+    try {
+      auto slice = std::chrono::milliseconds(20);
+      while (!transport_.wait_some(r, std::min(slice, remaining()))) {
+        check_queued();
+        if (remaining().count() == 0) {
+          wait(r, from);  // throws the TimeoutError
+          break;
+        }
+        slice = std::min(slice * 2, std::chrono::milliseconds(500));
+      }
+    } catch (const ConnectionError&) {
+      // A peer that left may have left because it ran another call, whose
+      // messages wait here or are on their way (perhaps over a connection
+      // still being set up): the mismatch is the news. Look for a moment
+      // (the background thread moves data meanwhile).
+      const auto until = Clock::now() + kMismatchGrace;
+      for (;;) {
+        check_queued();
+        if (Clock::now() >= until) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (failed_world_rank_ < 0) failed_world_rank_ = peer(from);
+      throw;
+    } catch (const RequestError& e) {  // a size mismatch: the fingerprint says why
+      size_differs = true;
+      size_error = e.what();
+    }
+    const auto theirs = transport_.fingerprint(r);
+    if (is_failure_notice(theirs)) {
+      check_queued();  // a mismatch seen by another rank explains more
+      reported_failure(theirs, from);
+    }
+    if (theirs != fingerprint_) {
+      mismatched_from_ = from;
+      throw MismatchError(mismatch(from, theirs));
+    }
+    if (size_differs) {
+      throw MismatchError(fmt::format(
+          "{}; both ranks called {}, so they cut it into different segments: set "
+          "COLLIE_SEGMENT_BYTES alike on every rank",
+          size_error, describe(call_.signature(), true)));
+    }
+  }
+
+  // Looks at messages under this collective's tag that no receive asked
+  // for: another call's fingerprint is a mismatch (checked first: it is the
+  // cause), a failure notice is news of a dead rank.
+  void check_queued() {
+    const auto queued = transport_.queued_fingerprints(tag_);
+    for (bool notices : {false, true}) {
+      for (const auto& [world_peer, theirs] : queued) {
+        if (theirs == fingerprint_ || is_failure_notice(theirs) != notices) continue;
+        const auto it = std::find(g_.members.begin(), g_.members.end(), world_peer);
+        if (it == g_.members.end()) continue;
+        const int from = static_cast<int>(it - g_.members.begin());
+        if (notices) reported_failure(theirs, from);
+        mismatched_from_ = from;
+        throw MismatchError(mismatch(from, theirs));
+      }
+    }
+  }
+
+  // Group rank `from` sent a failure notice naming a dead rank.
+  [[noreturn]] void reported_failure(std::uint64_t notice, int from) {
+    failed_world_rank_ = failed_rank(notice);
+    throw ConnectionError(fmt::format(
+        "rank {}: {} failed during this collective, as rank {} reported (its connection to it "
+        "broke)",
+        g_.rank, transport_.describe_peer(failed_world_rank_), from));
+  }
+
+  // Sends `fingerprint` in a 0-byte message to each of `peers` (group
+  // ranks): all posted at once, then one second in all to hand them over.
+  // Errors are logged, not thrown: the collective has already failed.
+  void notify(const std::vector<int>& peers, std::uint64_t fingerprint) {
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    std::vector<Pending> notices;
+    for (int p : peers) {
+      try {
+        notices.push_back({transport_.isend(peer(p), tag_, nullptr, 0, fingerprint), p});
+      } catch (const std::exception& e) {
+        collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, p, e.what());
+      }
+    }
+    for (const auto& n : notices) {
+      try {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        transport_.wait(n.request, std::max(left, std::chrono::milliseconds(0)));
+      } catch (const std::exception& e) {
+        collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, n.peer,
+                            e.what());
+      }
+    }
+  }
+
+  void post_send(int to, const std::byte* data, std::size_t count) {
+    for (std::size_t done = 0; done < count; done += segment_) {
+      const std::size_t n = std::min(segment_, count - done);
+      sends_.push_back(
+          {transport_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_), to});
+    }
+  }
+
+  struct Segment {
+    std::size_t transfer = 0;  // index into the step's receives
+    int from = 0;
+    std::byte* target = nullptr;
+    std::size_t count = 0;
+    bool reduce = false;
+    transport::RequestPtr request;
+    std::size_t slot = 0;
+  };
+
+  // Now, only when tracing (reading the clock is not free).
+  Tracer::Clock::time_point mark() const {
+    return trace_ != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
+  }
+
+  void run_step(const collectives::Step& step, std::uint32_t index) {
+    const auto step_begin = mark();
+    for (const auto& c : step.copies) {
+      const auto begin = mark();
+      std::memmove(at(c.to), at(c.from), c.from.count * esize_);
+      if (trace_)
+        trace_->event(Tracer::Kind::Copy, begin, mark(), index, -1, c.from.count * esize_);
+    }
+    // Sends go straight from the buffer, unless a receive of this step
+    // lands where they read: then from a snapshot.
+    std::vector<std::byte> snapshot;
+    const bool snap = collectives::receives_overlap_sends(step);
+    if (snap) {
+      std::size_t total = 0;
+      for (const auto& t : step.sends) total += t.range.count;
+      snapshot.resize(total * esize_);
+    }
+    std::size_t used = 0;
+    for (const auto& t : step.sends) {
+      const auto begin = mark();
+      const std::byte* data = at(t.range);
+      if (snap) {
+        std::memcpy(snapshot.data() + used, data, t.range.count * esize_);
+        data = snapshot.data() + used;
+        used += t.range.count * esize_;
+      }
+      post_send(t.peer, data, t.range.count);
+      if (trace_)
+        trace_->event(Tracer::Kind::Send, begin, mark(), index, t.peer, t.range.count * esize_);
+    }
+    // Receives, cut like the sender cut them, posted in order; a reduced
+    // segment lands in one of kWindow scratch slots, so posting pauses while
+    // every slot is taken (the order of posting is the order of matching).
+    std::vector<Segment> segments;
+    for (std::size_t k = 0; k < step.recvs.size(); ++k) {
+      const auto& t = step.recvs[k];
+      std::byte* target = at(t.range);
+      for (std::size_t done = 0; done < t.range.count; done += segment_) {
+        segments.push_back(Segment{k, t.peer, target + done * esize_,
+                                   std::min(segment_, t.range.count - done),
+                                   t.combine == Combine::Reduce, nullptr, 0});
+      }
+    }
+    std::size_t posted = 0;
+    auto post_more = [&] {
+      while (posted < segments.size()) {
+        auto& s = segments[posted];
+        std::byte* into = s.target;
+        if (s.reduce) {
+          if (free_slots_.empty()) return;
+          s.slot = free_slots_.back();
+          free_slots_.pop_back();
+          auto& slot = slots_[s.slot];  // grown on first use, kept for later steps
+          if (slot.size() < s.count * esize_) slot.resize(s.count * esize_);
+          into = slot.data();
+        }
+        s.request = transport_.irecv(peer(s.from), tag_, into, s.count * esize_);
+        recvs_.push_back({s.request, s.from});
+        ++posted;
+      }
+    };
+    post_more();
+    Tracer::Clock::time_point recv_begin;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      auto& s = segments[i];
+      if (trace_ && (i == 0 || segments[i - 1].transfer != s.transfer)) recv_begin = mark();
+      wait_recv(s.request, s.from);
+      if (s.reduce) {
+        const auto begin = mark();
+        reduce(call_.dtype, call_.op, s.target, slots_[s.slot].data(), s.count);
+        if (trace_) trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, s.count * esize_);
+        free_slots_.push_back(s.slot);
+      }
+      post_more();
+      if (trace_ && (i + 1 == segments.size() || segments[i + 1].transfer != s.transfer)) {
+        const auto& t = step.recvs[s.transfer];
+        trace_->event(Tracer::Kind::Recv, recv_begin, mark(), index, t.peer,
+                      t.range.count * esize_, t.combine == Combine::Reduce);
+      }
+    }
+    const auto wait_begin = mark();
+    for (const auto& send : sends_) wait(send.request, send.peer);
+    if (trace_) {
+      const auto end = mark();
+      if (!step.sends.empty()) trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
+      trace_->event(Tracer::Kind::Step, step_begin, end, index, -1, 0);
+    }
+    sends_.clear();
+    recvs_.clear();
+  }
+
+  // After an error: withdraw (or give up on) what is still in flight, so
+  // that nothing writes into the buffers once this returns.
+  void abandon() {
+    for (auto* list : {&sends_, &recvs_}) {
+      for (const auto& p : *list) {
+        if (transport_.test(p.request)) continue;
+        try {
+          transport_.wait(p.request, std::chrono::milliseconds(0));
+        } catch (const std::exception&) {
+        }
+      }
+      list->clear();
+    }
+  }
+
+  ProcessGroup::Impl& g_;
+  transport::Transport& transport_;
+  const Call& call_;
+  std::vector<Region> regions_;
+  std::size_t esize_;
+  std::uint64_t tag_;
+  std::uint64_t fingerprint_;
+  std::size_t segment_;  // elements
+  Clock::time_point deadline_;
+  Tracer* trace_;  // null: not tracing
+  std::vector<Pending> sends_;  // this step's, until waited for
+  std::vector<Pending> recvs_;
+  int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
+  int mismatched_from_ = -1;    // the group rank whose message did not match
+  std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
+  std::vector<std::size_t> free_slots_;
+};
+
+}  // namespace
+
+void execute_schedule(ProcessGroup::Impl& g, const Call& call, const Schedule& schedule,
+                      std::vector<Region> regions) {
+  Executor(g, call, std::move(regions)).run(schedule);
+}
+
+}  // namespace collie

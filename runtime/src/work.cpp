@@ -1,0 +1,152 @@
+#include "work.hpp"
+
+#include <exception>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+
+namespace collie {
+
+// ---- Work ----
+
+Work::~Work() {
+  if (!state_ || state_->test()) return;
+  try {
+    state_->wait(std::nullopt);
+  } catch (const std::exception& e) {
+    collie::log().error("a Work destroyed while pending failed: {}", e.what());
+  }
+}
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    Work old(std::move(*this));  // waits for what this one held
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+void Work::wait() {
+  if (!state_) return;
+  state_->wait(std::nullopt);
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!state_) return;
+  state_->wait(timeout);
+}
+
+bool Work::is_completed() const {
+  return !state_ || state_->test();
+}
+
+// ---- point to point ----
+
+namespace {
+
+class PointToPoint final : public Work::State {
+ public:
+  PointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request)
+      : transport_(std::move(transport)), request_(std::move(request)) {}
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    transport_->wait(request_, timeout);
+  }
+  bool test() const override { return transport_->test(request_); }
+
+ private:
+  std::shared_ptr<transport::Transport> transport_;
+  transport::RequestPtr request_;
+};
+
+// ---- async collectives ----
+
+struct AsyncState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  std::string what;
+  std::chrono::milliseconds timeout{0};
+};
+
+class AsyncTask final : public Work::State {
+ public:
+  explicit AsyncTask(std::shared_ptr<AsyncState> s) : s_(std::move(s)) {}
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    std::unique_lock lock(s_->mu);
+    const auto limit = timeout.value_or(s_->timeout + std::chrono::seconds(5));
+    if (!s_->cv.wait_for(lock, limit, [&] { return s_->done; })) {
+      throw TimeoutError(fmt::format("{} is still running after {} ms", s_->what, limit.count()));
+    }
+    if (s_->error) std::rethrow_exception(s_->error);
+  }
+  bool test() const override {
+    std::lock_guard lock(s_->mu);
+    return s_->done;
+  }
+
+ private:
+  std::shared_ptr<AsyncState> s_;
+};
+
+}  // namespace
+
+Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
+                         transport::RequestPtr request) {
+  return Work(std::make_unique<PointToPoint>(std::move(transport), std::move(request)));
+}
+
+Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds timeout,
+               std::function<void()> task) {
+  auto state = std::make_shared<AsyncState>();
+  state->what = std::move(what);
+  state->timeout = timeout;
+  runner.post([state, task = std::move(task)] {
+    std::exception_ptr error;
+    try {
+      task();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard lock(state->mu);
+    state->error = error;
+    state->done = true;
+    state->cv.notify_all();
+  });
+  return Work(std::make_unique<AsyncTask>(std::move(state)));
+}
+
+// ---- AsyncRunner ----
+
+AsyncRunner::~AsyncRunner() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncRunner::post(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  tasks_.push_back(std::move(task));
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  cv_.notify_one();
+}
+
+void AsyncRunner::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping, and nothing left to run
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    lock.unlock();
+    task();  // catches its own errors
+    lock.lock();
+  }
+}
+
+}  // namespace collie

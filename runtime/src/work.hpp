@@ -1,0 +1,54 @@
+// What a collie::Work waits on, and the thread that runs a group's async
+// collectives.
+//
+// A point-to-point Work waits on its transport request (with the transport
+// driving the sockets in the waiting thread). An async collective runs on
+// its group's AsyncRunner, one at a time in call order, and its Work waits
+// for the runner to say it is done (its own error, if it failed, is
+// rethrown by wait()).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <collie/process_group.hpp>
+#include <collie/transport/transport.hpp>
+
+namespace collie {
+
+// Runs a group's async collectives, one at a time, in call order.
+class AsyncRunner {
+ public:
+  AsyncRunner() = default;
+  ~AsyncRunner();  // finishes what was queued, then joins
+  AsyncRunner(const AsyncRunner&) = delete;
+  AsyncRunner& operator=(const AsyncRunner&) = delete;
+  void post(std::function<void()> task);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first post
+};
+
+// The Work of an isend or irecv.
+Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
+                         transport::RequestPtr request);
+
+// Queues `task` on `runner` and returns the Work that waits for it. `what`
+// names it in a TimeoutError ("all_reduce(float32, 4, sum) #3 on world");
+// a wait without a timeout gives up after `timeout` plus 5 s (the task has
+// its own deadline of `timeout`).
+Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds timeout,
+               std::function<void()> task);
+
+}  // namespace collie
