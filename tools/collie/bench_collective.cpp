@@ -27,6 +27,7 @@
 #include "bench_plot.hpp"
 #include "collective_check.hpp"
 #include "commands.hpp"
+#include "json_out.hpp"
 
 namespace collie::cli {
 
@@ -312,24 +313,34 @@ struct Printer {
 
   void print_json(const std::vector<Result>& results, std::size_t wrong, bool interrupted,
                   double avg) {
-    std::string out = fmt::format(
-        "{{\"collie\": \"{}\", \"benchmark\": \"{}\", \"host\": \"{}\", \"ranks\": {}, "
-        "\"dtype\": \"{}\", \"op\": \"{}\", \"root\": {}, \"iterations\": {}, \"warmup\": {}, "
-        "\"check\": {}, \"time\": \"mean over iterations, maximum across ranks\",\n \"results\": [",
-        collie::version(), a.name, host_name(), ranks, dtype_name(dtype), reduce_op_name(op),
-        a.root, a.iters, a.warmup, a.check ? "true" : "false");
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      out += fmt::format(
-          "{}\n  {{\"collective\": \"{}\", \"algorithm\": \"{}\", \"chosen\": \"{}\", "
-          "\"size_bytes\": {}, \"count\": {}, \"placement\": \"{}\", \"time_us\": {:.3f}, "
-          "\"algbw_gbps\": {:.4f}, \"busbw_gbps\": {:.4f}, \"wrong\": {}}}",
-          i == 0 ? "" : ",", cs::collective_name(r.collective), r.algorithm, r.chosen, r.bytes,
-          r.count, r.in_place ? "in-place" : "out-of-place", r.time_us, r.algbw, r.busbw, r.wrong);
+    nlohmann::ordered_json doc = {{"collie", collie::version()},
+                                  {"benchmark", a.name},
+                                  {"host", host_name()},
+                                  {"ranks", ranks},
+                                  {"dtype", dtype_name(dtype)},
+                                  {"op", reduce_op_name(op)},
+                                  {"root", a.root},
+                                  {"iterations", a.iters},
+                                  {"warmup", a.warmup},
+                                  {"check", a.check},
+                                  {"time", "mean over iterations, maximum across ranks"}};
+    auto& rows = doc["results"] = nlohmann::ordered_json::array();
+    for (const auto& r : results) {
+      rows.push_back({{"collective", cs::collective_name(r.collective)},
+                      {"algorithm", r.algorithm},
+                      {"chosen", r.chosen},
+                      {"size_bytes", r.bytes},
+                      {"count", r.count},
+                      {"placement", r.in_place ? "in-place" : "out-of-place"},
+                      {"time_us", rounded(r.time_us, 3)},
+                      {"algbw_gbps", rounded(r.algbw, 4)},
+                      {"busbw_gbps", rounded(r.busbw, 4)},
+                      {"wrong", r.wrong}});
     }
-    out += fmt::format("],\n \"wrong\": {}, \"avg_busbw_gbps\": {:.4f}, \"interrupted\": {}}}\n",
-                       wrong, avg, interrupted ? "true" : "false");
-    std::fputs(out.c_str(), stdout);
+    doc["wrong"] = wrong;
+    doc["avg_busbw_gbps"] = rounded(avg, 4);
+    doc["interrupted"] = interrupted;
+    std::fputs(dump_records(doc).c_str(), stdout);
     std::fflush(stdout);
   }
 };

@@ -16,6 +16,7 @@
 #include <collie/reduce.hpp>
 
 #include "commands.hpp"
+#include "json_out.hpp"
 
 namespace collie::cli {
 
@@ -65,11 +66,11 @@ void run(const ReduceArgs& a) {
     }
   }
   if (a.json) {
-    std::printf("{\"bytes\": %zu, \"memcpy_gb_per_s\": %.2f, \"kernels\": [", bytes, copy_gbs);
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      std::printf("%s{\"dtype\": \"%s\", \"op\": \"%s\", \"gb_per_s\": %.2f}", i ? ", " : "",
-                  rows[i].dtype.c_str(), rows[i].op.c_str(), rows[i].gbs);
-    std::printf("]}\n");
+    nlohmann::ordered_json doc = {{"bytes", bytes}, {"memcpy_gb_per_s", rounded(copy_gbs, 2)}};
+    auto& kernels = doc["kernels"] = nlohmann::ordered_json::array();
+    for (const auto& r : rows)
+      kernels.push_back({{"dtype", r.dtype}, {"op", r.op}, {"gb_per_s", rounded(r.gbs, 2)}});
+    std::fputs(dump_records(doc).c_str(), stdout);
     return;
   }
   std::printf("# collie bench kernels: %zu bytes per buffer, best of %d runs\n", bytes, a.iters);

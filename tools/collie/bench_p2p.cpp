@@ -31,6 +31,7 @@
 
 #include "bench_job.hpp"
 #include "commands.hpp"
+#include "json_out.hpp"
 
 namespace collie::cli {
 
@@ -254,25 +255,25 @@ void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>&
            const std::vector<Bandwidth>& bandwidths) {
   const std::string host = host_name();
   if (a.json) {
-    std::string out = fmt::format(
-        "{{\"collie\": \"{}\", \"host\": \"{}\", \"ranks\": {}, \"latency_bytes\": {}, "
-        "\"latency_iters\": {}, \"bandwidth_bytes\": {}, \"bandwidth_iters\": {},\n "
-        "\"latency_one_way_us\": [",
-        collie::version(), host, pg.size(), a.latency_bytes, a.latency_iters, a.bandwidth_bytes,
-        a.bandwidth_iters);
-    for (std::size_t i = 0; i < latencies.size(); ++i) {
-      out += fmt::format(
-          "{}\n  {{\"name\": \"{}\", \"median\": {:.3f}, \"mean\": {:.3f}, \"p99\": {:.3f}}}",
-          i == 0 ? "" : ",", latencies[i].name, latencies[i].median_us, latencies[i].mean_us,
-          latencies[i].p99_us);
+    nlohmann::ordered_json doc = {{"collie", collie::version()},
+                                  {"host", host},
+                                  {"ranks", pg.size()},
+                                  {"transport", pg.describe_transport()},
+                                  {"latency_bytes", a.latency_bytes},
+                                  {"latency_iters", a.latency_iters},
+                                  {"bandwidth_bytes", a.bandwidth_bytes},
+                                  {"bandwidth_iters", a.bandwidth_iters}};
+    auto& lat = doc["latency_one_way_us"] = nlohmann::ordered_json::array();
+    for (const auto& l : latencies) {
+      lat.push_back({{"name", l.name},
+                     {"median", rounded(l.median_us, 3)},
+                     {"mean", rounded(l.mean_us, 3)},
+                     {"p99", rounded(l.p99_us, 3)}});
     }
-    out += "],\n \"bandwidth_gb_per_s\": [";
-    for (std::size_t i = 0; i < bandwidths.size(); ++i) {
-      out += fmt::format("{}\n  {{\"name\": \"{}\", \"gb_per_s\": {:.3f}}}", i == 0 ? "" : ",",
-                         bandwidths[i].name, bandwidths[i].gb_per_s);
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
+    auto& bw = doc["bandwidth_gb_per_s"] = nlohmann::ordered_json::array();
+    for (const auto& b : bandwidths)
+      bw.push_back({{"name", b.name}, {"gb_per_s", rounded(b.gb_per_s, 3)}});
+    std::fputs(dump_records(doc).c_str(), stdout);
     return;
   }
   std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, transport %s\n",

@@ -22,6 +22,7 @@
 
 #include "address.hpp"
 #include "commands.hpp"
+#include "json_out.hpp"
 
 namespace collie::cli {
 
@@ -275,27 +276,26 @@ void run_bench(const BenchArgs& args) {
   }
 
   if (args.json) {
-    std::string out = fmt::format(
-        "{{\"collie_version\": \"{}\", \"server\": \"{}\", \"host\": \"{}\", \"value_bytes\": {}, "
-        "\"seconds\": {},\n \"ops\": [",
-        collie::version(), where, host_name(), args.value_bytes, args.seconds);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      const auto& r = ops[i];
-      out += fmt::format(
-          "{}\n  {{\"op\": \"{}\", \"clients\": {}, \"ops_per_s\": {:.1f}, "
-          "\"p50_us\": {:.2f}, \"p99_us\": {:.2f}}}",
-          i == 0 ? "" : ",", r.op, r.clients, r.ops_per_s, r.p50_us, r.p99_us);
+    nlohmann::ordered_json doc = {{"collie_version", collie::version()},
+                                  {"server", where},
+                                  {"host", host_name()},
+                                  {"value_bytes", args.value_bytes},
+                                  {"seconds", args.seconds}};
+    auto& op_rows = doc["ops"] = nlohmann::ordered_json::array();
+    for (const auto& r : ops) {
+      op_rows.push_back({{"op", r.op},
+                         {"clients", r.clients},
+                         {"ops_per_s", rounded(r.ops_per_s, 1)},
+                         {"p50_us", rounded(r.p50_us, 2)},
+                         {"p99_us", rounded(r.p99_us, 2)}});
     }
-    out += "],\n \"rendezvous\": [";
-    for (std::size_t i = 0; i < rendezvous.size(); ++i) {
-      const auto& r = rendezvous[i];
-      out += fmt::format(
-          "{}\n  {{\"clients\": {}, \"connected_ms\": {:.2f}, \"released_ms\": "
-          "{:.2f}}}",
-          i == 0 ? "" : ",", r.clients, r.connect_ms, r.total_ms);
+    auto& meet_rows = doc["rendezvous"] = nlohmann::ordered_json::array();
+    for (const auto& r : rendezvous) {
+      meet_rows.push_back({{"clients", r.clients},
+                           {"connected_ms", rounded(r.connect_ms, 2)},
+                           {"released_ms", rounded(r.total_ms, 2)}});
     }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
+    std::fputs(dump_records(doc).c_str(), stdout);
   }
 }
 

@@ -1,6 +1,6 @@
 // Where a process finds its job: its rank, the world size, and the store.
 //
-// collie::init() (coming with the process group) starts here: it resolves
+// collie::init() (process_group.hpp) starts here: it resolves
 // an init method and the environment into a JobConfig, failing at once with
 // a message that names the variable to set when something is missing or
 // contradictory.
