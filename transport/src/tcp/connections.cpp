@@ -10,6 +10,7 @@ std::string plural_bytes(std::size_t n) {
 
 Connections::Connections(const TransportOptions& options, asio::io_context& context)
     : opt(options), io(context), pool(options.max_unexpected_bytes) {
+  peers.reserve(static_cast<std::size_t>(options.world_size));
   for (int r = 0; r < options.world_size; ++r)
     peers.emplace_back(*this, r);
   peer(options.rank).state = PeerState::Ready;  // itself, no socket

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,7 +37,8 @@ class Connections {
 
   mutable std::mutex mu;
   std::condition_variable state_cv;  // a peer's state changed (with mu)
-  std::deque<PeerStream> peers;      // by rank; this rank's own is Ready, without a socket
+  // By rank (reserved once, never reallocated); this rank's own is Ready, without a socket.
+  std::vector<PeerStream> peers;
   std::vector<int> connected;        // ranks with a socket, in the order they connected: polled
   UnexpectedPool pool;
   std::size_t paused_peers = 0;  // peers whose reading waits for queue space or a receive

@@ -20,17 +20,6 @@ constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
 constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
 
-// The first entry queued under `tag` (removed), or an empty pointer.
-template <class Map>
-typename Map::mapped_type::value_type take_first(Map& map, Tag tag) {
-  auto it = map.find(tag);
-  if (it == map.end() || it->second.empty()) return {};
-  auto first = std::move(it->second.front());
-  it->second.pop_front();
-  if (it->second.empty()) map.erase(it);
-  return first;
-}
-
 bool would_block(const std::error_code& ec) {
   return ec == asio::error::would_block || ec == asio::error::try_again;
 }
@@ -71,14 +60,11 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
     current_recv.reset();
   }
   if (current_unexpected && !current_unexpected->complete) {
-    std::erase(unexpected[current.tag], current_unexpected);
+    unexpected.erase(current.tag, current_unexpected);
     table.pool.release(*current_unexpected);
     current_unexpected.reset();
   }
-  for (auto& [tag, q] : posted)
-    for (auto& r : q)
-      table.fail_for_peer(*r, kind, reason);
-  posted.clear();
+  posted.drain([&](const TcpRequestPtr& r) { table.fail_for_peer(*r, kind, reason); });
   table.state_cv.notify_all();
   table.wake_pollers();
 }
@@ -91,7 +77,7 @@ void PeerStream::post_send(TcpRequestPtr r) {
 }
 
 void PeerStream::send_to_self(TcpRequest& r) {
-  if (auto recv = take_first(posted, r.tag)) {
+  if (auto recv = posted.take_first(r.tag)) {
     if (recv->bytes != r.bytes) {
       table.fail_size_mismatch(*recv, r.bytes, r.fingerprint);
     } else {
@@ -107,7 +93,7 @@ void PeerStream::send_to_self(TcpRequest& r) {
     if (r.bytes > 0) std::memcpy(u->data.get(), r.data, r.bytes);
     u->got = r.bytes;
     u->complete = true;
-    unexpected[r.tag].push_back(std::move(u));
+    unexpected.push(r.tag, std::move(u));
   }
   r.moved = r.bytes;
   table.complete(r);
@@ -115,26 +101,27 @@ void PeerStream::send_to_self(TcpRequest& r) {
 
 void PeerStream::flush() {
   while (!sends.empty() && state == PeerState::Ready) {
-    std::array<asio::const_buffer, kMaxPieces> pieces;
-    std::size_t n = 0;
     std::size_t asked = 0;
+    pieces_.clear();
     for (auto& r : sends) {
-      if (n + 2 > kMaxPieces) break;
+      if (pieces_.size() + 2 > kMaxPieces) break;
       if (!r->header_built) {
         wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
                      r->header.data());
         r->header_built = true;
       }
       if (r->header_sent < wire::kHeaderBytes) {
-        pieces[n++] =
-            asio::buffer(r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent);
+        pieces_.emplace_back(r->header.data() + r->header_sent,
+                             wire::kHeaderBytes - r->header_sent);
+        asked += wire::kHeaderBytes - r->header_sent;
       }
-      if (r->moved < r->bytes) pieces[n++] = asio::buffer(r->data + r->moved, r->bytes - r->moved);
+      if (r->moved < r->bytes) {
+        pieces_.emplace_back(r->data + r->moved, r->bytes - r->moved);
+        asked += r->bytes - r->moved;
+      }
     }
-    for (std::size_t i = 0; i < n; ++i)
-      asked += pieces[i].size();
     std::error_code ec;
-    const std::size_t written = socket->write_some(std::span(pieces.data(), n), ec);
+    const std::size_t written = socket->write_some(pieces_, ec);
     if (ec) {
       if (ec == asio::error::interrupted) continue;
       if (would_block(ec)) return;
@@ -166,7 +153,7 @@ void PeerStream::flush() {
 // ---- receiving ----
 
 void PeerStream::post_recv(TcpRequestPtr r) {
-  if (auto u = take_first(unexpected, r->tag)) {
+  if (auto u = unexpected.take_first(r->tag)) {
     table.pool.release(*u);
     const bool in_flight = !u->complete;
     if (u->length != r->bytes) {
@@ -192,7 +179,7 @@ void PeerStream::post_recv(TcpRequestPtr r) {
     return;
   }
   const Tag tag = r->tag;
-  posted[tag].push_back(std::move(r));
+  posted.push(tag, std::move(r));
   if (rx == Rx::Paused && current.tag == tag) table.resume_paused();
 }
 
@@ -203,7 +190,7 @@ bool PeerStream::withdraw(const TcpRequestPtr& r) {
     return true;
   }
   if (current_recv == r) return false;
-  if (auto it = posted.find(r->tag); it != posted.end()) std::erase(it->second, r);
+  posted.erase(r->tag, r);
   return true;
 }
 
@@ -255,7 +242,7 @@ void PeerStream::begin_message() {
   current_got = 0;
   current_recv.reset();
   current_unexpected.reset();
-  if (auto r = take_first(posted, h.tag)) {
+  if (auto r = posted.take_first(h.tag)) {
     if (r->bytes != h.length) {
       table.fail_size_mismatch(*r, h.length, h.fingerprint);
     } else {
@@ -271,7 +258,7 @@ void PeerStream::begin_message() {
       return;
     }
     auto u = table.pool.hold(h.length, h.fingerprint);
-    unexpected[h.tag].push_back(u);
+    unexpected.push(h.tag, u);
     current_unexpected = std::move(u);
   }
   rx = Rx::Payload;
@@ -363,10 +350,9 @@ void PeerStream::receive() {
 
 void PeerStream::queued_fingerprints(Tag tag,
                                      std::vector<std::pair<int, std::uint64_t>>& out) const {
-  auto it = unexpected.find(tag);
-  if (it == unexpected.end()) return;
-  for (const auto& u : it->second)
-    out.emplace_back(rank, u->fingerprint);
+  if (const auto* queued = unexpected.find(tag))
+    for (const auto& u : *queued)
+      out.emplace_back(rank, u->fingerprint);
 }
 
 }  // namespace collie::transport::tcp

@@ -25,13 +25,13 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <asio/ip/tcp.hpp>
 
 #include "request.hpp"
+#include "tag_queues.hpp"
 #include "unexpected_pool.hpp"
 #include "wire.hpp"
 
@@ -85,6 +85,7 @@ struct PeerStream {
   // Sending.
   std::deque<TcpRequestPtr> sends;
   std::uint64_t send_sequence = 0;
+  std::vector<asio::const_buffer> pieces_;  // flush()'s, kept: no allocation per write
   // Receiving.
   std::vector<std::uint8_t> staging;
   std::size_t staged_begin = 0;
@@ -95,8 +96,8 @@ struct PeerStream {
   TcpRequestPtr current_recv;
   std::shared_ptr<Unexpected> current_unexpected;
   std::uint64_t recv_sequence = 0;
-  std::unordered_map<Tag, std::deque<TcpRequestPtr>> posted;
-  std::unordered_map<Tag, std::deque<std::shared_ptr<Unexpected>>> unexpected;
+  TagQueues<TcpRequestPtr> posted;
+  TagQueues<std::shared_ptr<Unexpected>> unexpected;
 
  private:
   // Consumes the staging buffer. False if the stream paused or failed.

@@ -72,8 +72,11 @@ bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
       }
     } leave{table_};
     const auto spin_until = Clock::now() + table_.opt.spin;
-    std::vector<pollfd> fds;
-    std::vector<int> who;
+    // Kept by the thread between waits: no allocation per wait. (A wait
+    // never runs inside another on one thread: consumers may not call the
+    // transport.)
+    static thread_local std::vector<pollfd> fds;
+    static thread_local std::vector<int> who;
     while (r.pending()) {
       auto now = Clock::now();
       if (now >= deadline) break;

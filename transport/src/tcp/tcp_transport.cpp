@@ -193,9 +193,8 @@ TcpTransport::~TcpTransport() {
     const std::string reason = "the transport was shut down on this rank";
     for (auto& r : p.sends)
       m.table.fail_for_peer(*r, ErrorKind::Connection, reason);
-    for (auto& [tag, q] : p.posted)
-      for (auto& r : q)
-        m.table.fail_for_peer(*r, ErrorKind::Connection, reason);
+    p.posted.drain(
+        [&](const TcpRequestPtr& r) { m.table.fail_for_peer(*r, ErrorKind::Connection, reason); });
     if (p.current_recv) m.table.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
     std::error_code ignored;
     if (p.socket) p.socket->shutdown(asio::socket_base::shutdown_send, ignored);
