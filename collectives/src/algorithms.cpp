@@ -42,7 +42,8 @@ namespace {
 std::string normalized(std::string_view name) {
   std::string out;
   for (char ch : name)
-    if (ch != '_' && ch != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (ch != '_' && ch != '-')
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return out;
 }
 
@@ -136,8 +137,7 @@ bool has_root(Collective c) {
 }
 
 bool reduces(Collective c) {
-  return c == Collective::Reduce || c == Collective::AllReduce ||
-         c == Collective::ReduceScatter;
+  return c == Collective::Reduce || c == Collective::AllReduce || c == Collective::ReduceScatter;
 }
 
 Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
@@ -260,17 +260,21 @@ void check_final_state(Collective c, int world, std::size_t count, int root,
     const bool is_root = r == root;
     switch (c) {
       case Collective::Broadcast:
-        for (std::size_t i = 0; i < count; ++i) expect(i, Contribution{root});
+        for (std::size_t i = 0; i < count; ++i)
+          expect(i, Contribution{root});
         break;
       case Collective::Reduce:
         if (is_root)
-          for (std::size_t i = 0; i < count; ++i) expect(i, everyone);
+          for (std::size_t i = 0; i < count; ++i)
+            expect(i, everyone);
         break;
       case Collective::AllReduce:
-        for (std::size_t i = 0; i < count; ++i) expect(i, everyone);
+        for (std::size_t i = 0; i < count; ++i)
+          expect(i, everyone);
         break;
       case Collective::ReduceScatter:
-        for (std::size_t i = 0; i < count; ++i) expect(l.output.offset + i, everyone);
+        for (std::size_t i = 0; i < count; ++i)
+          expect(l.output.offset + i, everyone);
         break;
       case Collective::Gather:
         if (!is_root) break;
@@ -280,7 +284,8 @@ void check_final_state(Collective c, int world, std::size_t count, int root,
           expect(l.output.offset + i, Contribution{static_cast<int>(i / count)});
         break;
       case Collective::Scatter:
-        for (std::size_t i = 0; i < count; ++i) expect(l.output.offset + i, Contribution{r});
+        for (std::size_t i = 0; i < count; ++i)
+          expect(l.output.offset + i, Contribution{r});
         break;
       case Collective::AllToAll:
         for (std::size_t i = 0; i < l.output.count; ++i)
@@ -290,8 +295,8 @@ void check_final_state(Collective c, int world, std::size_t count, int root,
         Contribution heard = b.at(0);
         heard.erase(std::unique(heard.begin(), heard.end()), heard.end());
         if (heard != everyone)
-          throw Error(fmt::format("barrier: rank {} has heard from {{{}}} only", r,
-                                  fmt::join(heard, ",")));
+          throw Error(
+              fmt::format("barrier: rank {} has heard from {{{}}} only", r, fmt::join(heard, ",")));
         break;
       }
     }

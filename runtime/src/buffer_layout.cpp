@@ -19,8 +19,10 @@ Range touched_below(const Schedule& s, std::size_t limit) {
     hi = std::max(hi, std::min(r.offset + r.count, limit));
   };
   for (const auto& st : s.steps) {
-    for (const auto& t : st.sends) see(t.range);
-    for (const auto& t : st.recvs) see(t.range);
+    for (const auto& t : st.sends)
+      see(t.range);
+    for (const auto& t : st.recvs)
+      see(t.range);
     for (const auto& c : st.copies) {
       see(c.from);
       see(c.to);

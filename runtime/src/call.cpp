@@ -29,9 +29,10 @@ static_assert(std::size(collectives::kAlgorithms) <= kAlgorithmMask + 1);
 
 std::uint64_t field(std::uint64_t value, std::uint64_t mask, const char* what) {
   if (value > mask) {
-    throw Error(fmt::format("internal: the call fingerprint has {} bits for the {}, and {} does "
-                            "not fit: widen its field (runtime/src/call.hpp)",
-                            std::bit_width(mask), what, value));
+    throw Error(
+        fmt::format("internal: the call fingerprint has {} bits for the {}, and {} does "
+                    "not fit: widen its field (runtime/src/call.hpp)",
+                    std::bit_width(mask), what, value));
   }
   return value;
 }

@@ -45,9 +45,10 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call) {
   {
     std::lock_guard lock(g.broken_mu);
     if (!g.broken.empty())
-      throw Error(fmt::format("rank {}: {} on {}: the group is unusable since an earlier "
-                              "collective failed: {}",
-                              g.rank, describe(call.signature(), false), g.name, g.broken));
+      throw Error(
+          fmt::format("rank {}: {} on {}: the group is unusable since an earlier "
+                      "collective failed: {}",
+                      g.rank, describe(call.signature(), false), g.name, g.broken));
   }
   auto what = [&] {
     return fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name);
@@ -106,28 +107,30 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
 
 void ProcessGroup::check_equal(Collective c, std::size_t input, std::size_t output) const {
   if (input != output) {
-    throw Error(fmt::format("rank {}: {}: the output has {} elements, the input {}: they must be "
-                            "equal",
-                            rank(), collectives::collective_name(c), output, input));
+    throw Error(
+        fmt::format("rank {}: {}: the output has {} elements, the input {}: they must be "
+                    "equal",
+                    rank(), collectives::collective_name(c), output, input));
   }
 }
 
 void ProcessGroup::check_blocks(Collective c, std::size_t blocks, std::size_t block) const {
   const auto n = static_cast<std::size_t>(size());
   if (blocks != n * block) {
-    throw Error(fmt::format("rank {}: {}: a buffer of {} elements for {} ranks of {}: it must "
-                            "hold {} x {} = {}",
-                            rank(), collectives::collective_name(c), blocks, n, block, n, block,
-                            n * block));
+    throw Error(fmt::format(
+        "rank {}: {}: a buffer of {} elements for {} ranks of {}: it must "
+        "hold {} x {} = {}",
+        rank(), collectives::collective_name(c), blocks, n, block, n, block, n * block));
   }
 }
 
 std::size_t ProcessGroup::check_all_to_all(std::size_t input, std::size_t output) const {
   const auto n = static_cast<std::size_t>(size());
   if (input != output || n == 0 || input % n != 0) {
-    throw Error(fmt::format("rank {}: all_to_all: input of {} and output of {} elements: both "
-                            "must hold {} equal blocks",
-                            rank(), input, output, n));
+    throw Error(
+        fmt::format("rank {}: all_to_all: input of {} and output of {} elements: both "
+                    "must hold {} equal blocks",
+                    rank(), input, output, n));
   }
   return input / n;
 }
@@ -171,15 +174,15 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   // The runner is the group's own, and finishes its queue before the group
   // goes: a plain pointer (a shared one would let the group die on its own
   // thread).
-  return run_async(g.runner,
-                   fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence,
-                               g.name),
-                   call.timeout, [impl = &g, call] { execute_checked(*impl, call); });
+  return run_async(
+      g.runner,
+      fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name),
+      call.timeout, [impl = &g, call] { execute_checked(*impl, call); });
 }
 
 void ProcessGroup::barrier(const CollectiveOptions& o) {
-  run_collective(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1, ReduceOp::BitwiseOr,
-                 0, o, false);
+  run_collective(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1, ReduceOp::BitwiseOr, 0,
+                 o, false);
 }
 
 Work ProcessGroup::barrier_async(const CollectiveOptions& o) {

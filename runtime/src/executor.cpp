@@ -34,7 +34,8 @@ class Executor {
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
         deadline_(Clock::now() + call.timeout),
         trace_(g.world->tracer.get()) {
-    for (std::size_t i = 0; i < kWindow; ++i) free_slots_.push_back(i);
+    for (std::size_t i = 0; i < kWindow; ++i)
+      free_slots_.push_back(i);
     std::lock_guard lock(g_.slots_mu);
     for (auto& slot : slots_) {
       if (g_.spare_slots.empty()) break;
@@ -47,7 +48,8 @@ class Executor {
     abandon();
     std::lock_guard lock(g_.slots_mu);
     for (auto& slot : slots_)
-      if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow) g_.spare_slots.push_back(std::move(slot));
+      if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow)
+        g_.spare_slots.push_back(std::move(slot));
   }
 
   void run(const Schedule& schedule) {
@@ -105,7 +107,8 @@ class Executor {
   int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
 
   std::chrono::milliseconds remaining() const {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     return std::max(left, std::chrono::milliseconds(0));
   }
 
@@ -114,10 +117,11 @@ class Executor {
     const auto other = decode_fingerprint(theirs);
     // The algorithm matters only when it is all that differs.
     const bool algo = describe(mine, false) == describe(other, false);
-    return fmt::format("rank {}: collective #{} on {} does not match: rank {} called {} but rank {} "
-                       "called {}",
-                       g_.rank, call_.sequence, g_.name, from, describe(other, algo), g_.rank,
-                       describe(mine, algo));
+    return fmt::format(
+        "rank {}: collective #{} on {} does not match: rank {} called {} but rank {} "
+        "called {}",
+        g_.rank, call_.sequence, g_.name, from, describe(other, algo), g_.rank,
+        describe(mine, algo));
   }
 
   // Waits for a request with group rank `with`; remembers who failed.
@@ -174,10 +178,10 @@ class Executor {
       throw MismatchError(mismatch(from, theirs));
     }
     if (size_differs) {
-      throw MismatchError(fmt::format(
-          "{}; both ranks called {}, so they cut it into different segments: set "
-          "COLLIE_SEGMENT_BYTES alike on every rank",
-          size_error, describe(call_.signature(), true)));
+      throw MismatchError(
+          fmt::format("{}; both ranks called {}, so they cut it into different segments: set "
+                      "COLLIE_SEGMENT_BYTES alike on every rank",
+                      size_error, describe(call_.signature(), true)));
     }
   }
 
@@ -223,7 +227,8 @@ class Executor {
     }
     for (const auto& n : notices) {
       try {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
         transport_.wait(n.request, std::max(left, std::chrono::milliseconds(0)));
       } catch (const std::exception& e) {
         collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, n.peer,
@@ -269,7 +274,8 @@ class Executor {
     const bool snap = collectives::receives_overlap_sends(step);
     if (snap) {
       std::size_t total = 0;
-      for (const auto& t : step.sends) total += t.range.count;
+      for (const auto& t : step.sends)
+        total += t.range.count;
       snapshot.resize(total * esize_);
     }
     std::size_t used = 0;
@@ -331,15 +337,17 @@ class Executor {
       post_more();
       if (trace_ && (i + 1 == segments.size() || segments[i + 1].transfer != s.transfer)) {
         const auto& t = step.recvs[s.transfer];
-        trace_->event(Tracer::Kind::Recv, recv_begin, mark(), index, t.peer,
-                      t.range.count * esize_, t.combine == Combine::Reduce);
+        trace_->event(Tracer::Kind::Recv, recv_begin, mark(), index, t.peer, t.range.count * esize_,
+                      t.combine == Combine::Reduce);
       }
     }
     const auto wait_begin = mark();
-    for (const auto& send : sends_) wait(send.request, send.peer);
+    for (const auto& send : sends_)
+      wait(send.request, send.peer);
     if (trace_) {
       const auto end = mark();
-      if (!step.sends.empty()) trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
+      if (!step.sends.empty())
+        trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
       trace_->event(Tracer::Kind::Step, step_begin, end, index, -1, 0);
     }
     sends_.clear();
@@ -370,7 +378,7 @@ class Executor {
   std::uint64_t fingerprint_;
   std::size_t segment_;  // elements
   Clock::time_point deadline_;
-  Tracer* trace_;  // null: not tracing
+  Tracer* trace_;               // null: not tracing
   std::vector<Pending> sends_;  // this step's, until waited for
   std::vector<Pending> recvs_;
   int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)

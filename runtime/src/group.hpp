@@ -31,10 +31,10 @@ struct World {
 
 struct ProcessGroup::Impl {
   std::shared_ptr<World> world;
-  std::string name;          // "world", "group 1 [0, 2]"
-  std::vector<int> members;  // group rank -> world rank
-  int rank = -1;             // this process's group rank; -1: not a member
-  std::uint32_t slot = 0;    // tag space: 0 for the world
+  std::string name;               // "world", "group 1 [0, 2]"
+  std::vector<int> members;       // group rank -> world rank
+  int rank = -1;                  // this process's group rank; -1: not a member
+  std::uint32_t slot = 0;         // tag space: 0 for the world
   std::uint32_t trace_group = 0;  // the tracer's number for `name` (when tracing)
   std::atomic<std::uint64_t> sequence{0};
   std::atomic<std::uint32_t> children{0};

@@ -94,8 +94,8 @@ std::size_t parse_bytes(const std::string& text, const char* name) {
   if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024;
   if (unit == "M" || unit == "MiB") scale = std::size_t{1} << 20;
   if (used == 0 || scale == 0) {
-    throw Error(fmt::format("collie::init: {}='{}' is not a size (bytes, or with K or M)", name,
-                            text));
+    throw Error(
+        fmt::format("collie::init: {}='{}' is not a size (bytes, or with K or M)", name, text));
   }
   return static_cast<std::size_t>(value) * scale;
 }
@@ -257,14 +257,16 @@ AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_
     if (item.empty()) continue;
     const auto colon = item.find(':');
     if (colon == std::string_view::npos) {
-      throw Error(fmt::format("collie::init: {}: '{}' is not COLLECTIVE:ALGORITHM (for example "
-                              "all_reduce:ring,broadcast:tree)",
-                              source, item));
+      throw Error(
+          fmt::format("collie::init: {}: '{}' is not COLLECTIVE:ALGORITHM (for example "
+                      "all_reduce:ring,broadcast:tree)",
+                      source, item));
     }
     const auto c = collectives::parse_collective(item.substr(0, colon));
     if (!c) {
       std::vector<std::string_view> all;
-      for (auto known : collectives::kCollectives) all.push_back(collectives::collective_name(known));
+      for (auto known : collectives::kCollectives)
+        all.push_back(collectives::collective_name(known));
       throw Error(fmt::format("collie::init: {}: no collective '{}'; collectives: {}", source,
                               item.substr(0, colon), fmt::join(all, ", ")));
     }

@@ -46,9 +46,10 @@ std::string advertised_address(const JobConfig& config) {
 
 void ProcessGroup::Impl::require_member(std::string_view what) const {
   if (rank >= 0) return;
-  throw Error(fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
-                          "only the ranks given to new_group may use the group",
-                          world->config.rank, what, name));
+  throw Error(
+      fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
+                  "only the ranks given to new_group may use the group",
+                  world->config.rank, what, name));
 }
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -125,8 +126,8 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   std::vector<bool> seen(static_cast<std::size_t>(n), false);
   for (int r : ranks) {
     if (r < 0 || r >= n)
-      throw Error(fmt::format("new_group: rank {} is not in {} (ranks 0 to {})", r, parent.name,
-                              n - 1));
+      throw Error(
+          fmt::format("new_group: rank {} is not in {} (ranks 0 to {})", r, parent.name, n - 1));
     if (seen[static_cast<std::size_t>(r)])
       throw Error(fmt::format("new_group: rank {} is listed twice", r));
     seen[static_cast<std::size_t>(r)] = true;
@@ -207,7 +208,8 @@ ProcessGroup init(const InitOptions& options) {
   group->name = "world";
   if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
   group->rank = config.rank;
-  for (int r = 0; r < config.world_size; ++r) group->members.push_back(r);
+  for (int r = 0; r < config.world_size; ++r)
+    group->members.push_back(r);
   return ProcessGroup(std::move(group));
 }
 

@@ -273,7 +273,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     server_proof_ok_ =
         have_token &&
         crypto::digests_equal(hello.proof,
-                           auth::server_proof(options_.token, client_nonce_, hello.nonce));
+                              auth::server_proof(options_.token, client_nonce_, hello.nonce));
     proof_out_ =
         have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce) : wire::Proof{};
     auto self = shared_from_this();
@@ -617,8 +617,8 @@ AsyncStoreClient::RequestId AsyncStoreClient::multi_set(std::span<const std::str
                                                         std::span<const std::string> values,
                                                         Handler<Done> done) {
   if (keys.size() != values.size()) {
-    throw ArgumentError(fmt::format(
-        "store multi_set: {} keys but {} values; they must pair up", keys.size(), values.size()));
+    throw ArgumentError(fmt::format("store multi_set: {} keys but {} values; they must pair up",
+                                    keys.size(), values.size()));
   }
   auto request = key_list(wire::Op::MultiSet, keys);
   request.values.assign(values.begin(), values.end());

@@ -1,6 +1,5 @@
-#include <collie/store/prefix_store.hpp>
-
 #include <collie/error.hpp>
+#include <collie/store/prefix_store.hpp>
 
 namespace collie::store {
 

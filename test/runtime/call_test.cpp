@@ -1,13 +1,13 @@
 // The call fingerprint every collective message carries: every signature
 // there is survives encoding, different calls get different fingerprints,
 // and a value that does not fit fails loudly instead of aliasing another.
+#include "call.hpp"
+
 #include <set>
 
 #include <catch2/catch.hpp>
 
 #include <collie/error.hpp>
-
-#include "call.hpp"
 
 using collie::Signature;
 
@@ -19,7 +19,8 @@ TEST_CASE("call fingerprints round-trip every collective, dtype, op and algorith
       for (auto op : collie::kReduceOps)
         for (auto a : collie::collectives::kAlgorithms)
           for (int root : {0, 1, 16383})
-            for (std::uint64_t count : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{0xffffffff}}) {
+            for (std::uint64_t count :
+                 {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{0xffffffff}}) {
               const Signature s{c, d, op, a, root, count};
               const auto f = collie::fingerprint(s);
               const auto back = collie::decode_fingerprint(f);
@@ -41,8 +42,11 @@ TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "
   CHECK(collie::is_failure_notice(notice));
   CHECK(collie::failed_rank(notice) == 1234);
   // Root and count keep their low bits.
-  const Signature big{collie::collectives::Collective::Broadcast, collie::DataType::Float32,
-                      collie::ReduceOp::Sum, collie::collectives::Algorithm::Tree, 16384 + 5,
+  const Signature big{collie::collectives::Collective::Broadcast,
+                      collie::DataType::Float32,
+                      collie::ReduceOp::Sum,
+                      collie::collectives::Algorithm::Tree,
+                      16384 + 5,
                       (std::uint64_t{1} << 32) + 7};
   const auto back = collie::decode_fingerprint(collie::fingerprint(big));
   CHECK(back.root == 5);

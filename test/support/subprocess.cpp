@@ -11,7 +11,6 @@
 
 #include "collie/exec_args.hpp"  // tools/collie/
 
-
 namespace collie::test {
 
 namespace {
@@ -163,8 +162,8 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
 }
 
 RunResult launch_ranks(const std::string& collie_path, int ranks,
-                       const std::vector<std::string>& program,
-                       const std::vector<std::string>& env, std::chrono::milliseconds timeout) {
+                       const std::vector<std::string>& program, const std::vector<std::string>& env,
+                       std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {collie_path, "launch", "-n", std::to_string(ranks), "--"};
   argv.insert(argv.end(), program.begin(), program.end());
   return run(argv, env, {}, timeout);

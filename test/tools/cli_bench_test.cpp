@@ -34,7 +34,8 @@ std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
   std::string field;
   std::istringstream in(text);
-  while (std::getline(in, field, sep)) out.push_back(field);
+  while (std::getline(in, field, sep))
+    out.push_back(field);
   return out;
 }
 
@@ -49,7 +50,8 @@ std::vector<std::map<std::string, std::string>> csv_rows(const std::string& text
     const auto f = split(lines[i], ',');
     REQUIRE(f.size() == header.size());
     std::map<std::string, std::string> row;
-    for (std::size_t j = 0; j < f.size(); ++j) row[header[j]] = f[j];
+    for (std::size_t j = 0; j < f.size(); ++j)
+      row[header[j]] = f[j];
     rows.push_back(row);
   }
   return rows;
@@ -57,7 +59,9 @@ std::vector<std::map<std::string, std::string>> csv_rows(const std::string& text
 
 }  // namespace
 
-TEST_CASE("bench all_reduce stand-alone: a row per size and placement, all checked, bus factor 2(n-1)/n") {
+TEST_CASE(
+    "bench all_reduce stand-alone: a row per size and placement, all checked, bus factor "
+    "2(n-1)/n") {
   const auto r = bench({"all_reduce", "--ranks", "3", "-b", "4", "-e", "1K", "-f", "4", "-n", "2",
                         "-w", "1", "--csv"});
   INFO(r.out << r.err);
@@ -101,9 +105,9 @@ TEST_CASE("bench all: every collective and every algorithm, in the table, with a
 }
 
 TEST_CASE("bench under collie launch uses the job's ranks, JSON names every cell") {
-  const auto r = run({kCollie, "launch", "-n", "4", "--", kCollie, "bench", "reduce_scatter",
-                      "-b", "16", "-e", "256", "-f", "16", "-n", "1", "-w", "0", "-d", "int32",
-                      "-o", "max", "--json"},
+  const auto r = run({kCollie, "launch", "-n", "4",     "--", kCollie, "bench", "reduce_scatter",
+                      "-b",    "16",     "-e", "256",   "-f", "16",    "-n",    "1",
+                      "-w",    "0",      "-d", "int32", "-o", "max",   "--json"},
                      {}, {}, 120s);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -118,12 +122,13 @@ TEST_CASE("bench under collie launch uses the job's ranks, JSON names every cell
 }
 
 TEST_CASE("bench: a wrong element is counted in #wrong and fails the command") {
-  const auto r = bench({"all_gather", "--ranks", "2", "-b", "8", "-e", "32", "-n", "1", "-w", "0",
-                        "--csv"},
-                       {"COLLIE_BENCH_SPOIL_RANK=1"});
+  const auto r =
+      bench({"all_gather", "--ranks", "2", "-b", "8", "-e", "32", "-n", "1", "-w", "0", "--csv"},
+            {"COLLIE_BENCH_SPOIL_RANK=1"});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
-  for (const auto& row : csv_rows(r.out)) CHECK(row.at("wrong") == "1");
+  for (const auto& row : csv_rows(r.out))
+    CHECK(row.at("wrong") == "1");
   CHECK(r.err.find("wrong result: rank 1: element 0") != std::string::npos);
   CHECK(r.err.find("3 wrong elements") != std::string::npos);
 }
@@ -136,9 +141,9 @@ TEST_CASE("bench --plot draws the sizes and a baseline, bad baselines are named"
     std::ofstream out(base);
     out << "size,busbw\n8,0.001\n1024,0.1\n";
   }
-  const auto r = bench({"broadcast", "--ranks", "2", "-b", "8", "-e", "1K", "-f", "4", "-n", "1",
-                        "-w", "0", "--algo", "tree,ring", "--plot", svg.string(), "--baseline",
-                        "mpi=" + base.string()});
+  const auto r =
+      bench({"broadcast", "--ranks", "2", "-b", "8", "-e", "1K", "-f", "4", "-n", "1", "-w", "0",
+             "--algo", "tree,ring", "--plot", svg.string(), "--baseline", "mpi=" + base.string()});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   std::ifstream in(svg);
@@ -164,7 +169,8 @@ TEST_CASE("bench --plot draws the sizes and a baseline, bad baselines are named"
 TEST_CASE("bench: impossible requests fail before any rank starts, listing what exists") {
   auto r = bench({"gather", "--algo", "ring"});
   CHECK(r.exit_code == 1);
-  CHECK(r.err.find("gather has no algorithm 'ring'; it has: auto, tree, linear") != std::string::npos);
+  CHECK(r.err.find("gather has no algorithm 'ring'; it has: auto, tree, linear") !=
+        std::string::npos);
   r = bench({"all_reduce", "-d", "complex64"});
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("unknown dtype 'complex64'") != std::string::npos);
@@ -208,12 +214,14 @@ TEST_CASE("bench: SIGINT stops after the row being measured and keeps the rows s
   REQUIRE(r);
   INFO(r->out << r->err);
   CHECK(r->exit_code == 130);
-  CHECK(r->out.find("# Interrupted: the rows above are those measured so far") != std::string::npos);
+  CHECK(r->out.find("# Interrupted: the rows above are those measured so far") !=
+        std::string::npos);
   CHECK(r->out.find("# Avg bus bandwidth") != std::string::npos);
   CHECK(r->out.find("1073741824") == std::string::npos);  // it did not reach 1 GiB
 }
 
-TEST_CASE("bench stand-alone: a rank killed mid-sweep fails the command within seconds, naming it") {
+TEST_CASE(
+    "bench stand-alone: a rank killed mid-sweep fails the command within seconds, naming it") {
   Subprocess p({kCollie, "bench", "all_reduce", "--ranks", "2", "-b", "8", "-e", "1G", "-n", "50",
                 "-w", "0", "-c", "0"});
   bool row = false;

@@ -3,10 +3,10 @@
 // launcher's store on a free port.
 #include <algorithm>
 #include <csignal>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
@@ -130,9 +130,11 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
   // Every figure was measured: none is zero.
   const auto doc = nlohmann::json::parse(r.out);
   CHECK(doc.at("latency_one_way_us").size() == 3);
-  for (const auto& l : doc.at("latency_one_way_us")) CHECK(l.at("median").get<double>() > 0);
+  for (const auto& l : doc.at("latency_one_way_us"))
+    CHECK(l.at("median").get<double>() > 0);
   CHECK(doc.at("bandwidth_gb_per_s").size() == 2);
-  for (const auto& b : doc.at("bandwidth_gb_per_s")) CHECK(b.at("gb_per_s").get<double>() > 0);
+  for (const auto& b : doc.at("bandwidth_gb_per_s"))
+    CHECK(b.at("gb_per_s").get<double>() > 0);
   CHECK_THAT(doc.at("transport").get<std::string>(), Catch::StartsWith("tcp on "));
 
   std::vector<std::string> program = {kCollie, "bench", "p2p"};

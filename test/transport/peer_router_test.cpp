@@ -91,7 +91,8 @@ TEST_CASE("peer router: every pair talks through the backend chosen for it", "[r
     }
     for (int p = 0; p < kWorld; ++p) {
       const auto& v = out[static_cast<std::size_t>(p)];
-      requests.push_back(t.isend(p, 5, v.data(), v.size() * sizeof(int), 40u + static_cast<unsigned>(r)));
+      requests.push_back(
+          t.isend(p, 5, v.data(), v.size() * sizeof(int), 40u + static_cast<unsigned>(r)));
     }
     for (auto& q : requests)
       t.wait(q);

@@ -27,8 +27,8 @@
 using namespace std::chrono_literals;
 using Mesh = collie::transport::TcpTransport;
 using MeshOptions = collie::transport::TransportOptions;
-using collie::transport::RequestPtr;
 using collie::test::expect;
+using collie::transport::RequestPtr;
 
 namespace {
 
@@ -628,10 +628,9 @@ TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that thr
       }
       expect(unused.pieces.empty(), "a message of the wrong size reached the consumer");
       try {
-        m.wait(m.irecv_consume(0, 3, 200000,
-                               [](std::size_t, std::span<const std::byte>) {
-                                 throw std::runtime_error("no room for it");
-                               }));
+        m.wait(m.irecv_consume(0, 3, 200000, [](std::size_t, std::span<const std::byte>) {
+          throw std::runtime_error("no room for it");
+        }));
       } catch (const collie::RequestError& e) {
         threw = e.what();
       }

@@ -85,7 +85,7 @@ void on_signal(int) {
 }
 
 void catch_interrupts() {
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the process at once
@@ -144,7 +144,8 @@ std::vector<std::size_t> sizes_for(const Args& a, Collective c, std::size_t esiz
   if (c == Collective::Barrier) return {0};
   const std::size_t unit = esize * (blocked(c) ? static_cast<std::size_t>(n) : 1);
   std::vector<std::size_t> out;
-  for (double s = static_cast<double>(a.min_bytes); s <= static_cast<double>(a.max_bytes) * 1.0000001;
+  for (double s = static_cast<double>(a.min_bytes);
+       s <= static_cast<double>(a.max_bytes) * 1.0000001;
        s = a.step_bytes > 0 ? s + static_cast<double>(a.step_bytes) : s * a.factor) {
     auto bytes = static_cast<std::size_t>(s) / unit * unit;
     bytes = std::max(bytes, unit);
@@ -184,7 +185,8 @@ struct Printer {
     const std::string what = what_of();
     last_progress = now;
     const int width = 30;
-    const double done = rows_total == 0 ? 1 : static_cast<double>(rows_done) / static_cast<double>(rows_total);
+    const double done =
+        rows_total == 0 ? 1 : static_cast<double>(rows_done) / static_cast<double>(rows_total);
     const int filled = static_cast<int>(done * width);
     std::fprintf(stderr, "\r\033[K[%s%s] %zu/%zu rows, %.1f s  %.*s",
                  std::string(static_cast<std::size_t>(filled), '#').c_str(),
@@ -204,19 +206,22 @@ struct Printer {
     }
     if (!table()) return;
     std::string algos;
-    for (const auto& s : a.algos) algos += (algos.empty() ? "" : ",") + s;
+    for (const auto& s : a.algos)
+      algos += (algos.empty() ? "" : ",") + s;
     std::printf("# collie %s bench %s: %d ranks on %s (%s)\n", collie::version(), a.name.c_str(),
                 pg.size(), host_name().c_str(), how.c_str());
-    std::printf("#  dtype %s, op %s, root %d, algorithm %s; sizes %s to %s, %s; %d iterations "
-                "after %d warm-up; check %s\n",
-                std::string(dtype_name(dtype)).c_str(), std::string(reduce_op_name(op)).c_str(),
-                a.root, algos.c_str(), size_label(static_cast<double>(a.min_bytes)).c_str(),
-                size_label(static_cast<double>(a.max_bytes)).c_str(),
-                a.step_bytes > 0 ? fmt::format("step {} B", a.step_bytes).c_str()
-                                 : fmt::format("factor {:g}", a.factor).c_str(),
-                a.iters, a.warmup, a.check ? "on" : "off");
-    std::printf("#  time: the mean over the iterations, the maximum across ranks; algbw = size / "
-                "time; busbw = algbw x bus factor\n#\n");
+    std::printf(
+        "#  dtype %s, op %s, root %d, algorithm %s; sizes %s to %s, %s; %d iterations "
+        "after %d warm-up; check %s\n",
+        std::string(dtype_name(dtype)).c_str(), std::string(reduce_op_name(op)).c_str(), a.root,
+        algos.c_str(), size_label(static_cast<double>(a.min_bytes)).c_str(),
+        size_label(static_cast<double>(a.max_bytes)).c_str(),
+        a.step_bytes > 0 ? fmt::format("step {} B", a.step_bytes).c_str()
+                         : fmt::format("factor {:g}", a.factor).c_str(),
+        a.iters, a.warmup, a.check ? "on" : "off");
+    std::printf(
+        "#  time: the mean over the iterations, the maximum across ranks; algbw = size / "
+        "time; busbw = algbw x bus factor\n#\n");
     std::fflush(stdout);
   }
 
@@ -227,9 +232,9 @@ struct Printer {
                 std::string(bus_factor_text(c)).c_str());
     std::printf("# %10s %12s %8s %6s %5s  %-*s %-31s %-31s\n", "", "", "", "", "", w, "",
                 has_out_of_place ? "    out-of-place" : "", has_in_place ? "    in-place" : "");
-    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size",
-                "count", "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong",
-                "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
+                "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong", "time",
+                "algbw", "busbw", "#wrong");
     std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)",
                 "(elements)", "", "", "", w, "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
                 "(GB/s)", "");
@@ -244,13 +249,12 @@ struct Printer {
     if (a.csv) {
       for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
         if (x == nullptr) continue;
-        std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu\n",
-                    std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
-                    x->chosen.c_str(), ranks, x->bytes, x->count,
-                    std::string(dtype_name(dtype)).c_str(),
-                    reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
-                    x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw,
-                    x->wrong);
+        std::printf(
+            "%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu\n",
+            std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
+            x->chosen.c_str(), ranks, x->bytes, x->count, std::string(dtype_name(dtype)).c_str(),
+            reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
+            x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw, x->wrong);
       }
       std::fflush(stdout);
       return;
@@ -262,8 +266,7 @@ struct Printer {
       return fmt::format("{:>8.2f} {:>7.3f} {:>7.3f} {:>6}", x->time_us, x->algbw, x->busbw,
                          x->wrong);
     };
-    const std::string algo =
-        r.algorithm == "auto" ? fmt::format("auto:{}", r.chosen) : r.chosen;
+    const std::string algo = r.algorithm == "auto" ? fmt::format("auto:{}", r.chosen) : r.chosen;
     std::printf("  %10zu %12zu %8s %6s %5d  %-*s %s %s\n", r.bytes, r.count,
                 std::string(dtype_name(dtype)).c_str(),
                 reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
@@ -281,10 +284,9 @@ struct Printer {
       sum += r.busbw;
       ++cells;
       const bool by_algorithm = several_algorithms(a);
-      const std::string key =
-          fmt::format("{}{}{}", a.collectives.size() > 1 ? cs::collective_name(r.collective) : "",
-                      a.collectives.size() > 1 && by_algorithm ? " " : "",
-                      by_algorithm ? r.algorithm : "");
+      const std::string key = fmt::format(
+          "{}{}{}", a.collectives.size() > 1 ? cs::collective_name(r.collective) : "",
+          a.collectives.size() > 1 && by_algorithm ? " " : "", by_algorithm ? r.algorithm : "");
       auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == key; });
       if (it == per.end()) {
         per.push_back({key, {0.0, 0}});
@@ -353,10 +355,12 @@ void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Resu
     if (r.collective == Collective::Barrier) continue;
     // Out-of-place where a collective has it, else in-place.
     if (r.in_place == check::has_out_of_place_form(r.collective)) continue;
-    std::string label = a.collectives.size() > 1 ? std::string(cs::collective_name(r.collective)) : "";
+    std::string label =
+        a.collectives.size() > 1 ? std::string(cs::collective_name(r.collective)) : "";
     if (a.collectives.size() == 1 || several_algorithms(a))
       label += (label.empty() ? "" : " ") + std::string("collie ") + r.algorithm;
-    auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.label == label; });
+    auto it =
+        std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.label == label; });
     if (it == series.end()) {
       series.push_back({label, {}, false});
       it = series.end() - 1;
@@ -367,7 +371,8 @@ void write_plot(const Args& a, int ranks, DataType dtype, const std::vector<Resu
     const auto eq = spec.find('=');
     const std::string label = eq == std::string::npos ? "" : spec.substr(0, eq);
     const std::string path = eq == std::string::npos ? spec : spec.substr(eq + 1);
-    for (auto& s : read_baseline(path, label)) series.push_back(std::move(s));
+    for (auto& s : read_baseline(path, label))
+      series.push_back(std::move(s));
   }
   const std::string title =
       fmt::format("collie {}: {} ranks, {}, bus bandwidth", a.name, ranks, dtype_name(dtype));
@@ -416,7 +421,8 @@ struct Bench {
     r.bytes = bytes;
     r.count = bytes / esize;
     r.in_place = in_place;
-    for (int i = 0; i < a.warmup; ++i) prepared.run();
+    for (int i = 0; i < a.warmup; ++i)
+      prepared.run();
     pg.barrier();
     const auto start = Clock::now();
     for (int i = 0; i < a.iters; ++i) {
@@ -501,7 +507,8 @@ std::vector<Algorithm> algorithms(const Args& a, Collective c) {
 template <class Items, class Name>
 std::string names_of(const Items& items, Name name) {
   std::string out;
-  for (const auto& x : items) out += (out.empty() ? "" : ", ") + std::string(name(x));
+  for (const auto& x : items)
+    out += (out.empty() ? "" : ", ") + std::string(name(x));
   return out;
 }
 
@@ -517,15 +524,16 @@ Plan make_plan(const Args& a) {
   Plan plan;
   const auto t = parse_dtype(a.dtype);
   if (!t) {
-    throw Error(fmt::format("-d: unknown dtype '{}'; collie has {} (and NCCL's names: float, "
-                            "half, double, ...)",
-                            a.dtype, names_of(kDataTypes, dtype_name)));
+    throw Error(
+        fmt::format("-d: unknown dtype '{}'; collie has {} (and NCCL's names: float, "
+                    "half, double, ...)",
+                    a.dtype, names_of(kDataTypes, dtype_name)));
   }
   plan.dtype = *t;
   const auto o = parse_reduce_op(a.op);
   if (!o) {
-    throw Error(fmt::format("-o: unknown reduce op '{}' ({})", a.op,
-                            names_of(kReduceOps, reduce_op_name)));
+    throw Error(
+        fmt::format("-o: unknown reduce op '{}' ({})", a.op, names_of(kReduceOps, reduce_op_name)));
   }
   plan.op = *o;
   if (std::any_of(a.collectives.begin(), a.collectives.end(), cs::reduces))
@@ -538,7 +546,8 @@ Plan make_plan(const Args& a) {
   if (a.warmup < 0) throw Error("-w: warm-up iterations cannot be negative");
   if (a.json && a.csv) throw Error("--json and --csv: choose one");
   if (!a.baselines.empty() && a.plot.empty()) throw Error("--baseline goes with --plot");
-  for (Collective c : a.collectives) plan.runs.emplace_back(c, algorithms(a, c));
+  for (Collective c : a.collectives)
+    plan.runs.emplace_back(c, algorithms(a, c));
   return plan;
 }
 
@@ -563,13 +572,14 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
   try {
     auto pg = init();
     if (a.root < 0 || a.root >= pg.size())
-      throw Error(fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
+      throw Error(
+          fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
     Printer printer{a, pg.size(), plan.dtype, plan.op};
     printer.tty_progress = a.progress && pg.rank() == 0 && isatty(STDERR_FILENO) != 0;
     printer.algo_width = algo_column_width(plan);
     for (const auto& [c, algos] : plan.runs) {
-      const std::size_t forms = (check::has_out_of_place_form(c) ? 1 : 0) +
-                                (check::has_in_place_form(c) ? 1 : 0);
+      const std::size_t forms =
+          (check::has_out_of_place_form(c) ? 1 : 0) + (check::has_in_place_form(c) ? 1 : 0);
       printer.rows_total +=
           sizes_for(a, c, dtype_size(plan.dtype), pg.size()).size() * algos.size() * forms;
     }
@@ -611,7 +621,8 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
   cmd->add_option("-e,--maxbytes", args->max_bytes, "Largest size")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("64M");
-  cmd->add_option("-f,--stepfactor", args->factor, "Multiply the size by this from one row to the next")
+  cmd->add_option("-f,--stepfactor", args->factor,
+                  "Multiply the size by this from one row to the next")
       ->capture_default_str();
   cmd->add_option("-i,--stepbytes", args->step_bytes, "Add this many bytes instead of -f")
       ->transform(CLI::AsSizeValue(false));
@@ -638,7 +649,8 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON document at the end instead of the table");
   cmd->add_flag("--csv", args->csv, "Print CSV rows (one per size, algorithm and placement)");
-  cmd->add_flag("--progress", args->progress, "Show a progress bar on stderr when it is a terminal");
+  cmd->add_flag("--progress", args->progress,
+                "Show a progress bar on stderr when it is a terminal");
   cmd->add_option("--plot", args->plot, "Write bus bandwidth against size as an SVG file");
   cmd->add_option("--baseline", args->baselines,
                   "[LABEL=]FILE: another system's results to draw with --plot (CSV with size and "
@@ -683,9 +695,10 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
 
 void add_bench_collective_commands(CLI::App& bench) {
   for (Collective c : cs::kCollectives) {
-    add_one(bench, std::string(cs::collective_name(c)),
-            fmt::format("Time {} over a sweep of sizes, as nccl-tests does", cs::collective_name(c)),
-            {c});
+    add_one(
+        bench, std::string(cs::collective_name(c)),
+        fmt::format("Time {} over a sweep of sizes, as nccl-tests does", cs::collective_name(c)),
+        {c});
   }
   add_one(bench, "all", "Every collective, one after the other",
           std::vector<Collective>(std::begin(cs::kCollectives), std::end(cs::kCollectives)));

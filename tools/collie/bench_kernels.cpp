@@ -56,8 +56,8 @@ void run(const ReduceArgs& a) {
   };
   std::vector<Row> rows;
   for (auto t : kDataTypes) {
-    for (auto op : {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max,
-                    ReduceOp::BitwiseXor}) {
+    for (auto op :
+         {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max, ReduceOp::BitwiseXor}) {
       if (!supports(t, op)) continue;
       const std::size_t count = bytes / dtype_size(t);
       const double s = best_seconds(a.iters, [&] { reduce(t, op, acc.data(), in.data(), count); });

@@ -276,8 +276,8 @@ void print(const ProcessGroup& pg, const P2pArgs& a, const std::vector<Latency>&
     std::fputs(dump_records(doc).c_str(), stdout);
     return;
   }
-  std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, transport %s\n",
-              collie::version(), pg.size(), host.c_str(), pg.describe_transport().c_str());
+  std::printf("# collie %s bench p2p: ranks 0 and 1 of %d on %s, transport %s\n", collie::version(),
+              pg.size(), host.c_str(), pg.describe_transport().c_str());
   std::printf(
       "# latency: %zu B ping-pong, %d iterations after %d warm-up; one-way = round trip / 2\n",
       a.latency_bytes, a.latency_iters, a.latency_warmup);
@@ -351,7 +351,8 @@ void add_bench_p2p_command(CLI::App& bench) {
       "raw TCP: the same two processes over one plain socket (TCP_NODELAY), blocking\n"
       "  reads, and for latency also non-blocking reads in a busy loop.");
   cmd->callback([args] {
-    const int rc = inside_a_job() ? run_rank(*args) : run_standalone(2, [&] { return run_rank(*args); });
+    const int rc =
+        inside_a_job() ? run_rank(*args) : run_standalone(2, [&] { return run_rank(*args); });
     if (rc != 0) throw Exit{rc};
   });
 }

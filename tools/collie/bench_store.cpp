@@ -302,8 +302,9 @@ void run_bench(const BenchArgs& args) {
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
-  auto* bench = app.add_subcommand(
-      "bench", "Benchmark collie: collectives over a sweep of sizes (as nccl-tests), p2p, reduce kernels, the store");
+  auto* bench = app.add_subcommand("bench",
+                                   "Benchmark collie: collectives over a sweep of sizes (as "
+                                   "nccl-tests), p2p, reduce kernels, the store");
   bench->require_subcommand(1);
   add_bench_collective_commands(*bench);
   add_bench_p2p_command(*bench);

@@ -39,7 +39,8 @@ struct ExplainArgs {
 
 std::string collective_list() {
   std::string out;
-  for (auto c : cs::kCollectives) out += (out.empty() ? "" : ", ") + std::string(cs::collective_name(c));
+  for (auto c : cs::kCollectives)
+    out += (out.empty() ? "" : ", ") + std::string(cs::collective_name(c));
   return out;
 }
 
@@ -61,12 +62,14 @@ explain::Request resolve(const ExplainArgs& a) {
                               cs::collective_name(r.collective), a.root, a.ranks, a.ranks - 1));
   } else if (a.root != 0) {
     throw Error(fmt::format("explain: {} has no root; --root is for {}",
-                            cs::collective_name(r.collective), "broadcast, reduce, gather, scatter"));
+                            cs::collective_name(r.collective),
+                            "broadcast, reduce, gather, scatter"));
   }
   const auto dtype = parse_dtype(a.dtype);
   if (!dtype) {
     std::string names;
-    for (auto t : kDataTypes) names += (names.empty() ? "" : ", ") + std::string(dtype_name(t));
+    for (auto t : kDataTypes)
+      names += (names.empty() ? "" : ", ") + std::string(dtype_name(t));
     throw Error(fmt::format("explain: unknown dtype '{}'; collie has: {}", a.dtype, names));
   }
   r.dtype = std::string(dtype_name(*dtype));
@@ -87,13 +90,12 @@ explain::Request resolve(const ExplainArgs& a) {
   if (r.collective == cs::Collective::Barrier) count = 1;
   if (a.algo == "auto") {
     r.automatic = true;
-    r.algorithm = cs::auto_algorithm(r.collective, a.ranks, count, r.element_bytes,
-                                     r.segment_bytes, r.model);
+    r.algorithm =
+        cs::auto_algorithm(r.collective, a.ranks, count, r.element_bytes, r.segment_bytes, r.model);
   } else {
     const auto algo = cs::parse_algorithm(a.algo);
     if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))
-      throw Error(
-          fmt::format("explain: {}", cs::no_algorithm_message(r.collective, a.algo, true)));
+      throw Error(fmt::format("explain: {}", cs::no_algorithm_message(r.collective, a.algo, true)));
     r.algorithm = *algo;
   }
   r.shape = cs::Shape{0, a.ranks, count, cs::has_root(r.collective) ? a.root : 0,

@@ -10,9 +10,8 @@
 //    "wrong": 0}
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace collie::cli {
 

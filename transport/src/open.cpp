@@ -1,5 +1,4 @@
 #include <collie/transport/open.hpp>
-
 #include <collie/transport/tcp.hpp>
 
 namespace collie::transport {

@@ -1,8 +1,7 @@
-#include <collie/transport/peer_router.hpp>
-
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/transport/peer_router.hpp>
 
 namespace collie::transport {
 
@@ -14,10 +13,10 @@ PeerRouter::PeerRouter(std::vector<std::shared_ptr<Transport>> backends,
     if (!b) throw ArgumentError("PeerRouter: a backend is null");
     if (b->rank() != backends_.front()->rank() ||
         b->world_size() != backends_.front()->world_size()) {
-      throw ArgumentError(fmt::format(
-          "PeerRouter: backends disagree: '{}' is rank {} of {}, '{}' rank {} of {}",
-          backends_.front()->describe(), backends_.front()->rank(),
-          backends_.front()->world_size(), b->describe(), b->rank(), b->world_size()));
+      throw ArgumentError(
+          fmt::format("PeerRouter: backends disagree: '{}' is rank {} of {}, '{}' rank {} of {}",
+                      backends_.front()->describe(), backends_.front()->rank(),
+                      backends_.front()->world_size(), b->describe(), b->rank(), b->world_size()));
     }
   }
   if (backend_of_.size() != static_cast<std::size_t>(world_size())) {

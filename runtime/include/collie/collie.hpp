@@ -3,8 +3,8 @@
 // This header brings in the whole public API: collie::init() and the process
 // group with point-to-point messages and collectives (collie/process_group.hpp);
 // the element types (collie/dtype.hpp); reduce ops and kernels
-// (collie/reduce.hpp); the algorithms (collie/collectives/...); the resolution of a job's rank, size and store
-// address from the environment (collie/job_config.hpp); the rendezvous store
+// (collie/reduce.hpp); the algorithms (collie/collectives/...); the resolution of a job's rank,
+// size and store address from the environment (collie/job_config.hpp); the rendezvous store
 // (collie/store/...); and the transport underneath (collie/transport/...).
 #pragma once
 

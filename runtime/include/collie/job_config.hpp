@@ -53,8 +53,7 @@ struct InitOptions {
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
-using AlgorithmOverrides =
-    std::vector<std::pair<collectives::Collective, collectives::Algorithm>>;
+using AlgorithmOverrides = std::vector<std::pair<collectives::Collective, collectives::Algorithm>>;
 // Parses COLLIE_ALGO's format; throws collie::Error naming the bad part and
 // listing what exists. `source` names where the text came from.
 AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source);
@@ -73,8 +72,8 @@ struct JobConfig {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string socket_ifname;  // as given; empty: the interface that routes to the master
   std::string token;
-  std::string rank_source;  // which variables the rank came from, for messages
-  AlgorithmOverrides algorithms;                     // COLLIE_ALGO
+  std::string rank_source;        // which variables the rank came from, for messages
+  AlgorithmOverrides algorithms;  // COLLIE_ALGO
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
   // How long a wait polls its sockets (yielding the CPU between polls)
   // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.

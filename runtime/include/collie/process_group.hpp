@@ -207,8 +207,8 @@ class ProcessGroup {
   // Out of place: `output` (input.size() elements) is written on the root
   // only; elsewhere it is ignored and may be empty.
   template <class In, std::size_t EI, class T, std::size_t EO>
-  void reduce(std::span<In, EI> input, std::span<T, EO> output, int root, ReduceOp op = ReduceOp::Sum,
-              const CollectiveOptions& o = {}) {
+  void reduce(std::span<In, EI> input, std::span<T, EO> output, int root,
+              ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
     if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
     run(Collective::Reduce, input, output, input.size(), op, root, o, false);
   }
@@ -216,7 +216,8 @@ class ProcessGroup {
   // Every rank's `output` (size() * input.size() elements) ends with every
   // rank's input, in rank order.
   template <class In, std::size_t EI, class T, std::size_t EO>
-  void all_gather(std::span<In, EI> input, std::span<T, EO> output, const CollectiveOptions& o = {}) {
+  void all_gather(std::span<In, EI> input, std::span<T, EO> output,
+                  const CollectiveOptions& o = {}) {
     check_blocks(Collective::AllGather, output.size(), input.size());
     run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, false);
   }
@@ -275,7 +276,8 @@ class ProcessGroup {
   // Block j of rank i's `input` becomes block i of rank j's `output`; both
   // hold size() blocks of equal length.
   template <class In, std::size_t EI, class T, std::size_t EO>
-  void all_to_all(std::span<In, EI> input, std::span<T, EO> output, const CollectiveOptions& o = {}) {
+  void all_to_all(std::span<In, EI> input, std::span<T, EO> output,
+                  const CollectiveOptions& o = {}) {
     const auto block = check_all_to_all(input.size(), output.size());
     run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, false);
   }
@@ -326,8 +328,7 @@ class ProcessGroup {
     static_assert(std::is_same_v<std::remove_const_t<In>, T>,
                   "input and output must have the same element type");
     static_assert(!std::is_const_v<Out>, "the output must be writable");
-    return run_collective(c, dtype_of<T>, input.data(), output.data(), count, op, root, o,
-                          async);
+    return run_collective(c, dtype_of<T>, input.data(), output.data(), count, op, root, o, async);
   }
   void check_equal(Collective c, std::size_t input, std::size_t output) const;
   void check_blocks(Collective c, std::size_t blocks, std::size_t block) const;

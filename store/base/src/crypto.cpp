@@ -1,10 +1,9 @@
-#include <collie/crypto.hpp>
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 
 namespace collie::crypto {

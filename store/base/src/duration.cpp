@@ -1,6 +1,6 @@
-#include <collie/duration.hpp>
-
 #include <fmt/format.h>
+
+#include <collie/duration.hpp>
 
 namespace collie {
 

@@ -39,7 +39,7 @@ class Connections {
   std::condition_variable state_cv;  // a peer's state changed (with mu)
   // By rank (reserved once, never reallocated); this rank's own is Ready, without a socket.
   std::vector<PeerStream> peers;
-  std::vector<int> connected;        // ranks with a socket, in the order they connected: polled
+  std::vector<int> connected;  // ranks with a socket, in the order they connected: polled
   UnexpectedPool pool;
   std::size_t paused_peers = 0;  // peers whose reading waits for queue space or a receive
 
@@ -47,8 +47,8 @@ class Connections {
   std::atomic<int> waiters{0};          // threads in a wait
   std::mutex done_mu;
   std::condition_variable done_cv;  // some request finished
-  Wakeup background_wake;  // new work for the background thread
-  Wakeup driver_wake;      // new work for the waiting thread that drives
+  Wakeup background_wake;           // new work for the background thread
+  Wakeup driver_wake;               // new work for the waiting thread that drives
 
   PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
 

@@ -80,7 +80,8 @@ Attempt connect_to_peer(asio::io_context& io, const TransportOptions& opt, int p
     });
     if (!e) return std::string();
     if (e == asio::error::timed_out) return std::string(late);
-    if (e == asio::error::eof) return std::string("the peer closed the connection during the handshake");
+    if (e == asio::error::eof)
+      return std::string("the peer closed the connection during the handshake");
     return e.message();
   };
 

@@ -31,8 +31,8 @@ Listener::Listener(const TransportOptions& options, asio::io_context& io, Connec
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (!ec) acceptor_.non_blocking(true, ec);
   if (ec) {
-    throw Error(fmt::format("rank {} cannot listen on {}: {}", options.rank,
-                            options.listen_address, ec.message()));
+    throw Error(fmt::format("rank {} cannot listen on {}: {}", options.rank, options.listen_address,
+                            ec.message()));
   }
   ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
   address_ = endpoint_text(acceptor_.local_endpoint());
@@ -88,12 +88,17 @@ void Listener::accept_all() {
       return;
     }
     tune(socket);
-    Handshake h{std::move(socket), endpoint_text(remote), wire::random_nonce(), {}, 0,
-                Clock::now() + opt_.handshake_timeout, false};
+    Handshake h{std::move(socket),
+                endpoint_text(remote),
+                wire::random_nonce(),
+                {},
+                0,
+                Clock::now() + opt_.handshake_timeout,
+                false};
     std::array<std::uint8_t, wire::kChallengeBytes> challenge{};
-    wire::encode(wire::Challenge{wire::kProtocolVersion, static_cast<std::uint32_t>(opt_.rank),
-                                 h.nonce},
-                 challenge.data());
+    wire::encode(
+        wire::Challenge{wire::kProtocolVersion, static_cast<std::uint32_t>(opt_.rank), h.nonce},
+        challenge.data());
     // A fresh socket's buffer takes 44 bytes whole; anything less is a
     // connection already gone.
     if (h.socket.write_some(asio::buffer(challenge), ec) != challenge.size() || ec) continue;
@@ -127,7 +132,8 @@ void Listener::step(Handshake& h) {
   std::error_code ec;
   const std::size_t n =
       h.socket.read_some(asio::buffer(h.buffer.data() + h.got, h.buffer.size() - h.got), ec);
-  if (ec == asio::error::eof) return refuse(h, "it closed the connection during the handshake", false);
+  if (ec == asio::error::eof)
+    return refuse(h, "it closed the connection during the handshake", false);
   if (ec) {
     if (ec == asio::error::would_block || ec == asio::error::try_again ||
         ec == asio::error::interrupted)
@@ -174,9 +180,9 @@ void Listener::decide(Handshake& h, const wire::Hello& hello) {
       p.state == PeerState::Unconnected ||
       (p.state == PeerState::Connecting && static_cast<int>(hello.from) < opt_.rank);
   if (p.state == PeerState::Failed) {
-    send_verdict(h.socket, wire::Verdict::Refused,
-                 fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from,
-                             p.failure));
+    send_verdict(
+        h.socket, wire::Verdict::Refused,
+        fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from, p.failure));
   } else if (theirs_wins) {
     p.address = h.remote;
     send_verdict(h.socket, wire::Verdict::Accepted, "");

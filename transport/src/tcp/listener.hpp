@@ -13,11 +13,11 @@
 #pragma once
 
 #include <chrono>
+#include <poll.h>
 #include <string>
 #include <vector>
 
 #include <asio/ip/tcp.hpp>
-#include <poll.h>
 
 #include <collie/transport/transport.hpp>
 
@@ -41,8 +41,7 @@ class Listener {
   // handshake deadline, or `until` if none is sooner.
   static constexpr int kListening = -2;
   static constexpr int kHandshake = -3;
-  std::chrono::steady_clock::time_point add_to_poll(std::vector<pollfd>& fds,
-                                                    std::vector<int>& who,
+  std::chrono::steady_clock::time_point add_to_poll(std::vector<pollfd>& fds, std::vector<int>& who,
                                                     std::chrono::steady_clock::time_point until);
   // Handles what the poll saw: accepts, reads hellos, decides, and refuses
   // handshakes past their deadline.

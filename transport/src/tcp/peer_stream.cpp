@@ -50,7 +50,8 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
   failure_kind = kind;
   if (socket) {
     std::error_code ignored;
-    socket->shutdown(asio::socket_base::shutdown_both, ignored);  // closed later: pollers may hold it
+    socket->shutdown(asio::socket_base::shutdown_both,
+                     ignored);  // closed later: pollers may hold it
   }
   for (auto& r : sends)
     table.fail_for_peer(*r, kind, reason);
@@ -335,10 +336,10 @@ void PeerStream::receive() {
     if (ec) {
       if (ec == asio::error::interrupted) continue;
       if (would_block(ec)) return;
-      fail(ErrorKind::Connection,
-           ec == asio::error::eof ? closed_reason()
-                                  : fmt::format("the connection to {} failed: {}",
-                                                table.describe_peer(rank), ec.message()));
+      fail(ErrorKind::Connection, ec == asio::error::eof
+                                      ? closed_reason()
+                                      : fmt::format("the connection to {} failed: {}",
+                                                    table.describe_peer(rank), ec.message()));
       return;
     }
     if (n < asked) {  // drained: parse and stop

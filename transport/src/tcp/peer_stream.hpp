@@ -78,8 +78,8 @@ struct PeerStream {
   const int rank;
   PeerState state = PeerState::Unconnected;
   std::optional<asio::ip::tcp::socket> socket;  // shut down on failure, closed by the transport
-  std::string published;  // host:port it listens on, from the store
-  std::string address;    // host:port of its end of an accepted connection
+  std::string published;                        // host:port it listens on, from the store
+  std::string address;                          // host:port of its end of an accepted connection
   std::string failure;
   ErrorKind failure_kind = ErrorKind::None;
   // Sending.

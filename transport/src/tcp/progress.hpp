@@ -17,9 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <vector>
-
 #include <poll.h>
+#include <vector>
 
 #include "connections.hpp"
 #include "listener.hpp"

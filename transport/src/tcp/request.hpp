@@ -42,7 +42,7 @@ struct TcpRequest final : Request {
   const Tag tag;
   std::byte* const data;  // null for a consuming receive
   const std::size_t bytes;
-  Consumer consume;  // a receive that hands its payload over instead of copying it
+  Consumer consume;               // a receive that hands its payload over instead of copying it
   std::uint64_t fingerprint = 0;  // send: attached; receive: the sender's
   std::atomic<int> state{static_cast<int>(State::Pending)};
   // Guarded by the table's lock.

@@ -3,8 +3,6 @@
 // ties together: the connection table and each peer's stream
 // (connections.hpp, peer_stream.hpp), the listener and connector
 // (handshakes), and the progress loops.
-#include <collie/transport/tcp.hpp>
-
 #include <algorithm>
 #include <cerrno>
 #include <thread>
@@ -16,6 +14,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
+#include <collie/transport/tcp.hpp>
 
 #include "connections.hpp"
 #include "connector.hpp"
@@ -64,7 +63,8 @@ struct TcpTransport::Impl {
     }
     std::string where;
     try {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       where = store->get(key(peer), std::max(left, 1ms));
     } catch (const TimeoutError&) {
       a.kind = ErrorKind::Timeout;
@@ -249,9 +249,9 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
                                std::uint64_t fingerprint) {
   auto& m = *impl_;
   m.check_peer(peer, "send to");
-  auto r = std::make_shared<TcpRequest>(
-      peer, true, tag, const_cast<std::byte*>(static_cast<const std::byte*>(data)), bytes,
-      fingerprint);
+  auto r = std::make_shared<TcpRequest>(peer, true, tag,
+                                        const_cast<std::byte*>(static_cast<const std::byte*>(data)),
+                                        bytes, fingerprint);
   if (peer == m.options.rank) {
     std::lock_guard lock(m.table.mu);
     m.table.started();
@@ -290,7 +290,8 @@ bool TcpTransport::wait_some(const RequestPtr& request, std::chrono::millisecond
   return true;
 }
 
-void TcpTransport::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
+void TcpTransport::wait(const RequestPtr& request,
+                        std::optional<std::chrono::milliseconds> timeout) {
   auto& m = *impl_;
   auto& r = m.of(request);
   const auto limit = timeout.value_or(m.options.timeout);
@@ -367,9 +368,9 @@ void TcpTransport::prefetch() {
 
 int TcpTransport::connection_count() const {
   std::lock_guard lock(impl_->table.mu);
-  return static_cast<int>(std::count_if(
-      impl_->table.peers.begin(), impl_->table.peers.end(),
-      [](const PeerStream& p) { return p.socket && p.state == PeerState::Ready; }));
+  return static_cast<int>(
+      std::count_if(impl_->table.peers.begin(), impl_->table.peers.end(),
+                    [](const PeerStream& p) { return p.socket && p.state == PeerState::Ready; }));
 }
 
 }  // namespace collie::transport

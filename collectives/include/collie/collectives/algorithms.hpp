@@ -57,15 +57,20 @@ enum class Algorithm : std::uint8_t {
 };
 
 inline constexpr Collective kCollectives[] = {
-    Collective::Broadcast,     Collective::Reduce,   Collective::AllReduce,
+    Collective::Broadcast,     Collective::Reduce,    Collective::AllReduce,
     Collective::Gather,        Collective::AllGather, Collective::Scatter,
-    Collective::ReduceScatter, Collective::AllToAll, Collective::Barrier};
+    Collective::ReduceScatter, Collective::AllToAll,  Collective::Barrier};
 
 // Every algorithm, Auto first.
-inline constexpr Algorithm kAlgorithms[] = {
-    Algorithm::Auto,   Algorithm::Ring,     Algorithm::Tree,
-    Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling, Algorithm::RecursiveHalving,
-    Algorithm::Linear, Algorithm::Pairwise, Algorithm::Dissemination};
+inline constexpr Algorithm kAlgorithms[] = {Algorithm::Auto,
+                                            Algorithm::Ring,
+                                            Algorithm::Tree,
+                                            Algorithm::RecursiveDoubling,
+                                            Algorithm::HalvingDoubling,
+                                            Algorithm::RecursiveHalving,
+                                            Algorithm::Linear,
+                                            Algorithm::Pairwise,
+                                            Algorithm::Dissemination};
 
 // "all_reduce", ...; parse accepts "allreduce" and "all-reduce" too.
 std::string_view collective_name(Collective c);

@@ -71,7 +71,7 @@ struct TransportOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // connect and default waits
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};  // per accepted socket
   std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
-  std::chrono::microseconds spin{50};  // busy polling before a wait sleeps
+  std::chrono::microseconds spin{50};                         // busy polling before a wait sleeps
 };
 
 // One send or receive in flight. A backend derives its own; callers hold it
