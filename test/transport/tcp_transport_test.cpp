@@ -6,10 +6,15 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <fcntl.h>
+#include <filesystem>
 #include <functional>
 #include <future>
+#include <netinet/in.h>
 #include <numeric>
+#include <set>
 #include <span>
+#include <sys/socket.h>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -642,4 +647,40 @@ TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that thr
     CHECK(next.covers(300));
     CHECK(next.bytes == pattern(300, 0, 3));
   }
+}
+
+TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's connection",
+          "[mesh]") {
+  Cluster c(2);
+  c.run([&](int r) {
+    if (r == 0)
+      send(c[0], 1, 0, pattern(10, 0, 0));
+    else
+      expect(recv(c[1], 0, 0, 10) == pattern(10, 0, 0), "payload");
+  });
+  std::set<int> ports;
+  for (int r = 0; r < 2; ++r) {
+    const auto address = c[r].address();
+    ports.insert(std::stoi(address.substr(address.rfind(':') + 1)));
+  }
+  // Every socket of this process at either end of a transport's port: the
+  // two listeners and both ends of the connection.
+  int found = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in local{}, remote{};
+    socklen_t length = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 ||
+        local.sin_family != AF_INET)
+      continue;
+    length = sizeof(remote);
+    const bool connected = ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length) == 0;
+    if (!ports.contains(ntohs(local.sin_port)) &&
+        !(connected && ports.contains(ntohs(remote.sin_port))))
+      continue;
+    ++found;
+    INFO("descriptor " << fd << " port " << ntohs(local.sin_port));
+    CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
+  }
+  CHECK(found == 4);
 }

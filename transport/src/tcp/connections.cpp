@@ -55,8 +55,8 @@ void Connections::resume_paused() {
   }
 }
 
-void Connections::install(PeerStream& p, asio::ip::tcp::socket socket) {
-  p.open(std::move(socket));
+void Connections::install(PeerStream& p, Descriptor connection) {
+  p.open(std::move(connection));
   connected.push_back(p.rank);
   state_cv.notify_all();
   wake_pollers();

@@ -66,7 +66,7 @@ class Connections {
   // Queue space was freed: paused peers may read on (mu held).
   void resume_paused();
   // Installs a connected socket as `p`'s connection (mu held).
-  void install(PeerStream& p, asio::ip::tcp::socket socket);
+  void install(PeerStream& p, Descriptor connection);
 
   // Wakes whoever polls the peers now, so that it sees new work.
   void wake_pollers() const;

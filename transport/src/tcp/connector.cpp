@@ -40,8 +40,8 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 
 }  // namespace
 
-Attempt connect_to_peer(asio::io_context& io, const TransportOptions& opt, int peer,
-                        const std::string& where, Clock::time_point deadline) {
+Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string& where,
+                        Clock::time_point deadline) {
   Attempt a;
   const auto split = split_host_port(where);
   if (!split) {
@@ -133,11 +133,7 @@ Attempt connect_to_peer(asio::io_context& io, const TransportOptions& opt, int p
   if (a.verdict == wire::Verdict::Refused) return fail_with("it refused this rank: " + reason);
   if (a.verdict != wire::Verdict::Accepted && a.verdict != wire::Verdict::Duplicate)
     return fail_with("unknown handshake verdict");
-  // The connection outlives this io_context: it moves to the transport's.
-  const auto fd = socket.release(ec);
-  if (ec) return fail_with(ec.message());
-  a.socket.emplace(io, endpoint.protocol(), fd);
-  a.socket->non_blocking(true, ec);
+  a.connection = release(socket);  // the data path's, outside Asio (sockets.hpp)
   return a;
 }
 

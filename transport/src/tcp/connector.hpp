@@ -10,28 +10,25 @@
 #pragma once
 
 #include <chrono>
-#include <optional>
 #include <string>
-
-#include <asio/ip/tcp.hpp>
 
 #include <collie/transport/transport.hpp>
 
 #include "request.hpp"
+#include "sockets.hpp"
 #include "wire.hpp"
 
 namespace collie::transport::tcp {
 
 struct Attempt {
-  std::optional<asio::ip::tcp::socket> socket;  // on `io`, tuned; set when the handshake completed
+  Descriptor connection;  // tuned; valid when the handshake completed
   wire::Verdict verdict = wire::Verdict::Refused;
   std::string error;  // empty: the handshake completed with `verdict`
   ErrorKind kind = ErrorKind::Connection;
 };
 
-// Connects to rank `peer`, which listens at `where` ("host:port"). The
-// socket it returns belongs to `io`.
-Attempt connect_to_peer(asio::io_context& io, const TransportOptions& options, int peer,
-                        const std::string& where, std::chrono::steady_clock::time_point deadline);
+// Connects to rank `peer`, which listens at `where` ("host:port").
+Attempt connect_to_peer(const TransportOptions& options, int peer, const std::string& where,
+                        std::chrono::steady_clock::time_point deadline);
 
 }  // namespace collie::transport::tcp

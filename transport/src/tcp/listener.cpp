@@ -186,7 +186,7 @@ void Listener::decide(Handshake& h, const wire::Hello& hello) {
   } else if (theirs_wins) {
     p.address = h.remote;
     send_verdict(h.socket, wire::Verdict::Accepted, "");
-    table_.install(p, std::move(h.socket));
+    table_.install(p, release(h.socket));
     collie::log().debug("rank {}: accepted rank {} from {}", opt_.rank, hello.from, h.remote);
   } else {
     send_verdict(h.socket, wire::Verdict::Duplicate, "");

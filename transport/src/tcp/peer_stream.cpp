@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <exception>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
-#include <asio/error.hpp>
 #include <fmt/format.h>
 
 #include <collie/log.hpp>
@@ -20,14 +22,10 @@ constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
 constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
 
-bool would_block(const std::error_code& ec) {
-  return ec == asio::error::would_block || ec == asio::error::try_again;
-}
-
 }  // namespace
 
-void PeerStream::open(asio::ip::tcp::socket s) {
-  socket.emplace(std::move(s));
+void PeerStream::open(Descriptor c) {
+  connection = std::move(c);
   state = PeerState::Ready;
   staging.assign(kStagingBytes, 0);
 }
@@ -48,11 +46,7 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
   rx = Rx::Header;
   failure = reason;
   failure_kind = kind;
-  if (socket) {
-    std::error_code ignored;
-    socket->shutdown(asio::socket_base::shutdown_both,
-                     ignored);  // closed later: pollers may hold it
-  }
+  if (connection.valid()) ::shutdown(fd(), SHUT_RDWR);  // closed later: pollers may hold it
   for (auto& r : sends)
     table.fail_for_peer(*r, kind, reason);
   sends.clear();
@@ -102,37 +96,38 @@ void PeerStream::send_to_self(TcpRequest& r) {
 
 void PeerStream::flush() {
   while (!sends.empty() && state == PeerState::Ready) {
+    std::array<iovec, kMaxPieces> pieces;
+    std::size_t n = 0;
     std::size_t asked = 0;
-    pieces_.clear();
     for (auto& r : sends) {
-      if (pieces_.size() + 2 > kMaxPieces) break;
+      if (n + 2 > kMaxPieces) break;
       if (!r->header_built) {
         wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
                      r->header.data());
         r->header_built = true;
       }
       if (r->header_sent < wire::kHeaderBytes) {
-        pieces_.emplace_back(r->header.data() + r->header_sent,
-                             wire::kHeaderBytes - r->header_sent);
-        asked += wire::kHeaderBytes - r->header_sent;
+        pieces[n++] = {r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent};
       }
-      if (r->moved < r->bytes) {
-        pieces_.emplace_back(r->data + r->moved, r->bytes - r->moved);
-        asked += r->bytes - r->moved;
-      }
+      if (r->moved < r->bytes) pieces[n++] = {r->data + r->moved, r->bytes - r->moved};
     }
-    std::error_code ec;
-    const std::size_t written = socket->write_some(pieces_, ec);
-    if (ec) {
-      if (ec == asio::error::interrupted) continue;
-      if (would_block(ec)) return;
+    for (std::size_t i = 0; i < n; ++i)
+      asked += pieces[i].iov_len;
+    msghdr message{};
+    message.msg_iov = pieces.data();
+    message.msg_iovlen = n;
+    const ssize_t w = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       fail(ErrorKind::Connection,
-           ec == asio::error::broken_pipe || ec == asio::error::connection_reset
+           errno == EPIPE || errno == ECONNRESET
                ? closed_reason()
                : fmt::format("the connection to {} failed: {}", table.describe_peer(rank),
-                             ec.message()));
+                             std::strerror(errno)));
       return;
     }
+    const auto written = static_cast<std::size_t>(w);
     std::size_t left = written;
     while (!sends.empty()) {
       auto& r = *sends.front();
@@ -307,20 +302,19 @@ void PeerStream::receive() {
   for (;;) {
     if (!parse_staged()) return;
     if (staged_begin == staged_end) staged_begin = staged_end = 0;
-    std::error_code ec;
-    std::size_t n = 0;
+    ssize_t n = 0;
     std::size_t asked = 0;
     auto* target = current_target();
     if (rx == Rx::Payload && staged_begin == staged_end && target != nullptr &&
         current_remaining() >= kDirectReadMin) {
-      const std::array<asio::mutable_buffer, 2> pieces = {
-          asio::buffer(target + current_got, current_remaining()), asio::buffer(staging)};
-      asked = pieces[0].size() + pieces[1].size();
-      n = socket->read_some(pieces, ec);
+      iovec pieces[2] = {{target + current_got, current_remaining()},
+                         {staging.data(), staging.size()}};
+      asked = pieces[0].iov_len + pieces[1].iov_len;
+      n = ::readv(fd(), pieces, 2);
       if (n > 0) {
-        const std::size_t direct = std::min(n, current_remaining());
+        const std::size_t direct = std::min(static_cast<std::size_t>(n), current_remaining());
         staged_begin = 0;
-        staged_end = n - direct;
+        staged_end = static_cast<std::size_t>(n) - direct;
         account(direct);
       }
     } else {
@@ -330,19 +324,21 @@ void PeerStream::receive() {
         staged_begin = 0;
       }
       asked = staging.size() - staged_end;
-      n = socket->read_some(asio::buffer(staging.data() + staged_end, asked), ec);
-      staged_end += n;
+      n = ::recv(fd(), staging.data() + staged_end, asked, 0);
+      if (n > 0) staged_end += static_cast<std::size_t>(n);
     }
-    if (ec) {
-      if (ec == asio::error::interrupted) continue;
-      if (would_block(ec)) return;
-      fail(ErrorKind::Connection, ec == asio::error::eof
-                                      ? closed_reason()
-                                      : fmt::format("the connection to {} failed: {}",
-                                                    table.describe_peer(rank), ec.message()));
+    if (n == 0) {
+      fail(ErrorKind::Connection, closed_reason());
       return;
     }
-    if (n < asked) {  // drained: parse and stop
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      fail(ErrorKind::Connection, fmt::format("the connection to {} failed: {}",
+                                              table.describe_peer(rank), std::strerror(errno)));
+      return;
+    }
+    if (static_cast<std::size_t>(n) < asked) {  // drained: parse and stop
       parse_staged();
       return;
     }

@@ -2,8 +2,8 @@
 // receive state machine that matches what it sends to posted receives.
 //
 // Sending: requests queue in order; flush() writes as many headers and
-// payloads as the kernel takes in one scatter/gather write (up to 64
-// pieces) and completes those fully written. Receiving: bytes are parsed as
+// payloads as the kernel takes in one sendmsg (up to 64 pieces) and
+// completes those fully written. Receiving: bytes are parsed as
 // header, payload, header...; a payload of 4 KiB or more bound for a
 // caller's buffer is read straight into it (the staging buffer as the second
 // piece, so the next header comes in the same call), smaller ones through a
@@ -22,15 +22,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <asio/ip/tcp.hpp>
-
 #include "request.hpp"
+#include "sockets.hpp"
 #include "tag_queues.hpp"
 #include "unexpected_pool.hpp"
 #include "wire.hpp"
@@ -45,10 +43,11 @@ enum class Rx { Header, Payload, Paused };
 struct PeerStream {
   PeerStream(Connections& connections, int peer_rank) : table(connections), rank(peer_rank) {}
 
-  // The socket's descriptor, for poll(); -1 without one.
-  int fd() { return socket ? socket->native_handle() : -1; }
-  // Takes `s` as this peer's connection: Ready.
-  void open(asio::ip::tcp::socket s);
+  // The connection's descriptor, for poll(); -1 without one.
+  int fd() const { return connection.get(); }
+  // Takes `c` (connected, handshake done, tuned) as this peer's
+  // connection: Ready.
+  void open(Descriptor c);
 
   // Queues a send and, if the queue was empty, writes at once.
   void post_send(TcpRequestPtr r);
@@ -77,15 +76,15 @@ struct PeerStream {
   Connections& table;
   const int rank;
   PeerState state = PeerState::Unconnected;
-  std::optional<asio::ip::tcp::socket> socket;  // shut down on failure, closed by the transport
-  std::string published;                        // host:port it listens on, from the store
-  std::string address;                          // host:port of its end of an accepted connection
+  Descriptor connection;  // shut down on failure, closed by the transport
+  std::string published;  // host:port it listens on, from the store
+  std::string address;    // host:port of its end of an accepted connection
   std::string failure;
   ErrorKind failure_kind = ErrorKind::None;
   // Sending.
   std::deque<TcpRequestPtr> sends;
   std::uint64_t send_sequence = 0;
-  std::vector<asio::const_buffer> pieces_;  // flush()'s, kept: no allocation per write
+
   // Receiving.
   std::vector<std::uint8_t> staging;
   std::size_t staged_begin = 0;

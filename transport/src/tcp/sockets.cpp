@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <unistd.h>
 
 #include <collie/address.hpp>
 
@@ -47,6 +48,24 @@ void tune(asio::ip::tcp::socket& socket) {
   socket.set_option(TcpOption<TCP_KEEPCNT>(3), ignored);
   ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
   socket.non_blocking(true, ignored);
+}
+
+Descriptor::~Descriptor() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Descriptor& Descriptor::operator=(Descriptor&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+Descriptor release(asio::ip::tcp::socket& socket) {
+  std::error_code ec;
+  const int fd = socket.release(ec);
+  return Descriptor(ec ? -1 : fd);
 }
 
 std::string endpoint_text(const asio::ip::tcp::endpoint& endpoint) {

@@ -5,7 +5,9 @@
 // (handshakes), and the progress loops.
 #include <algorithm>
 #include <cerrno>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
@@ -100,18 +102,18 @@ struct TcpTransport::Impl {
     lock.unlock();
     Attempt a;
     if (const auto where = find_address(peer, deadline, a); !where.empty())
-      a = connect_to_peer(io, options, peer, where, deadline);
+      a = connect_to_peer(options, peer, where, deadline);
     lock.lock();
     if (!a.error.empty()) {
       if (p.state == PeerState::Connecting) p.fail(a.kind, a.error);
       return;
     }
     if (a.verdict == wire::Verdict::Accepted && p.state == PeerState::Connecting) {
-      table.install(p, std::move(*a.socket));
+      table.install(p, std::move(a.connection));
       collie::log().debug("rank {}: connected to {}", options.rank, table.describe_peer(peer));
       return;
     }
-    a.socket.reset();  // the peer's own connection to us is the one kept
+    a.connection = Descriptor();  // the peer's own connection to us is the one kept
     if (!table.state_cv.wait_until(lock, deadline,
                                    [&] { return p.state != PeerState::Connecting; })) {
       p.fail(ErrorKind::Timeout,
@@ -196,8 +198,7 @@ TcpTransport::~TcpTransport() {
     p.posted.drain(
         [&](const TcpRequestPtr& r) { m.table.fail_for_peer(*r, ErrorKind::Connection, reason); });
     if (p.current_recv) m.table.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
-    std::error_code ignored;
-    if (p.socket) p.socket->shutdown(asio::socket_base::shutdown_send, ignored);
+    if (p.connection.valid()) ::shutdown(p.fd(), SHUT_WR);
   }
   // A lingering close: closing a socket with unread data in it sends a reset,
   // and a reset makes the peer's kernel drop what it had not yet read of
@@ -205,32 +206,23 @@ TcpTransport::~TcpTransport() {
   // each peer closes its side too (it does as soon as it sees ours), for at
   // most a quarter of a second, then close.
   std::vector<pollfd> open;
-  std::vector<asio::ip::tcp::socket*> sockets;
-  for (auto& p : m.table.peers) {
-    if (!p.socket) continue;
-    open.push_back({p.fd(), POLLIN, 0});
-    sockets.push_back(&*p.socket);
-  }
+  for (auto& p : m.table.peers)
+    if (p.connection.valid()) open.push_back({p.fd(), POLLIN, 0});
   const auto linger_until = Clock::now() + 250ms;
   while (!open.empty() && Clock::now() < linger_until) {
     if (::poll(open.data(), open.size(), std::max(remaining_ms(linger_until), 1)) < 0 &&
         errno != EINTR)
       break;
-    for (std::size_t i = open.size(); i-- > 0;) {
-      if (open[i].revents == 0) continue;
+    std::erase_if(open, [](const pollfd& f) {
+      if (f.revents == 0) return false;
       std::array<std::byte, 64 * 1024> sink;
-      std::error_code ec;
-      sockets[i]->read_some(asio::buffer(sink), ec);
-      if (!ec || ec == asio::error::would_block || ec == asio::error::try_again ||
-          ec == asio::error::interrupted)
-        continue;
-      open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
-      sockets.erase(sockets.begin() + static_cast<std::ptrdiff_t>(i));
-    }
+      const auto n = ::read(f.fd, sink.data(), sink.size());
+      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    });
   }
   m.listener.close_all();
   for (auto& p : m.table.peers)
-    p.socket.reset();
+    p.connection = Descriptor();
 }
 
 int TcpTransport::rank() const {
@@ -368,9 +360,9 @@ void TcpTransport::prefetch() {
 
 int TcpTransport::connection_count() const {
   std::lock_guard lock(impl_->table.mu);
-  return static_cast<int>(
-      std::count_if(impl_->table.peers.begin(), impl_->table.peers.end(),
-                    [](const PeerStream& p) { return p.socket && p.state == PeerState::Ready; }));
+  return static_cast<int>(std::count_if(
+      impl_->table.peers.begin(), impl_->table.peers.end(),
+      [](const PeerStream& p) { return p.connection.valid() && p.state == PeerState::Ready; }));
 }
 
 }  // namespace collie::transport
