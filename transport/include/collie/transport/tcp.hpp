@@ -1,6 +1,8 @@
-// The TCP backend: a mesh of sockets between the ranks of a job, written on
-// standalone Asio. It serves any peer, on this host or another, and keeps
-// every promise of transport.hpp.
+// The TCP backend: a mesh of sockets between the ranks of a job. Standalone
+// Asio listens, resolves, connects and runs the handshakes; messages then
+// move with recvmsg/sendmsg on the connection's descriptor (why:
+// docs/transport.md). It serves any peer, on this host or another, and
+// keeps every promise of transport.hpp.
 //
 //   auto t = std::make_shared<TcpTransport>(store, options);   // listens, publishes
 //   auto s = t->isend(1, tag, data, bytes);
