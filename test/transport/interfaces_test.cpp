@@ -4,6 +4,8 @@
 #include <collie/error.hpp>
 #include <collie/transport/interfaces.hpp>
 
+#include "support/name_resolution.hpp"
+
 using collie::transport::InterfaceAddress;
 using collie::transport::InterfaceFilter;
 
@@ -66,8 +68,12 @@ TEST_CASE("without a spec, the address is the one that routes to the master", "[
   using collie::transport::choose_advertised_address;
   CHECK(choose_advertised_address("", "127.0.0.1", kHost) == "127.0.0.1");
   CHECK(collie::transport::route_source_address("127.0.0.5") == "127.0.0.1");
-  const auto via_localhost = collie::transport::route_source_address("localhost");
-  CHECK((via_localhost.rfind("127.", 0) == 0 || via_localhost == "::1"));
+  if (collie::test::resolves("localhost")) {
+    const auto via_localhost = collie::transport::route_source_address("localhost");
+    CHECK((via_localhost.rfind("127.", 0) == 0 || via_localhost == "::1"));
+  } else {
+    WARN("'localhost' does not resolve on this machine (no /etc/hosts): not checked");
+  }
   CHECK_THROWS_WITH(collie::transport::route_source_address("no-such-host.invalid"),
                     Catch::Contains("cannot resolve the master 'no-such-host.invalid'"));
 }

@@ -8,8 +8,8 @@ std::string plural_bytes(std::size_t n) {
   return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
 }
 
-Connections::Connections(const TransportOptions& options, asio::io_context& context)
-    : opt(options), io(context), pool(options.max_unexpected_bytes) {
+Connections::Connections(const TransportOptions& options)
+    : opt(options), pool(options.max_unexpected_bytes) {
   peers.reserve(static_cast<std::size_t>(options.world_size));
   for (int r = 0; r < options.world_size; ++r)
     peers.emplace_back(*this, r);

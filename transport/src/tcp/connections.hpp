@@ -17,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include <asio/io_context.hpp>
-
 #include <collie/transport/transport.hpp>
 
 #include "peer_stream.hpp"
@@ -30,10 +28,9 @@ namespace collie::transport::tcp {
 
 class Connections {
  public:
-  Connections(const TransportOptions& options, asio::io_context& io);
+  explicit Connections(const TransportOptions& options);
 
   const TransportOptions& opt;
-  asio::io_context& io;  // every socket belongs to it; it is never run
 
   mutable std::mutex mu;
   std::condition_variable state_cv;  // a peer's state changed (with mu)

@@ -33,13 +33,13 @@ struct TcpTransport::Impl {
   Impl(std::shared_ptr<store::Store> s, TransportOptions o)
       : options(std::move(o)),
         store(std::move(s)),
-        table(options, io),
+        table(options),
         listener(options, io, table),
         progress(table, listener) {}
 
   TransportOptions options;
   std::shared_ptr<store::Store> store;
-  asio::io_context io;  // owns the sockets; never run (progress.hpp polls them)
+  asio::io_context io;  // the listener's sockets are its; never run (progress.hpp polls them)
   Connections table;
   Listener listener;
   Progress progress;
