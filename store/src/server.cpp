@@ -31,10 +31,6 @@ using asio::ip::tcp;
 
 namespace {
 
-std::string endpoint_text(const tcp::endpoint& ep) {
-  return join_host_port(ep.address().to_string(), ep.port());
-}
-
 // The kernel's cap on a listen backlog; asking for it gets the most the
 // system allows, so a burst of thousands of connects is not dropped.
 int system_max_backlog() {

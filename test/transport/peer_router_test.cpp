@@ -164,4 +164,12 @@ TEST_CASE("peer router refuses backends that do not fit", "[router]") {
   PeerRouter fine({a}, {0, 0});
   int x = 0;
   CHECK_THROWS_WITH(fine.isend(2, 0, &x, sizeof(x)), Catch::Contains("rank 2 is not in the group"));
+  // The router and the TCP backend word it alike, naming the operation.
+  CHECK_THROWS_WITH(fine.irecv(-1, 0, &x, sizeof(x)),
+                    "rank 0: recv from rank -1: rank -1 is not in the group (ranks 0 to 1)");
+  CHECK_THROWS_WITH(a->isend(5, 0, &x, sizeof(x)),
+                    "rank 0: send to rank 5: rank 5 is not in the group (ranks 0 to 1)");
+  CHECK_THROWS_WITH(a->irecv_consume(1, 3, 4, {}),
+                    Catch::Contains("rank 0: irecv_consume from rank 1 (tag 3, 4 bytes)") &&
+                        Catch::Contains("consumer is empty"));
 }

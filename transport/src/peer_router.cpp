@@ -31,12 +31,14 @@ PeerRouter::PeerRouter(std::vector<std::shared_ptr<Transport>> backends,
   }
 }
 
-Transport& PeerRouter::backend(int peer) const {
-  if (peer < 0 || peer >= world_size()) {
-    throw Error(fmt::format("rank {}: rank {} is not in the group (ranks 0 to {})", rank(), peer,
-                            world_size() - 1));
-  }
+Transport& PeerRouter::backend(int peer, std::string_view op) const {
+  check_peer(rank(), world_size(), peer, op);
   return *backends_[backend_of_[static_cast<std::size_t>(peer)]];
+}
+
+Transport& PeerRouter::answering(const RequestPtr& request) const {
+  // A backend made the request, for a peer in range.
+  return *backends_[backend_of_[static_cast<std::size_t>(request->peer())]];
 }
 
 int PeerRouter::rank() const {
@@ -49,35 +51,35 @@ int PeerRouter::world_size() const {
 
 RequestPtr PeerRouter::isend(int peer, Tag tag, const void* data, std::size_t bytes,
                              std::uint64_t fingerprint) {
-  return backend(peer).isend(peer, tag, data, bytes, fingerprint);
+  return backend(peer, "send to").isend(peer, tag, data, bytes, fingerprint);
 }
 
 RequestPtr PeerRouter::irecv(int peer, Tag tag, void* data, std::size_t bytes) {
-  return backend(peer).irecv(peer, tag, data, bytes);
+  return backend(peer, "recv from").irecv(peer, tag, data, bytes);
 }
 
 RequestPtr PeerRouter::irecv_consume(int peer, Tag tag, std::size_t bytes, Consumer consume) {
-  return backend(peer).irecv_consume(peer, tag, bytes, std::move(consume));
+  return backend(peer, "irecv_consume from").irecv_consume(peer, tag, bytes, std::move(consume));
 }
 
 void PeerRouter::wait(const RequestPtr& request, std::optional<std::chrono::milliseconds> timeout) {
-  backend(request->peer()).wait(request, timeout);
+  answering(request).wait(request, timeout);
 }
 
 bool PeerRouter::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {
-  return backend(request->peer()).wait_some(request, timeout);
+  return answering(request).wait_some(request, timeout);
 }
 
 bool PeerRouter::test(const RequestPtr& request) const {
-  return backend(request->peer()).test(request);
+  return answering(request).test(request);
 }
 
 std::uint64_t PeerRouter::fingerprint(const RequestPtr& request) const {
-  return backend(request->peer()).fingerprint(request);
+  return answering(request).fingerprint(request);
 }
 
 std::size_t PeerRouter::transferred(const RequestPtr& request) const {
-  return backend(request->peer()).transferred(request);
+  return answering(request).transferred(request);
 }
 
 std::vector<std::pair<int, std::uint64_t>> PeerRouter::queued_fingerprints(Tag tag) const {
@@ -91,7 +93,7 @@ std::vector<std::pair<int, std::uint64_t>> PeerRouter::queued_fingerprints(Tag t
 
 std::string PeerRouter::describe_peer(int peer) const {
   if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
-  return backend(peer).describe_peer(peer);
+  return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);
 }
 
 std::string PeerRouter::describe() const {

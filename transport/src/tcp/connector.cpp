@@ -1,7 +1,6 @@
 #include "connector.hpp"
 
 #include <cstring>
-#include <fcntl.h>
 
 #include <asio/connect.hpp>
 #include <asio/error.hpp>
@@ -64,7 +63,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
     a.error = fmt::format("cannot open a socket: {}", ec.message());
     return a;
   }
-  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  set_close_on_exec(socket.native_handle());
   auto fail_with = [&](std::string text, ErrorKind kind = ErrorKind::Connection) {
     a.kind = kind;
     a.error = fmt::format("cannot connect to rank {} at {}: {}", peer, where, text);

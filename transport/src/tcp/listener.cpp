@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fcntl.h>
 
 #include <asio/error.hpp>
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
@@ -34,7 +34,7 @@ Listener::Listener(const TransportOptions& options, asio::io_context& io, Connec
     throw Error(fmt::format("rank {} cannot listen on {}: {}", options.rank, options.listen_address,
                             ec.message()));
   }
-  ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+  set_close_on_exec(acceptor_.native_handle());
   address_ = endpoint_text(acceptor_.local_endpoint());
 }
 
@@ -101,7 +101,11 @@ void Listener::accept_all() {
         challenge.data());
     // A fresh socket's buffer takes 44 bytes whole; anything less is a
     // connection already gone.
-    if (h.socket.write_some(asio::buffer(challenge), ec) != challenge.size() || ec) continue;
+    if (h.socket.write_some(asio::buffer(challenge), ec) != challenge.size() || ec) {
+      collie::log().debug("rank {}: the connection from {} went away before its challenge: {}",
+                          opt_.rank, h.remote, ec ? ec.message() : "short write");
+      continue;
+    }
     handshakes_.push_back(std::move(h));
   }
 }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <exception>
 #include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <fmt/format.h>
 
@@ -310,7 +309,10 @@ void PeerStream::receive() {
       iovec pieces[2] = {{target + current_got, current_remaining()},
                          {staging.data(), staging.size()}};
       asked = pieces[0].iov_len + pieces[1].iov_len;
-      n = ::readv(fd(), pieces, 2);
+      msghdr message{};
+      message.msg_iov = pieces;
+      message.msg_iovlen = 2;
+      n = ::recvmsg(fd(), &message, MSG_DONTWAIT);
       if (n > 0) {
         const std::size_t direct = std::min(static_cast<std::size_t>(n), current_remaining());
         staged_begin = 0;
@@ -324,7 +326,7 @@ void PeerStream::receive() {
         staged_begin = 0;
       }
       asked = staging.size() - staged_end;
-      n = ::recv(fd(), staging.data() + staged_end, asked, 0);
+      n = ::recv(fd(), staging.data() + staged_end, asked, MSG_DONTWAIT);
       if (n > 0) staged_end += static_cast<std::size_t>(n);
     }
     if (n == 0) {

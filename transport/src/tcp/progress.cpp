@@ -125,9 +125,9 @@ void Progress::background_loop() {
     }
     if (fds[0].revents & POLLIN) table_.background_wake.drain();
     listener_.service(fds, who);
-    const bool peer_events = std::any_of(fds.begin(), fds.end(), [&](const pollfd& f) {
-      return f.revents != 0 && who[static_cast<std::size_t>(&f - fds.data())] >= 0;
-    });
+    bool peer_events = false;
+    for (std::size_t i = 0; i < fds.size(); ++i)
+      peer_events = peer_events || (who[i] >= 0 && fds[i].revents != 0);
     if (peer_events && table_.waiters.load() == 0) {
       std::unique_lock drive(drive_mu, std::try_to_lock);
       if (drive.owns_lock()) {

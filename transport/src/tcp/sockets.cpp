@@ -5,8 +5,6 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
-#include <collie/address.hpp>
-
 namespace collie::transport::tcp {
 
 namespace {
@@ -40,13 +38,16 @@ class TcpOption {
 }  // namespace
 
 void tune(asio::ip::tcp::socket& socket) {
-  std::error_code ignored;  // best effort, as every setting here is an optimisation
+  // Best effort: the options are optimisations, close-on-exec cannot fail on
+  // an open descriptor, and the data path asks for non-blocking calls itself
+  // (MSG_DONTWAIT), whatever the descriptor's mode.
+  std::error_code ignored;
   socket.set_option(asio::ip::tcp::no_delay(true), ignored);
   socket.set_option(asio::socket_base::keep_alive(true), ignored);
   socket.set_option(TcpOption<TCP_KEEPIDLE>(30), ignored);
   socket.set_option(TcpOption<TCP_KEEPINTVL>(5), ignored);
   socket.set_option(TcpOption<TCP_KEEPCNT>(3), ignored);
-  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+  set_close_on_exec(socket.native_handle());
   socket.non_blocking(true, ignored);
 }
 
@@ -68,8 +69,8 @@ Descriptor release(asio::ip::tcp::socket& socket) {
   return Descriptor(ec ? -1 : fd);
 }
 
-std::string endpoint_text(const asio::ip::tcp::endpoint& endpoint) {
-  return join_host_port(endpoint.address().to_string(), endpoint.port());
+void set_close_on_exec(int fd) {
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
 }  // namespace collie::transport::tcp

@@ -44,7 +44,7 @@ Descriptor release(asio::ip::tcp::socket& socket);
 // rank's end-of-stream would never come).
 void tune(asio::ip::tcp::socket& socket);
 
-// "10.0.0.4:41234", "[fd00::4]:41234"
-std::string endpoint_text(const asio::ip::tcp::endpoint& endpoint);
+// Sets close-on-exec on a descriptor Asio opened (it sets none itself).
+void set_close_on_exec(int fd);
 
 }  // namespace collie::transport::tcp

@@ -12,7 +12,6 @@
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
 
-#include <collie/crypto.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
@@ -48,13 +47,6 @@ struct TcpTransport::Impl {
   std::string key(int rank) const { return fmt::format("{}/addr/{}", options.group, rank); }
 
   TcpRequest& of(const RequestPtr& r) const { return static_cast<TcpRequest&>(*r); }
-
-  void check_peer(int peer, const char* op) const {
-    if (peer < 0 || peer >= options.world_size) {
-      throw Error(fmt::format("rank {}: {} rank {}: the group has ranks 0 to {}", options.rank, op,
-                              peer, options.world_size - 1));
-    }
-  }
 
   // The peer's published address: known, or looked up in the store ("" and
   // `a` filled when that fails).
@@ -124,7 +116,8 @@ struct TcpTransport::Impl {
   }
 
   RequestPtr post_recv(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume) {
-    check_peer(peer, "recv from");
+    check_peer(options.rank, options.world_size, peer,
+               consume ? "irecv_consume from" : "recv from");
     auto r = std::make_shared<TcpRequest>(peer, false, tag, data, bytes, 0);
     r->consume = std::move(consume);
     bool connect = false;
@@ -240,7 +233,7 @@ const TransportOptions& TcpTransport::options() const {
 RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t bytes,
                                std::uint64_t fingerprint) {
   auto& m = *impl_;
-  m.check_peer(peer, "send to");
+  check_peer(m.options.rank, m.options.world_size, peer, "send to");
   auto r = std::make_shared<TcpRequest>(peer, true, tag,
                                         const_cast<std::byte*>(static_cast<const std::byte*>(data)),
                                         bytes, fingerprint);
@@ -272,7 +265,12 @@ RequestPtr TcpTransport::irecv(int peer, Tag tag, void* data, std::size_t bytes)
 }
 
 RequestPtr TcpTransport::irecv_consume(int peer, Tag tag, std::size_t bytes, Consumer consume) {
-  if (!consume) throw ArgumentError("irecv_consume: the consumer is empty");
+  if (!consume) {
+    throw ArgumentError(
+        fmt::format("rank {}: irecv_consume from rank {} (tag {}, {} bytes): the "
+                    "consumer is empty",
+                    rank(), peer, tag, bytes));
+  }
   return impl_->post_recv(peer, tag, nullptr, bytes, std::move(consume));
 }
 

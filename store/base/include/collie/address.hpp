@@ -24,4 +24,11 @@ std::optional<HostPort> split_host_port(std::string_view text);
 // holds a ':').
 std::string join_host_port(std::string_view host, std::uint16_t port);
 
+// The same for a socket endpoint (anything with address().to_string() and
+// port(), such as Asio's): "10.0.0.4:41234".
+template <class Endpoint>
+std::string endpoint_text(const Endpoint& endpoint) {
+  return join_host_port(endpoint.address().to_string(), endpoint.port());
+}
+
 }  // namespace collie

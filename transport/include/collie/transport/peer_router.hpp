@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include <collie/transport/transport.hpp>
@@ -51,7 +52,10 @@ class PeerRouter final : public Transport {
   void prefetch() override;
 
  private:
-  Transport& backend(int peer) const;
+  // The backend of `peer`; check_peer()'s error, naming `op`, if there is none.
+  Transport& backend(int peer, std::string_view op) const;
+  // The backend that made `request`.
+  Transport& answering(const RequestPtr& request) const;
 
   std::vector<std::shared_ptr<Transport>> backends_;
   std::vector<std::size_t> backend_of_;

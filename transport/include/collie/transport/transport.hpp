@@ -53,6 +53,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,11 @@ using RequestPtr = std::shared_ptr<Request>;
 // Takes a receive's payload where it arrives: called with consecutive
 // pieces, in order, that together cover [0, bytes) exactly once.
 using Consumer = std::function<void(std::size_t offset, std::span<const std::byte> piece)>;
+
+// Throws collie::Error for a peer outside ranks 0..world_size-1, worded
+// alike by every transport: "rank 0: send to rank 5: rank 5 is not in the
+// group (ranks 0 to 3)".
+void check_peer(int rank, int world_size, int peer, std::string_view op);
 
 class Transport {
  public:
