@@ -5,6 +5,8 @@
 #   libcli11-dev  -> CLI11::CLI11 (the collie command line)
 #   nlohmann-json3-dev -> nlohmann_json::nlohmann_json (explain's JSON, trace merge)
 #   catch2        -> Catch2::Catch2 (tests, v2)
+#   the CUDA toolkit (optional, COLLIE_CUDA) -> CUDA::cudart_static (NVIDIA's
+#                    installer or Debian's nvidia-cuda-toolkit; never required)
 list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
 
 set(THREADS_PREFER_PTHREAD_FLAG ON)
@@ -17,4 +19,21 @@ find_package(CLI11 2.0 REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 if(COLLIE_BUILD_TESTS)
   find_package(Catch2 2.13 REQUIRED)
+endif()
+
+# CUDA device buffers (runtime/src/device/): AUTO builds them in where the
+# toolkit is found; ON requires it; OFF leaves them out. Only the toolkit's
+# headers and its static runtime are used (no nvcc, no kernels): the runtime
+# loads the driver at its first call, so a machine without one runs collie.
+set(COLLIE_WITH_CUDA OFF)
+if(NOT COLLIE_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cudart_static)
+    set(COLLIE_WITH_CUDA ON)
+    message(STATUS "collie: CUDA device buffers built in (CUDA ${CUDAToolkit_VERSION} in ${CUDAToolkit_LIBRARY_DIR})")
+  elseif(COLLIE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "COLLIE_CUDA=ON but no CUDA toolkit was found: set CUDAToolkit_ROOT, or COLLIE_CUDA=AUTO or OFF")
+  else()
+    message(STATUS "collie: CUDA device buffers left out (no CUDA toolkit found; COLLIE_CUDA=AUTO)")
+  endif()
 endif()

@@ -45,88 +45,121 @@ bool overlapping(const void* a, std::size_t a_bytes, const void* b, std::size_t 
 
 }  // namespace
 
-BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank, int world)
-    : call_(call), rank_(rank), world_(world) {
+BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank, int world,
+                           device::Engine* engine, std::size_t segment_bytes)
+    : call_(call), rank_(rank), world_(world), engine_(engine), segment_bytes_(segment_bytes) {
   const std::size_t es = dtype_size(call.dtype);
   const auto bytes = call.count * es;
   const auto nc = static_cast<std::size_t>(world) * call.count;
   auto* in = static_cast<std::byte*>(const_cast<void*>(call.input));
   auto* out = static_cast<std::byte*>(call.output);
+  int in_dev = call.input_device;
+  const int out_dev = call.output_device;
   const bool root = rank == call.root;
   const bool avg = call.op == ReduceOp::Avg;
+  // A working copy of `n` elements of the input, in host memory.
+  auto working_copy = [&](std::size_t n) {
+    scratch_.resize(n * es);
+    device::copy(engine_, scratch_.data(), -1, in, in_dev, n * es);
+    return scratch_.data();
+  };
 
   switch (call.collective) {
     case Collective::AllReduce:
     case Collective::Broadcast:
-      if (in != out && bytes > 0) std::memcpy(out, in, bytes);
-      regions_.push_back({0, call.count, out});
+      if (in != out) device::copy(engine_, out, out_dev, in, in_dev, bytes);
+      regions_.push_back({0, call.count, out, out_dev});
       result_ = out;
+      result_device_ = out_dev;
       break;
     case Collective::Reduce:
       if (root) {
-        if (in != out && bytes > 0) std::memcpy(out, in, bytes);
-        regions_.push_back({0, call.count, out});
+        if (in != out) device::copy(engine_, out, out_dev, in, in_dev, bytes);
+        regions_.push_back({0, call.count, out, out_dev});
         result_ = out;
+        result_device_ = out_dev;
       } else if (writes(schedule) || (avg && call.dtype == DataType::Float16)) {
         // A partial result passes through this rank: not in the caller's input.
-        scratch_.assign(in, in + bytes);
-        regions_.push_back({0, call.count, scratch_.data()});
+        regions_.push_back({0, call.count, working_copy(call.count), -1});
       } else {
-        regions_.push_back({0, call.count, in});  // read only
+        regions_.push_back({0, call.count, in, in_dev});  // read only
       }
       break;
     case Collective::ReduceScatter:
       // The algorithms reduce in a buffer of every block: a copy of the input.
-      scratch_.assign(in, in + nc * es);
-      regions_.push_back({0, nc, scratch_.data()});
+      regions_.push_back({0, nc, working_copy(nc), -1});
       result_ = out;
+      result_device_ = out_dev;
       break;
     case Collective::AllGather:
-      regions_.push_back({0, nc, out});
-      regions_.push_back({nc, call.count, in});
+      regions_.push_back({0, nc, out, out_dev});
+      regions_.push_back({nc, call.count, in, in_dev});
       break;
     case Collective::Gather:
     case Collective::Scatter: {
       const bool gather = call.collective == Collective::Gather;
-      std::byte* own = gather ? in : out;  // this rank's block, outside the n blocks
+      // This rank's block, outside the n blocks.
+      std::byte* own = gather ? in : out;
+      const int own_dev = gather ? in_dev : out_dev;
       if (root) {
-        regions_.push_back({0, nc, gather ? out : in});
+        regions_.push_back({0, nc, gather ? out : in, gather ? out_dev : in_dev});
       } else {
         const auto hull = touched_below(schedule, nc);
         scratch_.resize(hull.count * es);
-        if (hull.count > 0) regions_.push_back({hull.offset, hull.count, scratch_.data()});
+        if (hull.count > 0) regions_.push_back({hull.offset, hull.count, scratch_.data(), -1});
       }
-      regions_.push_back({nc, call.count, own});
+      regions_.push_back({nc, call.count, own, own_dev});
       break;
     }
     case Collective::AllToAll:
       if (overlapping(in, nc * es, out, nc * es)) {
-        scratch_.assign(in, in + nc * es);
-        in = scratch_.data();
+        in = working_copy(nc);
+        in_dev = -1;
       }
-      regions_.push_back({0, nc, in});
-      regions_.push_back({nc, nc, out});
+      regions_.push_back({0, nc, in, in_dev});
+      regions_.push_back({nc, nc, out, out_dev});
       break;
     case Collective::Barrier:
-      regions_.push_back({0, 1, &token_});
+      regions_.push_back({0, 1, &token_, -1});
       break;
   }
   if (avg && collectives::reduces(call.collective)) {
     // float16's share of the average comes off before the sum (reduce.hpp),
     // in the one region of a reduction: always the working copy (a reduce's
     // read-only input is never used for float16 averages, above).
-    prescale_average(call.dtype, regions_.front().data, regions_.front().count, world);
+    const auto& r = regions_.front();
+    if (r.device < 0) {
+      prescale_average(call.dtype, r.data, r.count, world);
+    } else {
+      device::transform(*engine_, r.data, r.count, es, segment_bytes_,
+                        [&](std::byte* block, std::size_t n) {
+                          prescale_average(call.dtype, block, n, world);
+                        });
+    }
   }
 }
 
 void BufferLayout::finish() {
   const std::size_t es = dtype_size(call_.dtype);
-  if (call_.collective == Collective::ReduceScatter && call_.count > 0)
-    std::memcpy(call_.output, scratch_.data() + static_cast<std::size_t>(rank_) * call_.count * es,
-                call_.count * es);
-  if (call_.op == ReduceOp::Avg && result_ != nullptr &&
-      (call_.collective != Collective::Reduce || rank_ == call_.root))
+  const bool average = call_.op == ReduceOp::Avg && result_ != nullptr &&
+                       (call_.collective != Collective::Reduce || rank_ == call_.root);
+  if (call_.collective == Collective::ReduceScatter) {
+    // The own block is finished in the working copy, then copied out.
+    if (call_.count == 0) return;
+    std::byte* own = scratch_.data() + static_cast<std::size_t>(rank_) * call_.count * es;
+    if (average) finish_average(call_.dtype, own, call_.count, world_);
+    device::copy(engine_, call_.output, call_.output_device, own, -1, call_.count * es);
+    return;
+  }
+  if (!average) return;
+  if (result_device_ < 0) {
     finish_average(call_.dtype, result_, call_.count, world_);
+  } else {
+    device::transform(*engine_, result_, call_.count, es, segment_bytes_,
+                      [&](std::byte* block, std::size_t n) {
+                        finish_average(call_.dtype, block, n, world_);
+                      });
+  }
 }
 
 }  // namespace collie

@@ -11,11 +11,13 @@
 // finish() puts the result where the caller wants it and completes
 // averages.
 //
-// This is where device memory enters: a CUDA buffer is not addressable by
-// the executor, so its regions will be staged through pinned host memory
-// here (mapped to host segments, copied in before the schedule reads them
-// and out after it writes them), and the executor keeps reading and writing
-// host memory only.
+// Device memory: a region may lie on a CUDA device (Region::device); the
+// executor stages it through pinned memory a segment at a time. Copies made
+// here (an out-of-place call's input to its output, the working copies)
+// go through the call's engine where a side is on a device; working copies
+// are host memory, so only the caller's own buffers are ever staged. An
+// average's division runs on the host, through the engine, segment by
+// segment.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +26,7 @@
 #include <collie/collectives/schedule.hpp>
 
 #include "call.hpp"
+#include "device/device.hpp"
 #include "executor.hpp"
 
 namespace collie {
@@ -33,7 +36,10 @@ class BufferLayout {
   // Maps `call`'s buffers for `schedule`, this rank being `rank` of `world`;
   // copies inputs where the schedule needs a working copy, and takes a
   // float16 average's share off before the sum (reduce.hpp).
-  BufferLayout(const Call& call, const collectives::Schedule& schedule, int rank, int world);
+  // `engine` (null when every buffer is host memory) stages device buffers,
+  // `segment_bytes` at a time.
+  BufferLayout(const Call& call, const collectives::Schedule& schedule, int rank, int world,
+               device::Engine* engine, std::size_t segment_bytes);
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
 
@@ -48,9 +54,12 @@ class BufferLayout {
   const Call& call_;
   int rank_;
   int world_;
+  device::Engine* engine_;
+  std::size_t segment_bytes_;
   std::vector<std::byte> scratch_;
   std::vector<Region> regions_;
   std::byte* result_ = nullptr;  // where an average is finished
+  int result_device_ = -1;
   std::byte token_{0};           // a barrier's one element
 };
 

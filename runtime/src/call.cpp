@@ -76,8 +76,15 @@ std::string describe(const Signature& s, bool with_algorithm) {
   return out;
 }
 
-std::uint64_t failure_notice(int world_rank) {
-  return (kNotice << kCollectiveShift) | static_cast<std::uint32_t>(world_rank);
+std::uint64_t failure_notice(int world_rank, FailureReason reason) {
+  return (kNotice << kCollectiveShift) | (static_cast<std::uint64_t>(reason) << 32) |
+         static_cast<std::uint32_t>(world_rank);
+}
+
+FailureReason failure_reason(std::uint64_t notice) {
+  return (notice >> 32 & 0xf) == static_cast<std::uint64_t>(FailureReason::DeviceError)
+             ? FailureReason::DeviceError
+             : FailureReason::ConnectionLost;
 }
 
 bool is_failure_notice(std::uint64_t f) {

@@ -19,9 +19,10 @@
 // differ only by a multiple of 2^14 in root or 2^32 in count share a
 // fingerprint (and still fail on the sizes of their messages).
 //
-// Failure notices: a rank whose collective failed on a dead connection
-// tells its peers with a 0-byte message whose fingerprint is 0xf in the
-// collective field and the world rank that failed in the low 32 bits.
+// Failure notices: a rank whose collective failed on a dead connection, or
+// on its own device (a CUDA error), tells its peers with a 0-byte message
+// whose fingerprint is 0xf in the collective field, the reason in bits
+// 32-35 and the world rank that failed in the low 32 bits.
 #pragma once
 
 #include <chrono>
@@ -57,7 +58,12 @@ Signature decode_fingerprint(std::uint64_t f);
 // "barrier()"; "... with ring" when asked.
 std::string describe(const Signature& s, bool with_algorithm);
 
-std::uint64_t failure_notice(int world_rank);
+enum class FailureReason : std::uint8_t {
+  ConnectionLost = 0,  // the rank named died or its connection broke
+  DeviceError = 1,     // the rank named failed on its own device
+};
+std::uint64_t failure_notice(int world_rank, FailureReason reason = FailureReason::ConnectionLost);
+FailureReason failure_reason(std::uint64_t notice);
 bool is_failure_notice(std::uint64_t f);
 int failed_rank(std::uint64_t notice);
 
@@ -74,6 +80,9 @@ struct Call {
   Algorithm algorithm = Algorithm::Auto;
   std::uint64_t sequence = 0;
   std::chrono::milliseconds timeout{0};
+  // The CUDA device of each buffer (-1: host memory); see device/device.hpp.
+  int input_device = -1;
+  int output_device = -1;
 
   Signature signature() const { return Signature{collective, dtype, op, algorithm, root, count}; }
 };

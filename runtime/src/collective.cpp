@@ -20,7 +20,7 @@ namespace {
 
 // Lays the call's buffers out as the schedule expects, runs it, and puts the
 // result where the caller wants it.
-void execute(ProcessGroup::Impl& g, const Call& call) {
+void execute(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
   Tracer* const trace = g.world->tracer.get();
   const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
   const int n = static_cast<int>(g.members.size());
@@ -28,8 +28,8 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
       g.rank, n, call.count, call.root,
       collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes)};
   const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
-  BufferLayout layout(call, schedule, g.rank, n);
-  execute_schedule(g, call, schedule, layout.regions());
+  BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes);
+  execute_schedule(g, call, schedule, layout.regions(), engine);
   layout.finish();
   if (trace != nullptr) {
     trace->collective(begin, Tracer::now(),
@@ -41,7 +41,7 @@ void execute(ProcessGroup::Impl& g, const Call& call) {
 
 // Runs a call, turning transport errors into ones that name the collective,
 // and breaking the group when messages may be left in flight.
-void execute_checked(ProcessGroup::Impl& g, const Call& call) {
+void execute_checked(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
   {
     std::lock_guard lock(g.broken_mu);
     if (!g.broken.empty())
@@ -64,7 +64,12 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call) {
     return E(message);
   };
   try {
-    execute(g, call);
+    execute(g, call, engine);
+  } catch (const device::DeviceError& e) {
+    // Its peers were told (executor.cpp): the group is broken for all.
+    const auto message = fmt::format("rank {}: {}: {}", g.rank, what(), e.what());
+    break_group(message);
+    throw device::DeviceError(message);
   } catch (const MismatchError& e) {  // names the calls already
     break_group(e.what());
     throw;
@@ -166,9 +171,28 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   } else {
     call.algorithm = choose_algorithm(c, call.dtype, call.count, call.root);
   }
+  // Where the buffers are, for the bytes this rank's call reads and writes.
+  const std::size_t es = dtype_size(call.dtype);
+  const auto N = static_cast<std::size_t>(n);
+  std::size_t in_bytes = call.count * es, out_bytes = call.count * es;
+  switch (c) {
+    case Collective::Reduce: out_bytes = rank() == call.root ? out_bytes : 0; break;
+    case Collective::AllGather: out_bytes *= N; break;
+    case Collective::Gather: out_bytes = rank() == call.root ? out_bytes * N : 0; break;
+    case Collective::Scatter: in_bytes = rank() == call.root ? in_bytes * N : 0; break;
+    case Collective::ReduceScatter: in_bytes *= N; break;
+    case Collective::AllToAll: in_bytes *= N; out_bytes *= N; break;
+    case Collective::Barrier: in_bytes = out_bytes = 0; break;
+    default: break;
+  }
+  auto placement = device::place(*g.engines, o.memory, call.input, in_bytes, call.output,
+                                 out_bytes, o.cuda_stream,
+                                 fmt::format("rank {}: {}", rank(), collectives::collective_name(c)));
+  call.input_device = placement.input;
+  call.output_device = placement.output;
   call.sequence = g.sequence++;
   if (!async) {
-    execute_checked(g, call);
+    execute_checked(g, call, placement.engine.get());
     return Work();
   }
   // The runner is the group's own, and finishes its queue before the group
@@ -177,7 +201,9 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   return run_async(
       g.runner,
       fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name),
-      call.timeout, [impl = &g, call] { execute_checked(*impl, call); });
+      call.timeout, [impl = &g, call, engine = std::move(placement.engine)] {
+        execute_checked(*impl, call, engine.get());
+      });
 }
 
 void ProcessGroup::barrier(const CollectiveOptions& o) {

@@ -23,7 +23,8 @@ namespace {
 // Runs one schedule over the transport (executor.hpp).
 class Executor {
  public:
-  Executor(ProcessGroup::Impl& g, const Call& call, std::vector<Region> regions)
+  Executor(ProcessGroup::Impl& g, const Call& call, std::vector<Region> regions,
+           device::Engine* engine)
       : g_(g),
         transport_(g.transport()),
         call_(call),
@@ -33,7 +34,8 @@ class Executor {
         fingerprint_(fingerprint(call.signature())),
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
         deadline_(Clock::now() + call.timeout),
-        trace_(g.world->tracer.get()) {
+        trace_(g.world->tracer.get()),
+        engine_(engine) {
     for (std::size_t i = 0; i < kWindow; ++i)
       free_slots_.push_back(i);
     std::lock_guard lock(g_.slots_mu);
@@ -46,6 +48,8 @@ class Executor {
 
   ~Executor() {
     abandon();
+    for (auto* block : pinned_)
+      engine_->give_pinned(block);
     std::lock_guard lock(g_.slots_mu);
     for (auto& slot : slots_)
       if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow)
@@ -70,22 +74,34 @@ class Executor {
       throw;
     } catch (const ConnectionError&) {
       abandon();
-      if (failed_world_rank_ >= 0) {
-        std::vector<int> peers;
-        for (const auto& step : schedule.steps)
-          for (const auto* list : {&step.sends, &step.recvs})
-            for (const auto& t : *list)
-              if (peer(t.peer) != failed_world_rank_ &&
-                  std::find(peers.begin(), peers.end(), t.peer) == peers.end())
-                peers.push_back(t.peer);
-        notify(peers, failure_notice(failed_world_rank_));
-      }
+      tell_peers(schedule);
+      throw;
+    } catch (const device::DeviceError&) {
+      // This rank's device failed: its peers fail too, as for a dead rank.
+      abandon();
+      failed_world_rank_ = peer(g_.rank);
+      failed_reason_ = FailureReason::DeviceError;
+      tell_peers(schedule);
       throw;
     }
   }
 
  private:
   static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
+  static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
+
+  // Tells every peer of the schedule but the failed rank which rank failed.
+  void tell_peers(const Schedule& schedule) {
+    if (failed_world_rank_ < 0) return;
+    std::vector<int> peers;
+    for (const auto& step : schedule.steps)
+      for (const auto* list : {&step.sends, &step.recvs})
+        for (const auto& t : *list)
+          if (peer(t.peer) != failed_world_rank_ &&
+              std::find(peers.begin(), peers.end(), t.peer) == peers.end())
+            peers.push_back(t.peer);
+    notify(peers, failure_notice(failed_world_rank_, failed_reason_));
+  }
   // How long a broken connection waits for a mismatched message that would
   // explain it.
   static constexpr std::chrono::milliseconds kMismatchGrace{250};
@@ -95,14 +111,19 @@ class Executor {
     int peer = 0;  // group rank
   };
 
-  std::byte* at(const Range& r) const {
+  const Region& region_of(const Range& r) const {
     for (const auto& region : regions_) {
       if (r.offset >= region.offset && r.offset + r.count <= region.offset + region.count)
-        return region.data + (r.offset - region.offset) * esize_;
+        return region;
     }
     throw Error(fmt::format("internal: range [{}, {}) of the working buffer is not mapped",
                             r.offset, r.offset + r.count));
   }
+  std::byte* at(const Range& r) const {
+    const auto& region = region_of(r);
+    return region.data + (r.offset - region.offset) * esize_;
+  }
+  int device_of(const Range& r) const { return r.count == 0 ? -1 : region_of(r).device; }
 
   int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
 
@@ -206,6 +227,16 @@ class Executor {
   // Group rank `from` sent a failure notice naming a dead rank.
   [[noreturn]] void reported_failure(std::uint64_t notice, int from) {
     failed_world_rank_ = failed_rank(notice);
+    failed_reason_ = failure_reason(notice);
+    if (failed_reason_ == FailureReason::DeviceError) {
+      const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
+      const bool itself = who != g_.members.end() && who - g_.members.begin() == from;
+      throw ConnectionError(fmt::format(
+          "rank {}: {} failed during this collective: its device failed (a CUDA error there, "
+          "which its own error names){}",
+          g_.rank, transport_.describe_peer(failed_world_rank_),
+          itself ? "" : fmt::format(", as rank {} reported", from)));
+    }
     throw ConnectionError(fmt::format(
         "rank {}: {} failed during this collective, as rank {} reported (its connection to it "
         "broke)",
@@ -264,9 +295,14 @@ class Executor {
     const auto step_begin = mark();
     for (const auto& c : step.copies) {
       const auto begin = mark();
-      std::memmove(at(c.to), at(c.from), c.from.count * esize_);
+      device::copy(engine_, at(c.to), device_of(c.to), at(c.from), device_of(c.from),
+                   c.from.count * esize_);
       if (trace_)
         trace_->event(Tracer::Kind::Copy, begin, mark(), index, -1, c.from.count * esize_);
+    }
+    if (touches_device(step)) {
+      run_staged(step, index, step_begin);
+      return;
     }
     // Sends go straight from the buffer, unless a receive of this step
     // lands where they read: then from a snapshot.
@@ -354,9 +390,278 @@ class Executor {
     recvs_.clear();
   }
 
+  bool touches_device(const collectives::Step& step) const {
+    if (engine_ == nullptr) return false;
+    for (const auto* list : {&step.sends, &step.recvs})
+      for (const auto& t : *list)
+        if (device_of(t.range) >= 0) return true;
+    return false;
+  }
+
+  // A pinned block of one segment, for this call (blocks_free_ first).
+  std::byte* take_block() {
+    if (!blocks_free_.empty()) {
+      auto* b = blocks_free_.back();
+      blocks_free_.pop_back();
+      return b;
+    }
+    auto* b = engine_->take_pinned(segment_ * esize_);
+    pinned_.push_back(b);
+    return b;
+  }
+  void give_block(std::byte*& b) {
+    if (b != nullptr) blocks_free_.push_back(b);
+    b = nullptr;
+  }
+
+  struct StagedSend {
+    int to = 0;
+    const std::byte* data = nullptr;  // where the segment is (host or device)
+    std::size_t count = 0;
+    bool device = false;
+    std::byte* block = nullptr;  // its pinned copy, while it has one
+    device::Engine::Ticket copied = 0;
+    transport::RequestPtr request;
+    enum { Queued, Copying, Sending, Done } state = Queued;
+  };
+  struct StagedRecv {
+    std::size_t transfer = 0;
+    int from = 0;
+    std::byte* target = nullptr;
+    std::size_t count = 0;
+    bool reduce = false;
+    bool device = false;
+    std::byte* block = nullptr;   // where the message lands (unless straight into host memory)
+    std::byte* target_copy = nullptr;  // a device target's segment, for a reduction
+    device::Engine::Ticket target_copied = 0;
+    device::Engine::Ticket written = 0;  // its copy back to the device
+    transport::RequestPtr request;
+    enum { Queued, Posted, Writing, Done } state = Queued;
+  };
+
+  // A step with device memory in it (executor.hpp says how it runs).
+  void run_staged(const collectives::Step& step, std::uint32_t index,
+                  Tracer::Clock::time_point step_begin) {
+    // Sends read from a host snapshot when a receive of this step lands
+    // where they read.
+    std::vector<std::byte> snapshot;
+    const bool snap = collectives::receives_overlap_sends(step);
+    if (snap) {
+      std::size_t total = 0;
+      for (const auto& t : step.sends)
+        total += t.range.count;
+      snapshot.resize(total * esize_);
+    }
+    std::vector<StagedSend> sends;
+    std::size_t used = 0;
+    for (const auto& t : step.sends) {
+      const std::byte* data = at(t.range);
+      bool dev = device_of(t.range) >= 0;
+      if (snap) {
+        device::copy(engine_, snapshot.data() + used, -1, data, device_of(t.range),
+                     t.range.count * esize_);
+        data = snapshot.data() + used;
+        used += t.range.count * esize_;
+        dev = false;
+      }
+      for (std::size_t done = 0; done < t.range.count; done += segment_)
+      {
+        StagedSend x;
+        x.to = t.peer;
+        x.data = data + done * esize_;
+        x.count = std::min(segment_, t.range.count - done);
+        x.device = dev;
+        sends.push_back(std::move(x));
+      }
+      if (trace_) trace_->event(Tracer::Kind::Send, mark(), mark(), index, t.peer,
+                                t.range.count * esize_);
+    }
+    std::vector<StagedRecv> recvs;
+    for (std::size_t k = 0; k < step.recvs.size(); ++k) {
+      const auto& t = step.recvs[k];
+      std::byte* target = at(t.range);
+      const bool dev = device_of(t.range) >= 0;
+      for (std::size_t done = 0; done < t.range.count; done += segment_) {
+        StagedRecv r;
+        r.transfer = k;
+        r.from = t.peer;
+        r.target = target + done * esize_;
+        r.count = std::min(segment_, t.range.count - done);
+        r.reduce = t.combine == Combine::Reduce;
+        r.device = dev;
+        recvs.push_back(r);
+      }
+    }
+
+    std::size_t send_next = 0;    // the next send to start
+    std::size_t send_copying = 0; // the oldest send whose copy may be pending
+    std::size_t device_sends = 0; // device sends holding a block
+    std::size_t recv_next = 0;    // the next receive to post
+    std::size_t recv_done = 0;    // the oldest receive not done
+    std::size_t sends_done = 0;
+    auto slice = std::chrono::milliseconds(20);
+    for (;;) {
+      bool moved = false;
+      // Start sends: host ones at once, device ones as blocks allow.
+      while (send_next < sends.size()) {
+        auto& x = sends[send_next];
+        if (x.device) {
+          if (device_sends == kStagedSends) break;
+          x.block = take_block();
+          x.copied = engine_->to_host(x.block, x.data, x.count * esize_);
+          x.state = StagedSend::Copying;
+          ++device_sends;
+        } else {
+          x.request = transport_.isend(peer(x.to), tag_, x.data, x.count * esize_, fingerprint_);
+          sends_.push_back({x.request, x.to});
+          x.state = StagedSend::Sending;
+        }
+        ++send_next;
+        moved = true;
+      }
+      // Send the segments whose copies are done (they finish in order).
+      for (; send_copying < send_next; ++send_copying) {
+        auto& x = sends[send_copying];
+        if (x.state != StagedSend::Copying) continue;
+        if (!engine_->done(x.copied)) break;
+        x.request = transport_.isend(peer(x.to), tag_, x.block, x.count * esize_, fingerprint_);
+        sends_.push_back({x.request, x.to});
+        x.state = StagedSend::Sending;
+        moved = true;
+      }
+      // A device send that has finished gives its block back.
+      for (std::size_t i = 0; i < send_next; ++i) {
+        auto& x = sends[i];
+        if (x.state != StagedSend::Sending || !x.device || !transport_.test(x.request)) continue;
+        wait(x.request, x.to);  // throws its error, if any
+        give_block(x.block);
+        x.state = StagedSend::Done;
+        --device_sends;
+        ++sends_done;
+        moved = true;
+      }
+      // Post receives in order, kWindow at a time.
+      while (recv_next < recvs.size() && recv_next - recv_done < kWindow) {
+        auto& r = recvs[recv_next];
+        std::byte* into = r.target;
+        if (r.reduce || r.device) into = r.block = take_block();
+        if (r.reduce && r.device) {
+          r.target_copy = take_block();
+          r.target_copied = engine_->to_host(r.target_copy, r.target, r.count * esize_);
+        }
+        r.request = transport_.irecv(peer(r.from), tag_, into, r.count * esize_);
+        recvs_.push_back({r.request, r.from});
+        r.state = StagedRecv::Posted;
+        ++recv_next;
+        moved = true;
+      }
+      // Finish receives in order: reduce or copy, then back to the device.
+      while (recv_done < recv_next) {
+        auto& r = recvs[recv_done];
+        if (r.state == StagedRecv::Posted) {
+          if (!transport_.test(r.request)) break;
+          wait_recv(r.request, r.from);  // checks who sent it; throws its error
+          const auto begin = mark();
+          if (r.reduce) {
+            std::byte* into = r.target;
+            if (r.device) {
+              engine_->wait(r.target_copied);
+              into = r.target_copy;
+            }
+            reduce(call_.dtype, call_.op, into, r.block, r.count);
+            if (trace_)
+              trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, r.count * esize_);
+            if (r.device) give_block(r.block);
+          }
+          if (r.device) {
+            r.written = engine_->to_device(r.target, r.reduce ? r.target_copy : r.block,
+                                          r.count * esize_);
+            r.state = StagedRecv::Writing;
+          } else {
+            give_block(r.block);
+            r.state = StagedRecv::Done;
+          }
+          moved = true;
+        }
+        if (r.state == StagedRecv::Writing) {
+          if (!engine_->done(r.written)) break;
+          give_block(r.block);
+          give_block(r.target_copy);
+          r.state = StagedRecv::Done;
+          moved = true;
+        }
+        if (trace_ && (recv_done + 1 == recvs.size() ||
+                       recvs[recv_done + 1].transfer != r.transfer)) {
+          const auto& t = step.recvs[r.transfer];
+          trace_->event(Tracer::Kind::Recv, step_begin, mark(), index, t.peer,
+                        t.range.count * esize_, t.combine == Combine::Reduce);
+        }
+        ++recv_done;
+      }
+      const bool sends_left = send_next < sends.size() || device_sends > 0;
+      if (!sends_left && recv_done == recvs.size()) break;
+      if (moved) {
+        slice = std::chrono::milliseconds(20);
+        continue;
+      }
+      // Nothing moved. A device copy finishes on its own: wait for the
+      // oldest one something waits on.
+      if (send_copying < send_next && sends[send_copying].state == StagedSend::Copying) {
+        engine_->wait(sends[send_copying].copied);
+        continue;
+      }
+      if (recv_done < recv_next && recvs[recv_done].state == StagedRecv::Writing) {
+        engine_->wait(recvs[recv_done].written);
+        continue;
+      }
+      // Else the network: the oldest receive, or a send holding a block.
+      std::vector<transport::RequestPtr> watch;
+      int first_peer = -1;
+      if (recv_done < recv_next) {
+        watch.push_back(recvs[recv_done].request);
+        first_peer = recvs[recv_done].from;
+      }
+      for (std::size_t i = 0; i < send_next; ++i) {
+        if (sends[i].state == StagedSend::Sending && sends[i].device) {
+          watch.push_back(sends[i].request);
+          if (first_peer < 0) first_peer = sends[i].to;
+        }
+      }
+      if (watch.empty()) throw Error("internal: a staged step waits on nothing");
+      if (transport_.wait_any(watch, std::min(slice, remaining())) < 0) {
+        check_queued();
+        if (remaining().count() == 0) {
+          if (recv_done < recv_next) wait_recv(watch.front(), first_peer);  // throws the TimeoutError
+          wait(watch.front(), first_peer);
+        }
+        slice = std::min(slice * 2, std::chrono::milliseconds(500));
+      }
+    }
+    (void)sends_done;
+    // Host sends: wait for them now, as an unstaged step does.
+    const auto wait_begin = mark();
+    for (const auto& x : sends)
+      if (x.state == StagedSend::Sending) wait(x.request, x.to);
+    if (trace_) {
+      const auto end = mark();
+      if (!step.sends.empty())
+        trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
+      trace_->event(Tracer::Kind::Step, step_begin, end, index, -1, 0);
+    }
+    sends_.clear();
+    recvs_.clear();
+  }
+
   // After an error: withdraw (or give up on) what is still in flight, so
-  // that nothing writes into the buffers once this returns.
+  // that nothing writes into the buffers once this returns (nor, on a
+  // device, a copy queued before).
   void abandon() {
+    struct Drain {
+      device::Engine* e;
+      ~Drain() {
+        if (e != nullptr) e->drain();
+      }
+    } drain{engine_};
     for (auto* list : {&sends_, &recvs_}) {
       for (const auto& p : *list) {
         if (transport_.test(p.request)) continue;
@@ -381,7 +686,11 @@ class Executor {
   Tracer* trace_;               // null: not tracing
   std::vector<Pending> sends_;  // this step's, until waited for
   std::vector<Pending> recvs_;
+  device::Engine* engine_;      // stages device regions; null: none
+  std::vector<std::byte*> pinned_;       // this call's pinned blocks (one segment each)
+  std::vector<std::byte*> blocks_free_;  // those of them not in use
   int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
+  FailureReason failed_reason_ = FailureReason::ConnectionLost;
   int mismatched_from_ = -1;    // the group rank whose message did not match
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;
@@ -390,8 +699,8 @@ class Executor {
 }  // namespace
 
 void execute_schedule(ProcessGroup::Impl& g, const Call& call, const Schedule& schedule,
-                      std::vector<Region> regions) {
-  Executor(g, call, std::move(regions)).run(schedule);
+                      std::vector<Region> regions, device::Engine* engine) {
+  Executor(g, call, std::move(regions), engine).run(schedule);
 }
 
 }  // namespace collie

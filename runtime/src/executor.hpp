@@ -10,6 +10,17 @@
 // that takes long looks for such messages queued under the call's tag. A
 // failure tells the peers (call.hpp's notices) so that they fail at once,
 // naming the rank that died, instead of waiting for it.
+//
+// A step that touches device memory runs staged: each send segment is
+// copied to a pinned block and sent from there once its copy is done (up
+// to kStagedSends in flight, later ones queued as blocks come free); each
+// receive lands in a pinned block, and is reduced there with the target
+// segment (copied out of the device when the receive was posted) or copied
+// in, then copied back to the device. So copies of segment k+1 overlap the
+// network moving segment k and the host reducing segment k-1, and a call
+// holds a few pinned segments, never a host copy of its buffer. The loop
+// waits on whichever comes first: a device copy, the oldest receive, a
+// send that holds a block.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +29,7 @@
 #include <collie/collectives/schedule.hpp>
 
 #include "call.hpp"
+#include "device/device.hpp"
 #include "group.hpp"
 
 namespace collie {
@@ -28,13 +40,16 @@ struct Region {
   std::size_t offset = 0;
   std::size_t count = 0;
   std::byte* data = nullptr;
+  int device = -1;  // the CUDA device it is on; -1: host memory
 };
 
 // Runs `schedule` (this rank's, for `call`) on the working buffer that
-// `regions` map. Throws what the transport throws (ConnectionError,
-// TimeoutError, ProtocolError), or MismatchError; nothing writes into the
-// regions once it returns or throws.
+// `regions` map; `engine` stages the regions on a device (null when there
+// are none). Throws what the transport throws (ConnectionError,
+// TimeoutError, ProtocolError), MismatchError, or DeviceError; nothing
+// writes into the regions once it returns or throws.
 void execute_schedule(ProcessGroup::Impl& g, const Call& call,
-                      const collectives::Schedule& schedule, std::vector<Region> regions);
+                      const collectives::Schedule& schedule, std::vector<Region> regions,
+                      device::Engine* engine);
 
 }  // namespace collie

@@ -13,6 +13,7 @@
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
+#include "device/device.hpp"
 #include "trace.hpp"
 #include "work.hpp"
 
@@ -49,6 +50,8 @@ struct ProcessGroup::Impl {
   // given back when it ends): no allocation and no page faults per call.
   std::mutex slots_mu;
   std::vector<std::vector<std::byte>> spare_slots;
+  // CUDA streams and pinned blocks, kept between calls on device buffers.
+  std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   AsyncRunner runner;  // last: stopped (and joined) first
 
   transport::Transport& transport() const { return *world->transport; }

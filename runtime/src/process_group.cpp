@@ -89,10 +89,27 @@ int world_rank(const ProcessGroup::Impl& g, int peer, const char* op) {
 
 }  // namespace
 
+namespace {
+
+// The engine that stages a point-to-point buffer on a device; null for
+// host memory.
+std::shared_ptr<device::Engine> staging_engine(ProcessGroup::Impl& g, const void* data,
+                                               std::size_t bytes, const char* op, int peer) {
+  if (device::backend() == nullptr || bytes == 0) return nullptr;  // host memory, at no cost
+  return device::place(*g.engines, MemoryKind::Auto, data, bytes, nullptr, 0, nullptr,
+                       fmt::format("rank {}: {} rank {}", g.rank, op, peer))
+      .engine;
+}
+
+}  // namespace
+
 Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) {
   impl_->require_member("isend");
   check_tag(tag, rank(), "isend to", dst);
   const int to = world_rank(*impl_, dst, "isend to");
+  if (auto engine = staging_engine(*impl_, data, bytes, "isend to", dst))
+    return staged_send(impl_->world->transport, to, p2p_tag(impl_->slot, tag), data, bytes,
+                       std::move(engine));
   auto request = impl_->transport().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
   return point_to_point_work(impl_->world->transport, std::move(request));
 }
@@ -101,6 +118,9 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("irecv");
   check_tag(tag, rank(), "irecv from", src);
   const int from = world_rank(*impl_, src, "irecv from");
+  if (auto engine = staging_engine(*impl_, data, bytes, "irecv from", src))
+    return staged_recv(impl_->world->transport, from, p2p_tag(impl_->slot, tag), data, bytes,
+                       std::move(engine));
   auto request = impl_->transport().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
   return point_to_point_work(impl_->world->transport, std::move(request));
 }
@@ -109,15 +129,29 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
 void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   impl_->require_member("send");
   check_tag(tag, rank(), "send to", dst);
+  const int to = world_rank(*impl_, dst, "send to");
+  if (auto engine = staging_engine(*impl_, data, bytes, "send to", dst)) {
+    staged_send(impl_->world->transport, to, p2p_tag(impl_->slot, tag), data, bytes,
+                std::move(engine))
+        .wait();
+    return;
+  }
   auto& t = impl_->transport();
-  t.wait(t.isend(world_rank(*impl_, dst, "send to"), p2p_tag(impl_->slot, tag), data, bytes));
+  t.wait(t.isend(to, p2p_tag(impl_->slot, tag), data, bytes));
 }
 
 void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("recv");
   check_tag(tag, rank(), "recv from", src);
+  const int from = world_rank(*impl_, src, "recv from");
+  if (auto engine = staging_engine(*impl_, data, bytes, "recv from", src)) {
+    staged_recv(impl_->world->transport, from, p2p_tag(impl_->slot, tag), data, bytes,
+                std::move(engine))
+        .wait();
+    return;
+  }
   auto& t = impl_->transport();
-  t.wait(t.irecv(world_rank(*impl_, src, "recv from"), p2p_tag(impl_->slot, tag), data, bytes));
+  t.wait(t.irecv(from, p2p_tag(impl_->slot, tag), data, bytes));
 }
 
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {

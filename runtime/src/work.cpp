@@ -60,6 +60,72 @@ class PointToPoint final : public Work::State {
   transport::RequestPtr request_;
 };
 
+// A point-to-point message from or to device memory, staged whole through
+// one pinned block: a send's was filled before it was posted; a receive's
+// is copied to the device once the message is in.
+class StagedPointToPoint final : public Work::State {
+ public:
+  StagedPointToPoint(std::shared_ptr<transport::Transport> transport,
+                     transport::RequestPtr request, std::shared_ptr<device::Engine> engine,
+                     std::byte* block, void* target, std::size_t bytes)
+      : transport_(std::move(transport)),
+        request_(std::move(request)),
+        engine_(std::move(engine)),
+        block_(block),
+        target_(target),
+        bytes_(bytes) {}
+  ~StagedPointToPoint() override {
+    // (A Work waits for a pending request before its state goes.)
+    if (!transport_->test(request_)) {
+      try {
+        transport_->wait(request_, std::chrono::milliseconds(0));
+      } catch (const std::exception&) {
+      }
+    }
+    engine_->drain();
+    engine_->give_pinned(block_);
+  }
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    transport_->wait(request_, timeout);
+    finish();
+  }
+  bool test() const override {
+    if (!transport_->test(request_)) return false;
+    try {
+      transport_->wait(request_, std::chrono::milliseconds(0));  // done: throws its error, if any
+      finish();
+    } catch (const std::exception&) {
+      // wait() reports it
+    }
+    return true;
+  }
+
+ private:
+  void finish() const {
+    std::lock_guard lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    if (finished_) return;
+    finished_ = true;
+    if (target_ == nullptr) return;
+    try {
+      engine_->wait(engine_->to_device(target_, block_, bytes_));
+    } catch (const std::exception&) {
+      error_ = std::current_exception();
+      throw;
+    }
+  }
+
+  std::shared_ptr<transport::Transport> transport_;
+  transport::RequestPtr request_;
+  std::shared_ptr<device::Engine> engine_;
+  std::byte* block_;
+  void* target_;  // a receive's device buffer; null for a send
+  std::size_t bytes_;
+  mutable std::mutex mu_;
+  mutable bool finished_ = false;
+  mutable std::exception_ptr error_;
+};
+
 // ---- async collectives ----
 
 struct AsyncState {
@@ -96,6 +162,36 @@ class AsyncTask final : public Work::State {
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request) {
   return Work(std::make_unique<PointToPoint>(std::move(transport), std::move(request)));
+}
+
+Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
+                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine) {
+  std::byte* block = engine->take_pinned(bytes);
+  transport::RequestPtr request;
+  try {
+    engine->wait(engine->to_host(block, data, bytes));
+    request = transport->isend(peer, tag, block, bytes);
+  } catch (...) {
+    engine->drain();
+    engine->give_pinned(block);
+    throw;
+  }
+  return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
+                                                   std::move(engine), block, nullptr, bytes));
+}
+
+Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
+                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine) {
+  std::byte* block = engine->take_pinned(bytes);
+  transport::RequestPtr request;
+  try {
+    request = transport->irecv(peer, tag, block, bytes);
+  } catch (...) {
+    engine->give_pinned(block);
+    throw;
+  }
+  return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
+                                                   std::move(engine), block, data, bytes));
 }
 
 Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds timeout,

@@ -20,6 +20,8 @@
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
+#include "device/device.hpp"
+
 namespace collie {
 
 // Runs a group's async collectives, one at a time, in call order.
@@ -43,6 +45,13 @@ class AsyncRunner {
 // The Work of an isend or irecv.
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request);
+
+// The Work of a send from, or a receive into, device memory (`engine`'s
+// device): the message staged whole through a pinned block.
+Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
+                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine);
+Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
+                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine);
 
 // Queues `task` on `runner` and returns the Work that waits for it. `what`
 // names it in a TimeoutError ("all_reduce(float32, 4, sum) #3 on world");

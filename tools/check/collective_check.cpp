@@ -169,8 +169,8 @@ namespace {
 template <class T>
 class Typed final : public PreparedCase::Impl {
  public:
-  Typed(ProcessGroup& pg, const CollectiveCase& c)
-      : pg_(pg), c_(c), n_(pg.size()), me_(pg.rank()), root_(pg.rank() == c.root) {
+  Typed(ProcessGroup& pg, const CollectiveCase& c, DeviceMemory* device)
+      : pg_(pg), c_(c), n_(pg.size()), me_(pg.rank()), root_(pg.rank() == c.root), device_(device) {
     options_.algorithm = c.algorithm;
     const auto N = static_cast<std::size_t>(n_);
     const std::size_t k = c.count;
@@ -206,8 +206,17 @@ class Typed final : public PreparedCase::Impl {
     }
     input_.resize(in);
     output_.resize(out);
+    if (device_ != nullptr && c.input_on_device) dev_in_ = device_->allocate(in * sizeof(T));
+    if (device_ != nullptr && c.output_on_device) dev_out_ = device_->allocate(out * sizeof(T));
     refill();
   }
+
+  ~Typed() override {
+    if (dev_in_ != nullptr) device_->release(dev_in_);
+    if (dev_out_ != nullptr) device_->release(dev_out_);
+  }
+  Typed(const Typed&) = delete;
+  Typed& operator=(const Typed&) = delete;
 
   void refill() override {
     for (std::size_t i = 0; i < input_.size(); ++i) input_[i] = to<T>(value(c_, me_, i));
@@ -216,11 +225,18 @@ class Typed final : public PreparedCase::Impl {
     } else {
       std::fill(output_.begin(), output_.end(), to<T>(99));
     }
+    if (dev_in_ != nullptr) device_->upload(dev_in_, input_.data(), input_.size() * sizeof(T));
+    if (dev_out_ != nullptr) device_->upload(dev_out_, output_.data(), output_.size() * sizeof(T));
   }
 
   void run() override {
-    std::span<T> in(input_), out(output_);
-    std::span<const T> cin(input_);
+    // In-place forms pass the input as the output: on the input's memory.
+    std::span<T> in = dev_in_ != nullptr ? std::span<T>(static_cast<T*>(dev_in_), input_.size())
+                                        : std::span<T>(input_);
+    std::span<T> out = dev_out_ != nullptr
+                           ? std::span<T>(static_cast<T*>(dev_out_), output_.size())
+                           : std::span<T>(output_);
+    std::span<const T> cin(in);
     const auto& o = options_;
     const bool async = c_.async;
     Work w;
@@ -268,11 +284,13 @@ class Typed final : public PreparedCase::Impl {
   }
 
   void spoil() override {
+    from_device();
     auto& got = result_in_input() ? input_ : output_;
     if (result_count() > 0) got[0] = to<T>(from(got[0]) + 1);
   }
 
   std::size_t check(std::string& first) const override {
+    from_device();
     const auto& got = result_in_input() ? input_ : output_;
     std::size_t wrong = 0;
     auto bad = [&](std::string what) {
@@ -298,6 +316,14 @@ class Typed final : public PreparedCase::Impl {
   }
 
  private:
+  // The device buffers' contents into the host mirrors (spoil() writes
+  // the mirror back).
+  void from_device() const {
+    if (dev_in_ != nullptr) device_->download(input_.data(), dev_in_, input_.size() * sizeof(T));
+    if (dev_out_ != nullptr)
+      device_->download(output_.data(), dev_out_, output_.size() * sizeof(T));
+  }
+
   // How many elements of this rank's result the reference covers (0: this
   // rank has no result, e.g. a reduce's non-root).
   std::size_t result_count() const {
@@ -342,34 +368,43 @@ class Typed final : public PreparedCase::Impl {
   int me_;
   bool root_;
   CollectiveOptions options_;
-  std::vector<T> input_, output_;
+  DeviceMemory* device_;
+  void* dev_in_ = nullptr;  // the device buffers, where the case has them
+  void* dev_out_ = nullptr;
+  // The host buffers, or the host mirrors of the device ones.
+  mutable std::vector<T> input_, output_;
 };
 
-std::unique_ptr<PreparedCase::Impl> make_typed(ProcessGroup& pg, const CollectiveCase& c) {
+std::unique_ptr<PreparedCase::Impl> make_typed(ProcessGroup& pg, const CollectiveCase& c,
+                                               DeviceMemory* d) {
   switch (c.dtype) {
     case DataType::Int8:
-      return std::make_unique<Typed<std::int8_t>>(pg, c);
+      return std::make_unique<Typed<std::int8_t>>(pg, c, d);
     case DataType::UInt8:
-      return std::make_unique<Typed<std::uint8_t>>(pg, c);
+      return std::make_unique<Typed<std::uint8_t>>(pg, c, d);
     case DataType::Int32:
-      return std::make_unique<Typed<std::int32_t>>(pg, c);
+      return std::make_unique<Typed<std::int32_t>>(pg, c, d);
     case DataType::Int64:
-      return std::make_unique<Typed<std::int64_t>>(pg, c);
+      return std::make_unique<Typed<std::int64_t>>(pg, c, d);
     case DataType::Float16:
-      return std::make_unique<Typed<float16>>(pg, c);
+      return std::make_unique<Typed<float16>>(pg, c, d);
     case DataType::BFloat16:
-      return std::make_unique<Typed<bfloat16>>(pg, c);
+      return std::make_unique<Typed<bfloat16>>(pg, c, d);
     case DataType::Float32:
-      return std::make_unique<Typed<float>>(pg, c);
+      return std::make_unique<Typed<float>>(pg, c, d);
     case DataType::Float64:
-      return std::make_unique<Typed<double>>(pg, c);
+      return std::make_unique<Typed<double>>(pg, c, d);
   }
   throw Error("unknown dtype");
 }
 
 }  // namespace
 
-PreparedCase::PreparedCase(ProcessGroup& pg, const CollectiveCase& c) : impl_(make_typed(pg, c)) {}
+PreparedCase::PreparedCase(ProcessGroup& pg, const CollectiveCase& c, DeviceMemory* device)
+    : impl_(make_typed(pg, c, device)) {
+  if (device == nullptr && (c.input_on_device || c.output_on_device))
+    throw Error("a case with buffers on a device needs the device's memory");
+}
 PreparedCase::~PreparedCase() = default;
 void PreparedCase::run() {
   impl_->run();
@@ -393,14 +428,17 @@ bool has_out_of_place_form(Collective c) {
 }
 
 std::string describe(const CollectiveCase& c) {
-  return fmt::format("{} {} {} {} count {} root {} {}{}", collectives::collective_name(c.collective),
+  return fmt::format("{} {} {} {} count {} root {} {}{}{}{}",
+                     collectives::collective_name(c.collective),
                      collectives::algorithm_name(c.algorithm), dtype_name(c.dtype),
                      reduce_op_name(c.op), c.count, c.root, c.in_place ? "in-place" : "out-of-place",
-                     c.async ? " async" : "");
+                     c.async ? " async" : "", c.input_on_device ? " input-on-device" : "",
+                     c.output_on_device ? " output-on-device" : "");
 }
 
-std::size_t run_and_check(ProcessGroup& pg, const CollectiveCase& c, std::string& first) {
-  PreparedCase prepared(pg, c);
+std::size_t run_and_check(ProcessGroup& pg, const CollectiveCase& c, std::string& first,
+                          DeviceMemory* device) {
+  PreparedCase prepared(pg, c, device);
   prepared.run();
   return prepared.check(first);
 }
@@ -457,6 +495,51 @@ std::vector<CollectiveCase> matrix(int world, bool full) {
     }
   }
   return cases;
+}
+
+}  // namespace collie::check
+
+namespace collie::check {
+namespace {
+
+class CudaMemory final : public DeviceMemory {
+ public:
+  explicit CudaMemory(int device) : device_(device) {}
+  void* allocate(std::size_t bytes) override {
+    cuda::DeviceBuffer b(bytes, device_);
+    void* p = b.data();
+    buffers_.push_back(std::move(b));
+    return p;
+  }
+  void release(void* p) override {
+    std::erase_if(buffers_, [p](const cuda::DeviceBuffer& b) { return b.data() == p; });
+  }
+  void upload(void* device, const void* host, std::size_t bytes) override {
+    find(device).upload(host, bytes, offset(device));
+  }
+  void download(void* host, const void* device, std::size_t bytes) override {
+    find(device).download(host, bytes, offset(device));
+  }
+
+ private:
+  cuda::DeviceBuffer& find(const void* p) {
+    for (auto& b : buffers_)
+      if (p >= b.data() && p < static_cast<const std::byte*>(b.data()) + std::max<std::size_t>(b.size(), 1))
+        return b;
+    throw Error("not device memory of this check");
+  }
+  std::size_t offset(const void* p) {
+    return static_cast<std::size_t>(static_cast<const std::byte*>(p) -
+                                    static_cast<const std::byte*>(find(p).data()));
+  }
+  int device_;
+  std::vector<cuda::DeviceBuffer> buffers_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceMemory> cuda_memory(int device) {
+  return std::make_unique<CudaMemory>(device);
 }
 
 }  // namespace collie::check

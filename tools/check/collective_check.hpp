@@ -22,7 +22,25 @@ struct CollectiveCase {
   int root = 0;
   bool in_place = false;  // the in-place form, where there is one
   bool async = false;     // through *_async and Work::wait() (in-place forms only)
+  // Where the buffers are: on the DeviceMemory given to PreparedCase, or
+  // in host memory (a call may mix them).
+  bool input_on_device = false;
+  bool output_on_device = false;
 };
+
+// Memory the CPU does not address (CUDA's, or the tests' stand-in), for
+// cases whose buffers are on a device: filled and read by explicit copies.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* device, const void* host, std::size_t bytes) = 0;
+  virtual void download(void* host, const void* device, std::size_t bytes) = 0;
+};
+
+// CUDA device memory on `device` (collie::cuda::DeviceBuffer).
+std::unique_ptr<DeviceMemory> cuda_memory(int device = 0);
 
 // "all_reduce ring float32 sum count 1009 root 0 out-of-place"
 std::string describe(const CollectiveCase& c);
@@ -38,7 +56,9 @@ bool has_out_of_place_form(Collective c);
 // exactly one run since the last fill.
 class PreparedCase {
  public:
-  PreparedCase(ProcessGroup& pg, const CollectiveCase& c);
+  // `device` holds the buffers the case puts on a device (it must outlive
+  // this; null: every buffer is host memory).
+  PreparedCase(ProcessGroup& pg, const CollectiveCase& c, DeviceMemory* device = nullptr);
   ~PreparedCase();
   PreparedCase(const PreparedCase&) = delete;
   PreparedCase& operator=(const PreparedCase&) = delete;
@@ -63,7 +83,8 @@ class PreparedCase {
 };
 
 // PreparedCase, run once, check.
-std::size_t run_and_check(ProcessGroup& pg, const CollectiveCase& c, std::string& first);
+std::size_t run_and_check(ProcessGroup& pg, const CollectiveCase& c, std::string& first,
+                          DeviceMemory* device = nullptr);
 
 // Every case of the matrix for a world of `world` ranks: every collective x
 // algorithm x dtype x op at a count that spans several segments, then edge

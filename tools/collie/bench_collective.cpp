@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/memory.hpp>
 #include <collie/process_group.hpp>
 #include <collie/version.hpp>
 
@@ -56,6 +57,7 @@ struct Args {
   bool progress = false;
   std::string plot;
   std::vector<std::string> baselines;
+  std::string device = "host";  // or "cuda": buffers in device memory
 };
 
 bool several_algorithms(const Args& a) {
@@ -74,7 +76,13 @@ struct Result {
   double algbw = 0;
   double busbw = 0;
   std::size_t wrong = 0;
+  double host_time_us = 0;  // --device cuda: the same cell on host buffers
 };
+
+// What staging costs: device time against host time, in percent.
+double staging_percent(const Result& r) {
+  return r.host_time_us > 0 ? (r.time_us / r.host_time_us - 1) * 100 : 0;
+}
 
 // ---- Ctrl-C: every rank stops after the row it is measuring ----
 
@@ -200,7 +208,7 @@ struct Printer {
     if (a.csv) {
       std::puts(
           "collective,algorithm,chosen,ranks,size_bytes,count,dtype,op,root,placement,time_us,"
-          "algbw_gbps,busbw_gbps,wrong");
+          "algbw_gbps,busbw_gbps,wrong,device,host_time_us");
       std::fflush(stdout);
       return;
     }
@@ -219,6 +227,12 @@ struct Printer {
         a.step_bytes > 0 ? fmt::format("step {} B", a.step_bytes).c_str()
                          : fmt::format("factor {:g}", a.factor).c_str(),
         a.iters, a.warmup, a.check ? "on" : "off");
+    if (a.device == "cuda") {
+      std::printf(
+          "#  buffers in CUDA device memory (%s), staged through pinned host memory; each row "
+          "also runs on host buffers: 'staging' is the device time against it\n",
+          cuda::status().c_str());
+    }
     std::printf(
         "#  time: the mean over the iterations, the maximum across ranks; algbw = size / "
         "time; busbw = algbw x bus factor\n#\n");
@@ -232,12 +246,13 @@ struct Printer {
                 std::string(bus_factor_text(c)).c_str());
     std::printf("# %10s %12s %8s %6s %5s  %-*s %-31s %-31s\n", "", "", "", "", "", w, "",
                 has_out_of_place ? "    out-of-place" : "", has_in_place ? "    in-place" : "");
-    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
-                "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong", "time",
-                "algbw", "busbw", "#wrong");
-    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)",
+    const bool dev = a.device == "cuda";
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size",
+                "count", "type", "redop", "root", w, "algo", "time", "algbw", "busbw", "#wrong",
+                "time", "algbw", "busbw", "#wrong", dev ? "  host time  staging" : "");
+    std::printf("# %10s %12s %8s %6s %5s  %-*s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "(B)",
                 "(elements)", "", "", "", w, "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                "(GB/s)", "");
+                "(GB/s)", "", dev ? "       (us)      (%)" : "");
     std::fflush(stdout);
   }
 
@@ -250,11 +265,12 @@ struct Printer {
       for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
         if (x == nullptr) continue;
         std::printf(
-            "%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu\n",
+            "%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu,%s,%.3f\n",
             std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
             x->chosen.c_str(), ranks, x->bytes, x->count, std::string(dtype_name(dtype)).c_str(),
             reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
-            x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw, x->wrong);
+            x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw, x->wrong,
+            a.device.c_str(), x->host_time_us);
       }
       std::fflush(stdout);
       return;
@@ -267,10 +283,16 @@ struct Printer {
                          x->wrong);
     };
     const std::string algo = r.algorithm == "auto" ? fmt::format("auto:{}", r.chosen) : r.chosen;
-    std::printf("  %10zu %12zu %8s %6s %5d  %-*s %s %s\n", r.bytes, r.count,
+    // --device cuda: the first placement's time on host buffers, and what
+    // staging adds to it.
+    const std::string staging =
+        a.device == "cuda" ? fmt::format("  {:>9.2f} {:>+8.1f}", r.host_time_us, staging_percent(r))
+                           : "";
+    std::printf("  %10zu %12zu %8s %6s %5d  %-*s %s %s%s\n", r.bytes, r.count,
                 std::string(dtype_name(dtype)).c_str(),
                 reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
-                static_cast<int>(algo_width), algo.c_str(), cell(out).c_str(), cell(in).c_str());
+                static_cast<int>(algo_width), algo.c_str(), cell(out).c_str(), cell(in).c_str(),
+                staging.c_str());
     std::fflush(stdout);
   }
 
@@ -325,6 +347,7 @@ struct Printer {
                                   {"iterations", a.iters},
                                   {"warmup", a.warmup},
                                   {"check", a.check},
+                                  {"device", a.device},
                                   {"time", "mean over iterations, maximum across ranks"}};
     auto& rows = doc["results"] = nlohmann::ordered_json::array();
     for (const auto& r : results) {
@@ -338,6 +361,10 @@ struct Printer {
                       {"algbw_gbps", rounded(r.algbw, 4)},
                       {"busbw_gbps", rounded(r.busbw, 4)},
                       {"wrong", r.wrong}});
+      if (a.device == "cuda") {
+        rows.back()["host_time_us"] = rounded(r.host_time_us, 3);
+        rows.back()["staging_percent"] = rounded(staging_percent(r), 2);
+      }
     }
     doc["wrong"] = wrong;
     doc["avg_busbw_gbps"] = rounded(avg, 4);
@@ -400,8 +427,24 @@ struct Bench {
     return text == nullptr ? -1 : std::atoi(text);
   }();
 
-  // Times one cell; every rank calls it with the same arguments.
+  // --device cuda: this rank's device memory.
+  check::DeviceMemory* device_memory = nullptr;
+
+  // Times one cell; every rank calls it with the same arguments. With
+  // --device cuda, the cell runs on host buffers first, then on device
+  // buffers (the result), so that the two are measured side by side.
   Result measure(Collective c, Algorithm algo, std::size_t bytes, bool in_place) {
+    if (device_memory == nullptr) return measure_on(c, algo, bytes, in_place, false);
+    const auto host = measure_on(c, algo, bytes, in_place, false);
+    --printer.rows_done;  // one row, measured twice
+    auto r = measure_on(c, algo, bytes, in_place, true);
+    r.host_time_us = host.time_us;
+    r.wrong += host.wrong;
+    return r;
+  }
+
+  Result measure_on(Collective c, Algorithm algo, std::size_t bytes, bool in_place,
+                    bool on_device) {
     const std::size_t esize = dtype_size(dtype);
     const auto n = static_cast<std::size_t>(pg.size());
     check::CollectiveCase k;
@@ -412,7 +455,8 @@ struct Bench {
     k.root = a.root;
     k.in_place = in_place && check::has_out_of_place_form(c);  // broadcast: its one buffer
     k.count = c == Collective::Barrier ? 1 : bytes / esize / (blocked(c) ? n : 1);
-    check::PreparedCase prepared(pg, k);
+    k.input_on_device = k.output_on_device = on_device;
+    check::PreparedCase prepared(pg, k, on_device ? device_memory : nullptr);
     Result r;
     r.collective = c;
     r.algorithm = algo == Algorithm::Auto ? "auto" : std::string(cs::algorithm_name(algo));
@@ -546,6 +590,9 @@ Plan make_plan(const Args& a) {
   if (a.warmup < 0) throw Error("-w: warm-up iterations cannot be negative");
   if (a.json && a.csv) throw Error("--json and --csv: choose one");
   if (!a.baselines.empty() && a.plot.empty()) throw Error("--baseline goes with --plot");
+  if (a.device != "host" && a.device != "cuda")
+    throw Error(fmt::format("--device: '{}' is not host or cuda", a.device));
+  if (a.device == "cuda" && !cuda::built_in()) throw Error("--device cuda: " + cuda::status());
   for (Collective c : a.collectives)
     plan.runs.emplace_back(c, algorithms(a, c));
   return plan;
@@ -571,6 +618,12 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
   catch_interrupts();
   try {
     auto pg = init();
+    // (Here, in the rank: CUDA must not be started before a fork.)
+    const int gpus = a.device == "cuda" ? cuda::device_count() : 0;
+    if (a.device == "cuda" && gpus == 0) {
+      if (pg.rank() != 0) return 1;  // rank 0 says why
+      throw Error("--device cuda: " + cuda::status());
+    }
     if (a.root < 0 || a.root >= pg.size())
       throw Error(
           fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
@@ -585,6 +638,12 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
     }
     if (pg.rank() == 0) printer.header(pg, how);
     Bench bench{a, pg, plan.dtype, plan.op, printer, {}, 0, false, {}};
+    std::unique_ptr<check::DeviceMemory> memory;
+    if (a.device == "cuda") {
+      // nccl-tests' habit: rank i of a node on its GPU i (modulo the GPUs).
+      memory = check::cuda_memory(pg.config().local_rank % gpus);
+      bench.device_memory = memory.get();
+    }
     for (const auto& [c, algos] : plan.runs) {
       bench.run(c, algos);
       if (bench.interrupted) break;
@@ -646,6 +705,11 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
   cmd->add_option("-g,--ranks", args->ranks,
                   "Ranks to start when run on its own (inside collie launch, srun or mpirun the "
                   "job decides)")
+      ->capture_default_str();
+  cmd->add_option("--device", args->device,
+                  "Where the buffers are: host, or cuda (device memory, staged through pinned "
+                  "host memory; each row also runs on host buffers and reports what staging "
+                  "costs)")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON document at the end instead of the table");
   cmd->add_flag("--csv", args->csv, "Print CSV rows (one per size, algorithm and placement)");

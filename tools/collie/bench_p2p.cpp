@@ -25,6 +25,7 @@
 
 #include <collie/address.hpp>
 #include <collie/error.hpp>
+#include <collie/memory.hpp>
 #include <collie/process_group.hpp>
 #include <collie/store/server.hpp>
 #include <collie/version.hpp>
@@ -48,6 +49,7 @@ struct P2pArgs {
   int bandwidth_warmup = 2;
   bool baseline = true;
   bool json = false;
+  std::string device = "host";  // or "cuda": collie's rows also on device buffers
 };
 
 struct Latency {
@@ -82,8 +84,16 @@ double since_us(Clock::time_point start) {
 
 // ---- collie ----
 
-Latency collie_latency(ProcessGroup& pg, const P2pArgs& a) {
-  std::vector<std::uint8_t> buffer(a.latency_bytes, 1);
+// `device`: the buffers in CUDA device memory (staged by collie).
+Latency collie_latency(ProcessGroup& pg, const P2pArgs& a, bool device) {
+  std::vector<std::uint8_t> host(a.latency_bytes, 1);
+  cuda::DeviceBuffer on_device;
+  std::span<std::uint8_t> buffer(host);
+  if (device) {
+    on_device = cuda::DeviceBuffer(a.latency_bytes);
+    on_device.upload(host.data(), host.size());
+    buffer = std::span(static_cast<std::uint8_t*>(on_device.data()), host.size());
+  }
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(a.latency_iters));
   for (int i = 0; i < a.latency_warmup + a.latency_iters; ++i) {
@@ -97,11 +107,18 @@ Latency collie_latency(ProcessGroup& pg, const P2pArgs& a) {
     }
     if (i >= a.latency_warmup) samples.push_back(since_us(start));
   }
-  return summarize("collie send/recv", samples);
+  return summarize(device ? "collie, cuda buffers" : "collie send/recv", samples);
 }
 
-Bandwidth collie_bandwidth(ProcessGroup& pg, const P2pArgs& a) {
-  std::vector<std::uint8_t> buffer(a.bandwidth_bytes, 2);
+Bandwidth collie_bandwidth(ProcessGroup& pg, const P2pArgs& a, bool device) {
+  std::vector<std::uint8_t> host(a.bandwidth_bytes, 2);
+  cuda::DeviceBuffer on_device;
+  std::span<std::uint8_t> buffer(host);
+  if (device) {
+    on_device = cuda::DeviceBuffer(a.bandwidth_bytes);
+    on_device.upload(host.data(), host.size());
+    buffer = std::span(static_cast<std::uint8_t*>(on_device.data()), host.size());
+  }
   std::uint8_t ack = 0;
   Clock::time_point start;
   for (int i = 0; i < a.bandwidth_warmup + a.bandwidth_iters; ++i) {
@@ -122,7 +139,7 @@ Bandwidth collie_bandwidth(ProcessGroup& pg, const P2pArgs& a) {
   else
     pg.send(&ack, 1, 0, 1);
   const double seconds = since_us(start) / 1e6;
-  return {"collie send/recv",
+  return {device ? "collie, cuda buffers" : "collie send/recv",
           static_cast<double>(a.bandwidth_bytes) * a.bandwidth_iters / seconds / 1e9};
 }
 
@@ -298,11 +315,18 @@ int run_rank(const P2pArgs& a) {
     auto pg = init();
     if (pg.size() < 2)
       throw Error("collie bench p2p needs at least 2 ranks (ranks 0 and 1 take part)");
+    // (Here, in the rank: CUDA must not be started before a fork.)
+    if (a.device == "cuda" && cuda::device_count() == 0) {
+      if (pg.rank() != 0) return 1;  // rank 0 says why
+      throw Error("--device cuda: " + cuda::status());
+    }
     std::vector<Latency> latencies;
     std::vector<Bandwidth> bandwidths;
     if (pg.rank() <= 1) {
-      latencies.push_back(collie_latency(pg, a));
-      bandwidths.push_back(collie_bandwidth(pg, a));
+      latencies.push_back(collie_latency(pg, a, false));
+      if (a.device == "cuda") latencies.push_back(collie_latency(pg, a, true));
+      bandwidths.push_back(collie_bandwidth(pg, a, false));
+      if (a.device == "cuda") bandwidths.push_back(collie_bandwidth(pg, a, true));
       if (a.baseline) {
         const int fd = raw_connection(pg);
         latencies.push_back(raw_latency(fd, pg.rank(), a, false));
@@ -340,6 +364,11 @@ void add_bench_p2p_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_flag("!--no-baseline", args->baseline, "Skip the raw TCP measurements");
   cmd->add_flag("--json", args->json, "Print the results as JSON");
+  cmd->add_option("--device", args->device,
+                  "host, or cuda: also measure collie on CUDA device buffers (staged through "
+                  "pinned host memory), next to host buffers")
+      ->check(CLI::IsMember({"host", "cuda"}))
+      ->capture_default_str();
   cmd->footer(
       "Ranks 0 and 1 take part; others wait. Inside a job (collie launch, srun, mpirun)\n"
       "it uses the job's ranks; on its own it forks a second rank and hosts the store on\n"
@@ -351,6 +380,8 @@ void add_bench_p2p_command(CLI::App& bench) {
       "raw TCP: the same two processes over one plain socket (TCP_NODELAY), blocking\n"
       "  reads, and for latency also non-blocking reads in a busy loop.");
   cmd->callback([args] {
+    if (args->device == "cuda" && !cuda::built_in())
+      throw Error("--device cuda: " + cuda::status());
     const int rc =
         inside_a_job() ? run_rank(*args) : run_standalone(2, [&] { return run_rank(*args); });
     if (rc != 0) throw Exit{rc};

@@ -6,6 +6,7 @@
 
 #include <collie/error.hpp>
 #include <collie/log.hpp>
+#include <collie/memory.hpp>
 #include <collie/version.hpp>
 
 #include "commands.hpp"
@@ -16,7 +17,11 @@ int main(int argc, char** argv) {
       "Launch jobs, serve and query the rendezvous store, benchmark collectives, explain their\n"
       "algorithms step by step, and merge traces.",
       "collie");
-  app.set_version_flag("--version", std::string("collie ") + collie::version());
+  // (A function: the CUDA driver is loaded only when --version asks.)
+  app.set_version_flag(
+      "--version",
+      [] { return std::string("collie ") + collie::version() + "\n" + collie::cuda::status(); },
+      "Print the version and whether CUDA device buffers are built in and usable, then exit");
   app.require_subcommand(1);
   app.footer(
       "Environment:\n"

@@ -70,6 +70,28 @@ bool PeerRouter::wait_some(const RequestPtr& request, std::chrono::milliseconds 
   return answering(request).wait_some(request, timeout);
 }
 
+int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) {
+  if (requests.empty()) return -1;
+  // All with one backend (the common case): it waits for them together.
+  Transport& first = answering(requests.front());
+  bool one = true;
+  for (const auto& r : requests)
+    one = one && &answering(r) == &first;
+  if (one) return first.wait_any(requests, timeout);
+  // Across backends: each in turn, briefly, until the time is up.
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      if (answering(requests[i]).test(requests[i])) return static_cast<int>(i);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return -1;
+    const auto& r = requests.front();
+    if (answering(r).wait_any(std::span(&r, 1), std::min(left, std::chrono::milliseconds(1))) == 0)
+      return 0;
+  }
+}
+
 bool PeerRouter::test(const RequestPtr& request) const {
   return answering(request).test(request);
 }

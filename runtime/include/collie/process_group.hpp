@@ -30,6 +30,9 @@
 // A ProcessGroup is a cheap handle (copies share one group) and is
 // thread-safe: several threads may send, receive and wait at once.
 //
+// Buffers may be host memory or CUDA device memory, mixed freely
+// (memory.hpp says how device buffers move and what to synchronise).
+//
 // Collective semantics (every method below):
 // - Every rank of the group calls the same collectives in the same order,
 //   with the same dtype, count, op and root (and algorithm, if one is
@@ -72,6 +75,7 @@
 #include <collie/collectives/algorithms.hpp>
 #include <collie/dtype.hpp>
 #include <collie/job_config.hpp>
+#include <collie/memory.hpp>
 #include <collie/reduce.hpp>
 #include <collie/store/store.hpp>
 
@@ -119,6 +123,11 @@ using collectives::Collective;
 struct CollectiveOptions {
   Algorithm algorithm = Algorithm::Auto;
   std::optional<std::chrono::milliseconds> timeout;  // default: the group's (COLLIE_TIMEOUT)
+  // Where the buffers are (memory.hpp): Auto asks the CUDA driver.
+  MemoryKind memory = MemoryKind::Auto;
+  // For device buffers: the cudaStream_t whose queued work collie's copies
+  // follow (memory.hpp); null: the legacy default stream.
+  void* cuda_stream = nullptr;
 };
 
 class ProcessGroup {

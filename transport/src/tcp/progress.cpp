@@ -61,8 +61,9 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
   service(fds, who);
 }
 
-bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
-  if (r.pending()) {
+template <class Finished>
+bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
+  if (!finished()) {
     ++table_.waiters;
     struct Leave {
       Connections& table;
@@ -77,18 +78,18 @@ bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
     // transport.)
     static thread_local std::vector<pollfd> fds;
     static thread_local std::vector<int> who;
-    while (r.pending()) {
+    while (!finished()) {
       auto now = Clock::now();
       if (now >= deadline) break;
       std::unique_lock drive(drive_mu, std::try_to_lock);
       if (drive.owns_lock()) {
-        while (r.pending() && (now = Clock::now()) < deadline) {
+        while (!finished() && (now = Clock::now()) < deadline) {
           int ms = 0;
           if (now >= spin_until) ms = std::clamp(remaining_ms(deadline), 1, 50);
           drive_once(ms, fds, who);
           // Spinning, let a thread waiting for this CPU run: on a busy host
           // it may be the one that sends what this wait is for.
-          if (ms == 0 && r.pending()) sched_yield();
+          if (ms == 0 && !finished()) sched_yield();
         }
       } else {
         std::unique_lock lock(table_.done_mu);
@@ -96,7 +97,15 @@ bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
       }
     }
   }
-  return !r.pending();
+  return finished();
+}
+
+bool Progress::drive_until(TcpRequest& r, Clock::time_point deadline) {
+  return drive([&r] { return !r.pending(); }, deadline);
+}
+
+bool Progress::drive_until_any(const std::function<bool()>& finished, Clock::time_point deadline) {
+  return drive(finished, deadline);
 }
 
 void Progress::stop() {

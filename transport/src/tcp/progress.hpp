@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <poll.h>
 #include <vector>
@@ -33,6 +34,9 @@ class Progress {
   // Drives the sockets until `r` finishes or `deadline` passes; true if it
   // finished.
   bool drive_until(TcpRequest& r, std::chrono::steady_clock::time_point deadline);
+  // The same until `finished()` is true (it is asked often: keep it cheap).
+  bool drive_until_any(const std::function<bool()>& finished,
+                       std::chrono::steady_clock::time_point deadline);
 
   // The background thread's loop, until stop().
   void background_loop();
@@ -48,6 +52,8 @@ class Progress {
   void service(const std::vector<pollfd>& fds, const std::vector<int>& who);
   // One poll of the peers by the waiting thread (drive_mu held).
   void drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<int>& who);
+  template <class Finished>
+  bool drive(const Finished& finished, std::chrono::steady_clock::time_point deadline);
 
   Connections& table_;
   Listener& listener_;

@@ -280,6 +280,22 @@ bool TcpTransport::wait_some(const RequestPtr& request, std::chrono::millisecond
   return true;
 }
 
+int TcpTransport::wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) {
+  auto& m = *impl_;
+  int found = -1;
+  auto finished = [&] {
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (!m.of(requests[i]).pending()) {
+        found = static_cast<int>(i);
+        return true;
+      }
+    }
+    return false;
+  };
+  m.progress.drive_until_any(finished, Clock::now() + timeout);
+  return found;
+}
+
 void TcpTransport::wait(const RequestPtr& request,
                         std::optional<std::chrono::milliseconds> timeout) {
   auto& m = *impl_;

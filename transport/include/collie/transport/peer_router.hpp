@@ -40,6 +40,7 @@ class PeerRouter final : public Transport {
   void wait(const RequestPtr& request,
             std::optional<std::chrono::milliseconds> timeout = std::nullopt) override;
   bool wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) override;
+  int wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) override;
   bool test(const RequestPtr& request) const override;
   std::uint64_t fingerprint(const RequestPtr& request) const override;
   std::size_t transferred(const RequestPtr& request) const override;

@@ -139,6 +139,11 @@ class Transport {
   // wait() that times out).
   virtual bool wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) = 0;
 
+  // Waits up to `timeout` until one of `requests` is done (at once if one
+  // already is): the index of a finished one, or -1 if none finished. A
+  // failed request counts as finished; wait() on it throws its error.
+  virtual int wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) = 0;
+
   // True once the request has finished, successfully or not. Never blocks.
   virtual bool test(const RequestPtr& request) const = 0;
 
