@@ -37,3 +37,5 @@ if(NOT COLLIE_CUDA STREQUAL "OFF")
     message(STATUS "collie: CUDA device buffers left out (no CUDA toolkit found; COLLIE_CUDA=AUTO)")
   endif()
 endif()
+# For tools/test.sh: whether this build has them.
+set(COLLIE_CUDA_BUILT_IN ${COLLIE_WITH_CUDA} CACHE INTERNAL "CUDA device buffers built in")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test, in every test preset:
-#   release   optimized build
+#   release   optimized build (with CUDA device buffers where the toolkit is found)
+#   nocuda    optimized build with -DCOLLIE_CUDA=OFF
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      ThreadSanitizer
 #   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (30)
@@ -48,7 +49,12 @@ run_preset() {
 }
 
 start=$SECONDS
-for preset in release asan tsan fuzz; do
+for preset in release nocuda asan tsan fuzz; do
+  # Without a CUDA toolkit the release build is already one without CUDA.
+  if [ "$preset" = nocuda ] && ! grep -q '^COLLIE_CUDA_BUILT_IN:INTERNAL=ON' build/release/CMakeCache.txt 2>/dev/null; then
+    summary+=("nocuda: skipped (no CUDA toolkit: the release preset is built without CUDA)")
+    continue
+  fi
   run_preset "$preset"
 done
 

@@ -57,6 +57,15 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
   const int out_dev = call.output_device;
   const bool root = rank == call.root;
   const bool avg = call.op == ReduceOp::Avg;
+  // An out-of-place call starts from its input in its output; a small
+  // output on a device gets it when it is staged, below (one copy fewer).
+  const bool whole = out_dev >= 0 && engine_ != nullptr && bytes <= segment_bytes_;
+  bool input_pending = false;
+  auto copy_input_to_output = [&] {
+    if (in == out || bytes == 0) return;
+    if (whole) input_pending = true;
+    else device::copy(engine_, out, out_dev, in, in_dev, bytes);
+  };
   // A working copy of `n` elements of the input, in host memory.
   auto working_copy = [&](std::size_t n) {
     scratch_.resize(n * es);
@@ -67,14 +76,14 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
   switch (call.collective) {
     case Collective::AllReduce:
     case Collective::Broadcast:
-      if (in != out) device::copy(engine_, out, out_dev, in, in_dev, bytes);
+      copy_input_to_output();
       regions_.push_back({0, call.count, out, out_dev});
       result_ = out;
       result_device_ = out_dev;
       break;
     case Collective::Reduce:
       if (root) {
-        if (in != out) device::copy(engine_, out, out_dev, in, in_dev, bytes);
+        copy_input_to_output();
         regions_.push_back({0, call.count, out, out_dev});
         result_ = out;
         result_device_ = out_dev;
@@ -123,6 +132,33 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
       regions_.push_back({0, 1, &token_, -1});
       break;
   }
+  // Device regions of one segment at most are staged whole: one copy in
+  // now and one out in finish(), instead of copies at every step (a small
+  // call's time is its copies' latency).
+  if (engine_ != nullptr) {
+    device::Engine::Ticket last = 0;
+    for (auto& r : regions_) {
+      const std::size_t b = r.count * es;
+      if (r.device < 0 || b == 0 || b > segment_bytes_) continue;
+      const Staged st{r.data, b, r.data == out, engine_->take_pinned(b)};
+      staged_.push_back(st);
+      if (r.data == out && input_pending) {  // the input, straight into the block
+        if (in_dev >= 0) last = engine_->to_host(st.block, in, b);
+        else std::memcpy(st.block, in, b);
+        input_pending = false;
+      } else {
+        last = engine_->to_host(st.block, r.data, b);
+      }
+      if (result_ == r.data) {
+        result_ = st.block;
+        result_device_ = -1;
+      }
+      r.data = st.block;
+      r.device = -1;
+    }
+    if (last != 0) engine_->wait(last);
+  }
+  if (input_pending) device::copy(engine_, out, out_dev, in, in_dev, bytes);  // (not staged)
   if (avg && collectives::reduces(call.collective)) {
     // float16's share of the average comes off before the sum (reduce.hpp),
     // in the one region of a reduction: always the working copy (a reduce's
@@ -151,7 +187,10 @@ void BufferLayout::finish() {
     device::copy(engine_, call_.output, call_.output_device, own, -1, call_.count * es);
     return;
   }
-  if (!average) return;
+  if (!average) {
+    copy_back();
+    return;
+  }
   if (result_device_ < 0) {
     finish_average(call_.dtype, result_, call_.count, world_);
   } else {
@@ -160,6 +199,25 @@ void BufferLayout::finish() {
                         finish_average(call_.dtype, block, n, world_);
                       });
   }
+  copy_back();
+}
+
+void BufferLayout::copy_back() {
+  device::Engine::Ticket last = 0;
+  bool any = false;
+  for (const auto& st : staged_) {
+    if (!st.output) continue;
+    last = engine_->to_device(st.device_data, st.block, st.bytes);
+    any = true;
+  }
+  if (any) engine_->wait(last);
+}
+
+BufferLayout::~BufferLayout() {
+  if (staged_.empty()) return;
+  engine_->drain();  // nothing may still write from (or into) a block
+  for (const auto& st : staged_)
+    engine_->give_pinned(st.block);
 }
 
 }  // namespace collie

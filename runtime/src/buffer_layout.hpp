@@ -15,7 +15,9 @@
 // executor stages it through pinned memory a segment at a time. Copies made
 // here (an out-of-place call's input to its output, the working copies)
 // go through the call's engine where a side is on a device; working copies
-// are host memory, so only the caller's own buffers are ever staged. An
+// are host memory, so only the caller's own buffers are ever staged. A
+// device region of one segment or less is staged whole here instead (one
+// copy in, one out: a small call's time is its copies' latency). An
 // average's division runs on the host, through the engine, segment by
 // segment.
 #pragma once
@@ -40,6 +42,7 @@ class BufferLayout {
   // `segment_bytes` at a time.
   BufferLayout(const Call& call, const collectives::Schedule& schedule, int rank, int world,
                device::Engine* engine, std::size_t segment_bytes);
+  ~BufferLayout();
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
 
@@ -51,6 +54,15 @@ class BufferLayout {
   void finish();
 
  private:
+  // A small device region staged whole in a pinned block.
+  struct Staged {
+    std::byte* device_data;
+    std::size_t bytes;
+    bool output;  // copied back by finish()
+    std::byte* block;
+  };
+  void copy_back();
+
   const Call& call_;
   int rank_;
   int world_;
@@ -61,6 +73,7 @@ class BufferLayout {
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
   std::byte token_{0};           // a barrier's one element
+  std::vector<Staged> staged_;
 };
 
 }  // namespace collie
