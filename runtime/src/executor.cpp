@@ -150,8 +150,25 @@ class Executor {
     try {
       transport_.wait(r, remaining());
     } catch (const ConnectionError&) {
+      explain_lost_connection();
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);
       throw;
+    }
+  }
+
+  // A connection broke. A peer that left may have left because it ran
+  // another call, or failed on its own device and said so: such messages
+  // wait here or are on their way (perhaps over a connection still being
+  // set up), and they are the news. Look for a moment (the background
+  // thread moves data meanwhile); throws the better error if one is found.
+  void explain_lost_connection() {
+    if (explained_) return;
+    explained_ = true;
+    const auto until = Clock::now() + kMismatchGrace;
+    for (;;) {
+      check_queued();
+      if (Clock::now() >= until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
 
@@ -173,16 +190,7 @@ class Executor {
         slice = std::min(slice * 2, std::chrono::milliseconds(500));
       }
     } catch (const ConnectionError&) {
-      // A peer that left may have left because it ran another call, whose
-      // messages wait here or are on their way (perhaps over a connection
-      // still being set up): the mismatch is the news. Look for a moment
-      // (the background thread moves data meanwhile).
-      const auto until = Clock::now() + kMismatchGrace;
-      for (;;) {
-        check_queued();
-        if (Clock::now() >= until) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      explain_lost_connection();
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(from);
       throw;
     } catch (const RequestError& e) {  // a size mismatch: the fingerprint says why
@@ -692,6 +700,7 @@ class Executor {
   int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
   FailureReason failed_reason_ = FailureReason::ConnectionLost;
   int mismatched_from_ = -1;    // the group rank whose message did not match
+  bool explained_ = false;      // explain_lost_connection() has looked
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;
 };

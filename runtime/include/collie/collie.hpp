@@ -16,6 +16,7 @@
 #include <collie/job_config.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
+#include <collie/memory.hpp>
 #include <collie/process_group.hpp>
 #include <collie/reduce.hpp>
 #include <collie/store/async_client.hpp>
