@@ -16,8 +16,9 @@
 // here (an out-of-place call's input to its output, the working copies)
 // go through the call's engine where a side is on a device; working copies
 // are host memory, so only the caller's own buffers are ever staged. A
-// device region of one segment or less is staged whole here instead (one
-// copy in, one out: a small call's time is its copies' latency). An
+// device region of COLLIE_STAGE_WHOLE_BYTES or less (4 MiB) is staged whole
+// here instead (one copy in, one out: a small call's time is its copies'
+// latency). An
 // average's division runs on the host, through the engine, segment by
 // segment.
 #pragma once
@@ -38,10 +39,10 @@ class BufferLayout {
   // Maps `call`'s buffers for `schedule`, this rank being `rank` of `world`;
   // copies inputs where the schedule needs a working copy, and takes a
   // float16 average's share off before the sum (reduce.hpp).
-  // `engine` (null when every buffer is host memory) stages device buffers,
-  // `segment_bytes` at a time.
+  // `engine` (null when every buffer is host memory) stages device buffers:
+  // whole up to `whole_bytes`, else `segment_bytes` at a time.
   BufferLayout(const Call& call, const collectives::Schedule& schedule, int rank, int world,
-               device::Engine* engine, std::size_t segment_bytes);
+               device::Engine* engine, std::size_t segment_bytes, std::size_t whole_bytes);
   ~BufferLayout();
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
@@ -68,6 +69,7 @@ class BufferLayout {
   int world_;
   device::Engine* engine_;
   std::size_t segment_bytes_;
+  std::size_t whole_bytes_;  // device regions up to this size are staged whole
   std::vector<std::byte> scratch_;
   std::vector<Region> regions_;
   std::byte* result_ = nullptr;  // where an average is finished

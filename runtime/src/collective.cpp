@@ -28,7 +28,8 @@ void execute(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
       g.rank, n, call.count, call.root,
       collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes)};
   const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
-  BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes);
+  BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes,
+                      g.world->config.stage_whole_bytes);
   execute_schedule(g, call, schedule, layout.regions(), engine);
   layout.finish();
   if (trace != nullptr) {

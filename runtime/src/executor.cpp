@@ -89,6 +89,7 @@ class Executor {
  private:
   static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
   static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
+  static constexpr std::size_t kStagedRecvs = 8;  // staged receive segments posted or copying back
 
   // Tells every peer of the schedule but the failed rank which rank failed.
   void tell_peers(const Schedule& schedule) {
@@ -505,7 +506,8 @@ class Executor {
     std::size_t send_copying = 0; // the oldest send whose copy may be pending
     std::size_t device_sends = 0; // device sends holding a block
     std::size_t recv_next = 0;    // the next receive to post
-    std::size_t recv_done = 0;    // the oldest receive not done
+    std::size_t recv_handled = 0; // the oldest receive not yet handled
+    std::size_t recv_done = 0;    // the oldest receive not done (its copy back may be pending)
     std::size_t sends_done = 0;
     auto slice = std::chrono::milliseconds(20);
     for (;;) {
@@ -548,8 +550,9 @@ class Executor {
         ++sends_done;
         moved = true;
       }
-      // Post receives in order, kWindow at a time.
-      while (recv_next < recvs.size() && recv_next - recv_done < kWindow) {
+      // Post receives in order, kStagedRecvs at a time (those copying back
+      // count: they hold blocks).
+      while (recv_next < recvs.size() && recv_next - recv_done < kStagedRecvs) {
         auto& r = recvs[recv_next];
         std::byte* into = r.target;
         if (r.reduce || r.device) into = r.block = take_block();
@@ -563,34 +566,38 @@ class Executor {
         ++recv_next;
         moved = true;
       }
-      // Finish receives in order: reduce or copy, then back to the device.
-      while (recv_done < recv_next) {
-        auto& r = recvs[recv_done];
-        if (r.state == StagedRecv::Posted) {
-          if (!transport_.test(r.request)) break;
-          wait_recv(r.request, r.from);  // checks who sent it; throws its error
-          const auto begin = mark();
-          if (r.reduce) {
-            std::byte* into = r.target;
-            if (r.device) {
-              engine_->wait(r.target_copied);
-              into = r.target_copy;
-            }
-            reduce(call_.dtype, call_.op, into, r.block, r.count);
-            if (trace_)
-              trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, r.count * esize_);
-            if (r.device) give_block(r.block);
-          }
+      // Receives that have arrived, in order: reduce or copy, then start
+      // the copy back to the device (several may be in flight).
+      while (recv_handled < recv_next) {
+        auto& r = recvs[recv_handled];
+        if (!transport_.test(r.request)) break;
+        wait_recv(r.request, r.from);  // checks who sent it; throws its error
+        const auto begin = mark();
+        if (r.reduce) {
+          std::byte* into = r.target;
           if (r.device) {
-            r.written = engine_->to_device(r.target, r.reduce ? r.target_copy : r.block,
-                                          r.count * esize_);
-            r.state = StagedRecv::Writing;
-          } else {
-            give_block(r.block);
-            r.state = StagedRecv::Done;
+            engine_->wait(r.target_copied);
+            into = r.target_copy;
           }
-          moved = true;
+          reduce(call_.dtype, call_.op, into, r.block, r.count);
+          if (trace_)
+            trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, r.count * esize_);
+          if (r.device) give_block(r.block);
         }
+        if (r.device) {
+          r.written = engine_->to_device(r.target, r.reduce ? r.target_copy : r.block,
+                                        r.count * esize_);
+          r.state = StagedRecv::Writing;
+        } else {
+          give_block(r.block);
+          r.state = StagedRecv::Done;
+        }
+        ++recv_handled;
+        moved = true;
+      }
+      // Copies back that have finished, in order, free their blocks.
+      while (recv_done < recv_handled) {
+        auto& r = recvs[recv_done];
         if (r.state == StagedRecv::Writing) {
           if (!engine_->done(r.written)) break;
           give_block(r.block);
@@ -618,16 +625,16 @@ class Executor {
         engine_->wait(sends[send_copying].copied);
         continue;
       }
-      if (recv_done < recv_next && recvs[recv_done].state == StagedRecv::Writing) {
+      if (recv_done < recv_handled && recvs[recv_done].state == StagedRecv::Writing) {
         engine_->wait(recvs[recv_done].written);
         continue;
       }
       // Else the network: the oldest receive, or a send holding a block.
       std::vector<transport::RequestPtr> watch;
       int first_peer = -1;
-      if (recv_done < recv_next) {
-        watch.push_back(recvs[recv_done].request);
-        first_peer = recvs[recv_done].from;
+      if (recv_handled < recv_next) {
+        watch.push_back(recvs[recv_handled].request);
+        first_peer = recvs[recv_handled].from;
       }
       for (std::size_t i = 0; i < send_next; ++i) {
         if (sends[i].state == StagedSend::Sending && sends[i].device) {
@@ -639,7 +646,7 @@ class Executor {
       if (transport_.wait_any(watch, std::min(slice, remaining())) < 0) {
         check_queued();
         if (remaining().count() == 0) {
-          if (recv_done < recv_next) wait_recv(watch.front(), first_peer);  // throws the TimeoutError
+          if (recv_handled < recv_next) wait_recv(watch.front(), first_peer);  // throws the TimeoutError
           wait(watch.front(), first_peer);
         }
         slice = std::min(slice * 2, std::chrono::milliseconds(500));

@@ -233,6 +233,16 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     throw Error(fmt::format("collie::init: a segment of {} bytes: choose 1 KiB to 1 GiB",
                             config.segment_bytes));
   }
+  if (options.stage_whole_bytes) {
+    config.stage_whole_bytes = *options.stage_whole_bytes;
+  } else if (auto text = lookup("COLLIE_STAGE_WHOLE_BYTES")) {
+    config.stage_whole_bytes = parse_bytes(*text, "COLLIE_STAGE_WHOLE_BYTES");
+  }
+  if (config.stage_whole_bytes > (std::size_t{1} << 30)) {
+    throw Error(fmt::format(
+        "collie::init: staging device buffers of {} bytes whole: choose at most 1 GiB",
+        config.stage_whole_bytes));
+  }
   if (options.spin) {
     config.spin = *options.spin;
   } else if (auto text = lookup("COLLIE_SPIN_US")) {

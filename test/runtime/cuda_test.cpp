@@ -58,7 +58,12 @@ void run_matrix(int world, bool full, std::size_t segment_bytes) {
                  fmt::format("{}: {} wrong; first: {}", collie::check::describe(c), wrong, first));
         }
       },
-      120s, [&](collie::InitOptions& o) { o.segment_bytes = segment_bytes; });
+      120s, [&](collie::InitOptions& o) {
+        // Small segments; buffers up to 64 bytes staged whole: the edge
+        // counts are, the 1009-element cases go segment by segment.
+        o.segment_bytes = segment_bytes;
+        o.stage_whole_bytes = 64;
+      });
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 // broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
 // a number of bytes, or with a K or M suffix; the same on every rank),
 // COLLIE_SPIN_US (microseconds a wait polls before it sleeps, default 50),
+// COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
+// to pinned memory whole, larger ones a segment at a time; default 4 MiB),
 // COLLIE_STORE_TOKEN, COLLIE_STORE_HOSTED (set by `collie launch`: the
 // launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
 #pragma once
@@ -48,6 +50,7 @@ struct InitOptions {
   std::optional<std::string> token;                  // overrides COLLIE_STORE_TOKEN
   std::optional<std::string> algorithms;             // overrides COLLIE_ALGO
   std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
+  std::optional<std::size_t> stage_whole_bytes;      // overrides COLLIE_STAGE_WHOLE_BYTES
   std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
 };
@@ -75,6 +78,7 @@ struct JobConfig {
   std::string rank_source;        // which variables the rank came from, for messages
   AlgorithmOverrides algorithms;  // COLLIE_ALGO
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
+  std::size_t stage_whole_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_WHOLE_BYTES
   // How long a wait polls its sockets (yielding the CPU between polls)
   // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.
   std::chrono::microseconds spin{50};

@@ -12,8 +12,10 @@
 // time (COLLIE_SEGMENT_BYTES each), copied on a CUDA stream of collie's own
 // (one per group and device, non-blocking) while earlier segments are on the
 // wire or being reduced; reductions run on the host, by the kernels host
-// buffers use. A point-to-point message on a device is staged whole (one
-// pinned buffer of its size, kept for reuse).
+// buffers use. A buffer of COLLIE_STAGE_WHOLE_BYTES or less (4 MiB) is
+// copied in whole before the collective and out after it (fewer, larger
+// copies: faster at those sizes). A point-to-point message on a device is
+// staged whole (one pinned buffer of its size, kept for reuse).
 //
 // Streams, what a caller must synchronise (torch.distributed's rules for
 // its gloo backend):
