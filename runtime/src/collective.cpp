@@ -186,9 +186,9 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
     case Collective::Barrier: in_bytes = out_bytes = 0; break;
     default: break;
   }
-  auto placement = device::place(*g.engines, o.memory, call.input, in_bytes, call.output,
-                                 out_bytes, o.cuda_stream,
-                                 fmt::format("rank {}: {}", rank(), collectives::collective_name(c)));
+  auto placement =
+      device::place(*g.engines, o.memory, call.input, in_bytes, call.output, out_bytes,
+                    o.cuda_stream, device::CallName{rank(), collectives::collective_name(c)});
   call.input_device = placement.input;
   call.output_device = placement.output;
   call.sequence = g.sequence++;

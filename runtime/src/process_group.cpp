@@ -97,7 +97,7 @@ std::shared_ptr<device::Engine> staging_engine(ProcessGroup::Impl& g, const void
                                                std::size_t bytes, const char* op, int peer) {
   if (device::backend() == nullptr || bytes == 0) return nullptr;  // host memory, at no cost
   return device::place(*g.engines, MemoryKind::Auto, data, bytes, nullptr, 0, nullptr,
-                       fmt::format("rank {}: {} rank {}", g.rank, op, peer))
+                       device::CallName{g.rank, op, peer})
       .engine;
 }
 

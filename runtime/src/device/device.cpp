@@ -1,6 +1,7 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -13,21 +14,25 @@ Backend* cuda_backend();
 namespace {
 
 std::mutex installed_mu;
-std::shared_ptr<Backend> installed;
+std::shared_ptr<Backend> installed;         // keeps it alive
+std::atomic<Backend*> installed_raw{nullptr};  // read on every call, without the lock
 
 }  // namespace
 
 Backend* backend() {
-  {
-    std::lock_guard lock(installed_mu);
-    if (installed) return installed.get();
-  }
+  if (Backend* b = installed_raw.load(std::memory_order_acquire)) return b;
   return cuda_backend();
 }
 
 void install_backend(std::shared_ptr<Backend> b) {
   std::lock_guard lock(installed_mu);
+  installed_raw.store(b.get(), std::memory_order_release);
   installed = std::move(b);
+}
+
+std::string CallName::text() const {
+  if (peer >= 0) return fmt::format("rank {}: {} rank {}", rank, op, peer);
+  return fmt::format("rank {}: {}", rank, op);
 }
 
 std::shared_ptr<Engine> EnginePool::lend(Backend& b, int device) {
@@ -52,8 +57,7 @@ std::shared_ptr<Engine> EnginePool::lend(Backend& b, int device) {
 }
 
 Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_t input_bytes,
-                const void* output, std::size_t output_bytes, void* stream,
-                const std::string& what) {
+                const void* output, std::size_t output_bytes, void* stream, const CallName& call) {
   Placement p;
   if (kind == MemoryKind::Host) return p;
   Backend* b = backend();
@@ -62,12 +66,12 @@ Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_
   if (b == nullptr) {
     if (kind == MemoryKind::Cuda && (in || out))
       throw DeviceError(fmt::format("{}: the buffers were said to be CUDA device memory, but {}",
-                                    what, cuda::status()));
+                                    call.text(), cuda::status()));
     return p;
   }
   if (kind == MemoryKind::Cuda) {
-    if (in) p.input = b->require_device(input, what);
-    if (out) p.output = output == input ? p.input : b->require_device(output, what);
+    if (in) p.input = b->require_device(input, call.text());
+    if (out) p.output = output == input ? p.input : b->require_device(output, call.text());
   } else {
     if (in) p.input = b->device_of(input);
     if (out) p.output = output == input ? p.input : b->device_of(output);
@@ -77,7 +81,7 @@ Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_
     throw DeviceError(fmt::format(
         "{}: the input is on cuda:{} and the output on cuda:{}: one call's device buffers must "
         "be on one device",
-        what, p.input, p.output));
+        call.text(), p.input, p.output));
   const int d = std::max(p.input, p.output);
   p.engine = pool.lend(*b, d);
   p.engine->after(stream);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <collie/error.hpp>
@@ -109,11 +110,18 @@ struct Placement {
 // Where a call's two buffers are (an empty or null one counts as host
 // memory), as `kind` says or the backend finds; lends an engine from `pool`
 // when one is on a device, ordered after the caller's `stream`. Throws
-// DeviceError, led by `what` ("rank 0: all_reduce"), for device memory
+// DeviceError, led by the call ("rank 0: all_reduce"), for device memory
 // where CUDA is unusable or not built in, and for buffers on two devices.
+// (The call's name is made only for an error: a host-only call pays
+// nothing for it.)
+struct CallName {
+  int rank = 0;
+  std::string_view op;  // "all_reduce", "send to"
+  int peer = -1;        // for point-to-point
+  std::string text() const;
+};
 Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_t input_bytes,
-                const void* output, std::size_t output_bytes, void* stream,
-                const std::string& what);
+                const void* output, std::size_t output_bytes, void* stream, const CallName& call);
 
 // Copies `bytes` from `from` (on device `from_device`, -1: host) to `to`,
 // waiting for the copy; a plain memmove when both are host memory.
