@@ -315,14 +315,8 @@ class Executor {
     }
     // Sends go straight from the buffer, unless a receive of this step
     // lands where they read: then from a snapshot.
-    std::vector<std::byte> snapshot;
     const bool snap = collectives::receives_overlap_sends(step);
-    if (snap) {
-      std::size_t total = 0;
-      for (const auto& t : step.sends)
-        total += t.range.count;
-      snapshot.resize(total * esize_);
-    }
+    std::vector<std::byte> snapshot = snapshot_space(step, snap);
     std::size_t used = 0;
     for (const auto& t : step.sends) {
       const auto begin = mark();
@@ -389,6 +383,12 @@ class Executor {
     const auto wait_begin = mark();
     for (const auto& send : sends_)
       wait(send.request, send.peer);
+    end_step(step, index, step_begin, wait_begin);
+  }
+
+  // The step's last trace events; its requests are all done.
+  void end_step(const collectives::Step& step, std::uint32_t index,
+                Tracer::Clock::time_point step_begin, Tracer::Clock::time_point wait_begin) {
     if (trace_) {
       const auto end = mark();
       if (!step.sends.empty())
@@ -397,6 +397,15 @@ class Executor {
     }
     sends_.clear();
     recvs_.clear();
+  }
+
+  // Room for a snapshot of every send of `step`, if `snap`.
+  std::vector<std::byte> snapshot_space(const collectives::Step& step, bool snap) const {
+    std::size_t total = 0;
+    if (snap)
+      for (const auto& t : step.sends)
+        total += t.range.count;
+    return std::vector<std::byte>(total * esize_);
   }
 
   bool touches_device(const collectives::Step& step) const {
@@ -453,14 +462,8 @@ class Executor {
                   Tracer::Clock::time_point step_begin) {
     // Sends read from a host snapshot when a receive of this step lands
     // where they read.
-    std::vector<std::byte> snapshot;
     const bool snap = collectives::receives_overlap_sends(step);
-    if (snap) {
-      std::size_t total = 0;
-      for (const auto& t : step.sends)
-        total += t.range.count;
-      snapshot.resize(total * esize_);
-    }
+    std::vector<std::byte> snapshot = snapshot_space(step, snap);
     std::vector<StagedSend> sends;
     std::size_t used = 0;
     for (const auto& t : step.sends) {
@@ -508,7 +511,6 @@ class Executor {
     std::size_t recv_next = 0;    // the next receive to post
     std::size_t recv_handled = 0; // the oldest receive not yet handled
     std::size_t recv_done = 0;    // the oldest receive not done (its copy back may be pending)
-    std::size_t sends_done = 0;
     auto slice = std::chrono::milliseconds(20);
     for (;;) {
       bool moved = false;
@@ -547,7 +549,6 @@ class Executor {
         give_block(x.block);
         x.state = StagedSend::Done;
         --device_sends;
-        ++sends_done;
         moved = true;
       }
       // Post receives in order, kStagedRecvs at a time (those copying back
@@ -652,19 +653,11 @@ class Executor {
         slice = std::min(slice * 2, std::chrono::milliseconds(500));
       }
     }
-    (void)sends_done;
     // Host sends: wait for them now, as an unstaged step does.
     const auto wait_begin = mark();
     for (const auto& x : sends)
       if (x.state == StagedSend::Sending) wait(x.request, x.to);
-    if (trace_) {
-      const auto end = mark();
-      if (!step.sends.empty())
-        trace_->event(Tracer::Kind::WaitSends, wait_begin, end, index, -1, 0);
-      trace_->event(Tracer::Kind::Step, step_begin, end, index, -1, 0);
-    }
-    sends_.clear();
-    recvs_.clear();
+    end_step(step, index, step_begin, wait_begin);
   }
 
   // After an error: withdraw (or give up on) what is still in flight, so

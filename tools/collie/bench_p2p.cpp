@@ -84,16 +84,27 @@ double since_us(Clock::time_point start) {
 
 // ---- collie ----
 
+// `bytes` bytes of `fill`, in host memory or (`device`) CUDA device memory.
+class Buffer {
+ public:
+  Buffer(std::size_t bytes, std::uint8_t fill, bool device) : host_(bytes, fill), span_(host_) {
+    if (!device) return;
+    on_device_ = cuda::DeviceBuffer(bytes);
+    on_device_.upload(host_.data(), bytes);
+    span_ = std::span(static_cast<std::uint8_t*>(on_device_.data()), bytes);
+  }
+  std::span<std::uint8_t> span() const { return span_; }
+
+ private:
+  std::vector<std::uint8_t> host_;
+  cuda::DeviceBuffer on_device_;
+  std::span<std::uint8_t> span_;
+};
+
 // `device`: the buffers in CUDA device memory (staged by collie).
 Latency collie_latency(ProcessGroup& pg, const P2pArgs& a, bool device) {
-  std::vector<std::uint8_t> host(a.latency_bytes, 1);
-  cuda::DeviceBuffer on_device;
-  std::span<std::uint8_t> buffer(host);
-  if (device) {
-    on_device = cuda::DeviceBuffer(a.latency_bytes);
-    on_device.upload(host.data(), host.size());
-    buffer = std::span(static_cast<std::uint8_t*>(on_device.data()), host.size());
-  }
+  const Buffer memory(a.latency_bytes, 1, device);
+  const auto buffer = memory.span();
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(a.latency_iters));
   for (int i = 0; i < a.latency_warmup + a.latency_iters; ++i) {
@@ -111,14 +122,8 @@ Latency collie_latency(ProcessGroup& pg, const P2pArgs& a, bool device) {
 }
 
 Bandwidth collie_bandwidth(ProcessGroup& pg, const P2pArgs& a, bool device) {
-  std::vector<std::uint8_t> host(a.bandwidth_bytes, 2);
-  cuda::DeviceBuffer on_device;
-  std::span<std::uint8_t> buffer(host);
-  if (device) {
-    on_device = cuda::DeviceBuffer(a.bandwidth_bytes);
-    on_device.upload(host.data(), host.size());
-    buffer = std::span(static_cast<std::uint8_t*>(on_device.data()), host.size());
-  }
+  const Buffer memory(a.bandwidth_bytes, 2, device);
+  const auto buffer = memory.span();
   std::uint8_t ack = 0;
   Clock::time_point start;
   for (int i = 0; i < a.bandwidth_warmup + a.bandwidth_iters; ++i) {
