@@ -227,6 +227,32 @@ TEST_CASE("a device error mid-collective fails every rank, naming the call and t
     CHECK_THAT(e, Catch::Contains("the group is unusable"));
 }
 
+TEST_CASE("pinned memory running out mid-collective fails every rank, naming it", "[device]") {
+  FakeDeviceScope device;
+  const std::size_t count = 20000;
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](collie::ProcessGroup& pg) {
+    auto* buf = static_cast<float*>(device->allocate(count * sizeof(float)));
+    std::vector<float> host(count, 1.0f);
+    device->upload(buf, host.data(), count * sizeof(float));
+    // Rank 1's third pinned block cannot be had: two segments are on their way.
+    if (pg.rank() == 1) collie::test::FakeDevice::fail_pinned_on_this_thread(2);
+    try {
+      pg.all_reduce(std::span(buf, count));
+    } catch (const collie::Error& e) {
+      errors[static_cast<std::size_t>(pg.rank())] = e.what();
+    }
+    collie::test::FakeDevice::fail_pinned_on_this_thread(-1);
+  });
+  INFO(errors[0] << "\n" << errors[1] << "\n" << errors[2]);
+  CHECK_THAT(errors[1], Catch::Contains("rank 1: all_reduce(float32, 20000, sum)") &&
+                            Catch::Contains("cudaHostAlloc") &&
+                            Catch::Contains("cudaErrorMemoryAllocation"));
+  for (int r : {0, 2})
+    CHECK_THAT(errors[static_cast<std::size_t>(r)],
+               Catch::Contains("rank 1 ") && Catch::Contains("its device failed"));
+}
+
 TEST_CASE("memory kinds: said, mixed, and on two devices", "[device]") {
   FakeDeviceScope device;
   run_ranks(2, [&](collie::ProcessGroup& pg) {

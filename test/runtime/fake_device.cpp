@@ -16,6 +16,8 @@ using device::Engine;
 
 namespace {
 
+thread_local int pinned_until_failure = -1;  // fail_pinned_on_this_thread()
+
 class FakeEngine final : public Engine {
  public:
   FakeEngine(std::shared_ptr<FakeDevice> dev, int device) : dev_(std::move(dev)), device_(device) {}
@@ -61,6 +63,11 @@ class FakeEngine final : public Engine {
   }
 
   std::byte* take_pinned(std::size_t bytes) override {
+    if (pinned_until_failure == 0)
+      throw DeviceError(fmt::format("{}: pinned host memory for staging: cudaHostAlloc({} bytes): "
+                                    "cudaErrorMemoryAllocation (out of memory)",
+                                    describe(), bytes));
+    if (pinned_until_failure > 0) --pinned_until_failure;
     auto* b = static_cast<std::byte*>(std::malloc(std::max<std::size_t>(bytes, 1)));
     if (b == nullptr) throw DeviceError("fake: out of pinned memory");
     pinned_.push_back(b);
@@ -215,6 +222,10 @@ std::string FakeDevice::copy_error(const void* p, std::size_t bytes) const {
   if (poisoned_ != nullptr && b < poisoned_ + poisoned_bytes_ && poisoned_ < b + std::max<std::size_t>(bytes, 1))
     return poison_error_;
   return "";
+}
+
+void FakeDevice::fail_pinned_on_this_thread(int n) {
+  pinned_until_failure = n;
 }
 
 void FakeDevice::saw_pinned(std::size_t held) {

@@ -47,6 +47,9 @@ class FakeDevice final : public device::Backend,
 
   // Every later copy that touches [p, p + bytes) fails with `error`.
   void fail_copies_touching(const void* p, std::size_t bytes, std::string error);
+  // The calling thread's pinned allocations fail from the `n`-th on (0: the
+  // next), as cudaHostAlloc out of memory would; -1: they work again.
+  static void fail_pinned_on_this_thread(int n);
 
   // Counters over all engines.
   std::size_t copies() const { return copies_.load(); }

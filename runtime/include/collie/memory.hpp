@@ -6,7 +6,8 @@
 // pointer attributes, without creating a CUDA context: a process that never
 // touched CUDA pays nothing, and memory the CPU can address (pageable,
 // pinned, managed) counts as host memory. A call's options may say it
-// instead (CollectiveOptions::memory).
+// instead (CollectiveOptions::memory). Buffers may be on any device (not
+// only the caller's current one); one call's device buffers must be on one.
 //
 // How device buffers move: through pinned host memory, a few segments at a
 // time (COLLIE_SEGMENT_BYTES each), copied on a CUDA stream of collie's own
