@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <collie/error.hpp>
+#include <collie/store/client_options.hpp>
 #include <collie/job_config.hpp>
 
 namespace collie {
@@ -214,7 +215,13 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   }
   config.socket_ifname =
       options.socket_ifname.value_or(lookup("COLLIE_SOCKET_IFNAME").value_or(""));
-  config.token = options.token.value_or(lookup("COLLIE_STORE_TOKEN").value_or(""));
+  if (options.token) {
+    config.token = *options.token;
+  } else if (auto token = lookup("COLLIE_STORE_TOKEN"); token && !token->empty()) {
+    config.token = *token;
+  } else if (auto file = lookup("COLLIE_STORE_TOKEN_FILE"); file && !file->empty()) {
+    config.token = store::read_token_file(*file);
+  }
   config.store_hosted_by_launcher = lookup("COLLIE_STORE_HOSTED").value_or("0") == "1";
   if (auto restarts = lookup("COLLIE_RESTART_COUNT")) {
     config.restart_count = parse_int(*restarts, "COLLIE_RESTART_COUNT");

@@ -2,6 +2,7 @@
 
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
+#include <collie/log.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/file_store.hpp>
 #include <collie/store/prefix_store.hpp>
@@ -18,6 +19,19 @@ JobStore::JobStore(const JobConfig& config) {
       store::ServerOptions options;
       options.port = config.master_port;
       options.token = config.token;
+      // Ranks that reach the master on loopback are all on this host: the
+      // store need not listen beyond it.
+      const auto& a = config.master_addr;
+      const bool loopback = a == "localhost" || a == "::1" || a.rfind("127.", 0) == 0;
+      if (loopback) options.host = a;
+      if (!loopback && config.token.empty()) {
+        collie::log().warn(
+            "rank 0 hosts the job's store on every interface, port {}, without a secret: anyone "
+            "who can reach it can join the job as a rank, read and change its store, or stop it. "
+            "Set COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE) alike on every rank; `collie "
+            "launch` makes one for a job on one node",
+            config.master_port);
+      }
       try {
         server_ = std::make_unique<store::StoreServer>(options);
       } catch (const Error& e) {

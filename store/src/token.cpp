@@ -11,7 +11,10 @@ namespace collie::store {
 
 std::string token_from_environment() {
   const char* token = std::getenv("COLLIE_STORE_TOKEN");
-  return token == nullptr ? std::string() : std::string(token);
+  if (token != nullptr && *token != '\0') return token;
+  const char* file = std::getenv("COLLIE_STORE_TOKEN_FILE");
+  if (file != nullptr && *file != '\0') return read_token_file(file);
+  return std::string();
 }
 
 std::string read_token_file(const std::string& path) {

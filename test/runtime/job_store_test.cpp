@@ -1,4 +1,9 @@
 // Who hosts a job's store, and what the others see when the host goes away.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 
 #include <catch2/catch.hpp>
@@ -6,6 +11,7 @@
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
 #include <collie/store/server.hpp>
+#include <collie/transport/interfaces.hpp>
 
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -99,4 +105,36 @@ TEST_CASE("file:// jobs share the store through the file", "[job_store]") {
   JobStore rank1(c);
   rank1.store().set("x", "1");
   CHECK(rank0.store().get("x") == "1");
+}
+
+TEST_CASE("rank 0 whose master is on loopback hosts the store on loopback only",
+          "[job_store][security]") {
+  std::string outside;  // a non-loopback IPv4 address of this host
+  for (const auto& i : collie::transport::list_interfaces())
+    if (!i.is_v6 && !i.is_loopback) outside = i.address;
+  if (outside.empty()) {
+    WARN("skipped: this host has no non-loopback IPv4 address");
+    return;
+  }
+  auto reachable = [](const std::string& host, std::uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+  };
+  const auto port = collie::test::momentarily_free_port();
+  JobStore rank0(config(0, 1, port));
+  REQUIRE(rank0.hosts_server());
+  CHECK(reachable("127.0.0.1", port));
+  CHECK_FALSE(reachable(outside, port));
+  // A master beyond loopback: other hosts must reach it.
+  auto wide = config(0, 1, collie::test::momentarily_free_port());
+  wide.master_addr = outside;
+  wide.token = "a secret";
+  JobStore host(wide);
+  CHECK(reachable(outside, wide.master_port));
 }

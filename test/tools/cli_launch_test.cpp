@@ -11,7 +11,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <collie/transport/interfaces.hpp>
+
 #include "support/scratch_dir.hpp"
+#include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
@@ -174,6 +177,43 @@ TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]
   }
 }
 
+TEST_CASE("launch gives its job a secret: in the ranks' environment, on no command line, "
+          "and the store refuses whoever lacks it",
+          "[launch][security]") {
+  const collie::test::ScratchDir dir;
+  // Each rank: the secret's length; whether any process's command line holds
+  // it (grep reads it from a file, so its own command line does not); the
+  // store without the secret, then with it.
+  const std::string script =
+      "printf %s \"$COLLIE_STORE_TOKEN\" > " + dir.file("token") + ".$RANK; " +
+      "echo length ${#COLLIE_STORE_TOKEN}; "
+      "echo cmdlines $(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -cF -f " +
+      dir.file("token") + ".$RANK); " +
+      "COLLIE_STORE_TOKEN= " + kCollie + " store set k$RANK v >/dev/null 2>&1; echo without $?; " +
+      kCollie + " store set k$RANK v >/dev/null 2>&1; echo with $?";
+  const auto r = launch({"-n", "2"}, script);
+  REQUIRE(r.exit_code == 0);
+  INFO(r.out << r.err);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    CHECK_THAT(r.out, Catch::Contains(p + "length 64\n") && Catch::Contains(p + "cmdlines 0\n") &&
+                          Catch::Contains(p + "with 0\n") && !Catch::Contains(p + "without 0\n"));
+  }
+  // Both ranks have the same secret, and another launch another one.
+  std::ifstream a(dir.file("token") + ".0"), b(dir.file("token") + ".1");
+  const std::string t0{std::istreambuf_iterator<char>(a), {}};
+  const std::string t1{std::istreambuf_iterator<char>(b), {}};
+  CHECK(t0.size() == 64);
+  CHECK(t0 == t1);
+  const auto again = launch({"-n", "1"}, "echo $COLLIE_STORE_TOKEN");
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.out, !Catch::Contains(t0));
+  // A secret given to the launcher is the job's.
+  std::ofstream(dir.file("given")) << "my-secret\n";
+  const auto given = launch({"-n", "1", "--token-file", dir.file("given")}, "echo $COLLIE_STORE_TOKEN");
+  CHECK_THAT(given.out, Catch::Contains("[rank 0] my-secret\n"));
+}
+
 TEST_CASE("launch explains what it cannot do", "[launch]") {
   auto r = run({kCollie, "launch", "-n", "2", "--", "/no/such/program"});
   CHECK(r.exit_code == 1);
@@ -186,6 +226,13 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
   r = run({kCollie, "launch", "--nnodes", "2", "--node-rank", "1", "--master-port", "0", "--",
            "/bin/true"});
   CHECK_THAT(r.err, Catch::Contains("need the store's port"));
+  // Several nodes without a shared secret: refused, saying how to make one.
+  r = run({kCollie, "launch", "--nnodes", "2", "--node-rank", "0", "--master-port", "0", "--",
+           "/bin/true"},
+          {"COLLIE_STORE_TOKEN=", "COLLIE_STORE_TOKEN_FILE="});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("needs a secret that every node shares") &&
+                        Catch::Contains("--token-file") && Catch::Contains("--insecure"));
   r = run({kCollie, "launch", "--help"});
   CHECK_THAT(r.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--max-restarts") &&
                         Catch::Contains("LOCAL_RANK"));
@@ -194,6 +241,8 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
 TEST_CASE("two nodes on one machine form one job and share its failures", "[launch][nodes]") {
   const collie::test::ScratchDir dir;
   const auto port_file = dir.file("port");
+  const auto token_file = dir.file("job.token");
+  std::ofstream(token_file) << "shared by both nodes\n";
   auto node = [&](int node_rank, const std::string& port, const std::string& script,
                   const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {kCollie,
@@ -210,6 +259,8 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
                                      port,
                                      "--port-file",
                                      port_file};
+    if (std::find(extra.begin(), extra.end(), "--insecure") == extra.end())
+      argv.insert(argv.end(), {"--token-file", token_file});
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
     return std::make_unique<Subprocess>(argv);
@@ -238,6 +289,20 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK(r1->exit_code == 0);
     CHECK_THAT(r0->out, Catch::Contains("[rank 1] rank 1 of 4 on node 0"));
     CHECK_THAT(r1->out, Catch::Contains("[rank 3] rank 3 of 4 on node 1"));
+  }
+  SECTION("--insecure runs without a secret, and says so") {
+    auto node0 = node(0, "0", "echo rank $RANK token [$COLLIE_STORE_TOKEN]", {"--insecure"});
+    const auto port = wait_port();
+    REQUIRE_FALSE(port.empty());
+    auto node1 = node(1, port, "echo rank $RANK token [$COLLIE_STORE_TOKEN]", {"--insecure"});
+    auto r1 = node1->wait(60s);
+    auto r0 = node0->wait(60s);
+    REQUIRE(r0);
+    REQUIRE(r1);
+    CHECK(r0->exit_code == 0);
+    CHECK(r1->exit_code == 0);
+    CHECK_THAT(r0->err, Catch::Contains("WARNING: --insecure: this job has no secret"));
+    CHECK_THAT(r1->out, Catch::Contains("[rank 3] rank 3 token []"));
   }
   SECTION("a failure on node 1 stops node 0 too") {
     auto node0 = node(0, "0", "sleep 60");
@@ -268,4 +333,33 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK_THAT(r0->err,
                Catch::Contains("node 1 stopped answering") && Catch::Contains("--node-timeout 2"));
   }
+}
+
+TEST_CASE("rank 0 hosting the store beyond loopback without a secret warns, and on loopback "
+          "does not",
+          "[launch][security]") {
+  std::string outside;  // a non-loopback IPv4 address of this host
+  for (const auto& i : collie::transport::list_interfaces())
+    if (!i.is_v6 && !i.is_loopback) outside = i.address;
+  if (outside.empty()) {
+    WARN("skipped: this host has no non-loopback IPv4 address");
+    return;
+  }
+  const std::string example = std::string(COLLIE_EXAMPLES_DIR) + "/all_reduce";
+  auto one_rank = [&](const std::string& master_addr) {
+    // (Rank 0 must be told its port before it listens: one that was free.)
+    const auto port = collie::test::momentarily_free_port();
+    return run({example}, {"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=" + master_addr,
+                           "MASTER_PORT=" + std::to_string(port), "COLLIE_STORE_TOKEN=",
+                           "COLLIE_STORE_TOKEN_FILE=", "COLLIE_STORE_HOSTED="});
+  };
+  const auto wide = one_rank(outside);
+  INFO(wide.out << wide.err);
+  CHECK(wide.exit_code == 0);
+  CHECK_THAT(wide.err, Catch::Contains("hosts the job's store on every interface") &&
+                           Catch::Contains("without a secret") &&
+                           Catch::Contains("COLLIE_STORE_TOKEN"));
+  const auto local = one_rank("127.0.0.1");
+  CHECK(local.exit_code == 0);
+  CHECK_THAT(local.err, !Catch::Contains("without a secret"));
 }

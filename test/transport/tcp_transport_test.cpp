@@ -401,7 +401,7 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
     };
     const std::vector<Case> cases = {{"guess", 0, 0, "wrong token"},
                                      {"secret", 1, 0, "another job"},
-                                     {"secret", 0, 1, "but this is rank 0"}};
+                                     {"secret", 0, 1, "ranks it names do not fit"}};
     for (const auto& k : cases) {
       collie::test::RawConnection raw(port);
       const auto challenge = raw.read_exactly(wire::kChallengeBytes, 5s);
@@ -423,7 +423,11 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
       CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Refused));
       const auto reason = raw.read_exactly(wire::get16(verdict->data() + 2), 5s);
       REQUIRE(reason);
-      CHECK_THAT(std::string(reason->begin(), reason->end()), Catch::Contains(k.reason));
+      const std::string told(reason->begin(), reason->end());
+      CHECK_THAT(told, Catch::Contains(k.reason));
+      // Nothing a stranger could use: the group's id, its size, this rank.
+      CHECK_THAT(told, !Catch::Contains(fmt::format("{:016x}", c[0].options().group_id)) &&
+                           !Catch::Contains("world size") && !Catch::Contains("rank 0"));
       CHECK(raw.closed_by_peer(5s));
     }
   }

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
@@ -50,6 +51,8 @@ struct LaunchArgs {
   std::string log_dir = "collie-logs";
   double stop_timeout_s = 5;
   double node_timeout_s = 300;
+  std::string token_file;  // the job's secret; see resolve_token()
+  bool insecure = false;   // several nodes without a secret
   std::vector<std::string> command;
 };
 
@@ -155,8 +158,42 @@ class Launcher {
     signal(SIGPIPE, SIG_IGN);
   }
 
+  // The job's secret, which the store and every rank's handshakes prove:
+  // --token-file, else COLLIE_STORE_TOKEN or COLLIE_STORE_TOKEN_FILE; on one
+  // node, else a fresh random one that only this launcher and its ranks
+  // know; several nodes must share one, or say --insecure.
+  void resolve_token() {
+    if (!args_.token_file.empty()) {
+      token_ = store::read_token_file(args_.token_file);
+      return;
+    }
+    token_ = store::token_from_environment();
+    if (!token_.empty()) return;
+    if (!multi_node()) {
+      std::uint8_t bytes[32];
+      collie::crypto::random_bytes(bytes);
+      for (auto b : bytes)
+        token_ += fmt::format("{:02x}", b);
+      return;
+    }
+    if (!args_.insecure) {
+      throw Error(fmt::format(
+          "collie launch: a job on several nodes needs a secret that every node shares, or "
+          "anyone who can reach port {} can join it as a rank or stop it: give every node the "
+          "same --token-file (or COLLIE_STORE_TOKEN_FILE, or COLLIE_STORE_TOKEN), made once "
+          "with e.g. `head -c 32 /dev/urandom | base64 > job.token`; --insecure runs without "
+          "one",
+          port_));
+    }
+    say(fmt::format(
+        "WARNING: --insecure: this job has no secret. Anyone who can reach port {} on {} can "
+        "join it as a rank, read and change its store, or stop it.",
+        port_, args_.node_rank == 0 ? "this host" : args_.master_addr));
+  }
+
   void start_store() {
-    const std::string token = store::token_from_environment();
+    resolve_token();
+    const std::string& token = token_;
     if (args_.node_rank == 0) {
       store::ServerOptions options;
       // A job on this node alone keeps its store on loopback.
@@ -192,6 +229,9 @@ class Launcher {
         fmt::format("COLLIE_RESTART_COUNT={}", attempt_),
         fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt_),
         "COLLIE_STORE_HOSTED=1",
+        // The job's secret, inherited: never on a command line.
+        fmt::format("COLLIE_STORE_TOKEN={}", token_),
+        "COLLIE_STORE_TOKEN_FILE=",
     };
   }
 
@@ -513,6 +553,7 @@ class Launcher {
   LaunchArgs args_;
   int port_ = 0;
   int attempt_ = 0;
+  std::string token_;  // the job's secret (resolve_token())
   sigset_t signals_{};
   int signal_fd_ = -1;
   std::unique_ptr<store::StoreServer> server_;
@@ -565,11 +606,21 @@ void add_launch_command(CLI::App& app) {
                   "Several nodes: seconds without a heartbeat from another node's launcher "
                   "before the job is stopped as failed")
       ->capture_default_str();
+  cmd->add_option("--token-file", args->token_file,
+                  "The job's secret, the same file on every node (default: "
+                  "$COLLIE_STORE_TOKEN, $COLLIE_STORE_TOKEN_FILE, or on one node a random "
+                  "secret for this job)");
+  cmd->add_flag("--insecure", args->insecure,
+                "Several nodes without a secret: anyone who can reach the store's port may "
+                "join or stop the job (a warning says so)");
   cmd->add_option("command", args->command, "The program and its arguments (after --)")->required();
   cmd->footer(
       "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
       "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT,\n"
       "and COLLIE_RESTART_COUNT and COLLIE_STORE_HOSTED=1 (this launcher hosts the store).\n"
+      "The job has a secret that its store and every rank's handshake check: a random one\n"
+      "on one node (COLLIE_STORE_TOKEN in the ranks' environment, never on a command line);\n"
+      "several nodes share one with --token-file (or refuse to start without --insecure).\n"
       "Output lines are prefixed with '[rank R] '. When a rank fails, the others get SIGTERM\n"
       "(then SIGKILL after --stop-timeout), a summary names the rank that failed first, and\n"
       "the exit code is that rank's (128+N for signal N). SIGINT/SIGTERM are forwarded.\n"

@@ -23,7 +23,8 @@
 // COLLIE_SPIN_US (microseconds a wait polls before it sleeps, default 50),
 // COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
 // to pinned memory whole, larger ones a segment at a time; default 4 MiB),
-// COLLIE_STORE_TOKEN, COLLIE_STORE_HOSTED (set by `collie launch`: the
+// COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE, a file holding it),
+// COLLIE_STORE_HOSTED (set by `collie launch`: the
 // launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
 #pragma once
 

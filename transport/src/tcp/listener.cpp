@@ -124,9 +124,12 @@ void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::str
 
 }  // namespace
 
-void Listener::refuse(Handshake& h, std::string_view reason, bool answer) {
+void Listener::refuse(Handshake& h, std::string_view reason, bool answer,
+                      std::string_view told) {
   collie::log().warn("rank {} refused a connection from {}: {}", opt_.rank, h.remote, reason);
-  if (answer) send_verdict(h.socket, wire::Verdict::Refused, reason);
+  // The peer hears `told` when given: nothing about this group a stranger
+  // could use (its id, its size, this rank's number).
+  if (answer) send_verdict(h.socket, wire::Verdict::Refused, told.empty() ? reason : told);
   std::error_code ignored;
   h.socket.close(ignored);
   h.over = true;
@@ -161,14 +164,14 @@ void Listener::step(Handshake& h) {
                   fmt::format("it belongs to another job or group (group id {:016x}, world size "
                               "{}; this is group '{}' id {:016x}, world size {})",
                               hello.group_id, hello.world_size, opt_.group, opt_.group_id, world),
-                  true);
+                  true, "it belongs to another job or group");
   }
   if (hello.to != static_cast<std::uint32_t>(opt_.rank) || hello.from >= world ||
       hello.from == static_cast<std::uint32_t>(opt_.rank)) {
     return refuse(h,
                   fmt::format("it claims to be rank {} looking for rank {}, but this is rank {}",
                               hello.from, hello.to, opt_.rank),
-                  true);
+                  true, "the ranks it names do not fit this connection");
   }
   if (!crypto::digests_equal(hello.proof, wire::peer_proof(opt_.token, h.nonce, opt_.group_id,
                                                            hello.from, hello.to))) {

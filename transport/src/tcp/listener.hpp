@@ -64,7 +64,9 @@ class Listener {
   void accept_all();
   void step(Handshake& h);  // reads what came; decides once the hello is whole
   void decide(Handshake& h, const wire::Hello& hello);
-  void refuse(Handshake& h, std::string_view reason, bool answer);
+  // Logs `reason` and closes; `answer`: tells the peer `told` (or `reason`
+  // when `told` is empty) first.
+  void refuse(Handshake& h, std::string_view reason, bool answer, std::string_view told = {});
 
   const TransportOptions& opt_;
   asio::io_context& io_;

@@ -23,7 +23,8 @@ struct ClientOptions {
   std::chrono::microseconds spin{50};
 };
 
-// The token from COLLIE_STORE_TOKEN, or empty when it is unset.
+// The token from COLLIE_STORE_TOKEN, else from the file COLLIE_STORE_TOKEN_FILE
+// names (read_token_file), else empty.
 std::string token_from_environment();
 
 // Reads a token file (trailing whitespace and newlines are dropped).
