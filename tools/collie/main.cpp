@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Environment:\n"
       "  MASTER_ADDR, MASTER_PORT  the store's address when --addr is not given\n"
-      "  COLLIE_STORE_TOKEN        shared secret for store authentication\n"
+      "  COLLIE_STORE_TOKEN        the job's shared secret (store and handshakes)\n"
+      "  COLLIE_STORE_TOKEN_FILE   a file holding it, when COLLIE_STORE_TOKEN is unset\n"
       "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
       "  COLLIE_TRACE              a directory: every rank writes a Chrome trace there\n"
       "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
