@@ -17,7 +17,9 @@
 
 #include <fmt/format.h>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
+#include <collie/store/client_options.hpp>
 #include <collie/store/server.hpp>
 
 namespace collie::cli {
@@ -50,6 +52,16 @@ std::string host_name() {
 
 int run_standalone(int ranks, const std::function<int()>& rank_main) {
   if (ranks < 1) throw Error(fmt::format("the number of ranks must be at least 1, not {}", ranks));
+  // The job's secret, as `collie launch` makes one: the ranks inherit it
+  // (never on a command line), and the store and their handshakes check it.
+  std::string token = store::token_from_environment();
+  if (token.empty()) {
+    std::uint8_t bytes[32];
+    crypto::random_bytes(bytes);
+    for (auto b : bytes)
+      token += fmt::format("{:02x}", b);
+  }
+  setenv("COLLIE_STORE_TOKEN", token.c_str(), 1);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("pipe failed");
   std::fflush(stdout);
@@ -118,6 +130,7 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
   try {
     store::ServerOptions options;
     options.host = "127.0.0.1";
+    options.token = token;
     store::StoreServer server(options);
     const std::uint16_t port = server.port();
     for (std::size_t i = 0; i < children.size(); ++i) {
