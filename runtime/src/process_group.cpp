@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/address.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
@@ -208,6 +209,17 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.timeout = config.timeout;
   transport_options.listen_address = impl->advertised_host = advertised_address(config);
   transport_options.spin = config.spin;
+  // Each rank is claimed once per run: a second process with the same rank
+  // (another job on the same store by mistake) fails here, at once, instead
+  // of overwriting this job's keys.
+  if (store.add(fmt::format("world/rank/{}/claimed", config.rank), 1) > 1) {
+    const auto where = config.method == JobConfig::Method::File
+                           ? fmt::format("the store file {}: is another job using this file?",
+                                         config.file_path)
+                           : fmt::format("the store at {}: is another job using this MASTER_PORT?",
+                                         join_host_port(config.master_addr, config.master_port));
+    throw Error(fmt::format("rank {} is already taken in {}", config.rank, where));
+  }
   if (config.rank == 0) {
     transport_options.group_id = crypto::random_u64();
     store.set("world/id", fmt::format("{:016x}", transport_options.group_id));

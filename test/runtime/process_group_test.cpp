@@ -144,3 +144,23 @@ TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank, and
                 [&](collie::InitOptions& o) { o.trace_dir = (dir.path() / "a_file" / "sub").string(); }),
       Catch::Contains("COLLIE_TRACE: cannot create the directory") && Catch::Contains("a_file"));
 }
+
+TEST_CASE("two jobs on one store: a rank whose number is taken fails at once, naming it",
+          "[process_group][security]") {
+  // Two jobs that share a store (a MASTER_PORT, here a store file) by mistake.
+  collie::test::ScratchDir dir;
+  collie::InitOptions o;
+  o.init_method = "file://" + (dir.path() / "store").string();
+  o.rank = 0;
+  o.world_size = 1;
+  o.timeout = 30s;
+  auto job_a = collie::init(o);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(collie::init(o), Catch::Contains("rank 0 is already taken in the store file") &&
+                                         Catch::Contains("is another job using this file?"));
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  // Job A is unharmed.
+  std::vector<int> v{3};
+  job_a.all_reduce(std::span(v));
+  CHECK(v[0] == 3);
+}
