@@ -69,8 +69,10 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
   bool input_pending = false;
   auto copy_input_to_output = [&] {
     if (in == out || bytes == 0) return;
-    if (whole) input_pending = true;
-    else device::copy(engine_, out, out_dev, in, in_dev, bytes);
+    if (whole)
+      input_pending = true;
+    else
+      device::copy(engine_, out, out_dev, in, in_dev, bytes);
   };
   // A working copy of `n` elements of the input, in host memory.
   auto working_copy = [&](std::size_t n) {
@@ -151,8 +153,10 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
       const Staged st{r.data, b, r.data == out, engine_->take_pinned(b)};
       staged_.push_back(st);
       if (r.data == out && input_pending) {  // the input, straight into the block
-        if (in_dev >= 0) last = engine_->to_host(st.block, in, b);
-        else std::memcpy(st.block, in, b);
+        if (in_dev >= 0)
+          last = engine_->to_host(st.block, in, b);
+        else
+          std::memcpy(st.block, in, b);
         input_pending = false;
       } else {
         last = engine_->to_host(st.block, r.data, b);
@@ -175,10 +179,9 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule, int rank,
     if (r.device < 0) {
       prescale_average(call.dtype, r.data, r.count, world);
     } else {
-      device::transform(*engine_, r.data, r.count, es, segment_bytes_,
-                        [&](std::byte* block, std::size_t n) {
-                          prescale_average(call.dtype, block, n, world);
-                        });
+      device::transform(
+          *engine_, r.data, r.count, es, segment_bytes_,
+          [&](std::byte* block, std::size_t n) { prescale_average(call.dtype, block, n, world); });
     }
   }
 }
@@ -202,10 +205,9 @@ void BufferLayout::finish() {
   if (result_device_ < 0) {
     finish_average(call_.dtype, result_, call_.count, world_);
   } else {
-    device::transform(*engine_, result_, call_.count, es, segment_bytes_,
-                      [&](std::byte* block, std::size_t n) {
-                        finish_average(call_.dtype, block, n, world_);
-                      });
+    device::transform(
+        *engine_, result_, call_.count, es, segment_bytes_,
+        [&](std::byte* block, std::size_t n) { finish_average(call_.dtype, block, n, world_); });
   }
   copy_back();
 }

@@ -74,7 +74,7 @@ class BufferLayout {
   std::vector<Region> regions_;
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
-  std::byte token_{0};           // a barrier's one element
+  std::byte token_{0};  // a barrier's one element
   std::vector<Staged> staged_;
 };
 

@@ -177,18 +177,34 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   const auto N = static_cast<std::size_t>(n);
   std::size_t in_bytes = call.count * es, out_bytes = call.count * es;
   switch (c) {
-    case Collective::Reduce: out_bytes = rank() == call.root ? out_bytes : 0; break;
-    case Collective::AllGather: out_bytes *= N; break;
-    case Collective::Gather: out_bytes = rank() == call.root ? out_bytes * N : 0; break;
-    case Collective::Scatter: in_bytes = rank() == call.root ? in_bytes * N : 0; break;
-    case Collective::ReduceScatter: in_bytes *= N; break;
-    case Collective::AllToAll: in_bytes *= N; out_bytes *= N; break;
-    case Collective::Barrier: in_bytes = out_bytes = 0; break;
-    default: break;
+    case Collective::Reduce:
+      out_bytes = rank() == call.root ? out_bytes : 0;
+      break;
+    case Collective::AllGather:
+      out_bytes *= N;
+      break;
+    case Collective::Gather:
+      out_bytes = rank() == call.root ? out_bytes * N : 0;
+      break;
+    case Collective::Scatter:
+      in_bytes = rank() == call.root ? in_bytes * N : 0;
+      break;
+    case Collective::ReduceScatter:
+      in_bytes *= N;
+      break;
+    case Collective::AllToAll:
+      in_bytes *= N;
+      out_bytes *= N;
+      break;
+    case Collective::Barrier:
+      in_bytes = out_bytes = 0;
+      break;
+    default:
+      break;
   }
-  auto placement =
-      device::place(*g.engines, o.memory, call.input, in_bytes, call.output, out_bytes,
-                    o.cuda_stream, device::CallName{rank(), collectives::collective_name(c)});
+  auto placement = device::place(
+      *g.engines, o.memory, call.input, in_bytes, call.output, out_bytes, o.cuda_stream,
+      device::CallName{rank(), collectives::collective_name(c)}, call.timeout);
   call.input_device = placement.input;
   call.output_device = placement.output;
   call.sequence = g.sequence++;

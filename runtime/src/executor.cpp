@@ -87,7 +87,7 @@ class Executor {
   }
 
  private:
-  static constexpr std::size_t kWindow = 4;  // reduce segments received ahead
+  static constexpr std::size_t kWindow = 4;       // reduce segments received ahead
   static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
   static constexpr std::size_t kStagedRecvs = 8;  // staged receive segments posted or copying back
 
@@ -449,7 +449,7 @@ class Executor {
     std::size_t count = 0;
     bool reduce = false;
     bool device = false;
-    std::byte* block = nullptr;   // where the message lands (unless straight into host memory)
+    std::byte* block = nullptr;        // where the message lands (unless straight into host memory)
     std::byte* target_copy = nullptr;  // a device target's segment, for a reduction
     device::Engine::Ticket target_copied = 0;
     device::Engine::Ticket written = 0;  // its copy back to the device
@@ -467,6 +467,7 @@ class Executor {
     std::vector<StagedSend> sends;
     std::size_t used = 0;
     for (const auto& t : step.sends) {
+      const auto begin = mark();
       const std::byte* data = at(t.range);
       bool dev = device_of(t.range) >= 0;
       if (snap) {
@@ -476,8 +477,7 @@ class Executor {
         used += t.range.count * esize_;
         dev = false;
       }
-      for (std::size_t done = 0; done < t.range.count; done += segment_)
-      {
+      for (std::size_t done = 0; done < t.range.count; done += segment_) {
         StagedSend x;
         x.to = t.peer;
         x.data = data + done * esize_;
@@ -485,8 +485,8 @@ class Executor {
         x.device = dev;
         sends.push_back(std::move(x));
       }
-      if (trace_) trace_->event(Tracer::Kind::Send, mark(), mark(), index, t.peer,
-                                t.range.count * esize_);
+      if (trace_)
+        trace_->event(Tracer::Kind::Send, begin, mark(), index, t.peer, t.range.count * esize_);
     }
     std::vector<StagedRecv> recvs;
     for (std::size_t k = 0; k < step.recvs.size(); ++k) {
@@ -505,12 +505,13 @@ class Executor {
       }
     }
 
-    std::size_t send_next = 0;    // the next send to start
-    std::size_t send_copying = 0; // the oldest send whose copy may be pending
-    std::size_t device_sends = 0; // device sends holding a block
-    std::size_t recv_next = 0;    // the next receive to post
-    std::size_t recv_handled = 0; // the oldest receive not yet handled
-    std::size_t recv_done = 0;    // the oldest receive not done (its copy back may be pending)
+    std::size_t send_next = 0;         // the next send to start
+    std::size_t send_copying = 0;      // the oldest send whose copy may be pending
+    std::size_t device_sends = 0;      // device sends holding a block
+    std::vector<std::size_t> sending;  // device sends posted, not yet done (<= kStagedSends)
+    std::size_t recv_next = 0;         // the next receive to post
+    std::size_t recv_handled = 0;      // the oldest receive not yet handled
+    std::size_t recv_done = 0;         // the oldest receive not done (its copy back may be pending)
     auto slice = std::chrono::milliseconds(20);
     for (;;) {
       bool moved = false;
@@ -539,16 +540,21 @@ class Executor {
         x.request = transport_.isend(peer(x.to), tag_, x.block, x.count * esize_, fingerprint_);
         sends_.push_back({x.request, x.to});
         x.state = StagedSend::Sending;
+        sending.push_back(send_copying);
         moved = true;
       }
       // A device send that has finished gives its block back.
-      for (std::size_t i = 0; i < send_next; ++i) {
-        auto& x = sends[i];
-        if (x.state != StagedSend::Sending || !x.device || !transport_.test(x.request)) continue;
+      for (std::size_t j = 0; j < sending.size();) {
+        auto& x = sends[sending[j]];
+        if (!transport_.test(x.request)) {
+          ++j;
+          continue;
+        }
         wait(x.request, x.to);  // throws its error, if any
         give_block(x.block);
         x.state = StagedSend::Done;
         --device_sends;
+        sending.erase(sending.begin() + static_cast<std::ptrdiff_t>(j));
         moved = true;
       }
       // Post receives in order, kStagedRecvs at a time (those copying back
@@ -586,8 +592,8 @@ class Executor {
           if (r.device) give_block(r.block);
         }
         if (r.device) {
-          r.written = engine_->to_device(r.target, r.reduce ? r.target_copy : r.block,
-                                        r.count * esize_);
+          r.written =
+              engine_->to_device(r.target, r.reduce ? r.target_copy : r.block, r.count * esize_);
           r.state = StagedRecv::Writing;
         } else {
           give_block(r.block);
@@ -606,8 +612,8 @@ class Executor {
           r.state = StagedRecv::Done;
           moved = true;
         }
-        if (trace_ && (recv_done + 1 == recvs.size() ||
-                       recvs[recv_done + 1].transfer != r.transfer)) {
+        if (trace_ &&
+            (recv_done + 1 == recvs.size() || recvs[recv_done + 1].transfer != r.transfer)) {
           const auto& t = step.recvs[r.transfer];
           trace_->event(Tracer::Kind::Recv, step_begin, mark(), index, t.peer,
                         t.range.count * esize_, t.combine == Combine::Reduce);
@@ -637,17 +643,16 @@ class Executor {
         watch.push_back(recvs[recv_handled].request);
         first_peer = recvs[recv_handled].from;
       }
-      for (std::size_t i = 0; i < send_next; ++i) {
-        if (sends[i].state == StagedSend::Sending && sends[i].device) {
-          watch.push_back(sends[i].request);
-          if (first_peer < 0) first_peer = sends[i].to;
-        }
+      for (std::size_t i : sending) {
+        watch.push_back(sends[i].request);
+        if (first_peer < 0) first_peer = sends[i].to;
       }
       if (watch.empty()) throw Error("internal: a staged step waits on nothing");
       if (transport_.wait_any(watch, std::min(slice, remaining())) < 0) {
         check_queued();
         if (remaining().count() == 0) {
-          if (recv_handled < recv_next) wait_recv(watch.front(), first_peer);  // throws the TimeoutError
+          if (recv_handled < recv_next)
+            wait_recv(watch.front(), first_peer);  // throws the TimeoutError
           wait(watch.front(), first_peer);
         }
         slice = std::min(slice * 2, std::chrono::milliseconds(500));
@@ -694,13 +699,13 @@ class Executor {
   Tracer* trace_;               // null: not tracing
   std::vector<Pending> sends_;  // this step's, until waited for
   std::vector<Pending> recvs_;
-  device::Engine* engine_;      // stages device regions; null: none
+  device::Engine* engine_;               // stages device regions; null: none
   std::vector<std::byte*> pinned_;       // this call's pinned blocks (one segment each)
   std::vector<std::byte*> blocks_free_;  // those of them not in use
-  int failed_world_rank_ = -1;  // whose connection failed (seen here or reported)
+  int failed_world_rank_ = -1;           // whose connection failed (seen here or reported)
   FailureReason failed_reason_ = FailureReason::ConnectionLost;
-  int mismatched_from_ = -1;    // the group rank whose message did not match
-  bool explained_ = false;      // explain_lost_connection() has looked
+  int mismatched_from_ = -1;  // the group rank whose message did not match
+  bool explained_ = false;    // explain_lost_connection() has looked
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;
 };

@@ -215,13 +215,7 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   }
   config.socket_ifname =
       options.socket_ifname.value_or(lookup("COLLIE_SOCKET_IFNAME").value_or(""));
-  if (options.token) {
-    config.token = *options.token;
-  } else if (auto token = lookup("COLLIE_STORE_TOKEN"); token && !token->empty()) {
-    config.token = *token;
-  } else if (auto file = lookup("COLLIE_STORE_TOKEN_FILE"); file && !file->empty()) {
-    config.token = store::read_token_file(*file);
-  }
+  config.token = options.token ? *options.token : store::token_from_environment(lookup);
   config.store_hosted_by_launcher = lookup("COLLIE_STORE_HOSTED").value_or("0") == "1";
   if (auto restarts = lookup("COLLIE_RESTART_COUNT")) {
     config.restart_count = parse_int(*restarts, "COLLIE_RESTART_COUNT");

@@ -1,3 +1,5 @@
+#include <optional>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -92,14 +94,21 @@ int world_rank(const ProcessGroup::Impl& g, int peer, const char* op) {
 
 namespace {
 
-// The engine that stages a point-to-point buffer on a device; null for
-// host memory.
-std::shared_ptr<device::Engine> staging_engine(ProcessGroup::Impl& g, const void* data,
-                                               std::size_t bytes, const char* op, int peer) {
-  if (device::backend() == nullptr || bytes == 0) return nullptr;  // host memory, at no cost
-  return device::place(*g.engines, MemoryKind::Auto, data, bytes, nullptr, 0, nullptr,
-                       device::CallName{g.rank, op, peer})
-      .engine;
+// A point-to-point call on device memory, staged (work.hpp); nullopt for
+// host memory, which costs a pointer query and nothing else.
+std::optional<Work> staged(ProcessGroup::Impl& g, bool sending, const void* data, std::size_t bytes,
+                           int group_peer, int world_peer, int tag, const char* op) {
+  if (device::backend() == nullptr || bytes == 0) return std::nullopt;
+  const device::CallName name{g.rank, op, group_peer};
+  auto engine = device::place(*g.engines, MemoryKind::Auto, data, bytes, nullptr, 0, nullptr, name,
+                              g.world->config.timeout)
+                    .engine;
+  if (!engine) return std::nullopt;
+  const auto t = p2p_tag(g.slot, tag);
+  if (sending) return staged_send(g.world->transport, world_peer, t, data, bytes, engine, name);
+  // (A receive's buffer: the caller's writable one.)
+  return staged_recv(g.world->transport, world_peer, t, const_cast<void*>(data), bytes, engine,
+                     name);
 }
 
 }  // namespace
@@ -108,9 +117,7 @@ Work ProcessGroup::isend(const void* data, std::size_t bytes, int dst, int tag) 
   impl_->require_member("isend");
   check_tag(tag, rank(), "isend to", dst);
   const int to = world_rank(*impl_, dst, "isend to");
-  if (auto engine = staging_engine(*impl_, data, bytes, "isend to", dst))
-    return staged_send(impl_->world->transport, to, p2p_tag(impl_->slot, tag), data, bytes,
-                       std::move(engine));
+  if (auto w = staged(*impl_, true, data, bytes, dst, to, tag, "isend to")) return std::move(*w);
   auto request = impl_->transport().isend(to, p2p_tag(impl_->slot, tag), data, bytes);
   return point_to_point_work(impl_->world->transport, std::move(request));
 }
@@ -119,9 +126,8 @@ Work ProcessGroup::irecv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("irecv");
   check_tag(tag, rank(), "irecv from", src);
   const int from = world_rank(*impl_, src, "irecv from");
-  if (auto engine = staging_engine(*impl_, data, bytes, "irecv from", src))
-    return staged_recv(impl_->world->transport, from, p2p_tag(impl_->slot, tag), data, bytes,
-                       std::move(engine));
+  if (auto w = staged(*impl_, false, data, bytes, src, from, tag, "irecv from"))
+    return std::move(*w);
   auto request = impl_->transport().irecv(from, p2p_tag(impl_->slot, tag), data, bytes);
   return point_to_point_work(impl_->world->transport, std::move(request));
 }
@@ -131,12 +137,7 @@ void ProcessGroup::send(const void* data, std::size_t bytes, int dst, int tag) {
   impl_->require_member("send");
   check_tag(tag, rank(), "send to", dst);
   const int to = world_rank(*impl_, dst, "send to");
-  if (auto engine = staging_engine(*impl_, data, bytes, "send to", dst)) {
-    staged_send(impl_->world->transport, to, p2p_tag(impl_->slot, tag), data, bytes,
-                std::move(engine))
-        .wait();
-    return;
-  }
+  if (auto w = staged(*impl_, true, data, bytes, dst, to, tag, "send to")) return w->wait();
   auto& t = impl_->transport();
   t.wait(t.isend(to, p2p_tag(impl_->slot, tag), data, bytes));
 }
@@ -145,12 +146,7 @@ void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   impl_->require_member("recv");
   check_tag(tag, rank(), "recv from", src);
   const int from = world_rank(*impl_, src, "recv from");
-  if (auto engine = staging_engine(*impl_, data, bytes, "recv from", src)) {
-    staged_recv(impl_->world->transport, from, p2p_tag(impl_->slot, tag), data, bytes,
-                std::move(engine))
-        .wait();
-    return;
-  }
+  if (auto w = staged(*impl_, false, data, bytes, src, from, tag, "recv from")) return w->wait();
   auto& t = impl_->transport();
   t.wait(t.irecv(from, p2p_tag(impl_->slot, tag), data, bytes));
 }
@@ -213,11 +209,11 @@ ProcessGroup init(const InitOptions& options) {
   // (another job on the same store by mistake) fails here, at once, instead
   // of overwriting this job's keys.
   if (store.add(fmt::format("world/rank/{}/claimed", config.rank), 1) > 1) {
-    const auto where = config.method == JobConfig::Method::File
-                           ? fmt::format("the store file {}: is another job using this file?",
-                                         config.file_path)
-                           : fmt::format("the store at {}: is another job using this MASTER_PORT?",
-                                         join_host_port(config.master_addr, config.master_port));
+    const auto where =
+        config.method == JobConfig::Method::File
+            ? fmt::format("the store file {}: is another job using this file?", config.file_path)
+            : fmt::format("the store at {}: is another job using this MASTER_PORT?",
+                          join_host_port(config.master_addr, config.master_port));
     throw Error(fmt::format("rank {} is already taken in {}", config.rank, where));
   }
   if (config.rank == 0) {

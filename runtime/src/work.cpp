@@ -63,17 +63,24 @@ class PointToPoint final : public Work::State {
 // A point-to-point message from or to device memory, staged whole through
 // one pinned block: a send's was filled before it was posted; a receive's
 // is copied to the device once the message is in.
+// A DeviceError led by the call: "rank 0: send to rank 1 (4096 bytes): ...".
+device::DeviceError named(const device::CallName& call, std::size_t bytes,
+                          const std::exception& e) {
+  return device::DeviceError(fmt::format("{} ({} bytes): {}", call.text(), bytes, e.what()));
+}
+
 class StagedPointToPoint final : public Work::State {
  public:
-  StagedPointToPoint(std::shared_ptr<transport::Transport> transport,
-                     transport::RequestPtr request, std::shared_ptr<device::Engine> engine,
-                     std::byte* block, void* target, std::size_t bytes)
+  StagedPointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request,
+                     std::shared_ptr<device::Engine> engine, std::byte* block, void* target,
+                     std::size_t bytes, device::CallName call)
       : transport_(std::move(transport)),
         request_(std::move(request)),
         engine_(std::move(engine)),
         block_(block),
         target_(target),
-        bytes_(bytes) {}
+        bytes_(bytes),
+        call_(call) {}
   ~StagedPointToPoint() override {
     // (A Work waits for a pending request before its state goes.)
     if (!transport_->test(request_)) {
@@ -109,9 +116,9 @@ class StagedPointToPoint final : public Work::State {
     if (target_ == nullptr) return;
     try {
       engine_->wait(engine_->to_device(target_, block_, bytes_));
-    } catch (const std::exception&) {
-      error_ = std::current_exception();
-      throw;
+    } catch (const std::exception& e) {
+      error_ = std::make_exception_ptr(named(call_, bytes_, e));
+      std::rethrow_exception(error_);
     }
   }
 
@@ -121,6 +128,7 @@ class StagedPointToPoint final : public Work::State {
   std::byte* block_;
   void* target_;  // a receive's device buffer; null for a send
   std::size_t bytes_;
+  device::CallName call_;  // for errors
   mutable std::mutex mu_;
   mutable bool finished_ = false;
   mutable std::exception_ptr error_;
@@ -165,24 +173,36 @@ Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
 }
 
 Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
-                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine) {
-  std::byte* block = engine->take_pinned(bytes);
+                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine,
+                 const device::CallName& call) {
+  std::byte* block = nullptr;
   transport::RequestPtr request;
   try {
+    block = engine->take_pinned(bytes);
     engine->wait(engine->to_host(block, data, bytes));
     request = transport->isend(peer, tag, block, bytes);
+  } catch (const device::DeviceError& e) {
+    engine->drain();
+    if (block != nullptr) engine->give_pinned(block);
+    throw named(call, bytes, e);
   } catch (...) {
     engine->drain();
-    engine->give_pinned(block);
+    if (block != nullptr) engine->give_pinned(block);
     throw;
   }
   return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
-                                                   std::move(engine), block, nullptr, bytes));
+                                                   std::move(engine), block, nullptr, bytes, call));
 }
 
 Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
-                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine) {
-  std::byte* block = engine->take_pinned(bytes);
+                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine,
+                 const device::CallName& call) {
+  std::byte* block = nullptr;
+  try {
+    block = engine->take_pinned(bytes);
+  } catch (const device::DeviceError& e) {
+    throw named(call, bytes, e);
+  }
   transport::RequestPtr request;
   try {
     request = transport->irecv(peer, tag, block, bytes);
@@ -191,7 +211,7 @@ Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std:
     throw;
   }
   return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
-                                                   std::move(engine), block, data, bytes));
+                                                   std::move(engine), block, data, bytes, call));
 }
 
 Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds timeout,

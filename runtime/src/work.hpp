@@ -47,11 +47,15 @@ Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request);
 
 // The Work of a send from, or a receive into, device memory (`engine`'s
-// device): the message staged whole through a pinned block.
+// device): the message staged whole through a pinned block. A device error
+// (there, or at wait()) is a DeviceError led by `call` ("rank 0: send to
+// rank 1").
 Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
-                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine);
+                 const void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine,
+                 const device::CallName& call);
 Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
-                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine);
+                 void* data, std::size_t bytes, std::shared_ptr<device::Engine> engine,
+                 const device::CallName& call);
 
 // Queues `task` on `runner` and returns the Work that waits for it. `what`
 // names it in a TimeoutError ("all_reduce(float32, 4, sum) #3 on world");

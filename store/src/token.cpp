@@ -4,17 +4,31 @@
 
 #include <fmt/format.h>
 
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client_options.hpp>
 
 namespace collie::store {
 
-std::string token_from_environment() {
-  const char* token = std::getenv("COLLIE_STORE_TOKEN");
-  if (token != nullptr && *token != '\0') return token;
-  const char* file = std::getenv("COLLIE_STORE_TOKEN_FILE");
-  if (file != nullptr && *file != '\0') return read_token_file(file);
+std::string token_from_environment(
+    const std::function<std::optional<std::string>(std::string_view)>& lookup) {
+  auto get = [&](const char* name) -> std::string {
+    if (lookup) return lookup(name).value_or("");
+    const char* value = std::getenv(name);
+    return value == nullptr ? std::string() : std::string(value);
+  };
+  if (auto token = get("COLLIE_STORE_TOKEN"); !token.empty()) return token;
+  if (auto file = get("COLLIE_STORE_TOKEN_FILE"); !file.empty()) return read_token_file(file);
   return std::string();
+}
+
+std::string random_token() {
+  std::uint8_t bytes[32];
+  crypto::random_bytes(bytes);
+  std::string hex;
+  for (auto b : bytes)
+    hex += fmt::format("{:02x}", b);
+  return hex;
 }
 
 std::string read_token_file(const std::string& path) {

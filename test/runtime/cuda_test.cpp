@@ -58,7 +58,8 @@ void run_matrix(int world, bool full, std::size_t segment_bytes) {
                  fmt::format("{}: {} wrong; first: {}", collie::check::describe(c), wrong, first));
         }
       },
-      120s, [&](collie::InitOptions& o) {
+      120s,
+      [&](collie::InitOptions& o) {
         // Small segments; buffers up to 64 bytes staged whole: the edge
         // counts are, the 1009-element cases go segment by segment.
         o.segment_bytes = segment_bytes;
@@ -68,15 +69,13 @@ void run_matrix(int world, bool full, std::size_t segment_bytes) {
 
 }  // namespace
 
-TEST_CASE("GPU: every collective x algorithm x dtype x op on device buffers, 2 ranks",
-          "[cuda]") {
+TEST_CASE("GPU: every collective x algorithm x dtype x op on device buffers, 2 ranks", "[cuda]") {
   if (!have_gpu()) return;
   INFO(collie::cuda::status());
   run_matrix(2, true, 1024);
 }
 
-TEST_CASE("GPU: every collective x algorithm x dtype x op on device buffers, 4 ranks",
-          "[cuda]") {
+TEST_CASE("GPU: every collective x algorithm x dtype x op on device buffers, 4 ranks", "[cuda]") {
   if (!have_gpu()) return;
   run_matrix(4, true, 1024);
 }

@@ -4,9 +4,8 @@
 // the staging code's logic: segmenting, the order of copies, the bounded
 // pinned memory, the error paths. The same code on a real GPU is
 // cuda_test.cpp's.
-#include <dlfcn.h>
-
 #include <atomic>
+#include <dlfcn.h>
 #include <numeric>
 
 #include <catch2/catch.hpp>
@@ -101,7 +100,8 @@ TEST_CASE("every dtype and op on device buffers (CUDA stand-in), 3 ranks", "[dev
   // Segment by segment, then each buffer staged whole.
   for (std::size_t whole : {std::size_t{64}, std::size_t{1} << 20}) {
     INFO("staged whole up to " << whole << " bytes");
-    run_ranks(3, [&](collie::ProcessGroup& pg) { run_cases(pg, cases, *device); }, 1024, whole);
+    run_ranks(
+        3, [&](collie::ProcessGroup& pg) { run_cases(pg, cases, *device); }, 1024, whole);
   }
 }
 
@@ -124,9 +124,9 @@ TEST_CASE("staging holds a few segments of pinned memory, not a copy of the buff
           device->download(host.data(), buf, count * sizeof(float));
           for (std::size_t i = 0; i < count; ++i) {
             const auto want = static_cast<float>(3 * (i % 97) + 3);
-            expect(host[i] == want, fmt::format("{}: element {} is {}, expected {}",
-                                                collie::collectives::algorithm_name(algo), i,
-                                                host[i], want));
+            expect(host[i] == want,
+                   fmt::format("{}: element {} is {}, expected {}",
+                               collie::collectives::algorithm_name(algo), i, host[i], want));
           }
         }
       },
@@ -172,10 +172,13 @@ TEST_CASE("point-to-point on device buffers, to and from host buffers too", "[de
         r = pg.irecv(std::span(host_in), peer, 3);
       }
       s.wait();
-      while (!r.is_completed()) std::this_thread::yield();
+      while (!r.is_completed())
+        std::this_thread::yield();
       r.wait();
-      if (pg.rank() == 0) device->download(got.data(), theirs, n * 4);
-      else got = host_in;
+      if (pg.rank() == 0)
+        device->download(got.data(), theirs, n * 4);
+      else
+        got = host_in;
       for (std::size_t i = 0; i < n; ++i)
         expect(got[i] == static_cast<std::int32_t>(n * 7 + i) + peer,
                fmt::format("async, {} elements: element {} is {}", n, i, got[i]));
@@ -218,9 +221,9 @@ TEST_CASE("a device error mid-collective fails every rank, naming the call and t
                             Catch::Contains("cudaErrorIllegalAddress"));
   // Its peers fail too, naming it, at once rather than at the timeout.
   for (int r : {0, 2}) {
-    CHECK_THAT(errors[static_cast<std::size_t>(r)],
-               Catch::Contains(fmt::format("rank {}:", r)) && Catch::Contains("rank 1 ") &&
-                   Catch::Contains("its device failed"));
+    CHECK_THAT(errors[static_cast<std::size_t>(r)], Catch::Contains(fmt::format("rank {}:", r)) &&
+                                                        Catch::Contains("rank 1 ") &&
+                                                        Catch::Contains("its device failed"));
   }
   // And the group stays broken for everyone.
   for (const auto& e : later)
@@ -253,6 +256,24 @@ TEST_CASE("pinned memory running out mid-collective fails every rank, naming it"
                Catch::Contains("rank 1 ") && Catch::Contains("its device failed"));
 }
 
+TEST_CASE("a device error in point-to-point names the rank, the peer and the size", "[device]") {
+  FakeDeviceScope device;
+  std::string error;
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
+    if (pg.rank() != 0) return;
+    auto* buf = static_cast<std::int32_t*>(device->allocate(1000 * 4));
+    collie::test::FakeDevice::fail_pinned_on_this_thread(0);
+    try {
+      pg.send(std::span(buf, 1000), 1, 5);
+    } catch (const collie::Error& e) {
+      error = e.what();
+    }
+    collie::test::FakeDevice::fail_pinned_on_this_thread(-1);
+  });
+  CHECK_THAT(error, Catch::StartsWith("rank 0: send to rank 1 (4000 bytes): ") &&
+                        Catch::Contains("cudaErrorMemoryAllocation"));
+}
+
 TEST_CASE("memory kinds: said, mixed, and on two devices", "[device]") {
   FakeDeviceScope device;
   run_ranks(2, [&](collie::ProcessGroup& pg) {
@@ -264,8 +285,7 @@ TEST_CASE("memory kinds: said, mixed, and on two devices", "[device]") {
       pg.all_reduce(std::span(host), collie::ReduceOp::Sum, cuda);
       expect(false, "a host buffer passed as device memory");
     } catch (const collie::Error& e) {
-      expect(std::string(e.what()).find("memory the CPU addresses") != std::string::npos,
-             e.what());
+      expect(std::string(e.what()).find("memory the CPU addresses") != std::string::npos, e.what());
     }
     // Device input and output on two devices.
     auto* d0 = static_cast<float*>(device->allocate_on(0, 64 * 4));
@@ -274,8 +294,7 @@ TEST_CASE("memory kinds: said, mixed, and on two devices", "[device]") {
       pg.all_reduce(std::span<const float>(d0, 64), std::span(d1, 64));
       expect(false, "buffers on two devices");
     } catch (const collie::Error& e) {
-      expect(std::string(e.what()).find("on cuda:0 and the output on cuda:1") !=
-                 std::string::npos,
+      expect(std::string(e.what()).find("on cuda:0 and the output on cuda:1") != std::string::npos,
              e.what());
     }
     // Said on a device, and there: works.
@@ -333,8 +352,10 @@ TEST_CASE("host buffers never load the CUDA driver", "[device]") {
     std::vector<float> v(5000, 1.0f);
     pg.all_reduce(std::span(v));
     pg.all_gather(std::span<const float>(v.data(), 100), std::span(v.data() + 1000, 200));
-    if (pg.rank() == 0) pg.send(std::span(v), 1);
-    else pg.recv(std::span(v), 0);
+    if (pg.rank() == 0)
+      pg.send(std::span(v), 1);
+    else
+      pg.recv(std::span(v), 0);
     expect(v[0] == 2.0f, "a host all_reduce");
   });
   CHECK(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) == nullptr);

@@ -1,10 +1,9 @@
 #include "fake_device.hpp"
 
-#include <sys/mman.h>
-
 #include <cstring>
 #include <deque>
 #include <stdexcept>
+#include <sys/mman.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -61,12 +60,14 @@ class FakeEngine final : public Engine {
     while (!ops_.empty())
       run_one();
   }
+  void set_timeout(std::chrono::milliseconds) override {}  // its copies never hang
 
   std::byte* take_pinned(std::size_t bytes) override {
     if (pinned_until_failure == 0)
-      throw DeviceError(fmt::format("{}: pinned host memory for staging: cudaHostAlloc({} bytes): "
-                                    "cudaErrorMemoryAllocation (out of memory)",
-                                    describe(), bytes));
+      throw DeviceError(
+          fmt::format("{}: pinned host memory for staging: cudaHostAlloc({} bytes): "
+                      "cudaErrorMemoryAllocation (out of memory)",
+                      describe(), bytes));
     if (pinned_until_failure > 0) --pinned_until_failure;
     auto* b = static_cast<std::byte*>(std::malloc(std::max<std::size_t>(bytes, 1)));
     if (b == nullptr) throw DeviceError("fake: out of pinned memory");
@@ -124,7 +125,8 @@ class FakeEngine final : public Engine {
   }
 
   void check_error() const {
-    if (!error_.empty()) throw DeviceError(fmt::format("{}: a staging copy failed: {}", describe(), error_));
+    if (!error_.empty())
+      throw DeviceError(fmt::format("{}: a staging copy failed: {}", describe(), error_));
   }
 
   std::shared_ptr<FakeDevice> dev_;
@@ -141,8 +143,8 @@ class FakeEngine final : public Engine {
 
 FakeDevice::FakeDevice(std::size_t capacity) : capacity_(capacity) {
   void* b = mmap(nullptr, capacity, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  void* s = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* s = mmap(nullptr, capacity, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (b == MAP_FAILED || s == MAP_FAILED) throw std::runtime_error("fake device: mmap failed");
   base_ = static_cast<std::byte*>(b);
   shadow_ = static_cast<std::byte*>(s);
@@ -166,9 +168,10 @@ int FakeDevice::device_of(const void* p) {
 int FakeDevice::require_device(const void* p, const std::string& what) {
   const int d = device_of(p);
   if (d < 0)
-    throw DeviceError(fmt::format("{}: the buffer at {} was said to be device memory, but it is "
-                                  "memory the CPU addresses",
-                                  what, p));
+    throw DeviceError(
+        fmt::format("{}: the buffer at {} was said to be device memory, but it is "
+                    "memory the CPU addresses",
+                    what, p));
   return d;
 }
 
@@ -219,7 +222,8 @@ void FakeDevice::fail_copies_touching(const void* p, std::size_t bytes, std::str
 std::string FakeDevice::copy_error(const void* p, std::size_t bytes) const {
   std::lock_guard lock(mu_);
   const auto* b = static_cast<const std::byte*>(p);
-  if (poisoned_ != nullptr && b < poisoned_ + poisoned_bytes_ && poisoned_ < b + std::max<std::size_t>(bytes, 1))
+  if (poisoned_ != nullptr && b < poisoned_ + poisoned_bytes_ &&
+      poisoned_ < b + std::max<std::size_t>(bytes, 1))
     return poison_error_;
   return "";
 }

@@ -11,8 +11,8 @@
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
 #include <collie/store/server.hpp>
-#include <collie/transport/interfaces.hpp>
 
+#include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 
@@ -109,9 +109,7 @@ TEST_CASE("file:// jobs share the store through the file", "[job_store]") {
 
 TEST_CASE("rank 0 whose master is on loopback hosts the store on loopback only",
           "[job_store][security]") {
-  std::string outside;  // a non-loopback IPv4 address of this host
-  for (const auto& i : collie::transport::list_interfaces())
-    if (!i.is_v6 && !i.is_loopback) outside = i.address;
+  const std::string outside = collie::test::non_loopback_ipv4();
   if (outside.empty()) {
     WARN("skipped: this host has no non-loopback IPv4 address");
     return;

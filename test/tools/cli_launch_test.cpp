@@ -11,8 +11,8 @@
 
 #include <catch2/catch.hpp>
 
-#include <collie/transport/interfaces.hpp>
 
+#include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
@@ -276,33 +276,29 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     return port;
   };
 
-  SECTION("success on both") {
-    auto node0 = node(0, "0", "echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK");
+  // Both nodes run `script`, with `extra` options, to the end; both succeed.
+  auto both = [&](const std::string& script, const std::vector<std::string>& extra = {}) {
+    auto node0 = node(0, "0", script, extra);
     const auto port = wait_port();
     REQUIRE_FALSE(port.empty());
-    auto node1 = node(1, port, "echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK");
+    auto node1 = node(1, port, script, extra);
     auto r1 = node1->wait(60s);
     auto r0 = node0->wait(60s);
     REQUIRE(r0);
     REQUIRE(r1);
     CHECK(r0->exit_code == 0);
     CHECK(r1->exit_code == 0);
-    CHECK_THAT(r0->out, Catch::Contains("[rank 1] rank 1 of 4 on node 0"));
-    CHECK_THAT(r1->out, Catch::Contains("[rank 3] rank 3 of 4 on node 1"));
+    return std::make_pair(*r0, *r1);
+  };
+  SECTION("success on both") {
+    const auto [r0, r1] = both("echo rank $RANK of $WORLD_SIZE on node $GROUP_RANK");
+    CHECK_THAT(r0.out, Catch::Contains("[rank 1] rank 1 of 4 on node 0"));
+    CHECK_THAT(r1.out, Catch::Contains("[rank 3] rank 3 of 4 on node 1"));
   }
   SECTION("--insecure runs without a secret, and says so") {
-    auto node0 = node(0, "0", "echo rank $RANK token [$COLLIE_STORE_TOKEN]", {"--insecure"});
-    const auto port = wait_port();
-    REQUIRE_FALSE(port.empty());
-    auto node1 = node(1, port, "echo rank $RANK token [$COLLIE_STORE_TOKEN]", {"--insecure"});
-    auto r1 = node1->wait(60s);
-    auto r0 = node0->wait(60s);
-    REQUIRE(r0);
-    REQUIRE(r1);
-    CHECK(r0->exit_code == 0);
-    CHECK(r1->exit_code == 0);
-    CHECK_THAT(r0->err, Catch::Contains("WARNING: --insecure: this job has no secret"));
-    CHECK_THAT(r1->out, Catch::Contains("[rank 3] rank 3 token []"));
+    const auto [r0, r1] = both("echo rank $RANK token [$COLLIE_STORE_TOKEN]", {"--insecure"});
+    CHECK_THAT(r0.err, Catch::Contains("WARNING: --insecure: this job has no secret"));
+    CHECK_THAT(r1.out, Catch::Contains("[rank 3] rank 3 token []"));
   }
   SECTION("a failure on node 1 stops node 0 too") {
     auto node0 = node(0, "0", "sleep 60");
@@ -338,9 +334,7 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
 TEST_CASE("rank 0 hosting the store beyond loopback without a secret warns, and on loopback "
           "does not",
           "[launch][security]") {
-  std::string outside;  // a non-loopback IPv4 address of this host
-  for (const auto& i : collie::transport::list_interfaces())
-    if (!i.is_v6 && !i.is_loopback) outside = i.address;
+  const std::string outside = collie::test::non_loopback_ipv4();
   if (outside.empty()) {
     WARN("skipped: this host has no non-loopback IPv4 address");
     return;

@@ -17,9 +17,8 @@
 #include <span>
 #include <string>
 #include <thread>
-#include <vector>
-
 #include <unistd.h>
+#include <vector>
 
 #include <collie/error.hpp>
 #include <collie/memory.hpp>
@@ -41,8 +40,10 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw collie::ArgumentError(arg + " needs a value");
       return argv[++i];
     };
-    if (arg == "--ranks") a.ranks = std::stoi(value());
-    else if (arg == "--iters") a.iters = std::stoi(value());
+    if (arg == "--ranks")
+      a.ranks = std::stoi(value());
+    else if (arg == "--iters")
+      a.iters = std::stoi(value());
     else if (arg == "--device") {
       const auto d = value();
       if (d != "host" && d != "cuda") throw collie::ArgumentError("--device: host or cuda");
@@ -60,10 +61,12 @@ Args parse(int argc, char** argv) {
 
 template <class Call>
 double mean_us(collie::ProcessGroup& pg, int iters, Call call) {
-  for (int i = 0; i < 3; ++i) call();
+  for (int i = 0; i < 3; ++i)
+    call();
   pg.barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) call();
+  for (int i = 0; i < iters; ++i)
+    call();
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
              .count() /
          iters;
@@ -82,9 +85,9 @@ void rank_main(const Args& a, const std::string& store, int rank) {
                 a.cuda ? "cuda (us)" : "");
   }
   for (const char* what : {"all_reduce", "broadcast"}) {
-    for (std::size_t bytes : {std::size_t{8}, std::size_t{4} << 10, std::size_t{256} << 10,
-                              std::size_t{1} << 20, std::size_t{4} << 20, std::size_t{16} << 20,
-                              std::size_t{64} << 20}) {
+    for (std::size_t bytes :
+         {std::size_t{8}, std::size_t{4} << 10, std::size_t{256} << 10, std::size_t{1} << 20,
+          std::size_t{4} << 20, std::size_t{16} << 20, std::size_t{64} << 20}) {
       const std::size_t n = std::max<std::size_t>(bytes / 4, 1);
       std::vector<float> host(n, 1.0f);
       collie::cuda::DeviceBuffer device;
@@ -98,11 +101,13 @@ void rank_main(const Args& a, const std::string& store, int rank) {
             on_device ? std::span(static_cast<float*>(device.data()), n) : std::span(host);
         const bool reduce = std::string(what) == "all_reduce";
         // (Sums grow over the calls; only the time matters here.)
-        times[on_device] = mean_us(pg, bytes >= (std::size_t{1} << 20) ? a.iters : a.iters * 20,
-                                   [&] {
-                                     if (reduce) pg.all_reduce(buf, collie::ReduceOp::Max);
-                                     else pg.broadcast(buf, 0);
-                                   });
+        times[on_device] =
+            mean_us(pg, bytes >= (std::size_t{1} << 20) ? a.iters : a.iters * 20, [&] {
+              if (reduce)
+                pg.all_reduce(buf, collie::ReduceOp::Max);
+              else
+                pg.broadcast(buf, 0);
+            });
       }
       // The slowest rank's time (a broadcast's root finishes first).
       pg.all_reduce(std::span(times), collie::ReduceOp::Max);
@@ -137,7 +142,8 @@ int main(int argc, char** argv) {
         }
       });
     }
-    for (auto& t : ranks) t.join();
+    for (auto& t : ranks)
+      t.join();
     std::filesystem::remove_all(dir);
     for (const auto& e : errors) {
       if (e.empty()) continue;

@@ -219,9 +219,11 @@ class Typed final : public PreparedCase::Impl {
   Typed& operator=(const Typed&) = delete;
 
   void refill() override {
-    for (std::size_t i = 0; i < input_.size(); ++i) input_[i] = to<T>(value(c_, me_, i));
+    for (std::size_t i = 0; i < input_.size(); ++i)
+      input_[i] = to<T>(value(c_, me_, i));
     if (c_.collective == Collective::Broadcast && root_) {
-      for (std::size_t i = 0; i < output_.size(); ++i) output_[i] = to<T>(value(c_, me_, i));
+      for (std::size_t i = 0; i < output_.size(); ++i)
+        output_[i] = to<T>(value(c_, me_, i));
     } else {
       std::fill(output_.begin(), output_.end(), to<T>(99));
     }
@@ -232,52 +234,71 @@ class Typed final : public PreparedCase::Impl {
   void run() override {
     // In-place forms pass the input as the output: on the input's memory.
     std::span<T> in = dev_in_ != nullptr ? std::span<T>(static_cast<T*>(dev_in_), input_.size())
-                                        : std::span<T>(input_);
-    std::span<T> out = dev_out_ != nullptr
-                           ? std::span<T>(static_cast<T*>(dev_out_), output_.size())
-                           : std::span<T>(output_);
+                                         : std::span<T>(input_);
+    std::span<T> out = dev_out_ != nullptr ? std::span<T>(static_cast<T*>(dev_out_), output_.size())
+                                           : std::span<T>(output_);
     std::span<const T> cin(in);
     const auto& o = options_;
     const bool async = c_.async;
     Work w;
     switch (c_.collective) {
       case Collective::Broadcast:
-        if (async) w = pg_.broadcast_async(out, c_.root, o);
-        else pg_.broadcast(out, c_.root, o);
+        if (async)
+          w = pg_.broadcast_async(out, c_.root, o);
+        else
+          pg_.broadcast(out, c_.root, o);
         break;
       case Collective::AllReduce:
-        if (c_.in_place && async) w = pg_.all_reduce_async(in, c_.op, o);
-        else if (c_.in_place) pg_.all_reduce(in, c_.op, o);
-        else pg_.all_reduce(cin, out, c_.op, o);
+        if (c_.in_place && async)
+          w = pg_.all_reduce_async(in, c_.op, o);
+        else if (c_.in_place)
+          pg_.all_reduce(in, c_.op, o);
+        else
+          pg_.all_reduce(cin, out, c_.op, o);
         break;
       case Collective::Reduce:
-        if (c_.in_place && async) w = pg_.reduce_async(in, c_.root, c_.op, o);
-        else if (c_.in_place) pg_.reduce(in, c_.root, c_.op, o);
-        else pg_.reduce(cin, out, c_.root, c_.op, o);
+        if (c_.in_place && async)
+          w = pg_.reduce_async(in, c_.root, c_.op, o);
+        else if (c_.in_place)
+          pg_.reduce(in, c_.root, c_.op, o);
+        else
+          pg_.reduce(cin, out, c_.root, c_.op, o);
         break;
       case Collective::ReduceScatter:
-        if (async) w = pg_.reduce_scatter_async(cin, out, c_.op, o);
-        else pg_.reduce_scatter(cin, out, c_.op, o);
+        if (async)
+          w = pg_.reduce_scatter_async(cin, out, c_.op, o);
+        else
+          pg_.reduce_scatter(cin, out, c_.op, o);
         break;
       case Collective::AllGather:
-        if (async) w = pg_.all_gather_async(cin, out, o);
-        else pg_.all_gather(cin, out, o);
+        if (async)
+          w = pg_.all_gather_async(cin, out, o);
+        else
+          pg_.all_gather(cin, out, o);
         break;
       case Collective::Gather:
-        if (async) w = pg_.gather_async(cin, out, c_.root, o);
-        else pg_.gather(cin, out, c_.root, o);
+        if (async)
+          w = pg_.gather_async(cin, out, c_.root, o);
+        else
+          pg_.gather(cin, out, c_.root, o);
         break;
       case Collective::Scatter:
-        if (async) w = pg_.scatter_async(cin, out, c_.root, o);
-        else pg_.scatter(cin, out, c_.root, o);
+        if (async)
+          w = pg_.scatter_async(cin, out, c_.root, o);
+        else
+          pg_.scatter(cin, out, c_.root, o);
         break;
       case Collective::AllToAll:
-        if (async) w = pg_.all_to_all_async(cin, out, o);
-        else pg_.all_to_all(cin, out, o);
+        if (async)
+          w = pg_.all_to_all_async(cin, out, o);
+        else
+          pg_.all_to_all(cin, out, o);
         break;
       case Collective::Barrier:
-        if (async) w = pg_.barrier_async(o);
-        else pg_.barrier(o);
+        if (async)
+          w = pg_.barrier_async(o);
+        else
+          pg_.barrier(o);
         break;
     }
     w.wait();
@@ -428,12 +449,11 @@ bool has_out_of_place_form(Collective c) {
 }
 
 std::string describe(const CollectiveCase& c) {
-  return fmt::format("{} {} {} {} count {} root {} {}{}{}{}",
-                     collectives::collective_name(c.collective),
-                     collectives::algorithm_name(c.algorithm), dtype_name(c.dtype),
-                     reduce_op_name(c.op), c.count, c.root, c.in_place ? "in-place" : "out-of-place",
-                     c.async ? " async" : "", c.input_on_device ? " input-on-device" : "",
-                     c.output_on_device ? " output-on-device" : "");
+  return fmt::format(
+      "{} {} {} {} count {} root {} {}{}{}{}", collectives::collective_name(c.collective),
+      collectives::algorithm_name(c.algorithm), dtype_name(c.dtype), reduce_op_name(c.op), c.count,
+      c.root, c.in_place ? "in-place" : "out-of-place", c.async ? " async" : "",
+      c.input_on_device ? " input-on-device" : "", c.output_on_device ? " output-on-device" : "");
 }
 
 std::size_t run_and_check(ProcessGroup& pg, const CollectiveCase& c, std::string& first,
@@ -469,7 +489,8 @@ std::vector<CollectiveCase> matrix(int world, bool full) {
       }
       if (coll == Collective::Barrier) continue;
       // Edge counts; in-place; async; every root.
-      for (std::size_t count : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(world - 1)}) {
+      for (std::size_t count :
+           {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(world - 1)}) {
         auto c = base;
         c.count = count;
         cases.push_back(c);
@@ -524,7 +545,8 @@ class CudaMemory final : public DeviceMemory {
  private:
   cuda::DeviceBuffer& find(const void* p) {
     for (auto& b : buffers_)
-      if (p >= b.data() && p < static_cast<const std::byte*>(b.data()) + std::max<std::size_t>(b.size(), 1))
+      if (p >= b.data() &&
+          p < static_cast<const std::byte*>(b.data()) + std::max<std::size_t>(b.size(), 1))
         return b;
     throw Error("not device memory of this check");
   }

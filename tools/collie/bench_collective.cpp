@@ -264,13 +264,13 @@ struct Printer {
     if (a.csv) {
       for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
         if (x == nullptr) continue;
-        std::printf(
-            "%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu,%s,%.3f\n",
-            std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
-            x->chosen.c_str(), ranks, x->bytes, x->count, std::string(dtype_name(dtype)).c_str(),
-            reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
-            x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw, x->wrong,
-            a.device.c_str(), x->host_time_us);
+        std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu,%s,%.3f\n",
+                    std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
+                    x->chosen.c_str(), ranks, x->bytes, x->count,
+                    std::string(dtype_name(dtype)).c_str(),
+                    reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
+                    x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw,
+                    x->wrong, a.device.c_str(), x->host_time_us);
       }
       std::fflush(stdout);
       return;
@@ -434,12 +434,14 @@ struct Bench {
   // --device cuda, the cell runs on host buffers first, then on device
   // buffers (the result), so that the two are measured side by side.
   Result measure(Collective c, Algorithm algo, std::size_t bytes, bool in_place) {
-    if (device_memory == nullptr) return measure_on(c, algo, bytes, in_place, false);
-    const auto host = measure_on(c, algo, bytes, in_place, false);
-    --printer.rows_done;  // one row, measured twice
-    auto r = measure_on(c, algo, bytes, in_place, true);
-    r.host_time_us = host.time_us;
-    r.wrong += host.wrong;
+    auto r = measure_on(c, algo, bytes, in_place, false);
+    if (device_memory != nullptr) {
+      const auto host = r;
+      r = measure_on(c, algo, bytes, in_place, true);
+      r.host_time_us = host.time_us;
+      r.wrong += host.wrong;
+    }
+    ++printer.rows_done;
     return r;
   }
 
@@ -498,7 +500,6 @@ struct Bench {
     r.wrong = static_cast<std::size_t>(sums[0]);
     r.algbw = r.time_us > 0 ? static_cast<double>(bytes) / r.time_us / 1e3 : 0;
     r.busbw = r.algbw * bus_factor(c, pg.size());
-    ++printer.rows_done;
     return r;
   }
 

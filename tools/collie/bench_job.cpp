@@ -17,7 +17,6 @@
 
 #include <fmt/format.h>
 
-#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client_options.hpp>
 #include <collie/store/server.hpp>
@@ -55,12 +54,7 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
   // The job's secret, as `collie launch` makes one: the ranks inherit it
   // (never on a command line), and the store and their handshakes check it.
   std::string token = store::token_from_environment();
-  if (token.empty()) {
-    std::uint8_t bytes[32];
-    crypto::random_bytes(bytes);
-    for (auto b : bytes)
-      token += fmt::format("{:02x}", b);
-  }
+  if (token.empty()) token = store::random_token();
   setenv("COLLIE_STORE_TOKEN", token.c_str(), 1);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("pipe failed");

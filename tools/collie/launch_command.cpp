@@ -23,7 +23,6 @@
 
 #include <fmt/format.h>
 
-#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
@@ -145,6 +144,7 @@ class Launcher {
           "collie launch: nodes other than node 0 need the store's port: pass "
           "--master-port (node 0 may use 0 with --port-file to pick a free one)");
     }
+    resolve_token();  // before anything starts: a job without one may be refused
   }
 
   void block_signals() {
@@ -170,10 +170,7 @@ class Launcher {
     token_ = store::token_from_environment();
     if (!token_.empty()) return;
     if (!multi_node()) {
-      std::uint8_t bytes[32];
-      collie::crypto::random_bytes(bytes);
-      for (auto b : bytes)
-        token_ += fmt::format("{:02x}", b);
+      token_ = store::random_token();
       return;
     }
     if (!args_.insecure) {
@@ -192,7 +189,6 @@ class Launcher {
   }
 
   void start_store() {
-    resolve_token();
     const std::string& token = token_;
     if (args_.node_rank == 0) {
       store::ServerOptions options;

@@ -8,19 +8,22 @@
 // rank): if this process has not loaded the driver, no device memory
 // exists; if it has, the driver's cuPointerGetAttributes answers without a
 // context.
-#include <dlfcn.h>
-#include <link.h>
-
 #include <algorithm>
 #include <atomic>
-#include <utility>
-#include <deque>
-#include <map>
-#include <mutex>
-
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <deque>
+#include <dlfcn.h>
+#include <link.h>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
 #include <fmt/format.h>
+
+#include <collie/duration.hpp>
+#include <collie/log.hpp>
 
 #include "device.hpp"
 
@@ -46,8 +49,10 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-    else previous_ = -1;
+    if (previous_ != device)
+      check(cudaSetDevice(device), "cudaSetDevice");
+    else
+      previous_ = -1;
   }
   ~DeviceGuard() {
     if (previous_ >= 0) cudaSetDevice(previous_);
@@ -190,16 +195,32 @@ class CudaEngine final : public Engine {
   }
 
   void wait(Ticket t) override {
-    while (!pending_.empty() && pending_.front().first <= t)
-      retire(cudaEventSynchronize(pending_.front().second));
+    while (!pending_.empty() && pending_.front().first <= t) {
+      const cudaEvent_t e = pending_.front().second;
+      const bool finished = poll_until([e] { return cudaEventQuery(e) != cudaErrorNotReady; });
+      if (!finished) {
+        throw DeviceError(fmt::format(
+            "{}: a staging copy has not finished after {} (the GPU is hung, or busy with other "
+            "work for that long)",
+            describe(), describe_duration(timeout_)));
+      }
+      retire(cudaEventQuery(e));
+    }
   }
 
   void drain() noexcept override {
-    cudaStreamSynchronize(stream_);
+    const bool finished =
+        poll_until([this] { return cudaStreamQuery(stream_) != cudaErrorNotReady; });
+    if (!finished) {
+      collie::log().error("{}: staging copies still running after {}; giving up on them",
+                          describe(), describe_duration(timeout_));
+    }
     for (auto& [t, e] : pending_)
       spare_events_.push_back(e);
     pending_.clear();
   }
+
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
   std::byte* take_pinned(std::size_t bytes) override {
     for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -251,7 +272,8 @@ class CudaEngine final : public Engine {
                const char* what) {
     DeviceGuard on(device_);
     const auto r = cudaMemcpyAsync(to, from, bytes, kind, stream_);
-    if (r != cudaSuccess) fail(fmt::format("{}: cudaMemcpyAsync {} of {} bytes", describe(), what, bytes), r);
+    if (r != cudaSuccess)
+      fail(fmt::format("{}: cudaMemcpyAsync {} of {} bytes", describe(), what, bytes), r);
     cudaEvent_t e = event();
     const auto rr = cudaEventRecord(e, stream_);
     if (rr != cudaSuccess) {
@@ -260,6 +282,28 @@ class CudaEngine final : public Engine {
     }
     pending_.emplace_back(++last_, e);
     return last_;
+  }
+
+  // Polls `finished` until it is true (then true) or the timeout passes
+  // (then false): yielding for the first 50 us (a copy takes microseconds),
+  // then sleeping in steps that double up to 1 ms, so that ranks sharing
+  // few cores let each other run.
+  template <class Finished>
+  bool poll_until(const Finished& finished) const {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    auto pause = std::chrono::microseconds(1);
+    while (!finished()) {
+      const auto waited = Clock::now() - start;
+      if (waited > timeout_) return false;
+      if (waited < std::chrono::microseconds(50)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+    return true;
   }
 
   void retire(cudaError_t r) {
@@ -276,6 +320,7 @@ class CudaEngine final : public Engine {
   std::map<std::byte*, std::size_t> blocks_;  // every pinned block, with its size
   std::vector<std::byte*> free_;
   std::size_t cached_ = 0;
+  std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
 };
 
 class CudaBackend final : public Backend {
@@ -287,9 +332,10 @@ class CudaBackend final : public Backend {
   int require_device(const void* p, const std::string& what) override {
     const auto why = unusable_reason();
     if (!why.empty())
-      throw DeviceError(fmt::format("{}: the buffer was said to be CUDA device memory, but CUDA is "
-                                    "not usable here: {}",
-                                    what, why));
+      throw DeviceError(
+          fmt::format("{}: the buffer was said to be CUDA device memory, but CUDA is "
+                      "not usable here: {}",
+                      what, why));
     const int d = device_of(p);
     if (d < 0)
       throw DeviceError(fmt::format(
@@ -320,7 +366,9 @@ Backend* cuda_backend() {
 
 namespace cuda {
 
-bool built_in() { return true; }
+bool built_in() {
+  return true;
+}
 
 int device_count() {
   if (!device::unusable_reason().empty()) return 0;
@@ -384,11 +432,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
   if (offset + bytes > bytes_)
-    throw Error(fmt::format("DeviceBuffer::upload: {} bytes at {} past its {}", bytes, offset, bytes_));
+    throw Error(
+        fmt::format("DeviceBuffer::upload: {} bytes at {} past its {}", bytes, offset, bytes_));
   device::DeviceGuard on(device_);
-  device::check(cudaMemcpy(static_cast<std::byte*>(data_) + offset, host, bytes,
-                           cudaMemcpyHostToDevice),
-                "cudaMemcpy host to device");
+  device::check(
+      cudaMemcpy(static_cast<std::byte*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
+      "cudaMemcpy host to device");
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {

@@ -14,7 +14,7 @@ Backend* cuda_backend();
 namespace {
 
 std::mutex installed_mu;
-std::shared_ptr<Backend> installed;         // keeps it alive
+std::shared_ptr<Backend> installed;            // keeps it alive
 std::atomic<Backend*> installed_raw{nullptr};  // read on every call, without the lock
 
 }  // namespace
@@ -57,7 +57,8 @@ std::shared_ptr<Engine> EnginePool::lend(Backend& b, int device) {
 }
 
 Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_t input_bytes,
-                const void* output, std::size_t output_bytes, void* stream, const CallName& call) {
+                const void* output, std::size_t output_bytes, void* stream, const CallName& call,
+                std::chrono::milliseconds timeout) {
   Placement p;
   if (kind == MemoryKind::Host) return p;
   Backend* b = backend();
@@ -84,6 +85,7 @@ Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_
         call.text(), p.input, p.output));
   const int d = std::max(p.input, p.output);
   p.engine = pool.lend(*b, d);
+  p.engine->set_timeout(timeout);
   p.engine->after(stream);
   return p;
 }

@@ -9,6 +9,7 @@
 // checked for every order and every error path on machines without a GPU.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -52,11 +53,15 @@ class Engine {
   virtual Ticket on_device(void* to, const void* from, std::size_t bytes) = 0;
 
   // Whether copy `t` has finished (never blocks), or wait for it. Both
-  // throw DeviceError if it, or one before it, failed.
+  // throw DeviceError if it, or one before it, failed; wait() also if it
+  // has not finished within the timeout (a hung or saturated device).
   virtual bool done(Ticket t) = 0;
   virtual void wait(Ticket t) = 0;
-  // Waits for every queued copy, throwing nothing (after an error).
+  // Waits for every queued copy, throwing nothing (after an error); gives
+  // up, logging it, after the timeout.
   virtual void drain() noexcept = 0;
+  // How long wait() and drain() wait (the call's timeout).
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 
   // Pinned host memory of at least `bytes`, and back. Blocks are kept for
   // reuse by the engine, up to a limit.
@@ -109,7 +114,8 @@ struct Placement {
 
 // Where a call's two buffers are (an empty or null one counts as host
 // memory), as `kind` says or the backend finds; lends an engine from `pool`
-// when one is on a device, ordered after the caller's `stream`. Throws
+// when one is on a device, ordered after the caller's `stream`, its waits
+// bounded by `timeout`. Throws
 // DeviceError, led by the call ("rank 0: all_reduce"), for device memory
 // where CUDA is unusable or not built in, and for buffers on two devices.
 // (The call's name is made only for an error: a host-only call pays
@@ -121,7 +127,8 @@ struct CallName {
   std::string text() const;
 };
 Placement place(EnginePool& pool, MemoryKind kind, const void* input, std::size_t input_bytes,
-                const void* output, std::size_t output_bytes, void* stream, const CallName& call);
+                const void* output, std::size_t output_bytes, void* stream, const CallName& call,
+                std::chrono::milliseconds timeout);
 
 // Copies `bytes` from `from` (on device `from_device`, -1: host) to `to`,
 // waiting for the copy; a plain memmove when both are host memory.

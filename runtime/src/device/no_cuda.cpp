@@ -7,19 +7,28 @@
 namespace collie {
 namespace device {
 
-Backend* cuda_backend() { return nullptr; }
+Backend* cuda_backend() {
+  return nullptr;
+}
 
 }  // namespace device
 
 namespace cuda {
 
 namespace {
-constexpr const char* kNotBuiltIn = "CUDA not built in (-DCOLLIE_CUDA=OFF, or no CUDA toolkit found)";
+constexpr const char* kNotBuiltIn =
+    "CUDA not built in (-DCOLLIE_CUDA=OFF, or no CUDA toolkit found)";
 }
 
-bool built_in() { return false; }
-int device_count() { return 0; }
-std::string status() { return kNotBuiltIn; }
+bool built_in() {
+  return false;
+}
+int device_count() {
+  return 0;
+}
+std::string status() {
+  return kNotBuiltIn;
+}
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes, int device) : bytes_(0), device_(device) {
   throw device::DeviceError(fmt::format("device memory of {} bytes: {}", bytes, kNotBuiltIn));

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <functional>
 
 namespace collie::store {
 
@@ -24,8 +26,13 @@ struct ClientOptions {
 };
 
 // The token from COLLIE_STORE_TOKEN, else from the file COLLIE_STORE_TOKEN_FILE
-// names (read_token_file), else empty.
-std::string token_from_environment();
+// names (read_token_file), else empty; `lookup` reads a variable (getenv's
+// view by default: tests pass their own).
+std::string token_from_environment(
+    const std::function<std::optional<std::string>(std::string_view)>& lookup = {});
+
+// A fresh secret for one job: 256 random bits, as 64 hex digits.
+std::string random_token();
 
 // Reads a token file (trailing whitespace and newlines are dropped).
 // Throws collie::Error if it cannot be read or holds nothing.
