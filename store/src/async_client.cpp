@@ -83,7 +83,15 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
 
   RequestId send(wire::Request& request, Decoder decoder) {
     request.id = next_id_++;
-    if (state_ != State::Ready) {
+    // The server closes connections idle for its idle timeout: one idle for
+    // half of it is replaced before it carries a request, so no request
+    // meets a connection the server is closing.
+    if (state_ == State::Ready && pending_.empty() && idle_timeout_ > Clock::duration::zero() &&
+        Clock::now() - last_io_ >= idle_timeout_ / 2) {
+      reconnect();
+    }
+    if (state_ == State::Resting) reconnect();
+    if (state_ != State::Ready && !reconnecting_) {
       fail_later(std::move(decoder), Failure{Failure::Kind::Connection, not_ready_reason()});
       return request.id;
     }
@@ -92,7 +100,11 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
       return request.id;
     }
     pending_.emplace(request.id, Pending{request.op, std::move(decoder)});
-    enqueue(wire::encode(request));
+    if (reconnecting_) {
+      held_.emplace_back(request.id, wire::encode(request));
+    } else {
+      enqueue(wire::encode(request));
+    }
     return request.id;
   }
 
@@ -101,6 +113,10 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     if (it == pending_.end()) return;
     const bool cancel = is_blocking(it->second.op);
     pending_.erase(it);
+    if (reconnecting_) {
+      std::erase_if(held_, [id](const auto& held) { return held.first == id; });
+      return;
+    }
     if (cancel && state_ == State::Ready) {
       wire::Request request;
       request.op = wire::Op::Cancel;
@@ -119,7 +135,9 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   const ClientOptions& options() const { return options_; }
 
  private:
-  enum class State { Idle, Connecting, Handshake, Ready, Broken };
+  // Resting: the server closed the connection as idle; the next request
+  // reconnects first.
+  enum class State { Idle, Connecting, Handshake, Ready, Resting, Broken };
   struct Pending {
     wire::Op op;
     Decoder decoder;
@@ -190,6 +208,35 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     auto done = std::move(on_connected_);
     on_connected_ = nullptr;
     if (done) asio::post(io_, [done = std::move(done), failure] { done(&failure, Done{}); });
+    if (reconnecting_) {
+      // Requests held for a new connection fail as the first connect would.
+      reconnecting_ = false;
+      held_.clear();
+      failure.message = "reconnecting after the server closed an idle connection: " +
+                        failure.message;
+      auto pending = std::move(pending_);
+      pending_.clear();
+      for (auto& [id, p] : pending)
+        fail_later(std::move(p.decoder), failure);
+    }
+  }
+
+  // A fresh connection (and handshake) in place of an idle one; requests
+  // sent meanwhile are held and go out once it is ready.
+  void reconnect() {
+    log().debug("store client: reconnecting to {} (the connection was idle)", address_);
+    ++generation_;
+    std::error_code ignored;
+    socket_.close(ignored);
+    socket_ = tcp::socket(io_);
+    out_.clear();
+    in_ = wire::FrameBuffer(limits_.max_message_bytes);
+    reconnecting_ = true;
+    attempts_ = 0;
+    backoff_ = std::chrono::duration<double, std::milli>(10.0);
+    connect_started_ = Clock::now();
+    connect_deadline_ = connect_started_ + options_.connect_timeout.value_or(options_.timeout);
+    attempt();
   }
 
   void start_handshake() {
@@ -241,6 +288,15 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
                               "0x{:08x} instead of the store's magic 0x{:08x}",
                               address_, hello.magic, wire::kMagic)});
     }
+    if (hello.status == wire::HelloStatus::TooManyConnections ||
+        hello.status == wire::HelloStatus::TooManyFromAddress) {
+      // The limit may free up: retried until the connect timeout, like a refusal.
+      return retry(hello.status == wire::HelloStatus::TooManyConnections
+                       ? "the store serves as many connections as its limit allows (collie "
+                         "store serve --max-connections)"
+                       : "the store serves as many connections from this host's address as "
+                         "its limit allows (collie store serve --max-connections-per-address)");
+    }
     if (hello.status == wire::HelloStatus::UnsupportedVersion || hello.version != wire::kVersion) {
       return connect_failed(Failure{
           Failure::Kind::Protocol,
@@ -256,6 +312,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
                               address_, hello.limits.max_message_bytes, wire::kMinMessageBytes)});
     }
     limits_ = hello.limits;
+    idle_timeout_ = std::chrono::milliseconds(hello.idle_timeout_ms);
     in_.set_max_frame_bytes(limits_.max_message_bytes);
     const bool have_token = !options_.token.empty();
     if (!hello.auth_required) {
@@ -295,6 +352,15 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
                       "COLLIE_STORE_TOKEN (or the client's token option) to the store's token",
                       address_)});
     }
+    if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::Throttled)) {
+      return connect_failed(Failure{
+          Failure::Kind::Authentication,
+          fmt::format("authentication refused: the store at {} did not check this client's "
+                      "token, because of too many failed attempts from this host's address in "
+                      "the last minutes; check that every client has the store's token, and "
+                      "retry in a minute",
+                      address_)});
+    }
     if (auth_status_ != static_cast<std::uint8_t>(wire::AuthStatus::Ok)) {
       return connect_failed(
           Failure{Failure::Kind::Authentication,
@@ -315,8 +381,16 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void ready() {
     state_ = State::Ready;
     timer_.cancel();
+    last_io_ = Clock::now();
     log().debug("store client: connected to {} after {} attempt(s)", address_, attempts_);
     read();
+    if (reconnecting_) {
+      reconnecting_ = false;
+      auto held = std::move(held_);
+      held_.clear();
+      for (auto& [id, frame] : held)
+        enqueue(std::move(frame));
+    }
     auto done = std::move(on_connected_);
     on_connected_ = nullptr;
     if (done) asio::post(io_, [done = std::move(done)] { done(nullptr, Done{}); });
@@ -333,8 +407,11 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     auto buffers = out_.start();
     if (buffers.empty()) return;
     asio::async_write(
-        socket_, buffers, [self = shared_from_this()](std::error_code ec, std::size_t) {
+        socket_, buffers,
+        [self = shared_from_this(), generation = generation_](std::error_code ec, std::size_t) {
+          if (generation != self->generation_) return;  // a connection replaced since
           self->out_.finish();
+          self->last_io_ = Clock::now();
           if (ec) {
             return self->fail(
                 fmt::format("lost the connection to the store at {} while sending: {}",
@@ -346,10 +423,12 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
 
   void read() {
     const auto space = in_.prepare();
-    socket_.async_read_some(asio::buffer(space.data(), space.size()), [self = shared_from_this()](
+    socket_.async_read_some(asio::buffer(space.data(), space.size()), [self = shared_from_this(),
+                                                                       generation = generation_](
                                                                           std::error_code ec,
                                                                           std::size_t n) {
-      if (self->state_ != State::Ready) return;
+      if (self->state_ != State::Ready || generation != self->generation_) return;
+      self->last_io_ = Clock::now();
       if (ec) {
         return self->fail(ec == asio::error::eof
                               ? fmt::format("the store at {} closed the connection", self->address_)
@@ -386,6 +465,18 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
              Failure::Kind::Protocol);
         return false;
       }
+      if (id == 0 && status == static_cast<std::uint8_t>(wire::ReplyStatus::Error)) {
+        // About the connection, not a request: the server closes it.
+        const auto code = static_cast<wire::ErrorCode>(reader.u16());
+        const auto message = std::string(reader.bytes());
+        if (code == wire::ErrorCode::Idle && pending_.empty()) {
+          rest();
+          return false;
+        }
+        fail(fmt::format("the store at {} closed the connection: {}", address_, message),
+             code == wire::ErrorCode::Idle ? Failure::Kind::Connection : Failure::Kind::Protocol);
+        return false;
+      }
       auto it = pending_.find(id);
       if (it == pending_.end()) continue;  // an abandoned request's late reply
       Pending pending = std::move(it->second);
@@ -408,6 +499,16 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
       pending.decoder(&failure, nullptr);
     }
     return false;
+  }
+
+  // The server closed this idle connection; the next request reconnects.
+  void rest() {
+    log().debug("store client: the store at {} closed the idle connection", address_);
+    state_ = State::Resting;
+    ++generation_;
+    std::error_code ignored;
+    socket_.close(ignored);
+    out_.clear();
   }
 
   void fail(std::string reason, Failure::Kind kind = Failure::Kind::Connection) {
@@ -460,6 +561,13 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
 
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, Pending> pending_;
+
+  // Idle connections (see send()).
+  Clock::duration idle_timeout_{};
+  Clock::time_point last_io_{};
+  bool reconnecting_ = false;
+  std::vector<std::pair<RequestId, std::vector<std::uint8_t>>> held_;
+  std::uint64_t generation_ = 0;  // of the connection; handlers of older ones do nothing
 };
 
 // --- the public operations ----------------------------------------------------------

@@ -126,29 +126,39 @@ std::vector<std::uint8_t> FrameBuilder::finish() && {
 }
 
 namespace {
-constexpr std::size_t kMinReceiveChunk = 64 * 1024;
 constexpr std::size_t kShrinkAbove = 1 << 20;
 }  // namespace
+
+void FrameBuffer::release() {
+  if (begin_ != end_) return;
+  begin_ = end_ = 0;
+  std::vector<std::uint8_t>().swap(buf_);
+}
+
+std::optional<std::uint32_t> FrameBuffer::next_length() const {
+  if (end_ - begin_ < kFrameHeaderBytes) return std::nullopt;
+  return get_u32(buf_.data() + begin_);
+}
 
 std::span<std::uint8_t> FrameBuffer::prepare() {
   if (begin_ == end_) {
     begin_ = end_ = 0;
     // A large frame is gone: do not keep its memory for an idle connection.
-    if (buf_.size() > kShrinkAbove) std::vector<std::uint8_t>().swap(buf_);
+    if (buf_.size() > std::max(kShrinkAbove, min_chunk_)) std::vector<std::uint8_t>().swap(buf_);
   }
   // How much the frame being received needs in all (header, then body).
   std::size_t needed = kFrameHeaderBytes;
   if (end_ - begin_ >= kFrameHeaderBytes) {
     needed += std::min<std::size_t>(get_u32(buf_.data() + begin_), max_frame_);
   }
-  if (buf_.size() - begin_ < std::max(needed, kMinReceiveChunk) && begin_ > 0) {
+  if (buf_.size() - begin_ < std::max(needed, min_chunk_) && begin_ > 0) {
     std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
     end_ -= begin_;
     begin_ = 0;
   }
   if (end_ == buf_.size()) {
     // Grow towards `needed`, at most doubling what was received so far.
-    const std::size_t target = std::max(kMinReceiveChunk, std::min(needed, 2 * end_));
+    const std::size_t target = std::max(min_chunk_, std::min(needed, 2 * end_));
     buf_.resize(std::max(target, end_ + 1));
   }
   return {buf_.data() + end_, buf_.size() - end_};
@@ -197,8 +207,9 @@ std::array<std::uint8_t, kServerHelloBytes> encode(const ServerHello& hello) {
   put_u32(p + 12, hello.limits.max_value_bytes);
   put_u32(p + 16, hello.limits.max_keys_per_request);
   put_u32(p + 20, hello.limits.max_message_bytes);
-  std::copy(hello.nonce.begin(), hello.nonce.end(), p + 24);
-  std::copy(hello.proof.begin(), hello.proof.end(), p + 24 + kNonceBytes);
+  put_u32(p + 24, hello.idle_timeout_ms);
+  std::copy(hello.nonce.begin(), hello.nonce.end(), p + 28);
+  std::copy(hello.proof.begin(), hello.proof.end(), p + 28 + kNonceBytes);
   return out;
 }
 
@@ -213,8 +224,9 @@ ServerHello decode_server_hello(std::span<const std::uint8_t, kServerHelloBytes>
   hello.limits.max_value_bytes = get_u32(p + 12);
   hello.limits.max_keys_per_request = get_u32(p + 16);
   hello.limits.max_message_bytes = get_u32(p + 20);
-  std::copy(p + 24, p + 24 + kNonceBytes, hello.nonce.begin());
-  std::copy(p + 24 + kNonceBytes, p + 24 + kNonceBytes + kProofBytes, hello.proof.begin());
+  hello.idle_timeout_ms = get_u32(p + 24);
+  std::copy(p + 28, p + 28 + kNonceBytes, hello.nonce.begin());
+  std::copy(p + 28 + kNonceBytes, p + 28 + kNonceBytes + kProofBytes, hello.proof.begin());
   return hello;
 }
 

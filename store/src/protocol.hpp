@@ -18,11 +18,11 @@
 namespace collie::store::wire {
 
 inline constexpr std::uint32_t kMagic = 0x434C5354;  // "CLST"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
 inline constexpr std::size_t kClientHelloBytes = 4 + 2 + 2 + kNonceBytes;
-inline constexpr std::size_t kServerHelloBytes = 4 + 2 + 1 + 1 + 16 + kNonceBytes + kProofBytes;
+inline constexpr std::size_t kServerHelloBytes = 4 + 2 + 1 + 1 + 16 + 4 + kNonceBytes + kProofBytes;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
 // Smallest limit a server may announce for a whole message: a reply with an
 // error text must always fit.
@@ -51,8 +51,19 @@ enum class Op : std::uint8_t {
 };
 std::string_view op_name(Op op);
 
-enum class HelloStatus : std::uint8_t { Ok = 0, UnsupportedVersion = 1 };
-enum class AuthStatus : std::uint8_t { Ok = 0, Failed = 1 };
+// Every status but Ok is followed by the server closing the connection.
+enum class HelloStatus : std::uint8_t {
+  Ok = 0,
+  UnsupportedVersion = 1,
+  TooManyConnections = 2,  // the server holds its limit of connections
+  TooManyFromAddress = 3,  // ... or its limit of connections from this address
+};
+// After anything but Ok the server closes the connection.
+enum class AuthStatus : std::uint8_t {
+  Ok = 0,
+  Failed = 1,
+  Throttled = 2,  // too many failed attempts from this address lately: not checked
+};
 enum class ReplyStatus : std::uint8_t { Ok = 0, Error = 1 };
 
 // Codes carried by an error reply.
@@ -66,6 +77,8 @@ enum class ErrorCode : std::uint16_t {
   Malformed = 7,        // the request could not be parsed; the server closes the connection
   ShuttingDown = 8,     // the server is stopping
   InvalidArgument = 9,  // e.g. a barrier of n = 0
+  StoreFull = 10,       // the server's memory limit: the request was not carried out
+  Idle = 11,            // id 0: the server closes this idle connection (nothing was lost)
 };
 
 // --- byte order -------------------------------------------------------------
@@ -145,12 +158,26 @@ class FrameBuilder {
 // length cannot make the reader allocate.
 class FrameBuffer {
  public:
-  explicit FrameBuffer(std::uint32_t max_frame_bytes) : max_frame_(max_frame_bytes) {}
+  // `min_chunk`: the least space prepare() offers (a server with thousands
+  // of connections keeps it small).
+  explicit FrameBuffer(std::uint32_t max_frame_bytes, std::size_t min_chunk = 64 * 1024)
+      : max_frame_(max_frame_bytes), min_chunk_(min_chunk) {}
   void set_max_frame_bytes(std::uint32_t n) { max_frame_ = n; }
 
   // Space to receive into; never empty.
   std::span<std::uint8_t> prepare();
   void commit(std::size_t n) { end_ += n; }
+  // Frees the memory when nothing is buffered (an idle connection holds none).
+  void release();
+  // Drops every byte buffered (the start of a frame that is being refused).
+  void drop() { begin_ = end_ = 0; }
+  std::size_t capacity() const { return buf_.capacity(); }
+  // The length the next frame's header announces, once its header is here.
+  std::optional<std::uint32_t> next_length() const;
+  // The bytes buffered.
+  std::span<const std::uint8_t> buffered_bytes() const {
+    return {buf_.data() + begin_, end_ - begin_};
+  }
 
   enum class Next { Frame, NeedMore, TooLarge };
   // The next complete frame's body, valid until the next prepare(). TooLarge
@@ -164,6 +191,7 @@ class FrameBuffer {
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   std::uint32_t max_frame_;
+  std::size_t min_chunk_;
   std::uint32_t pending_length_ = 0;
 };
 
@@ -184,6 +212,9 @@ struct ServerHello {
   HelloStatus status = HelloStatus::Ok;
   bool auth_required = false;
   StoreLimits limits;
+  // The server closes a connection idle this long (0: never); a client
+  // reconnects before it sends on a connection that has been idle nearly as long.
+  std::uint32_t idle_timeout_ms = 0;
   Nonce nonce{};
   Proof proof{};  // HMAC proving the server knows the token; zero without auth
 };

@@ -1,4 +1,8 @@
 #include <atomic>
+#include <cmath>
+#include <future>
+#include <optional>
+#include <unordered_map>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -41,6 +45,163 @@ int system_max_backlog() {
 }
 
 class Session;
+using Clock = std::chrono::steady_clock;
+
+std::string seconds_text(Clock::duration d) {
+  return fmt::format("{:g} s", std::round(std::chrono::duration<double>(d).count() * 10) / 10);
+}
+
+// Warnings about one address, at most one line per interval; the lines left
+// out are counted, and the count is logged when the interval ends.
+class AddressLog {
+ public:
+  AddressLog(asio::io_context& io, std::chrono::milliseconds interval)
+      : timer_(io), interval_(interval) {}
+
+  void log(spdlog::level::level_enum level, const std::string& address, std::string message) {
+    if (!collie::log().should_log(level)) return;
+    const auto now = Clock::now();
+    auto it = entries_.find(address);
+    if (it == entries_.end()) {
+      if (entries_.size() >= kMaxAddresses) sweep(now, true);
+      // Still full: every other address shares one entry.
+      const std::string key = entries_.size() >= kMaxAddresses ? std::string("other addresses")
+                                                               : address;
+      it = entries_.try_emplace(key).first;
+      if (key != address && it->second.window_start != Clock::time_point{}) {
+        return suppress(it->second, level, std::move(message), now);
+      }
+    } else if (now - it->second.window_start < interval_) {
+      return suppress(it->second, level, std::move(message), now);
+    }
+    it->second.window_start = now;
+    collie::log().log(level, "{}", message);
+  }
+
+  void cancel() { timer_.cancel(); }
+
+ private:
+  struct Entry {
+    Clock::time_point window_start{};
+    std::size_t suppressed = 0;
+    spdlog::level::level_enum level = spdlog::level::info;
+    std::string last;
+  };
+  static constexpr std::size_t kMaxAddresses = 1024;
+
+  void suppress(Entry& entry, spdlog::level::level_enum level, std::string message,
+                Clock::time_point now) {
+    ++entry.suppressed;
+    entry.level = std::max(entry.level, level);
+    entry.last = std::move(message);
+    if (!armed_) {
+      armed_ = true;
+      timer_.expires_at(now + interval_);
+      timer_.async_wait([this](std::error_code ec) {
+        armed_ = false;
+        if (!ec) sweep(Clock::now(), false);
+      });
+    }
+  }
+
+  // Logs the counts of windows that ended; forgets quiet addresses.
+  void sweep(Clock::time_point now, bool make_room) {
+    bool pending = false;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      auto& [address, e] = *it;
+      const bool ended = now - e.window_start >= interval_;
+      if (e.suppressed > 0 && (ended || make_room)) {
+        collie::log().log(e.level, "{} (and {} more like it from {} in the last {}, not logged)",
+                          e.last, e.suppressed, address, seconds_text(now - e.window_start));
+        e.suppressed = 0;
+        e.window_start = now;
+        e.level = spdlog::level::info;
+        e.last.clear();
+      } else if (e.suppressed == 0 && (ended || make_room)) {
+        it = entries_.erase(it);
+        continue;
+      }
+      pending = pending || e.suppressed > 0;
+      ++it;
+    }
+    if (pending && !armed_) {
+      armed_ = true;
+      timer_.expires_at(now + interval_);
+      timer_.async_wait([this](std::error_code ec) {
+        armed_ = false;
+        if (!ec) sweep(Clock::now(), false);
+      });
+    }
+  }
+
+  asio::steady_timer timer_;
+  std::chrono::milliseconds interval_;
+  std::unordered_map<std::string, Entry> entries_;
+  bool armed_ = false;
+};
+
+// Failed authentication slows its address down: after f recent failures
+// (halved every minute without one), each attempt from that address waits
+// for its turn, 50 ms x 2^(f-1) apart, at most 2 s apart. An attempt whose
+// turn would be more than a few seconds away is refused without a check.
+class AuthThrottle {
+ public:
+  static constexpr auto kMaxWait = std::chrono::seconds(5);
+
+  // When the proof of a client from `address` may be checked; nullopt if
+  // its turn is more than kMaxWait away.
+  std::optional<Clock::time_point> turn(const std::string& address, Clock::time_point now) {
+    auto it = entries_.find(address);
+    if (it == entries_.end()) return now;
+    Entry& e = it->second;
+    const double f = failures(e, now);
+    if (f < 0.5) {
+      entries_.erase(it);
+      return now;
+    }
+    const auto gap = std::min<Clock::duration>(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+            50.0 * std::pow(2.0, std::max(0.0, f - 1.0)))),
+        std::chrono::seconds(2));
+    const auto at = std::max(now, e.next_turn);
+    if (at - now > kMaxWait) return std::nullopt;
+    e.next_turn = at + gap;
+    return at;
+  }
+
+  void failed(const std::string& address, Clock::time_point now) {
+    if (!entries_.contains(address) && entries_.size() >= kMaxAddresses) forget_quiet(now);
+    Entry& e = entries_[address];
+    e.failures = failures(e, now) + 1;
+    e.last = now;
+    e.next_turn = std::max(e.next_turn, now);
+  }
+
+ private:
+  struct Entry {
+    double failures = 0;
+    Clock::time_point last{};
+    Clock::time_point next_turn{};
+  };
+  static constexpr std::size_t kMaxAddresses = 4096;
+
+  static double failures(const Entry& e, Clock::time_point now) {
+    const double minutes = std::chrono::duration<double>(now - e.last).count() / 60.0;
+    return e.failures * std::pow(0.5, minutes);
+  }
+  void forget_quiet(Clock::time_point now) {
+    std::erase_if(entries_, [&](const auto& kv) { return failures(kv.second, now) < 1; });
+    // Still full (failures from very many addresses): the oldest go.
+    while (entries_.size() >= kMaxAddresses) {
+      auto oldest = entries_.begin();
+      for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->second.last < oldest->second.last) oldest = it;
+      entries_.erase(oldest);
+    }
+  }
+
+  std::unordered_map<std::string, Entry> entries_;
+};
 
 // The server without its public face: listeners, connections, data.
 // Everything below runs on the one I/O thread.
@@ -52,23 +213,38 @@ class ServerCore {
   std::uint16_t port() const { return port_; }
   const std::vector<std::string>& addresses() const { return addresses_; }
   std::size_t connections() const { return connections_.load(); }
+  StoreServer::Stats stats();
   void stop();
 
   const ServerOptions& options() const { return options_; }
   KeyValueState& state() { return state_; }
+  MemoryBudget& budget() { return budget_; }
+  AddressLog& address_log() { return address_log_; }
+  AuthThrottle& throttle() { return throttle_; }
+  void count_auth_failure() { ++auth_failures_; }
   void remove(const std::shared_ptr<Session>& session);
 
  private:
   std::error_code try_listen(tcp::endpoint endpoint, bool v6_only);
   void accept(tcp::acceptor& acceptor);
+  void admit(tcp::socket socket);
   void run();
   void shutdown();
 
   ServerOptions options_;
   asio::io_context io_{1};
+  // Before everything that holds values or buffers: they give back to it.
+  MemoryBudget budget_;
+  AddressLog address_log_;
+  AuthThrottle throttle_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   std::vector<std::unique_ptr<asio::steady_timer>> accept_retry_;
   std::set<std::shared_ptr<Session>> sessions_;
+  std::unordered_map<std::string, std::size_t> per_address_;
+  std::size_t served_ = 0;    // sessions past the limits
+  std::size_t refusing_ = 0;  // sessions being told they are over a limit
+  std::size_t refused_ = 0;
+  std::size_t auth_failures_ = 0;
   KeyValueState state_;
   std::uint16_t port_ = 0;
   std::vector<std::string> addresses_;
@@ -77,18 +253,35 @@ class ServerCore {
   std::once_flag stopped_;
 };
 
+// Sessions over a connection limit that are told so (after the client's
+// hello) at once; past this many, more are closed without a word.
+constexpr std::size_t kMaxRefusing = 64;
+// A frame up to this size is read without asking the memory budget (a
+// connection holds at most about twice this much unaccounted).
+constexpr std::size_t kFreeFrameBytes = 4096;
+// A connection whose own replies (owned bytes) pile up past this stops
+// taking requests until its client reads.
+constexpr std::size_t kOwnedBacklog = 256 * 1024;
+
 // One client connection: handshake, then a stream of requests and replies.
 class Session final : public ReplyTarget, public std::enable_shared_from_this<Session> {
  public:
-  Session(ServerCore& server, tcp::socket socket)
+  Session(ServerCore& server, tcp::socket socket, std::string address,
+          std::optional<wire::HelloStatus> refusal)
       : server_(server),
         socket_(std::move(socket)),
         handshake_timer_(socket_.get_executor()),
-        in_(server.options().limits.max_message_bytes) {
+        timer_(socket_.get_executor()),
+        address_(std::move(address)),
+        refusal_(refusal),
+        in_(server.options().limits.max_message_bytes, kFreeFrameBytes) {
     std::error_code ec;
     const auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("unknown peer") : endpoint_text(remote);
   }
+
+  const std::string& address() const { return address_; }
+  bool refusing() const { return refusal_.has_value(); }
 
   void start() {
     handshake_timer_.expires_after(server_.options().handshake_timeout);
@@ -107,7 +300,17 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void deliver(std::vector<std::uint8_t> frame) override {
     if (phase_ == Phase::Closed) return;
+    server_.budget().take(frame.size());
     out_.push(std::move(frame));
+    write();
+  }
+
+  void deliver_pieces(std::vector<Piece> pieces) override {
+    if (phase_ == Phase::Closed) return;
+    for (auto& piece : pieces) {
+      server_.budget().take(piece.owned_size());
+      out_.push(std::move(piece));
+    }
     write();
   }
 
@@ -115,12 +318,21 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     if (phase_ == Phase::Closed) return;
     const bool was_ready = phase_ == Phase::Ready;
     phase_ = Phase::Closed;
-    log().log(level, "store: closed the connection from {}: {}", peer_, reason);
+    if (level >= spdlog::level::info) {
+      server_.address_log().log(
+          level, address_, fmt::format("store: closed the connection from {}: {}", peer_, reason));
+    } else {
+      log().log(level, "store: closed the connection from {}: {}", peer_, reason);
+    }
     if (was_ready) server_.state().forget(*this);
     std::error_code ignored;
     handshake_timer_.cancel();
+    timer_.cancel();
     socket_.close(ignored);
-    out_.clear();
+    server_.budget().give(out_.clear());
+    in_.drop();
+    in_.release();
+    account_input();
     server_.remove(shared_from_this());
   }
 
@@ -149,6 +361,20 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     }
     wire::ServerHello reply;
     reply.limits = server_.options().limits;
+    reply.idle_timeout_ms = static_cast<std::uint32_t>(
+        std::min<std::int64_t>(server_.options().idle_timeout.count(), UINT32_MAX));
+    if (refusal_) {
+      reply.status = *refusal_;
+      close_after_write_ = true;
+      close_reason_ = *refusal_ == wire::HelloStatus::TooManyConnections
+                          ? fmt::format("refused: the server has {} connections, its limit",
+                                        server_.options().max_connections)
+                          : fmt::format("refused: {} connections from {} already, the limit per "
+                                        "address",
+                                        server_.options().max_connections_per_address, address_);
+      send_raw(wire::encode(reply));
+      return;
+    }
     if (hello.version != wire::kVersion) {
       reply.status = wire::HelloStatus::UnsupportedVersion;
       close_after_write_ = true;
@@ -174,13 +400,36 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                      });
   }
 
+  // The proof is checked at this address's turn (at once unless it failed
+  // recently), so guessing from one address goes no faster than the turns.
   void on_client_proof() {
+    const auto now = Clock::now();
+    const auto turn = server_.throttle().turn(address_, now);
+    if (!turn) {
+      server_.count_auth_failure();
+      close_after_write_ = true;
+      close_reason_ = fmt::format(
+          "refused unchecked: too many failed authentications from {} in the last minutes",
+          address_);
+      send_raw(
+          std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Throttled)});
+      return;
+    }
+    if (*turn <= now) return check_proof();
+    timer_.expires_at(*turn);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (!ec && self->phase_ == Phase::Proof) self->check_proof();
+    });
+  }
+
+  void check_proof() {
     const auto expected = auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
     if (!client_has_token_ || !crypto::digests_equal(proof_in_, expected)) {
-      log().warn("store: refused {}: authentication failed ({})", peer_,
-                 client_has_token_ ? "wrong token" : "the client has no token");
+      server_.count_auth_failure();
+      server_.throttle().failed(address_, Clock::now());
       close_after_write_ = true;
-      close_reason_ = "authentication failed";
+      close_reason_ = fmt::format("refused: authentication failed ({})",
+                                  client_has_token_ ? "wrong token" : "the client has no token");
       send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Failed)});
       return;
     }
@@ -196,31 +445,105 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   void become_ready() {
     phase_ = Phase::Ready;
     handshake_timer_.cancel();
+    std::error_code ignored;
+    socket_.non_blocking(true, ignored);
     log().debug("store: {} connected", peer_);
+    last_activity_ = Clock::now();
+    arm_idle_timer(server_.options().idle_timeout);
     read();
   }
 
+  // --- idle connections --------------------------------------------------------
+
+  void arm_idle_timer(Clock::duration after) {
+    if (server_.options().idle_timeout <= std::chrono::milliseconds::zero()) return;
+    timer_.expires_after(after);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (!ec) self->on_idle_timer();
+    });
+  }
+
+  void on_idle_timer() {
+    if (phase_ != Phase::Ready || close_after_write_) return;
+    const auto limit = server_.options().idle_timeout;
+    const auto idle = Clock::now() - last_activity_;
+    if (idle < limit || server_.state().has_parked(*this)) {
+      return arm_idle_timer(idle < limit ? limit - idle : Clock::duration(limit));
+    }
+    const auto text = fmt::format("the store closed this connection after {} without a request "
+                                  "(its idle timeout); nothing was lost",
+                                  seconds_text(idle));
+    if (!out_.empty()) {
+      // Its client reads nothing either: no point in saying goodbye.
+      return close(spdlog::level::info,
+                   fmt::format("idle for {}, and its client does not read its replies",
+                               seconds_text(idle)));
+    }
+    deliver(wire::error_reply(0, wire::ErrorCode::Idle, text));
+    close_after_write_ = true;
+    close_reason_ = fmt::format("idle for {} (the server's idle timeout)", seconds_text(idle));
+    close_level_ = spdlog::level::debug;
+  }
+
+  // --- requests ----------------------------------------------------------------
+
+  // Waits for bytes without holding a buffer: an idle connection costs no memory.
   void read() {
     reading_ = true;
-    const auto space = in_.prepare();
-    socket_.async_read_some(asio::buffer(space.data(), space.size()),
-                            [self = shared_from_this()](std::error_code ec, std::size_t n) {
-                              self->reading_ = false;
-                              if (self->phase_ == Phase::Closed) return;
-                              if (ec) return self->lost(ec);
-                              self->in_.commit(n);
-                              self->process();
-                            });
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](std::error_code ec) {
+      self->reading_ = false;
+      if (self->phase_ == Phase::Closed) return;
+      if (ec) return self->lost(ec);
+      self->receive();
+    });
+  }
+
+  void receive() {
+    std::error_code ec;
+    std::size_t n = 0;
+    if (skip_ > 0) {
+      // The rest of a refused frame: read and dropped.
+      std::array<std::uint8_t, 16384> scratch;
+      n = socket_.read_some(
+          asio::buffer(scratch.data(), std::min<std::size_t>(scratch.size(), skip_)), ec);
+      if (!ec) skip_ -= n;
+    } else {
+      const auto space = in_.prepare();
+      n = socket_.read_some(asio::buffer(space.data(), space.size()), ec);
+      if (!ec) in_.commit(n);
+    }
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      account_input();
+      return read();
+    }
+    if (ec) return lost(ec);
+    last_activity_ = Clock::now();
+    account_input();
+    process();
+  }
+
+  bool taking_requests() const {
+    if (phase_ != Phase::Ready || close_after_write_) return false;
+    // Replies pile up: its client sends without reading. Wait for it.
+    if (out_.bytes() > std::max<std::size_t>(server_.options().limits.max_message_bytes, 1 << 20))
+      return false;
+    if (out_.owned_bytes() > kOwnedBacklog) return false;
+    // Short of memory: only connections whose replies are all sent go on.
+    if (server_.budget().over() && !out_.empty()) return false;
+    return true;
   }
 
   // Handles the complete requests received, then reads on, unless replies
-  // have piled up (a client that sends without reading): then reading waits
-  // until the writes drain, which bounds the memory one client can take.
+  // have piled up or memory is short (see taking_requests); then reading
+  // waits until the writes drain.
   void process() {
     std::span<const std::uint8_t> body;
-    while (phase_ == Phase::Ready && !close_after_write_ && !backlogged()) {
+    while (skip_ == 0 && taking_requests()) {
       const auto next = in_.next(body);
-      if (next == wire::FrameBuffer::Next::NeedMore) break;
+      if (next == wire::FrameBuffer::Next::NeedMore) {
+        if (admit_frame()) continue;  // refused: go on after it
+        break;
+      }
       if (next == wire::FrameBuffer::Next::TooLarge) {
         return refuse(0,
                       fmt::format("a request of {} bytes exceeds the store's limit of {} "
@@ -240,12 +563,54 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
           return refuse(parsed.request.id, "malformed request: " + parsed.error);
       }
     }
-    if (phase_ == Phase::Ready && !close_after_write_ && !backlogged() && !reading_) read();
+    if (in_.buffered() == 0) in_.release();
+    account_input();
+    if (phase_ == Phase::Ready && !close_after_write_ && !reading_ &&
+        (skip_ > 0 || taking_requests())) {
+      read();
+    }
   }
 
-  bool backlogged() const {
-    return out_.bytes() >
-           std::max<std::size_t>(server_.options().limits.max_message_bytes, 1 << 20);
+  // A frame larger than kFreeFrameBytes is received only if the memory
+  // budget has room for all of it; otherwise it is answered "the store is
+  // full" and its bytes are dropped as they come. True if it was refused
+  // (the caller goes on with what follows it).
+  bool admit_frame() {
+    const auto length = in_.next_length();
+    if (!length) return false;
+    const std::size_t need = wire::kFrameHeaderBytes + *length;
+    if (need <= kFreeFrameBytes || need <= in_counted_) return false;
+    if (server_.budget().fits(need - in_counted_)) {
+      server_.budget().take(need - in_counted_);
+      in_counted_ = need;
+      return false;
+    }
+    const auto bytes = in_.buffered_bytes();
+    if (bytes.size() < wire::kFrameHeaderBytes + 5) return false;  // its id is not here yet
+    wire::Reader header(bytes.subspan(wire::kFrameHeaderBytes));
+    const auto op = header.u8();
+    const auto id = header.u32();
+    deliver(wire::error_reply(
+        id, wire::ErrorCode::StoreFull,
+        fmt::format("a request of {} bytes (op {}): the store is full: it holds {} of its {} "
+                    "bytes of memory (stored values, blocked requests and buffers); try again "
+                    "later, or give the server more (collie store serve --max-memory)",
+                    *length, op, server_.budget().used(), server_.budget().limit())));
+    skip_ = need - bytes.size();
+    in_.drop();
+    return true;
+  }
+
+  // Keeps the memory budget up to date with what the receive buffer holds.
+  void account_input() {
+    std::size_t hold = in_.capacity();
+    if (in_counted_ > hold && in_.buffered() > 0) hold = in_counted_;  // an admitted frame
+    if (hold > in_counted_) {
+      server_.budget().take(hold - in_counted_);
+    } else {
+      server_.budget().give(in_counted_ - hold);
+    }
+    in_counted_ = hold;
   }
 
   // Replies with an error, then closes once it is sent.
@@ -261,11 +626,12 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     asio::async_write(socket_, buffers,
                       [self = shared_from_this()](std::error_code ec, std::size_t) {
                         if (self->phase_ == Phase::Closed) return;
-                        self->out_.finish();
+                        self->server_.budget().give(self->out_.finish());
                         if (ec) return self->lost(ec);
+                        self->last_activity_ = Clock::now();
                         if (!self->out_.empty()) return self->write();
                         if (self->close_after_write_) {
-                          return self->close(spdlog::level::warn, self->close_reason_);
+                          return self->close(self->close_level_, self->close_reason_);
                         }
                         // Replies drained: resume a paused reader.
                         if (self->phase_ == Phase::Ready) self->process();
@@ -275,7 +641,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   ServerCore& server_;
   tcp::socket socket_;
   asio::steady_timer handshake_timer_;
-  std::string peer_;
+  asio::steady_timer timer_;  // the proof's turn, then the idle timeout
+  std::string peer_;     // address:port, for the log
+  std::string address_;  // the address alone, for the limits
+  std::optional<wire::HelloStatus> refusal_;
   Phase phase_ = Phase::Hello;
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_in_{};
   wire::Proof proof_in_{};
@@ -283,14 +652,21 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   wire::Nonce server_nonce_{};
   bool client_has_token_ = false;
   wire::FrameBuffer in_;
+  std::size_t in_counted_ = 0;  // bytes of the budget the receive buffer holds
+  std::size_t skip_ = 0;        // bytes of a refused frame still to drop
   FrameQueue out_;
+  Clock::time_point last_activity_{};
   bool reading_ = false;
   bool close_after_write_ = false;
   std::string close_reason_;
+  spdlog::level::level_enum close_level_ = spdlog::level::warn;
 };
 
 ServerCore::ServerCore(ServerOptions options)
-    : options_(std::move(options)), state_(options_.limits, options_.max_waits_per_connection) {
+    : options_(std::move(options)),
+      budget_(options_.max_memory_bytes),
+      address_log_(io_, options_.log_interval),
+      state_(options_.limits, options_.max_waits_per_connection, &budget_, options_.max_waits) {
   if (options_.limits.max_message_bytes < wire::kMinMessageBytes) {
     throw ArgumentError(
         fmt::format("store server: max_message_bytes must be at least {}", wire::kMinMessageBytes));
@@ -348,7 +724,6 @@ void ServerCore::run() {
   // Poll while requests keep coming (options.spin), sleep in the reactor
   // when they stop: a busy client pays no wake-up per request, an idle
   // server burns no CPU.
-  using Clock = std::chrono::steady_clock;
   auto last_work = Clock::now();
   while (!io_.stopped()) {
     if (io_.poll() > 0) {
@@ -401,19 +776,81 @@ void ServerCore::accept(tcp::acceptor& acceptor) {
       });
       return;
     }
-    std::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto session = std::make_shared<Session>(*this, std::move(socket));
-    sessions_.insert(session);
-    connections_.store(sessions_.size());
-    session->start();
+    admit(std::move(socket));
     accept(acceptor);
   });
 }
 
+void ServerCore::admit(tcp::socket socket) {
+  std::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  if (ec) return;  // gone already
+  auto ip = remote.address();
+  if (ip.is_v6() && ip.to_v6().is_v4_mapped()) {
+    ip = asio::ip::make_address_v4(asio::ip::v4_mapped, ip.to_v6());
+  }
+  const std::string address = ip.to_string();
+  std::optional<wire::HelloStatus> refusal;
+  const auto from_here = per_address_.find(address);
+  if (served_ >= options_.max_connections) {
+    refusal = wire::HelloStatus::TooManyConnections;
+  } else if (from_here != per_address_.end() &&
+             from_here->second >= options_.max_connections_per_address) {
+    refusal = wire::HelloStatus::TooManyFromAddress;
+  }
+  if (refusal) {
+    ++refused_;
+    if (refusing_ >= kMaxRefusing) {
+      address_log_.log(spdlog::level::warn, address,
+                       fmt::format("store: closed a connection from {} at once: {}", address,
+                                   *refusal == wire::HelloStatus::TooManyConnections
+                                       ? "the server is at its connection limit"
+                                       : "that address is at its connection limit"));
+      return;  // the socket closes here
+    }
+  }
+  socket.set_option(tcp::no_delay(true), ec);
+  auto session = std::make_shared<Session>(*this, std::move(socket), address, refusal);
+  sessions_.insert(session);
+  if (refusal) {
+    ++refusing_;
+  } else {
+    ++served_;
+    ++per_address_[address];
+  }
+  connections_.store(served_);
+  session->start();
+}
+
 void ServerCore::remove(const std::shared_ptr<Session>& session) {
-  sessions_.erase(session);
-  connections_.store(sessions_.size());
+  if (sessions_.erase(session) == 0) return;
+  if (session->refusing()) {
+    --refusing_;
+  } else {
+    --served_;
+    auto it = per_address_.find(session->address());
+    if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+  }
+  connections_.store(served_);
+}
+
+StoreServer::Stats ServerCore::stats() {
+  std::promise<StoreServer::Stats> promise;
+  auto future = promise.get_future();
+  asio::post(io_, [this, &promise] {
+    StoreServer::Stats s;
+    s.connections = served_;
+    s.keys = state_.keys();
+    s.blocked = state_.parked();
+    s.memory_bytes = budget_.used();
+    s.auth_failures = auth_failures_;
+    s.refused = refused_;
+    promise.set_value(s);
+  });
+  if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    throw Error("store: the server thread did not answer within 30 s (is it stopped?)");
+  }
+  return future.get();
 }
 
 void ServerCore::shutdown() {
@@ -425,6 +862,7 @@ void ServerCore::shutdown() {
   const auto sessions = sessions_;
   for (const auto& session : sessions)
     session->close(spdlog::level::debug, "the server is stopping");
+  address_log_.cancel();
   io_.stop();
 }
 
@@ -454,6 +892,9 @@ std::vector<std::string> StoreServer::addresses() const {
 }
 std::size_t StoreServer::connections() const {
   return impl_->connections();
+}
+StoreServer::Stats StoreServer::stats() const {
+  return impl_->stats();
 }
 void StoreServer::stop() {
   impl_->stop();

@@ -30,8 +30,24 @@ std::chrono::milliseconds seconds_option(double seconds, const char* name) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000.0)));
 }
 
-void serve(const std::string& host, std::uint16_t port, const std::string& port_file,
-           const std::string& token_file) {
+struct ServeArgs {
+  std::string host;
+  std::string port = "0";
+  std::string port_file;
+  std::string token_file;
+  bool insecure = false;
+  double max_memory_mib = 128;
+  std::size_t max_connections = 8192;
+  std::size_t max_connections_per_address = 2048;
+  std::size_t max_waits = 65536;
+  double idle_timeout_s = 600;
+};
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+void serve(const ServeArgs& args) {
   // Block the stop signals in every thread (the server thread inherits the
   // mask) and take them synchronously here.
   sigset_t stop_signals;
@@ -40,14 +56,49 @@ void serve(const std::string& host, std::uint16_t port, const std::string& port_
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  store::raise_open_file_limit();
   store::ServerOptions options;
-  options.host = host;
-  options.port = port;
-  options.token = store_token(token_file);
+  options.host = args.host;
+  options.port = parse_port(args.port, "--port");
+  options.token = store_token(args.token_file);
+  if (!(args.max_memory_mib >= 1) || !std::isfinite(args.max_memory_mib)) {
+    throw Error(fmt::format("--max-memory must be at least 1 (MiB), not {}", args.max_memory_mib));
+  }
+  options.max_memory_bytes = static_cast<std::size_t>(args.max_memory_mib * 1024 * 1024);
+  if (args.max_connections == 0 || args.max_connections_per_address == 0 ||
+      args.max_waits == 0) {
+    throw Error("--max-connections, --max-connections-per-address and --max-waits must be at "
+                "least 1");
+  }
+  options.max_connections = args.max_connections;
+  options.max_connections_per_address = args.max_connections_per_address;
+  options.max_waits = args.max_waits;
+  if (args.idle_timeout_s < 0 || !std::isfinite(args.idle_timeout_s)) {
+    throw Error(fmt::format("--idle-timeout must be 0 (never) or a number of seconds, not {}",
+                            args.idle_timeout_s));
+  }
+  options.idle_timeout = args.idle_timeout_s == 0
+                             ? std::chrono::milliseconds::zero()
+                             : seconds_option(args.idle_timeout_s, "--idle-timeout");
+  const bool beyond_loopback = !is_loopback_host(args.host);
+  if (options.token.empty() && beyond_loopback) {
+    if (!args.insecure) {
+      throw Error(fmt::format(
+          "refusing to serve {} without a token: anyone who can reach it could read and change "
+          "every job's keys, and stop its jobs. Give the store a secret (--token-file FILE, or "
+          "COLLIE_STORE_TOKEN / COLLIE_STORE_TOKEN_FILE) and the same to its clients; or listen "
+          "on loopback only (--host 127.0.0.1); or pass --insecure if every host that can reach "
+          "this port is trusted",
+          args.host.empty() ? std::string("every interface") : "'" + args.host + "'"));
+    }
+    std::fprintf(stderr,
+                 "collie store: WARNING: --insecure: serving %s without a token; anyone who can "
+                 "reach this port can read and change its keys\n",
+                 args.host.empty() ? "every interface" : args.host.c_str());
+  }
+  store::raise_open_file_limit();
   store::StoreServer server(options);
 
-  if (!port_file.empty()) write_port_file(port_file, server.port());
+  if (!args.port_file.empty()) write_port_file(args.port_file, server.port());
   std::string addresses;
   for (const auto& address : server.addresses()) {
     addresses += (addresses.empty() ? "" : " ") + address;
@@ -105,24 +156,41 @@ void add_store_command(CLI::App& app) {
 
   {
     auto* cmd = store_cmd->add_subcommand("serve", "Run a store server until SIGINT or SIGTERM");
-    auto host = std::make_shared<std::string>();
-    auto port = std::make_shared<std::string>("0");
-    auto port_file = std::make_shared<std::string>();
-    auto token_file = std::make_shared<std::string>();
-    cmd->add_option("--host", *host,
+    auto args = std::make_shared<ServeArgs>();
+    cmd->add_option("--host", args->host,
                     "Address or name to listen on (default: every interface, IPv6 and IPv4)");
-    cmd->add_option("--port", *port, "Port to listen on; 0 picks a free one")
+    cmd->add_option("--port", args->port, "Port to listen on; 0 picks a free one")
         ->capture_default_str();
-    cmd->add_option("--port-file", *port_file,
+    cmd->add_option("--port-file", args->port_file,
                     "Write the real port to this file once listening (written atomically)");
-    cmd->add_option("--token-file", *token_file,
+    cmd->add_option("--token-file", args->token_file,
                     "Require clients to prove they know the token in this file "
-                    "(default: $COLLIE_STORE_TOKEN; none: no authentication)");
+                    "(default: $COLLIE_STORE_TOKEN, $COLLIE_STORE_TOKEN_FILE)");
+    cmd->add_flag("--insecure", args->insecure,
+                  "Serve beyond loopback without a token (refused otherwise)");
+    cmd->add_option("--max-memory", args->max_memory_mib,
+                    "MiB the server may hold for its clients: values, blocked requests, buffers")
+        ->capture_default_str();
+    cmd->add_option("--max-connections", args->max_connections, "Connections served at once")
+        ->capture_default_str();
+    cmd->add_option("--max-connections-per-address", args->max_connections_per_address,
+                    "Connections served at once from one address")
+        ->capture_default_str();
+    cmd->add_option("--max-waits", args->max_waits,
+                    "Blocked requests (get, wait, barrier) of all clients together")
+        ->capture_default_str();
+    cmd->add_option("--idle-timeout", args->idle_timeout_s,
+                    "Seconds after which a connection that sends nothing is closed (0: never)")
+        ->capture_default_str();
     cmd->footer(
         "Prints one line on stdout once it listens:\n"
         "  collie store listening on ADDRESS... port PORT\n"
-        "and stops cleanly on SIGINT or SIGTERM; clients blocked in a call get an error.");
-    cmd->callback([=] { serve(*host, parse_port(*port, "--port"), *port_file, *token_file); });
+        "and stops cleanly on SIGINT or SIGTERM; clients blocked in a call get an error.\n"
+        "Without a token it serves only loopback (--host 127.0.0.1), unless --insecure.\n"
+        "A client that reaches a limit gets an error naming it; the server serves on.\n"
+        "Failed authentication slows its address down; refusals are logged at most once\n"
+        "per address every 10 s, with a count of the rest.");
+    cmd->callback([args] { serve(*args); });
   }
 
   {

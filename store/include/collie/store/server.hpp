@@ -12,10 +12,15 @@
 //
 // Hostile or broken clients affect only their own connection: a malformed,
 // truncated, oversized or random request gets an error reply and that
-// connection is closed; everyone else is served on. Memory per connection is
-// bounded by the message limit.
+// connection is closed; everyone else is served on. What all clients
+// together may cost is bounded too (ServerOptions): memory, connections in
+// all and per address, blocked requests, idle connections. A client that
+// reaches a limit gets an error that names it, and the server serves on.
+// Failed authentication slows its address down, and refusals are logged at
+// most once per address per log interval, with a count of the rest.
 //
-// Thread-safe: port(), addresses() and stop() may be called from any thread.
+// Thread-safe: port(), addresses(), connections(), stats() and stop() may be
+// called from any thread.
 #pragma once
 
 #include <chrono>
@@ -40,8 +45,27 @@ struct ServerOptions {
   StoreLimits limits;
   // A connection that has not finished the handshake by then is closed.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
-  // Blocked requests (get, wait, multi_get, barrier) one connection may have.
+  // Blocked requests (get, wait, multi_get, barrier) one connection may have,
+  // and all connections together.
   std::size_t max_waits_per_connection = 4096;
+  std::size_t max_waits = 65536;
+  // Memory the server may hold for its clients: stored keys and values,
+  // blocked requests, and requests and replies on their way. A request that
+  // would pass it is refused with an error that says so ("the store is
+  // full"), and changes nothing. Values are counted as long as a queued
+  // reply still points at them.
+  std::size_t max_memory_bytes = std::size_t{128} << 20;
+  // Connections served at once, in all and from one address (a host's
+  // ranks share its address). One more is told why and closed.
+  std::size_t max_connections = 8192;
+  std::size_t max_connections_per_address = 2048;
+  // A connection that sends nothing this long, with no request blocked, is
+  // closed; collie's clients reconnect by themselves before they send on a
+  // connection idle half as long. Zero: never.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  // Refusals and failed handshakes are logged at most once per address per
+  // interval; the next line says how many were left out.
+  std::chrono::milliseconds log_interval{std::chrono::seconds(10)};
   // After handling a request the server thread polls for the next one this
   // long before it sleeps, so a client's next request costs no wake-up.
   // Costs at most this much CPU per burst of requests. Zero sleeps at once.
@@ -66,6 +90,17 @@ class StoreServer {
 
   // Number of open client connections.
   std::size_t connections() const;
+
+  struct Stats {
+    std::size_t connections = 0;     // served (past the connection limits)
+    std::size_t keys = 0;            // stored
+    std::size_t blocked = 0;         // requests parked until keys are set
+    std::size_t memory_bytes = 0;    // counted against max_memory_bytes
+    std::size_t auth_failures = 0;   // since the start
+    std::size_t refused = 0;         // connections refused by the limits, since the start
+  };
+  // A snapshot, taken on the server's thread.
+  Stats stats() const;
 
   // Stops accepting, closes every connection (clients blocked in a call get
   // a ConnectionError at once) and joins the server thread. Idempotent.
