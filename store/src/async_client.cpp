@@ -175,6 +175,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void retry(const std::string& error) {
+    state_ = State::Connecting;  // also from the handshake (a server at its limits)
     std::error_code ignored;
     socket_.close(ignored);
     const auto now = Clock::now();

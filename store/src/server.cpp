@@ -155,17 +155,13 @@ class AuthThrottle {
     if (it == entries_.end()) return now;
     Entry& e = it->second;
     const double f = failures(e, now);
-    if (f < 0.5) {
+    if (f < 0.5 && e.next_turn <= now) {
       entries_.erase(it);
       return now;
     }
-    const auto gap = std::min<Clock::duration>(
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
-            50.0 * std::pow(2.0, std::max(0.0, f - 1.0)))),
-        std::chrono::seconds(2));
     const auto at = std::max(now, e.next_turn);
     if (at - now > kMaxWait) return std::nullopt;
-    e.next_turn = at + gap;
+    e.next_turn = at + gap(f);
     return at;
   }
 
@@ -174,7 +170,7 @@ class AuthThrottle {
     Entry& e = entries_[address];
     e.failures = failures(e, now) + 1;
     e.last = now;
-    e.next_turn = std::max(e.next_turn, now);
+    e.next_turn = std::max(e.next_turn, now + gap(e.failures));
   }
 
  private:
@@ -185,6 +181,12 @@ class AuthThrottle {
   };
   static constexpr std::size_t kMaxAddresses = 4096;
 
+  static Clock::duration gap(double failures) {
+    if (failures < 0.5) return Clock::duration::zero();
+    const double ms = 50.0 * std::pow(2.0, std::max(0.0, failures - 1.0));
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(std::min(ms, 2000.0)));
+  }
   static double failures(const Entry& e, Clock::time_point now) {
     const double minutes = std::chrono::duration<double>(now - e.last).count() / 60.0;
     return e.failures * std::pow(0.5, minutes);
@@ -553,6 +555,11 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       auto parsed = wire::parse_request(body, server_.options().limits);
       switch (parsed.kind) {
         case wire::ParsedRequest::Kind::Ok:
+          // The request's own bytes are on their way out of the buffer: a
+          // value is not counted twice (in the buffer and stored) when the
+          // state decides whether it fits.
+          server_.budget().give(in_counted_);
+          in_counted_ = 0;
           server_.state().handle(*this, parsed.request);
           break;
         case wire::ParsedRequest::Kind::LimitExceeded:

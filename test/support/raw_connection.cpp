@@ -4,16 +4,44 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include "auth.hpp"
 #include "store_fixture.hpp"
 
 namespace collie::test {
 
 using asio::ip::tcp;
 
-RawConnection::RawConnection(std::uint16_t port, const std::string& host) : socket_(io_) {
+RawConnection::RawConnection(std::uint16_t port, const std::string& host,
+                             const std::string& source)
+    : socket_(io_) {
   tcp::resolver resolver(io_);
-  asio::connect(socket_, resolver.resolve(host, std::to_string(port)));
+  if (source.empty()) {
+    asio::connect(socket_, resolver.resolve(host, std::to_string(port)));
+  } else {
+    const auto from = asio::ip::make_address(source);
+    socket_.open(from.is_v4() ? tcp::v4() : tcp::v6());
+    socket_.bind(tcp::endpoint(from, 0));
+    socket_.connect(tcp::endpoint(asio::ip::make_address(host), port));
+  }
   socket_.set_option(tcp::no_delay(true));
+}
+
+std::optional<store::wire::AuthStatus> RawConnection::authenticate(
+    const std::string& token, std::chrono::milliseconds timeout) {
+  store::wire::ClientHello hello;
+  hello.has_token = !token.empty();
+  hello.nonce = store::auth::random_nonce();
+  send(store::wire::encode(hello));
+  auto reply = read_exactly(store::wire::kServerHelloBytes, timeout);
+  if (!reply) return std::nullopt;
+  const auto server = store::wire::decode_server_hello(
+      std::span<const std::uint8_t, store::wire::kServerHelloBytes>(reply->data(), reply->size()));
+  const auto proof = token.empty() ? store::wire::Proof{}
+                                   : store::auth::client_proof(token, hello.nonce, server.nonce);
+  send(std::vector<std::uint8_t>(proof.begin(), proof.end()));
+  auto status = read_exactly(1, timeout);
+  if (!status) return std::nullopt;
+  return static_cast<store::wire::AuthStatus>((*status)[0]);
 }
 
 void RawConnection::send(std::span<const std::uint8_t> bytes) {

@@ -17,13 +17,23 @@ namespace collie::test {
 
 class RawConnection {
  public:
-  explicit RawConnection(std::uint16_t port, const std::string& host = "127.0.0.1");
+  // `source`: the local address to connect from (127.0.0.2 is a second
+  // loopback address: another "host" as far as the server's per-address
+  // limits can tell).
+  explicit RawConnection(std::uint16_t port, const std::string& host = "127.0.0.1",
+                         const std::string& source = {});
 
   void send(std::span<const std::uint8_t> bytes);
   void send(const std::vector<std::uint8_t>& bytes) { send(std::span<const std::uint8_t>(bytes)); }
 
   // Completes a token-less handshake; returns the server's hello.
   store::wire::ServerHello handshake();
+
+  // A handshake with `token` (empty: none) against a server that requires
+  // one: the server's answer to the proof (AuthStatus), or nullopt if it
+  // closed the connection or did not answer within `timeout`.
+  std::optional<store::wire::AuthStatus> authenticate(const std::string& token,
+                                                      std::chrono::milliseconds timeout);
 
   // Reads exactly n bytes; nullopt if the peer closed first or `timeout` passed.
   std::optional<std::vector<std::uint8_t>> read_exactly(std::size_t n,
