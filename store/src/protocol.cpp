@@ -129,49 +129,64 @@ namespace {
 constexpr std::size_t kShrinkAbove = 1 << 20;
 }  // namespace
 
+void FrameBuffer::resize(std::size_t bytes) {
+  // Live bytes move to the front; new memory is left uninitialised.
+  auto grown = std::make_unique_for_overwrite<std::uint8_t[]>(bytes);
+  if (end_ > begin_) std::memcpy(grown.get(), buf_.get() + begin_, end_ - begin_);
+  end_ -= begin_;
+  begin_ = 0;
+  buf_ = std::move(grown);
+  size_ = bytes;
+}
+
 void FrameBuffer::release() {
   if (begin_ != end_) return;
   begin_ = end_ = 0;
-  std::vector<std::uint8_t>().swap(buf_);
+  buf_.reset();
+  size_ = 0;
+}
+
+void FrameBuffer::reserve(std::size_t bytes) {
+  if (size_ - begin_ < bytes) resize(std::max(bytes, end_ - begin_));
 }
 
 std::optional<std::uint32_t> FrameBuffer::next_length() const {
   if (end_ - begin_ < kFrameHeaderBytes) return std::nullopt;
-  return get_u32(buf_.data() + begin_);
+  return get_u32(buf_.get() + begin_);
 }
 
 std::span<std::uint8_t> FrameBuffer::prepare() {
   if (begin_ == end_) {
     begin_ = end_ = 0;
     // A large frame is gone: do not keep its memory for an idle connection.
-    if (buf_.size() > std::max(kShrinkAbove, min_chunk_)) std::vector<std::uint8_t>().swap(buf_);
+    if (size_ > std::max(kShrinkAbove, min_chunk_)) release();
   }
   // How much the frame being received needs in all (header, then body).
   std::size_t needed = kFrameHeaderBytes;
   if (end_ - begin_ >= kFrameHeaderBytes) {
-    needed += std::min<std::size_t>(get_u32(buf_.data() + begin_), max_frame_);
+    needed += std::min<std::size_t>(get_u32(buf_.get() + begin_), max_frame_);
   }
-  if (buf_.size() - begin_ < std::max(needed, min_chunk_) && begin_ > 0) {
-    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+  if (size_ - begin_ < std::max(needed, min_chunk_) && begin_ > 0) {
+    std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
     end_ -= begin_;
     begin_ = 0;
   }
-  if (end_ == buf_.size()) {
+  if (end_ == size_) {
     // Grow towards `needed`, at most doubling what was received so far.
     const std::size_t target = std::max(min_chunk_, std::min(needed, 2 * end_));
-    buf_.resize(std::max(target, end_ + 1));
+    resize(std::max(target, end_ + 1));
   }
-  return {buf_.data() + end_, buf_.size() - end_};
+  return {buf_.get() + end_, size_ - end_};
 }
 
 FrameBuffer::Next FrameBuffer::next(std::span<const std::uint8_t>& body) {
   const std::size_t available = end_ - begin_;
   if (available < kFrameHeaderBytes) return Next::NeedMore;
-  const std::uint32_t length = get_u32(buf_.data() + begin_);
+  const std::uint32_t length = get_u32(buf_.get() + begin_);
   pending_length_ = length;
   if (length > max_frame_) return Next::TooLarge;
   if (available - kFrameHeaderBytes < length) return Next::NeedMore;
-  body = {buf_.data() + begin_ + kFrameHeaderBytes, length};
+  body = {buf_.get() + begin_ + kFrameHeaderBytes, length};
   begin_ += kFrameHeaderBytes + length;
   return Next::Frame;
 }

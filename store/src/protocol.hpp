@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -171,12 +172,16 @@ class FrameBuffer {
   void release();
   // Drops every byte buffered (the start of a frame that is being refused).
   void drop() { begin_ = end_ = 0; }
-  std::size_t capacity() const { return buf_.capacity(); }
+  std::size_t capacity() const { return size_; }
+  // Makes room for a frame of `bytes` in all (header included) at once, so a
+  // large frame is received without growing step by step. The memory is not
+  // touched (nor resident) until bytes arrive.
+  void reserve(std::size_t bytes);
   // The length the next frame's header announces, once its header is here.
   std::optional<std::uint32_t> next_length() const;
   // The bytes buffered.
   std::span<const std::uint8_t> buffered_bytes() const {
-    return {buf_.data() + begin_, end_ - begin_};
+    return {buf_.get() + begin_, end_ - begin_};
   }
 
   enum class Next { Frame, NeedMore, TooLarge };
@@ -187,7 +192,9 @@ class FrameBuffer {
   std::size_t buffered() const { return end_ - begin_; }
 
  private:
-  std::vector<std::uint8_t> buf_;
+  void resize(std::size_t bytes);  // keeps the bytes buffered; never zero-fills
+  std::unique_ptr<std::uint8_t[]> buf_;
+  std::size_t size_ = 0;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;
   std::uint32_t max_frame_;

@@ -1,4 +1,7 @@
 #include <atomic>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <cmath>
 #include <future>
 #include <optional>
@@ -224,6 +227,19 @@ class ServerCore {
   AddressLog& address_log() { return address_log_; }
   AuthThrottle& throttle() { return throttle_; }
   void count_auth_failure() { ++auth_failures_; }
+  // Gives memory the clients no longer hold back to the system once enough
+  // was freed: the allocator keeps freed small blocks (a hostile client's
+  // parked waits) otherwise, and the process would stay as large as its peak.
+  void maybe_trim() {
+#if defined(__GLIBC__)
+    const std::size_t used = budget_.used();
+    high_water_ = std::max(high_water_, used);
+    if (high_water_ > used + (std::size_t{16} << 20)) {
+      malloc_trim(0);
+      high_water_ = used;
+    }
+#endif
+  }
   void remove(const std::shared_ptr<Session>& session);
 
  private:
@@ -247,6 +263,7 @@ class ServerCore {
   std::size_t refusing_ = 0;  // sessions being told they are over a limit
   std::size_t refused_ = 0;
   std::size_t auth_failures_ = 0;
+  std::size_t high_water_ = 0;  // of the budget, since the last trim
   KeyValueState state_;
   std::uint16_t port_ = 0;
   std::vector<std::string> addresses_;
@@ -336,6 +353,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     in_.release();
     account_input();
     server_.remove(shared_from_this());
+    server_.maybe_trim();
   }
 
  private:
@@ -459,6 +477,9 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void arm_idle_timer(Clock::duration after) {
     if (server_.options().idle_timeout <= std::chrono::milliseconds::zero()) return;
+    arm_timer(after);
+  }
+  void arm_timer(Clock::duration after) {
     timer_.expires_after(after);
     timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (!ec) self->on_idle_timer();
@@ -466,9 +487,23 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   }
 
   void on_idle_timer() {
+    stall_armed_ = false;
     if (phase_ != Phase::Ready || close_after_write_) return;
-    const auto limit = server_.options().idle_timeout;
     const auto idle = Clock::now() - last_activity_;
+    if (in_.buffered() > 0 || skip_ > 0) {
+      // Part of a request, then silence: it holds memory (perhaps a large
+      // reservation) that nobody else may use.
+      const Clock::duration stall = server_.options().handshake_timeout;
+      if (idle < stall) {
+        stall_armed_ = true;
+        return arm_timer(stall - idle);
+      }
+      return close(spdlog::level::warn,
+                   fmt::format("it sent part of a request, then nothing for {}",
+                               seconds_text(idle)));
+    }
+    const auto limit = server_.options().idle_timeout;
+    if (limit <= std::chrono::milliseconds::zero()) return;
     if (idle < limit || server_.state().has_parked(*this)) {
       return arm_idle_timer(idle < limit ? limit - idle : Clock::duration(limit));
     }
@@ -570,8 +605,15 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
           return refuse(parsed.request.id, "malformed request: " + parsed.error);
       }
     }
-    if (in_.buffered() == 0) in_.release();
+    if (in_.buffered() == 0) {
+      in_.release();
+    } else if (!stall_armed_) {
+      // A request under way must keep coming (see on_idle_timer).
+      stall_armed_ = true;
+      arm_timer(server_.options().handshake_timeout);
+    }
     account_input();
+    server_.maybe_trim();
     if (phase_ == Phase::Ready && !close_after_write_ && !reading_ &&
         (skip_ > 0 || taking_requests())) {
       read();
@@ -590,6 +632,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     if (server_.budget().fits(need - in_counted_)) {
       server_.budget().take(need - in_counted_);
       in_counted_ = need;
+      in_.reserve(need);
       return false;
     }
     const auto bytes = in_.buffered_bytes();
@@ -663,6 +706,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   std::size_t skip_ = 0;        // bytes of a refused frame still to drop
   FrameQueue out_;
   Clock::time_point last_activity_{};
+  bool stall_armed_ = false;  // the timer watches a request under way
   bool reading_ = false;
   bool close_after_write_ = false;
   std::string close_reason_;

@@ -1,0 +1,308 @@
+// `collie store serve` with its default limits against a hostile client that
+// knows the token (the worst case: a broken or malicious rank): garbage,
+// forged handshakes, connection floods, parked waits, huge values, replies
+// never read, idle connections. The store must stay alive, serve a
+// well-behaved client within a second after each attack, and stay under
+// 256 MiB of memory (its peak resident set, VmHWM).
+#include <arpa/inet.h>
+#include <cerrno>
+#include <csignal>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <random>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
+
+#include "auth.hpp"
+#include "protocol.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using namespace collie::store;
+using collie::test::Subprocess;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+const std::string kToken = "hostile-test-secret";
+
+// A blocking TCP connection to 127.0.0.1:port from `source`, as a file descriptor.
+int connect_to(std::uint16_t port, const char* source = "127.0.0.1") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+  return fd;
+}
+
+bool send_all(int fd, std::span<const std::uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const auto n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    bytes = bytes.subspan(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+bool recv_all(int fd, std::span<std::uint8_t> out) {
+  while (!out.empty()) {
+    const auto n = ::recv(fd, out.data(), out.size(), 0);
+    if (n <= 0) return false;
+    out = out.subspan(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+// Handshake with `token`; returns the server's answer to the proof, or -1.
+int authenticate(int fd, const std::string& token) {
+  wire::ClientHello hello;
+  hello.has_token = true;
+  hello.nonce = auth::random_nonce();
+  if (!send_all(fd, wire::encode(hello))) return -1;
+  std::array<std::uint8_t, wire::kServerHelloBytes> reply{};
+  if (!recv_all(fd, reply)) return -1;
+  const auto server = wire::decode_server_hello(reply);
+  const auto proof = auth::client_proof(token, hello.nonce, server.nonce);
+  if (!send_all(fd, proof)) return -1;
+  std::uint8_t status = 0xff;
+  if (!recv_all(fd, std::span(&status, 1))) return -1;
+  return status;
+}
+
+// A connection past the handshake, made non-blocking for the floods.
+int hostile(std::uint16_t port) {
+  const int fd = connect_to(port);
+  REQUIRE(authenticate(fd, kToken) == 0);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  return fd;
+}
+
+// Sends as much of `bytes` as the server takes, until it stops taking any
+// for a while (its back-pressure): the client never reads.
+std::size_t flood(int fd, std::span<const std::uint8_t> bytes) {
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, 1000) <= 0) break;
+    const auto n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  return sent;
+}
+
+std::vector<std::uint8_t> request(wire::Op op, std::uint32_t id, std::string_view key,
+                                  std::optional<std::string_view> value = {}) {
+  std::vector<std::uint8_t> frame(4);
+  wire::Writer w(frame);
+  w.u8(static_cast<std::uint8_t>(op));
+  w.u32(id);
+  w.bytes(key);
+  if (value) w.bytes(*value);
+  wire::put_u32(frame.data(), static_cast<std::uint32_t>(frame.size() - 4));
+  return frame;
+}
+
+std::size_t status_kib(pid_t pid, const std::string& field) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoul(line.substr(field.size() + 1));
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a hostile client leaves collie store serve alive, serving within a second, under "
+          "256 MiB",
+          "[cli][security]") {
+  raise_open_file_limit();
+  collie::test::ScratchDir dir;
+  Subprocess server({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "0",
+                     "--port-file", dir.file("port")},
+                    {"COLLIE_STORE_TOKEN=" + kToken, "COLLIE_LOG_LEVEL=warn"});
+  REQUIRE_THAT(server.read_line(30s).value_or(""), Catch::StartsWith("collie store listening"));
+  const auto port = static_cast<std::uint16_t>(std::stoi([&] {
+    std::ifstream in(dir.path() / "port");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }()));
+  ClientOptions options;
+  options.token = kToken;
+  options.timeout = 30s;
+  StoreClient good("127.0.0.1", port, options);
+  good.set("job/config", "the well-behaved client's value");
+
+  std::vector<std::string> report;
+  auto still_serves = [&](const std::string& after) {
+    INFO("after " << after);
+    const auto start = Clock::now();
+    good.set("job/after", after);
+    CHECK(good.get("job/after") == after);
+    CHECK(good.get("job/config") == "the well-behaved client's value");
+    // A new connection too (from another address than the attacker's
+    // guesses, which are slowed down).
+    StoreClient fresh("127.0.0.1", port, options);
+    CHECK(fresh.add("job/counter", 1) >= 1);
+    const auto took = Clock::now() - start;
+    CHECK(took < 1s);
+    const auto rss = status_kib(server.pid(), "VmRSS");
+    report.push_back(fmt::format("{}: served in {:.1f} ms, RSS {} MiB", after,
+                                 std::chrono::duration<double, std::milli>(took).count(),
+                                 rss / 1024));
+  };
+  std::vector<int> held;  // connections kept open to the end
+  std::mutex held_mutex;
+
+  // Garbage instead of a handshake, and garbage after one.
+  std::mt19937 random(1);
+  for (int i = 0; i < 100; ++i) {
+    const int fd = connect_to(port);
+    std::vector<std::uint8_t> junk(64 + 37 * static_cast<std::size_t>(i));
+    for (auto& b : junk)
+      b = static_cast<std::uint8_t>(random());
+    send_all(fd, junk);
+    ::close(fd);
+  }
+  for (int i = 0; i < 20; ++i) {
+    const int fd = hostile(port);
+    std::vector<std::uint8_t> junk(4096);
+    for (auto& b : junk)
+      b = static_cast<std::uint8_t>(random());
+    flood(fd, junk);
+    ::close(fd);
+  }
+  still_serves("garbage");
+
+  // Forged handshakes: wrong tokens, all at once, from another address.
+  {
+    std::vector<std::future<int>> guesses;
+    for (int i = 0; i < 40; ++i) {
+      guesses.push_back(std::async(std::launch::async, [port, i] {
+        const int fd = connect_to(port, "127.0.0.3");
+        const int status = authenticate(fd, fmt::format("guess-{}", i));
+        ::close(fd);
+        return status;
+      }));
+    }
+    for (auto& g : guesses) {
+      const int status = g.get();
+      CHECK((status == static_cast<int>(wire::AuthStatus::Failed) ||
+             status == static_cast<int>(wire::AuthStatus::Throttled)));
+    }
+  }
+  still_serves("forged handshakes");
+
+  // A connection flood: silent connections and idle authenticated ones.
+  for (int i = 0; i < 1000; ++i)
+    held.push_back(connect_to(port, "127.0.0.4"));
+  for (int i = 0; i < 200; ++i)
+    held.push_back(hostile(port));
+  still_serves("1,200 idle connections");
+
+  // Parked waits: 20 connections, each with as many gets on missing 4 KiB
+  // keys as it is allowed (the server refuses the rest when its memory is full).
+  std::vector<int> parked;
+  {
+    std::vector<std::future<void>> parkers;
+    for (int c = 0; c < 20; ++c) {
+      parkers.push_back(std::async(std::launch::async, [&parked, &held_mutex, port, c] {
+        const int fd = hostile(port);
+        std::vector<std::uint8_t> burst;
+        for (std::uint32_t i = 1; i <= 4096; ++i) {
+          const auto key = fmt::format("{:04}/{:06}/{}", c, i, std::string(4080, 'k'));
+          auto r = request(wire::Op::Get, i, key);
+          burst.insert(burst.end(), r.begin(), r.end());
+        }
+        flood(fd, burst);
+        std::lock_guard lock(held_mutex);
+        parked.push_back(fd);
+      }));
+    }
+    for (auto& p : parkers)
+      p.get();
+  }
+  still_serves("parked waits");
+  // Gone: their waits free the memory they held (else nothing below would fit).
+  for (const int fd : parked)
+    ::close(fd);
+
+  // Huge values: stored until the store is full, then frames of 32 MiB
+  // left half-sent (their connections hold what the store reserved for them).
+  {
+    const std::string value(32 << 20, 'h');
+    for (const bool whole : {true, false}) {
+      std::vector<std::future<void>> senders;
+      for (int c = 0; c < 6; ++c) {
+        senders.push_back(std::async(std::launch::async, [&, c, whole] {
+          const int fd = hostile(port);
+          auto frame = request(wire::Op::Set, 1, fmt::format("huge/{}/{}", whole ? 1 : 0, c), value);
+          const auto part = std::span<const std::uint8_t>(frame);
+          flood(fd, whole ? part : part.first(part.size() / 2));
+          std::lock_guard lock(held_mutex);
+          held.push_back(fd);
+        }));
+      }
+      for (auto& s : senders)
+        s.get();
+    }
+  }
+  still_serves("huge values");
+
+  // Replies never read: gets of the largest values, many times over.
+  {
+    const auto keys = good.list_keys("huge/1/");
+    REQUIRE_FALSE(keys.empty());
+    for (int c = 0; c < 10; ++c) {
+      const int fd = hostile(port);
+      std::vector<std::uint8_t> burst;
+      for (std::uint32_t i = 1; i <= 200; ++i) {
+        auto r = request(wire::Op::Get, i, keys[i % keys.size()]);
+        burst.insert(burst.end(), r.begin(), r.end());
+      }
+      flood(fd, burst);
+      held.push_back(fd);
+    }
+  }
+  still_serves("replies never read");
+
+  const auto peak_kib = status_kib(server.pid(), "VmHWM");
+  report.push_back(fmt::format("peak RSS {} MiB", peak_kib / 1024));
+  for (const auto& line : report) {
+    UNSCOPED_INFO(line);
+    std::fprintf(stderr, "hostile client: %s\n", line.c_str());
+  }
+#if COLLIE_TEST_MEASURES_RSS
+  CHECK(peak_kib < 256 * 1024);
+#else
+  WARN("peak RSS not checked: sanitizers multiply memory (it was " << peak_kib / 1024 << " MiB)");
+#endif
+  for (const int fd : held)
+    ::close(fd);
+  server.signal(SIGTERM);
+  const auto end = server.wait(30s);
+  REQUIRE(end);
+  CHECK(end->exit_code == 0);
+}
