@@ -2,14 +2,20 @@
 // (or the shipped examples) started by `collie launch`, meeting through the
 // launcher's store on a free port.
 #include <algorithm>
+#include <fstream>
+#include <map>
 #include <csignal>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include "support/raw_connection.hpp"
+#include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
+#include "tcp/wire.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::run;
@@ -78,6 +84,89 @@ TEST_CASE("p2p odd world sizes and a world of one", "[p2p][launch]") {
 
 TEST_CASE("p2p stranger at a rank's port is refused and the job goes on", "[p2p][launch]") {
   require_ok(launch(2, {kWorker, "stranger"}), 2, "stranger");
+}
+
+TEST_CASE("a job started with defaults (collie launch -n 3) refuses every forged handshake",
+          "[p2p][launch][security]") {
+  namespace wire = collie::transport::tcp::wire;
+  collie::test::ScratchDir dir;
+  const std::string go = dir.file("go");
+  Subprocess job({kCollie, "launch", "-n", "3", "--", kWorker, "forged"},
+                 {"COLLIE_TEST_GO_FILE=" + go});
+  // Where each rank listens, the group's id and the store's port: the
+  // stranger is given what it could not learn (the worst case).
+  std::map<int, std::string> listening;
+  std::uint64_t group = 0;
+  int store_port = 0;
+  while (listening.size() < 3 || group == 0) {
+    const auto line = job.read_line(60s);
+    REQUIRE(line);
+    std::istringstream in(line->substr(line->find("] ") + 2));
+    std::string what;
+    in >> what;
+    if (what == "listening") {
+      int rank = 0;
+      in >> rank;
+      in >> listening[rank];
+    } else if (what == "group") {
+      std::string id, store;
+      in >> id >> store >> store_port;
+      group = std::stoull(id, nullptr, 16);
+    }
+  }
+  int refused = 0;
+  for (const auto& [to, address] : listening) {
+    const auto colon = address.rfind(':');
+    const auto host = address.substr(0, colon);
+    const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
+    for (int from = 0; from < 3; ++from) {
+      if (from == to) continue;
+      for (const std::string token : {"", "guess", "0123456789abcdef"}) {
+        INFO("a hello from rank " << from << " to rank " << to << " with token '" << token << "'");
+        collie::test::RawConnection raw(port, host);
+        const auto challenge = raw.read_exactly(wire::kChallengeBytes, 10s);
+        REQUIRE(challenge);
+        wire::Nonce nonce{};
+        std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
+        wire::Hello hello;
+        hello.version = wire::kProtocolVersion;
+        hello.group_id = group;
+        hello.from = static_cast<std::uint32_t>(from);
+        hello.to = static_cast<std::uint32_t>(to);
+        hello.world_size = 3;
+        hello.proof = wire::peer_proof(token, nonce, group, hello.from, hello.to);
+        std::vector<std::uint8_t> out(wire::kHelloBytes);
+        wire::encode(hello, out.data());
+        raw.send(out);
+        const auto verdict = raw.read_exactly(wire::kVerdictBytes, 10s);
+        REQUIRE(verdict);
+        CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Refused));
+        const auto reason = raw.read_exactly(wire::get16(verdict->data() + 2), 10s);
+        REQUIRE(reason);
+        const std::string told(reason->begin(), reason->end());
+        CHECK_THAT(told, Catch::Contains("wrong token") &&
+                             !Catch::Contains(fmt::format("{:016x}", group)));
+        CHECK(raw.closed_by_peer(10s));
+        ++refused;
+      }
+    }
+  }
+  CHECK(refused == 18);
+  // The store refuses the stranger too, with or without a guess: it cannot
+  // read the job's keys, nor write the launchers' failure keys.
+  for (const std::string token : {"", "guess"}) {
+    collie::test::RawConnection raw(static_cast<std::uint16_t>(store_port));
+    const auto status = raw.authenticate(token, 10s);
+    CHECK((status == collie::store::wire::AuthStatus::Failed ||
+           status == collie::store::wire::AuthStatus::Throttled));
+  }
+  std::ofstream(go) << "go\n";
+  const auto end = job.wait(120s);
+  REQUIRE(end);
+  INFO(end->out << end->err);
+  CHECK(end->exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK_THAT(end->out, Catch::Contains(fmt::format("[rank {}] rank {}: forged ok", rank, rank)));
 }
 
 TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, naming it",

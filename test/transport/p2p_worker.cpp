@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <netdb.h>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -242,19 +244,44 @@ void stranger(collie::ProcessGroup& pg) {
   }
 }
 
+// For a stranger outside the job (the test): each rank says where it
+// listens (rank 0 also the group's id and the store's port), waits until the
+// file $COLLIE_TEST_GO_FILE exists (the stranger has tried its forgeries),
+// then the ranks exchange messages to show they are unharmed.
+void forged(collie::ProcessGroup& pg) {
+  const std::string address = pg.store().get(fmt::format("world/addr/{}", pg.rank()));
+  if (pg.rank() == 0) {
+    const char* port = std::getenv("MASTER_PORT");
+    std::printf("group %s store %s\n", pg.store().get("world/id").c_str(), port ? port : "?");
+  }
+  std::printf("listening %d %s\n", pg.rank(), address.c_str());
+  std::fflush(stdout);
+  const char* go = std::getenv("COLLIE_TEST_GO_FILE");
+  expect(go != nullptr, "COLLIE_TEST_GO_FILE is set");
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  auto pause = std::chrono::milliseconds(1);
+  while (access(go, F_OK) != 0) {
+    expect(Clock::now() < deadline, "the go file appeared within 120 s");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  all_to_all(pg);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(
         stderr,
-        "usage: collie_p2p_worker pingpong|tags|bidirectional|all_to_all|victim|stranger\n");
+        "usage: collie_p2p_worker pingpong|tags|bidirectional|all_to_all|victim|stranger|forged\n");
     return 2;
   }
   const std::string scenario = argv[1];
   const std::vector<std::pair<std::string, std::function<void(collie::ProcessGroup&)>>> scenarios =
       {{"pingpong", pingpong},     {"tags", tags},     {"bidirectional", bidirectional},
-       {"all_to_all", all_to_all}, {"victim", victim}, {"stranger", stranger}};
+       {"all_to_all", all_to_all}, {"victim", victim}, {"stranger", stranger},
+       {"forged", forged}};
   const auto it = std::find_if(scenarios.begin(), scenarios.end(),
                                [&](const auto& s) { return s.first == scenario; });
   if (it == scenarios.end()) {
