@@ -144,6 +144,28 @@ TEST_CASE("collie store with a token file: right token in, no token out", "[cli]
   CHECK_THAT(r.err, Catch::Contains("refused this client's token"));
 }
 
+TEST_CASE("collie store serve beyond loopback needs a token, or --insecure", "[cli][auth]") {
+  auto r = run({kCollie, "store", "serve", "--port", "0"}, {"COLLIE_STORE_TOKEN="});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("refusing to serve every interface without a token") &&
+                        Catch::Contains("--token-file") && Catch::Contains("--host 127.0.0.1") &&
+                        Catch::Contains("--insecure"));
+  r = run({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0"}, {"COLLIE_STORE_TOKEN="});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("refusing to serve '0.0.0.0' without a token"));
+  // --insecure serves, and says so.
+  Subprocess open_store({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0",
+                         "--insecure"},
+                        {"COLLIE_STORE_TOKEN="});
+  CHECK(open_store.wait_for_stderr("WARNING: --insecure", 30s));
+  CHECK_THAT(open_store.read_line(30s).value_or(""),
+             Catch::StartsWith("collie store listening on 0.0.0.0:"));
+  // Limits that make no sense are refused.
+  r = run({kCollie, "store", "serve", "--host", "127.0.0.1", "--max-memory", "0"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("--max-memory must be at least 1"));
+}
+
 TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PORT", "[cli]") {
   ServedStore s;
   const std::vector<std::string> env = {"MASTER_ADDR=127.0.0.1",
@@ -178,9 +200,12 @@ TEST_CASE("collie --help and --version describe the tool", "[cli]") {
   r = run({kCollie, "store", "serve", "--help"});
   CHECK_THAT(r.out, Catch::Contains("--port-file") && Catch::Contains("--token-file") &&
                         Catch::Contains("SIGTERM"));
+  CHECK_THAT(r.out, Catch::Contains("--insecure") && Catch::Contains("--max-memory") &&
+                        Catch::Contains("--max-connections-per-address") &&
+                        Catch::Contains("--max-waits") && Catch::Contains("--idle-timeout"));
   r = run({kCollie, "--version"});
   CHECK_THAT(r.out, Catch::StartsWith("collie "));
-  r = run({kCollie, "store", "serve", "--port", "99999"});
+  r = run({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "99999"});
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("not a port number"));
   r = run({kCollie});
