@@ -213,8 +213,8 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
       // Requests held for a new connection fail as the first connect would.
       reconnecting_ = false;
       held_.clear();
-      failure.message = "reconnecting after the server closed an idle connection: " +
-                        failure.message;
+      failure.message =
+          "reconnecting after the server closed an idle connection: " + failure.message;
       auto pending = std::move(pending_);
       pending_.clear();
       for (auto& [id, p] : pending)
@@ -424,21 +424,21 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
 
   void read() {
     const auto space = in_.prepare();
-    socket_.async_read_some(asio::buffer(space.data(), space.size()), [self = shared_from_this(),
-                                                                       generation = generation_](
-                                                                          std::error_code ec,
-                                                                          std::size_t n) {
-      if (self->state_ != State::Ready || generation != self->generation_) return;
-      self->last_io_ = Clock::now();
-      if (ec) {
-        return self->fail(ec == asio::error::eof
-                              ? fmt::format("the store at {} closed the connection", self->address_)
-                              : fmt::format("lost the connection to the store at {}: {}",
-                                            self->address_, ec.message()));
-      }
-      self->in_.commit(n);
-      if (self->dispatch()) self->read();
-    });
+    socket_.async_read_some(
+        asio::buffer(space.data(), space.size()),
+        [self = shared_from_this(), generation = generation_](std::error_code ec, std::size_t n) {
+          if (self->state_ != State::Ready || generation != self->generation_) return;
+          self->last_io_ = Clock::now();
+          if (ec) {
+            return self->fail(
+                ec == asio::error::eof
+                    ? fmt::format("the store at {} closed the connection", self->address_)
+                    : fmt::format("lost the connection to the store at {}: {}", self->address_,
+                                  ec.message()));
+          }
+          self->in_.commit(n);
+          if (self->dispatch()) self->read();
+        });
   }
 
   // Handles every complete reply received; false if the connection broke

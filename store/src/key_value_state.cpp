@@ -429,9 +429,8 @@ void KeyValueState::park(ReplyTarget& client, const Request& req) {
     return;
   }
   const std::size_t cost = wait_cost(req.keys);
-  if (!fits(client, req.id, fmt::format("{} (blocked until its keys are set)",
-                                        wire::op_name(req.op)),
-            cost)) {
+  if (!fits(client, req.id,
+            fmt::format("{} (blocked until its keys are set)", wire::op_name(req.op)), cost)) {
     return;
   }
   budget_->take(cost);

@@ -3,14 +3,14 @@
 #include <malloc.h>
 #endif
 #include <cmath>
-#include <future>
-#include <optional>
-#include <unordered_map>
 #include <fstream>
+#include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sys/resource.h>
 #include <thread>
+#include <unordered_map>
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -54,93 +54,37 @@ std::string seconds_text(Clock::duration d) {
   return fmt::format("{:g} s", std::round(std::chrono::duration<double>(d).count() * 10) / 10);
 }
 
-// Warnings about one address, at most one line per interval; the lines left
-// out are counted, and the count is logged when the interval ends.
+// Warnings about one address, at most one line per interval (RateLimitedLog);
+// a timer logs the counts of the lines left out when their interval ends.
 class AddressLog {
  public:
   AddressLog(asio::io_context& io, std::chrono::milliseconds interval)
-      : timer_(io), interval_(interval) {}
+      : timer_(io), lines_(interval) {}
 
   void log(spdlog::level::level_enum level, const std::string& address, std::string message) {
-    if (!collie::log().should_log(level)) return;
-    const auto now = Clock::now();
-    auto it = entries_.find(address);
-    if (it == entries_.end()) {
-      if (entries_.size() >= kMaxAddresses) sweep(now, true);
-      // Still full: every other address shares one entry.
-      const std::string key = entries_.size() >= kMaxAddresses ? std::string("other addresses")
-                                                               : address;
-      it = entries_.try_emplace(key).first;
-      if (key != address && it->second.window_start != Clock::time_point{}) {
-        return suppress(it->second, level, std::move(message), now);
-      }
-    } else if (now - it->second.window_start < interval_) {
-      return suppress(it->second, level, std::move(message), now);
-    }
-    it->second.window_start = now;
-    collie::log().log(level, "{}", message);
+    lines_.log(level, address, std::move(message));
+    schedule(lines_.flush());
   }
 
   void cancel() { timer_.cancel(); }
 
  private:
-  struct Entry {
-    Clock::time_point window_start{};
-    std::size_t suppressed = 0;
-    spdlog::level::level_enum level = spdlog::level::info;
-    std::string last;
-  };
-  static constexpr std::size_t kMaxAddresses = 1024;
-
-  void suppress(Entry& entry, spdlog::level::level_enum level, std::string message,
-                Clock::time_point now) {
-    ++entry.suppressed;
-    entry.level = std::max(entry.level, level);
-    entry.last = std::move(message);
-    if (!armed_) {
-      armed_ = true;
-      timer_.expires_at(now + interval_);
-      timer_.async_wait([this](std::error_code ec) {
-        armed_ = false;
-        if (!ec) sweep(Clock::now(), false);
-      });
-    }
-  }
-
-  // Logs the counts of windows that ended; forgets quiet addresses.
-  void sweep(Clock::time_point now, bool make_room) {
-    bool pending = false;
-    for (auto it = entries_.begin(); it != entries_.end();) {
-      auto& [address, e] = *it;
-      const bool ended = now - e.window_start >= interval_;
-      if (e.suppressed > 0 && (ended || make_room)) {
-        collie::log().log(e.level, "{} (and {} more like it from {} in the last {}, not logged)",
-                          e.last, e.suppressed, address, seconds_text(now - e.window_start));
-        e.suppressed = 0;
-        e.window_start = now;
-        e.level = spdlog::level::info;
-        e.last.clear();
-      } else if (e.suppressed == 0 && (ended || make_room)) {
-        it = entries_.erase(it);
-        continue;
-      }
-      pending = pending || e.suppressed > 0;
-      ++it;
-    }
-    if (pending && !armed_) {
-      armed_ = true;
-      timer_.expires_at(now + interval_);
-      timer_.async_wait([this](std::error_code ec) {
-        armed_ = false;
-        if (!ec) sweep(Clock::now(), false);
-      });
-    }
+  void schedule(std::optional<Clock::time_point> due) {
+    if (!due || (armed_ && *due >= armed_at_)) return;
+    armed_ = true;
+    armed_at_ = *due;
+    timer_.expires_at(*due);
+    timer_.async_wait([this](std::error_code ec) {
+      if (ec) return;  // cancelled: re-armed sooner, or stopping
+      armed_ = false;
+      schedule(lines_.flush());
+    });
   }
 
   asio::steady_timer timer_;
-  std::chrono::milliseconds interval_;
-  std::unordered_map<std::string, Entry> entries_;
+  RateLimitedLog lines_;
   bool armed_ = false;
+  Clock::time_point armed_at_{};
 };
 
 // Failed authentication slows its address down: after f recent failures
@@ -352,8 +296,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     in_.drop();
     in_.release();
     account_input();
-    server_.remove(shared_from_this());
     server_.maybe_trim();
+    server_.remove(shared_from_this());  // may be the last reference: nothing after this
   }
 
  private:
@@ -389,9 +333,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       close_reason_ = *refusal_ == wire::HelloStatus::TooManyConnections
                           ? fmt::format("refused: the server has {} connections, its limit",
                                         server_.options().max_connections)
-                          : fmt::format("refused: {} connections from {} already, the limit per "
-                                        "address",
-                                        server_.options().max_connections_per_address, address_);
+                          : fmt::format(
+                                "refused: {} connections from {} already, the limit per "
+                                "address",
+                                server_.options().max_connections_per_address, address_);
       send_raw(wire::encode(reply));
       return;
     }
@@ -431,8 +376,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       close_reason_ = fmt::format(
           "refused unchecked: too many failed authentications from {} in the last minutes",
           address_);
-      send_raw(
-          std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Throttled)});
+      send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Throttled)});
       return;
     }
     if (*turn <= now) return check_proof();
@@ -498,23 +442,24 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
         stall_armed_ = true;
         return arm_timer(stall - idle);
       }
-      return close(spdlog::level::warn,
-                   fmt::format("it sent part of a request, then nothing for {}",
-                               seconds_text(idle)));
+      return close(
+          spdlog::level::warn,
+          fmt::format("it sent part of a request, then nothing for {}", seconds_text(idle)));
     }
     const auto limit = server_.options().idle_timeout;
     if (limit <= std::chrono::milliseconds::zero()) return;
     if (idle < limit || server_.state().has_parked(*this)) {
       return arm_idle_timer(idle < limit ? limit - idle : Clock::duration(limit));
     }
-    const auto text = fmt::format("the store closed this connection after {} without a request "
-                                  "(its idle timeout); nothing was lost",
-                                  seconds_text(idle));
+    const auto text = fmt::format(
+        "the store closed this connection after {} without a request "
+        "(its idle timeout); nothing was lost",
+        seconds_text(idle));
     if (!out_.empty()) {
       // Its client reads nothing either: no point in saying goodbye.
-      return close(spdlog::level::info,
-                   fmt::format("idle for {}, and its client does not read its replies",
-                               seconds_text(idle)));
+      return close(
+          spdlog::level::info,
+          fmt::format("idle for {}, and its client does not read its replies", seconds_text(idle)));
     }
     deliver(wire::error_reply(0, wire::ErrorCode::Idle, text));
     close_after_write_ = true;
@@ -692,8 +637,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   tcp::socket socket_;
   asio::steady_timer handshake_timer_;
   asio::steady_timer timer_;  // the proof's turn, then the idle timeout
-  std::string peer_;     // address:port, for the log
-  std::string address_;  // the address alone, for the limits
+  std::string peer_;          // address:port, for the log
+  std::string address_;       // the address alone, for the limits
   std::optional<wire::HelloStatus> refusal_;
   Phase phase_ = Phase::Hello;
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_in_{};

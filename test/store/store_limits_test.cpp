@@ -9,12 +9,12 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <spdlog/sinks/base_sink.h>
 
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 
 #include "protocol.hpp"
+#include "support/log_capture.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 
@@ -52,24 +52,6 @@ std::vector<std::uint8_t> frame_of(const std::vector<std::uint8_t>& body) {
   wire::Writer(frame).raw(body);
   return frame;
 }
-
-// Collects what the shared logger writes.
-class CapturingSink final : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  std::vector<std::string> lines() {
-    std::lock_guard lock(mutex_);
-    return lines_;
-  }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    lines_.emplace_back(msg.payload.data(), msg.payload.size());
-  }
-  void flush_() override {}
-
- private:
-  std::vector<std::string> lines_;
-};
 
 }  // namespace
 
@@ -160,15 +142,13 @@ TEST_CASE("blocked requests: a limit per connection and one across the server", 
   StoreFixture f(options);
   std::vector<std::future<std::string>> waiting;
   for (int i = 0; i < 3; ++i) {
-    waiting.push_back(std::async(std::launch::async, [&f, i] {
-      return f.client()->get(fmt::format("later/{}", i));
-    }));
+    waiting.push_back(std::async(std::launch::async,
+                                 [&f, i] { return f.client()->get(fmt::format("later/{}", i)); }));
   }
   REQUIRE(eventually([&] { return f.server.stats().blocked == 3; }));
   auto c = f.client();
-  CHECK_THROWS_WITH(c->get("later/3", 5s),
-                    Catch::Contains("already holds 3 blocked requests") &&
-                        Catch::Contains("--max-waits"));
+  CHECK_THROWS_WITH(c->get("later/3", 5s), Catch::Contains("already holds 3 blocked requests") &&
+                                               Catch::Contains("--max-waits"));
   CHECK_THROWS_WITH(c->barrier("b", 2, 5s), Catch::Contains("already holds 3 blocked requests"));
   for (int i = 0; i < 3; ++i)
     c->set(fmt::format("later/{}", i), std::to_string(i));
@@ -254,7 +234,7 @@ TEST_CASE("idle connections are closed, and clients reconnect by themselves", "[
   }
 }
 
-TEST_CASE("failed authentication slows its address down; others are served", "[limits][auth]") {
+TEST_CASE("failed authentication slows its address down, and others are served", "[limits][auth]") {
   auto options = StoreFixture::loopback();
   options.token = "the-secret";
   StoreFixture f(options);
@@ -305,42 +285,53 @@ TEST_CASE("failed authentication slows its address down; others are served", "[l
 }
 
 TEST_CASE("refusals are logged once per address per interval, with a count", "[limits][log]") {
-  auto sink = std::make_shared<CapturingSink>();
-  collie::log().sinks().push_back(sink);
-  const auto level = collie::log().level();
-  collie::set_log_level(spdlog::level::warn);
-  {
-    auto options = StoreFixture::loopback();
-    options.log_interval = 500ms;
-    StoreFixture f(options);
-    for (int i = 0; i < 30; ++i) {
-      RawConnection junk(f.server.port());
-      junk.send(std::vector<std::uint8_t>(40, 'x'));
-      CHECK(junk.closed_by_peer(5s));
-    }
-    RawConnection elsewhere(f.server.port(), "127.0.0.1", "127.0.0.2");
-    elsewhere.send(std::vector<std::uint8_t>(40, 'y'));
-    CHECK(elsewhere.closed_by_peer(5s));
-    auto about = [&](const std::string& address) {
-      std::vector<std::string> found;
-      for (const auto& line : sink->lines())
-        if (line.find(address + ":") != std::string::npos || line.find(address + " ") != std::string::npos)
-          found.push_back(line);
-      return found;
-    };
-    REQUIRE(eventually([&] {
-      for (const auto& line : about("127.0.0.1"))
-        if (line.find("more like it") != std::string::npos) return true;
-      return false;
-    }));
-    const auto lines = about("127.0.0.1");
-    REQUIRE(lines.size() == 2);
-    CHECK_THAT(lines[0], Catch::Contains("not a collie store client"));
-    CHECK_THAT(lines[1], Catch::Contains("and 29 more like it from 127.0.0.1"));
-    CHECK(about("127.0.0.2").size() == 1);
-    serves_within_a_second(f, "after-junk");
+  collie::test::LogCapture log;
+  auto options = StoreFixture::loopback();
+  options.log_interval = 500ms;
+  StoreFixture f(options);
+  for (int i = 0; i < 30; ++i) {
+    RawConnection junk(f.server.port());
+    junk.send(std::vector<std::uint8_t>(40, 'x'));
+    CHECK(junk.closed_by_peer(5s));
   }
-  collie::set_log_level(level);
-  auto& sinks = collie::log().sinks();
-  sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
+  RawConnection elsewhere(f.server.port(), "127.0.0.1", "127.0.0.2");
+  elsewhere.send(std::vector<std::uint8_t>(40, 'y'));
+  CHECK(elsewhere.closed_by_peer(5s));
+  // The count comes when the interval ends, with no other event.
+  REQUIRE(eventually([&] { return !log.containing("more like it").empty(); }));
+  const auto lines = log.containing("from 127.0.0.1");
+  REQUIRE(lines.size() == 2);
+  CHECK_THAT(lines[0], Catch::Contains("not a collie store client"));
+  CHECK_THAT(lines[1], Catch::Contains("and 29 more like it from 127.0.0.1 in the last"));
+  CHECK(log.containing("from 127.0.0.2").size() == 1);
+  serves_within_a_second(f, "after-junk");
+}
+
+TEST_CASE("RateLimitedLog: one line per source per interval, then the count", "[log]") {
+  collie::test::LogCapture log;
+  collie::RateLimitedLog limited(2s, 2);  // long enough for a slow (sanitized) run
+  for (int i = 0; i < 5; ++i)
+    limited.log(spdlog::level::warn, "a", fmt::format("a says {}", i));
+  limited.log(spdlog::level::info, "a", "below the level: never counted");
+  limited.log(spdlog::level::warn, "b", "b says 0");
+  // Two sources in their interval fill the table: others share one entry.
+  limited.log(spdlog::level::warn, "c", "c says 0");
+  limited.log(spdlog::level::warn, "d", "d says 0");
+  limited.log(spdlog::level::warn, "c", "c says 1");
+  CHECK(log.containing("a says").size() == 1);
+  CHECK(log.containing("b says 0").size() == 1);
+  CHECK(log.containing("c says 0").size() == 1);
+  CHECK(log.containing("d says 0").empty());
+  CHECK(log.containing("never counted").empty());
+  // The counts come once the interval has ended.
+  REQUIRE(limited.flush());
+  REQUIRE(eventually([&] {
+    limited.flush();
+    return !log.containing("c says 1").empty();
+  }));
+  CHECK(log.containing("a says 4 (and 4 more like it from a in the last").size() == 1);
+  CHECK_THAT(log.containing("c says 1")[0],
+             Catch::Contains("and 2 more like it from other addresses"));
+  CHECK(log.containing("more like it").size() == 2);  // b had nothing left out
+  CHECK_FALSE(limited.flush());                       // nothing pending
 }

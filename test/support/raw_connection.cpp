@@ -11,8 +11,7 @@ namespace collie::test {
 
 using asio::ip::tcp;
 
-RawConnection::RawConnection(std::uint16_t port, const std::string& host,
-                             const std::string& source)
+RawConnection::RawConnection(std::uint16_t port, const std::string& host, const std::string& source)
     : socket_(io_) {
   tcp::resolver resolver(io_);
   if (source.empty()) {

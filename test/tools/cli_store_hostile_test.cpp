@@ -17,11 +17,13 @@
 #include <poll.h>
 #include <random>
 #include <sys/socket.h>
+#include <thread>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
 
@@ -136,13 +138,14 @@ std::size_t status_kib(pid_t pid, const std::string& field) {
 
 }  // namespace
 
-TEST_CASE("a hostile client leaves collie store serve alive, serving within a second, under "
-          "256 MiB",
-          "[cli][security]") {
+TEST_CASE(
+    "a hostile client leaves collie store serve alive, serving within a second, under "
+    "256 MiB",
+    "[cli][security]") {
   raise_open_file_limit();
   collie::test::ScratchDir dir;
-  Subprocess server({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "0",
-                     "--port-file", dir.file("port")},
+  Subprocess server({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "0", "--port-file",
+                     dir.file("port")},
                     {"COLLIE_STORE_TOKEN=" + kToken, "COLLIE_LOG_LEVEL=warn"});
   REQUIRE_THAT(server.read_line(30s).value_or(""), Catch::StartsWith("collie store listening"));
   const auto port = static_cast<std::uint16_t>(std::stoi([&] {
@@ -245,9 +248,25 @@ TEST_CASE("a hostile client leaves collie store serve alive, serving within a se
       p.get();
   }
   still_serves("parked waits");
-  // Gone: their waits free the memory they held (else nothing below would fit).
+  // Gone: their waits free the memory they held (else nothing below would
+  // fit). Wait until the store has seen it: a large value fits again.
   for (const int fd : parked)
     ::close(fd);
+  {
+    const std::string probe(32 << 20, 'p');
+    const auto deadline = Clock::now() + 120s;
+    while (true) {
+      try {
+        good.set("job/probe", probe);
+        break;
+      } catch (const collie::RequestError& e) {
+        REQUIRE_THAT(e.what(), Catch::Contains("the store is full"));
+        REQUIRE(Clock::now() < deadline);
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    CHECK(good.delete_key("job/probe"));
+  }
 
   // Huge values: stored until the store is full, then frames of 32 MiB
   // left half-sent (their connections hold what the store reserved for them).
@@ -258,7 +277,8 @@ TEST_CASE("a hostile client leaves collie store serve alive, serving within a se
       for (int c = 0; c < 6; ++c) {
         senders.push_back(std::async(std::launch::async, [&, c, whole] {
           const int fd = hostile(port);
-          auto frame = request(wire::Op::Set, 1, fmt::format("huge/{}/{}", whole ? 1 : 0, c), value);
+          auto frame =
+              request(wire::Op::Set, 1, fmt::format("huge/{}/{}", whole ? 1 : 0, c), value);
           const auto part = std::span<const std::uint8_t>(frame);
           flood(fd, whole ? part : part.first(part.size() / 2));
           std::lock_guard lock(held_mutex);

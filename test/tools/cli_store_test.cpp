@@ -154,9 +154,9 @@ TEST_CASE("collie store serve beyond loopback needs a token, or --insecure", "[c
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("refusing to serve '0.0.0.0' without a token"));
   // --insecure serves, and says so.
-  Subprocess open_store({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0",
-                         "--insecure"},
-                        {"COLLIE_STORE_TOKEN="});
+  Subprocess open_store(
+      {kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0", "--insecure"},
+      {"COLLIE_STORE_TOKEN="});
   CHECK(open_store.wait_for_stderr("WARNING: --insecure", 30s));
   CHECK_THAT(open_store.read_line(30s).value_or(""),
              Catch::StartsWith("collie store listening on 0.0.0.0:"));

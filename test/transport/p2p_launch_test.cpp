@@ -2,9 +2,9 @@
 // (or the shipped examples) started by `collie launch`, meeting through the
 // launcher's store on a free port.
 #include <algorithm>
+#include <csignal>
 #include <fstream>
 #include <map>
-#include <csignal>
 #include <nlohmann/json.hpp>
 #include <sstream>
 

@@ -24,6 +24,7 @@
 #include <collie/store/prefix_store.hpp>
 #include <collie/transport/tcp.hpp>
 
+#include "support/log_capture.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
@@ -391,6 +392,17 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
     collie::test::RawConnection raw(port);
     raw.send(std::vector<std::uint8_t>{'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n'});
     CHECK(raw.closed_by_peer(5s));
+  }
+  SECTION("a flood of strangers is one line in the log") {
+    collie::test::LogCapture log;
+    for (int i = 0; i < 20; ++i) {
+      collie::test::RawConnection raw(port);
+      raw.send(std::vector<std::uint8_t>{'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n'});
+      CHECK(raw.closed_by_peer(5s));
+    }
+    const auto lines = log.containing("refused a connection from 127.0.0.1");
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Catch::Contains("not a collie peer"));
   }
   SECTION("a hello with the wrong token, group or rank") {
     struct Case {

@@ -64,10 +64,10 @@ void serve(const ServeArgs& args) {
     throw Error(fmt::format("--max-memory must be at least 1 (MiB), not {}", args.max_memory_mib));
   }
   options.max_memory_bytes = static_cast<std::size_t>(args.max_memory_mib * 1024 * 1024);
-  if (args.max_connections == 0 || args.max_connections_per_address == 0 ||
-      args.max_waits == 0) {
-    throw Error("--max-connections, --max-connections-per-address and --max-waits must be at "
-                "least 1");
+  if (args.max_connections == 0 || args.max_connections_per_address == 0 || args.max_waits == 0) {
+    throw Error(
+        "--max-connections, --max-connections-per-address and --max-waits must be at "
+        "least 1");
   }
   options.max_connections = args.max_connections;
   options.max_connections_per_address = args.max_connections_per_address;

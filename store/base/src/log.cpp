@@ -54,4 +54,60 @@ void set_log_level(spdlog::level::level_enum level) {
   log().set_level(level);
 }
 
+void RateLimitedLog::log(spdlog::level::level_enum level, const std::string& source,
+                         std::string message) {
+  if (!collie::log().should_log(level)) return;
+  std::lock_guard lock(mutex_);
+  const auto now = Clock::now();
+  std::string key = source;
+  if (!entries_.contains(source)) {
+    if (entries_.size() >= max_sources_) sweep(now);
+    if (entries_.size() >= max_sources_) key = "other addresses";
+  }
+  Entry& e = entries_[key];
+  if (e.suppressed == 0 &&
+      (e.window_start == Clock::time_point{} || now - e.window_start >= interval_)) {
+    e.window_start = now;
+    collie::log().log(level, "{}", message);
+    return;
+  }
+  ++e.suppressed;
+  e.level = std::max(e.level, level);
+  e.last = std::move(message);
+  const auto due = e.window_start + interval_;
+  if (!next_due_ || due < *next_due_) next_due_ = due;
+}
+
+std::optional<RateLimitedLog::Clock::time_point> RateLimitedLog::flush() {
+  std::lock_guard lock(mutex_);
+  const auto now = Clock::now();
+  if (!next_due_ || now < *next_due_) return next_due_;
+  return sweep(now);
+}
+
+std::optional<RateLimitedLog::Clock::time_point> RateLimitedLog::sweep(Clock::time_point now) {
+  next_due_.reset();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto& [source, e] = *it;
+    const bool ended = now - e.window_start >= interval_;
+    if (e.suppressed > 0 && ended) {
+      collie::log().log(
+          e.level, "{} (and {} more like it from {} in the last {:.1f} s, not logged)", e.last,
+          e.suppressed, source, std::chrono::duration<double>(now - e.window_start).count());
+      e.suppressed = 0;
+      e.window_start = now;
+      e.level = spdlog::level::trace;
+      e.last.clear();
+    } else if (e.suppressed == 0 && ended) {
+      it = entries_.erase(it);
+      continue;
+    } else if (e.suppressed > 0) {
+      const auto due = e.window_start + interval_;
+      if (!next_due_ || due < *next_due_) next_due_ = due;
+    }
+    ++it;
+  }
+  return next_due_;
+}
+
 }  // namespace collie

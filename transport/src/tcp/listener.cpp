@@ -47,6 +47,8 @@ Clock::time_point Listener::add_to_poll(std::vector<pollfd>& fds, std::vector<in
     who.push_back(kHandshake - static_cast<int>(i));
     until = std::min(until, handshakes_[i].deadline);
   }
+  // The count of refusals left out of the log is due then.
+  if (const auto due = refusals_.flush()) until = std::min(until, *due);
   return until;
 }
 
@@ -124,9 +126,10 @@ void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::str
 
 }  // namespace
 
-void Listener::refuse(Handshake& h, std::string_view reason, bool answer,
-                      std::string_view told) {
-  collie::log().warn("rank {} refused a connection from {}: {}", opt_.rank, h.remote, reason);
+void Listener::refuse(Handshake& h, std::string_view reason, bool answer, std::string_view told) {
+  refusals_.log(
+      spdlog::level::warn, h.remote.substr(0, h.remote.rfind(':')),
+      fmt::format("rank {} refused a connection from {}: {}", opt_.rank, h.remote, reason));
   // The peer hears `told` when given: nothing about this group a stranger
   // could use (its id, its size, this rank's number).
   if (answer) send_verdict(h.socket, wire::Verdict::Refused, told.empty() ? reason : told);

@@ -19,6 +19,7 @@
 
 #include <asio/ip/tcp.hpp>
 
+#include <collie/log.hpp>
 #include <collie/transport/transport.hpp>
 
 #include "wire.hpp"
@@ -74,6 +75,9 @@ class Listener {
   asio::ip::tcp::acceptor acceptor_;
   std::string address_;
   std::vector<Handshake> handshakes_;
+  // Refusals, at most one line per address every 10 s (a stranger's flood
+  // does not flood the rank's log).
+  RateLimitedLog refusals_{std::chrono::seconds(10)};
 };
 
 }  // namespace collie::transport::tcp

@@ -92,12 +92,12 @@ class StoreServer {
   std::size_t connections() const;
 
   struct Stats {
-    std::size_t connections = 0;     // served (past the connection limits)
-    std::size_t keys = 0;            // stored
-    std::size_t blocked = 0;         // requests parked until keys are set
-    std::size_t memory_bytes = 0;    // counted against max_memory_bytes
-    std::size_t auth_failures = 0;   // since the start
-    std::size_t refused = 0;         // connections refused by the limits, since the start
+    std::size_t connections = 0;    // served (past the connection limits)
+    std::size_t keys = 0;           // stored
+    std::size_t blocked = 0;        // requests parked until keys are set
+    std::size_t memory_bytes = 0;   // counted against max_memory_bytes
+    std::size_t auth_failures = 0;  // since the start
+    std::size_t refused = 0;        // connections refused by the limits, since the start
   };
   // A snapshot, taken on the server's thread.
   Stats stats() const;
