@@ -461,6 +461,50 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
   });
 }
 
+TEST_CASE("mesh: a second hello for a connected rank is refused, even with the token",
+          "[mesh]") {
+  Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
+  namespace wire = collie::transport::tcp::wire;
+  c.run([&](int r) {  // rank 1 connects to rank 0
+    if (r == 1)
+      send(c[1], 0, 0, pattern(10, 1, 0));
+    else
+      expect(recv(c[0], 1, 0, 10) == pattern(10, 1, 0), "before");
+  });
+  const std::string address = c[0].address();
+  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  // An insider (it has the token) claims to be rank 1 again.
+  collie::test::RawConnection raw(port);
+  const auto challenge = raw.read_exactly(wire::kChallengeBytes, 5s);
+  REQUIRE(challenge);
+  wire::Nonce nonce{};
+  std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
+  wire::Hello hello;
+  hello.version = wire::kProtocolVersion;
+  hello.group_id = c[0].options().group_id;
+  hello.from = 1;
+  hello.to = 0;
+  hello.world_size = 2;
+  hello.proof = wire::peer_proof("secret", nonce, hello.group_id, hello.from, hello.to);
+  std::vector<std::uint8_t> out(wire::kHelloBytes);
+  wire::encode(hello, out.data());
+  raw.send(out);
+  const auto verdict = raw.read_exactly(wire::kVerdictBytes, 5s);
+  REQUIRE(verdict);
+  CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Duplicate));
+  CHECK(raw.closed_by_peer(5s));
+  // The first connection carries on, both ways.
+  c.run([&](int r) {
+    if (r == 1) {
+      send(c[1], 0, 1, pattern(1000, 1, 1));
+      expect(recv(c[1], 0, 2, 1000) == pattern(1000, 0, 2), "after, from rank 0");
+    } else {
+      expect(recv(c[0], 1, 1, 1000) == pattern(1000, 1, 1), "after, from rank 1");
+      send(c[0], 1, 2, pattern(1000, 0, 2));
+    }
+  });
+}
+
 TEST_CASE("mesh: a rank with another token cannot connect, and says why", "[mesh]") {
   collie::test::StoreFixture fixture;
   const auto id = collie::crypto::random_u64();
