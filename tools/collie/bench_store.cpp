@@ -217,6 +217,13 @@ void run_bench(const BenchArgs& args) {
     options.host = "127.0.0.1";
     options.token = token;
     options.spin = std::chrono::microseconds(args.server_spin_us);
+    // Every client of the benchmark comes from 127.0.0.1: let the largest
+    // rendezvous in, whatever the per-address default.
+    std::size_t most = static_cast<std::size_t>(args.clients);
+    for (const int n : args.rendezvous)
+      most = std::max(most, static_cast<std::size_t>(std::max(n, 0)));
+    options.max_connections = std::max(options.max_connections, most + 64);
+    options.max_connections_per_address = std::max(options.max_connections_per_address, most + 64);
     own_server = std::make_unique<store::StoreServer>(options);
     server = {"127.0.0.1", own_server->port()};
     where = fmt::format("in-process on 127.0.0.1:{}", server.port);
