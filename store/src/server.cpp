@@ -1,4 +1,5 @@
 #include <atomic>
+#include <deque>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -190,6 +191,7 @@ class ServerCore {
   std::error_code try_listen(tcp::endpoint endpoint, bool v6_only);
   void accept(tcp::acceptor& acceptor);
   void admit(tcp::socket socket);
+  void make_way(const std::string& address, const std::shared_ptr<Session>& session);
   void run();
   void shutdown();
 
@@ -203,6 +205,8 @@ class ServerCore {
   std::vector<std::unique_ptr<asio::steady_timer>> accept_retry_;
   std::set<std::shared_ptr<Session>> sessions_;
   std::unordered_map<std::string, std::size_t> per_address_;
+  // Per address, the connections still in their handshake, oldest first.
+  std::unordered_map<std::string, std::deque<std::weak_ptr<Session>>> handshaking_;
   std::size_t served_ = 0;    // sessions past the limits
   std::size_t refusing_ = 0;  // sessions being told they are over a limit
   std::size_t refused_ = 0;
@@ -219,6 +223,8 @@ class ServerCore {
 // Sessions over a connection limit that are told so (after the client's
 // hello) at once; past this many, more are closed without a word.
 constexpr std::size_t kMaxRefusing = 64;
+// Connections from one address in their handshake at once (make_way()).
+constexpr std::size_t kMaxHandshakesPerAddress = 32;
 // A frame up to this size is read without asking the memory budget (a
 // connection holds at most about twice this much unaccounted).
 constexpr std::size_t kFreeFrameBytes = 4096;
@@ -245,6 +251,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   const std::string& address() const { return address_; }
   bool refusing() const { return refusal_.has_value(); }
+  bool in_handshake() const { return phase_ == Phase::Hello || phase_ == Phase::Proof; }
 
   void start() {
     handshake_timer_.expires_after(server_.options().handshake_timeout);
@@ -807,6 +814,7 @@ void ServerCore::admit(tcp::socket socket) {
   }
   socket.set_option(tcp::no_delay(true), ec);
   auto session = std::make_shared<Session>(*this, std::move(socket), address, refusal);
+  if (!refusal) make_way(address, session);
   sessions_.insert(session);
   if (refusal) {
     ++refusing_;
@@ -818,6 +826,28 @@ void ServerCore::admit(tcp::socket socket) {
   session->start();
 }
 
+// Strangers cannot crowd out an address's real clients by holding
+// connections open in the handshake: past kMaxHandshakesPerAddress at once,
+// the oldest one from that address is closed. A real client's handshake
+// takes one round trip, so it is never the oldest for long.
+void ServerCore::make_way(const std::string& address, const std::shared_ptr<Session>& session) {
+  auto& pending = handshaking_[address];
+  std::erase_if(pending, [](const std::weak_ptr<Session>& w) {
+    const auto s = w.lock();
+    return !s || !s->in_handshake();
+  });
+  if (pending.size() >= kMaxHandshakesPerAddress) {
+    const auto oldest = pending.front().lock();
+    pending.pop_front();
+    // (close() updates handshaking_: `pending` may be gone after it.)
+    oldest->close(spdlog::level::warn,
+                  fmt::format("refused: it had not finished its handshake when {} newer "
+                              "connections from {} were in theirs",
+                              kMaxHandshakesPerAddress, address));
+  }
+  handshaking_[address].push_back(session);
+}
+
 void ServerCore::remove(const std::shared_ptr<Session>& session) {
   if (sessions_.erase(session) == 0) return;
   if (session->refusing()) {
@@ -826,6 +856,13 @@ void ServerCore::remove(const std::shared_ptr<Session>& session) {
     --served_;
     auto it = per_address_.find(session->address());
     if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+    if (auto h = handshaking_.find(session->address()); h != handshaking_.end()) {
+      std::erase_if(h->second, [&](const std::weak_ptr<Session>& w) {
+        const auto s = w.lock();
+        return !s || s == session || !s->in_handshake();
+      });
+      if (h->second.empty()) handshaking_.erase(h);
+    }
   }
   connections_.store(served_);
 }

@@ -197,6 +197,29 @@ TEST_CASE("connections: a limit in all and per address, each named to the client
   }
 }
 
+TEST_CASE("silent strangers cannot crowd out a real client from their address", "[limits]") {
+  auto options = StoreFixture::loopback();
+  options.max_connections_per_address = 40;
+  options.token = "the-secret";
+  StoreFixture f(options);
+  // 100 connections that never say a word: past 32 in the handshake at once,
+  // the oldest make way (else the 41st and every later one would be refused).
+  std::vector<std::unique_ptr<RawConnection>> silent;
+  for (int i = 0; i < 100; ++i)
+    silent.push_back(std::make_unique<RawConnection>(f.server.port()));
+  CHECK(silent.front()->closed_by_peer(10s));
+  CHECK_FALSE(silent.back()->closed_by_peer(100ms));
+  ClientOptions good;
+  good.token = "the-secret";
+  good.connect_timeout = 10s;
+  const auto start = Clock::now();
+  auto c = f.client(good);
+  c->set("k", "v");
+  CHECK(c->get("k") == "v");
+  CHECK(Clock::now() - start < 1s);
+  CHECK(f.server.connections() <= 33);
+}
+
 TEST_CASE("idle connections are closed, and clients reconnect by themselves", "[limits]") {
   auto options = StoreFixture::loopback();
   options.idle_timeout = 300ms;
