@@ -191,7 +191,7 @@ class ServerCore {
   std::error_code try_listen(tcp::endpoint endpoint, bool v6_only);
   void accept(tcp::acceptor& acceptor);
   void admit(tcp::socket socket);
-  void make_way(const std::string& address, const std::shared_ptr<Session>& session);
+  bool make_way(std::deque<std::weak_ptr<Session>>& queue);
   void run();
   void shutdown();
 
@@ -207,6 +207,8 @@ class ServerCore {
   std::unordered_map<std::string, std::size_t> per_address_;
   // Per address, the connections still in their handshake, oldest first.
   std::unordered_map<std::string, std::deque<std::weak_ptr<Session>>> handshaking_;
+  std::deque<std::weak_ptr<Session>> handshaking_all_;  // every address
+  std::size_t evicted_ = 0;
   std::size_t served_ = 0;    // sessions past the limits
   std::size_t refusing_ = 0;  // sessions being told they are over a limit
   std::size_t refused_ = 0;
@@ -223,8 +225,9 @@ class ServerCore {
 // Sessions over a connection limit that are told so (after the client's
 // hello) at once; past this many, more are closed without a word.
 constexpr std::size_t kMaxRefusing = 64;
-// Connections from one address in their handshake at once (make_way()).
-constexpr std::size_t kMaxHandshakesPerAddress = 32;
+// A connection still in its handshake after this long may be closed to make
+// way for a newcomer at a connection limit (make_way()).
+constexpr auto kStuckInHandshake = std::chrono::seconds(1);
 // A frame up to this size is read without asking the memory budget (a
 // connection holds at most about twice this much unaccounted).
 constexpr std::size_t kFreeFrameBytes = 4096;
@@ -252,6 +255,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   const std::string& address() const { return address_; }
   bool refusing() const { return refusal_.has_value(); }
   bool in_handshake() const { return phase_ == Phase::Hello || phase_ == Phase::Proof; }
+  Clock::time_point accepted_at() const { return accepted_at_; }
 
   void start() {
     handshake_timer_.expires_after(server_.options().handshake_timeout);
@@ -647,6 +651,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   std::string peer_;          // address:port, for the log
   std::string address_;       // the address alone, for the limits
   std::optional<wire::HelloStatus> refusal_;
+  Clock::time_point accepted_at_ = Clock::now();
   Phase phase_ = Phase::Hello;
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_in_{};
   wire::Proof proof_in_{};
@@ -794,12 +799,18 @@ void ServerCore::admit(tcp::socket socket) {
   }
   const std::string address = ip.to_string();
   std::optional<wire::HelloStatus> refusal;
-  const auto from_here = per_address_.find(address);
+  auto at_address_limit = [&] {
+    const auto from_here = per_address_.find(address);
+    return from_here != per_address_.end() &&
+           from_here->second >= options_.max_connections_per_address;
+  };
+  // At a limit, a newcomer takes the place of a stranger stuck in its handshake.
+  if (served_ >= options_.max_connections) make_way(handshaking_all_);
   if (served_ >= options_.max_connections) {
     refusal = wire::HelloStatus::TooManyConnections;
-  } else if (from_here != per_address_.end() &&
-             from_here->second >= options_.max_connections_per_address) {
-    refusal = wire::HelloStatus::TooManyFromAddress;
+  } else if (at_address_limit()) {
+    if (auto h = handshaking_.find(address); h != handshaking_.end()) make_way(h->second);
+    if (at_address_limit()) refusal = wire::HelloStatus::TooManyFromAddress;
   }
   if (refusal) {
     ++refused_;
@@ -814,8 +825,11 @@ void ServerCore::admit(tcp::socket socket) {
   }
   socket.set_option(tcp::no_delay(true), ec);
   auto session = std::make_shared<Session>(*this, std::move(socket), address, refusal);
-  if (!refusal) make_way(address, session);
   sessions_.insert(session);
+  if (!refusal) {
+    handshaking_[address].push_back(session);
+    handshaking_all_.push_back(session);
+  }
   if (refusal) {
     ++refusing_;
   } else {
@@ -826,26 +840,30 @@ void ServerCore::admit(tcp::socket socket) {
   session->start();
 }
 
-// Strangers cannot crowd out an address's real clients by holding
-// connections open in the handshake: past kMaxHandshakesPerAddress at once,
-// the oldest one from that address is closed. A real client's handshake
-// takes one round trip, so it is never the oldest for long.
-void ServerCore::make_way(const std::string& address, const std::shared_ptr<Session>& session) {
-  auto& pending = handshaking_[address];
-  std::erase_if(pending, [](const std::weak_ptr<Session>& w) {
-    const auto s = w.lock();
-    return !s || !s->in_handshake();
-  });
-  if (pending.size() >= kMaxHandshakesPerAddress) {
-    const auto oldest = pending.front().lock();
-    pending.pop_front();
-    // (close() updates handshaking_: `pending` may be gone after it.)
+// Strangers cannot hold a connection limit against real clients by keeping
+// connections open in the handshake: at a limit, the oldest connection still
+// in its handshake after kStuckInHandshake is closed to make way for the
+// newcomer. A real client's handshake takes one round trip, so only a
+// client that says nothing (or stops half-way) is ever chosen. Returns
+// false if there was none to close.
+bool ServerCore::make_way(std::deque<std::weak_ptr<Session>>& queue) {
+  const auto now = Clock::now();
+  while (!queue.empty()) {
+    const auto oldest = queue.front().lock();
+    if (!oldest || !oldest->in_handshake()) {
+      queue.pop_front();
+      continue;
+    }
+    if (now - oldest->accepted_at() < kStuckInHandshake) return false;
+    queue.pop_front();
+    ++evicted_;
     oldest->close(spdlog::level::warn,
-                  fmt::format("refused: it had not finished its handshake when {} newer "
-                              "connections from {} were in theirs",
-                              kMaxHandshakesPerAddress, address));
+                  fmt::format("closed to make way for a new connection: at a connection limit, "
+                              "and it had not finished its handshake after {}",
+                              seconds_text(now - oldest->accepted_at())));
+    return true;
   }
-  handshaking_[address].push_back(session);
+  return false;
 }
 
 void ServerCore::remove(const std::shared_ptr<Session>& session) {
@@ -856,12 +874,20 @@ void ServerCore::remove(const std::shared_ptr<Session>& session) {
     --served_;
     auto it = per_address_.find(session->address());
     if (it != per_address_.end() && --it->second == 0) per_address_.erase(it);
+    // Forget connections past their handshake, from the front of the queues.
     if (auto h = handshaking_.find(session->address()); h != handshaking_.end()) {
-      std::erase_if(h->second, [&](const std::weak_ptr<Session>& w) {
-        const auto s = w.lock();
-        return !s || s == session || !s->in_handshake();
-      });
-      if (h->second.empty()) handshaking_.erase(h);
+      auto& q = h->second;
+      while (!q.empty()) {
+        const auto front = q.front().lock();
+        if (front && front != session && front->in_handshake()) break;
+        q.pop_front();
+      }
+      if (q.empty()) handshaking_.erase(h);
+    }
+    while (!handshaking_all_.empty()) {
+      const auto front = handshaking_all_.front().lock();
+      if (front && front != session && front->in_handshake()) break;
+      handshaking_all_.pop_front();
     }
   }
   connections_.store(served_);
@@ -878,6 +904,7 @@ StoreServer::Stats ServerCore::stats() {
     s.memory_bytes = budget_.used();
     s.auth_failures = auth_failures_;
     s.refused = refused_;
+    s.evicted = evicted_;
     promise.set_value(s);
   });
   if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {

@@ -98,6 +98,7 @@ class StoreServer {
     std::size_t memory_bytes = 0;   // counted against max_memory_bytes
     std::size_t auth_failures = 0;  // since the start
     std::size_t refused = 0;        // connections refused by the limits, since the start
+    std::size_t evicted = 0;        // silent in their handshake, closed for a newcomer
   };
   // A snapshot, taken on the server's thread.
   Stats stats() const;
