@@ -1,10 +1,9 @@
 // Who hosts a job's store, and what the others see when the host goes away.
 #include <arpa/inet.h>
+#include <future>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <future>
 
 #include <catch2/catch.hpp>
 

@@ -5,6 +5,7 @@
 // well-behaved client within a second after each attack, and stay under
 // 256 MiB of memory (its peak resident set, VmHWM).
 #include <arpa/inet.h>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
@@ -113,6 +114,23 @@ std::size_t flood(int fd, std::span<const std::uint8_t> bytes) {
     sent += static_cast<std::size_t>(n);
   }
   return sent;
+}
+
+// Waits for one reply frame on a non-blocking connection; its status byte
+// (wire::ReplyStatus), or -1 if none came within `limit`.
+int reply_status(int fd, std::chrono::milliseconds limit) {
+  std::vector<std::uint8_t> got;
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (got.size() >= 5 && got.size() >= 4 + wire::get_u32(got.data())) return got[4];
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    std::uint8_t chunk[4096];
+    const auto n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n <= 0) return -1;
+    got.insert(got.end(), chunk, chunk + n);
+  }
+  return -1;
 }
 
 std::vector<std::uint8_t> request(wire::Op op, std::uint32_t id, std::string_view key,
@@ -272,6 +290,7 @@ TEST_CASE(
   // left half-sent (their connections hold what the store reserved for them).
   {
     const std::string value(32 << 20, 'h');
+    std::atomic<int> stored{0};
     for (const bool whole : {true, false}) {
       std::vector<std::future<void>> senders;
       for (int c = 0; c < 6; ++c) {
@@ -281,6 +300,12 @@ TEST_CASE(
               request(wire::Op::Set, 1, fmt::format("huge/{}/{}", whole ? 1 : 0, c), value);
           const auto part = std::span<const std::uint8_t>(frame);
           flood(fd, whole ? part : part.first(part.size() / 2));
+          // A whole one is answered: stored, or "the store is full".
+          if (whole) {
+            const int status = reply_status(fd, 120s);
+            CHECK(status >= 0);
+            if (status == static_cast<int>(wire::ReplyStatus::Ok)) ++stored;
+          }
           std::lock_guard lock(held_mutex);
           held.push_back(fd);
         }));
@@ -288,6 +313,8 @@ TEST_CASE(
       for (auto& s : senders)
         s.get();
     }
+    CHECK(stored >= 1);
+    CHECK(stored <= 4);  // 128 MiB
   }
   still_serves("huge values");
 
