@@ -11,7 +11,6 @@
 
 #include <catch2/catch.hpp>
 
-
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -164,6 +163,58 @@ TEST_CASE("SIGTERM and SIGINT to the launcher reach every rank once", "[launch]"
   }
 }
 
+namespace {
+
+// The processes whose parent is `parent` (from /proc), and whether one is
+// still alive (a zombie waiting for its new parent to reap it is dead).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid == parent) found.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return found;
+}
+
+bool alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  return line.substr(line.rfind(')') + 2, 1) != "Z";
+}
+
+}  // namespace
+
+TEST_CASE("ranks die with their launcher, even one killed by SIGKILL", "[launch]") {
+  Subprocess launcher({kCollie, "launch", "-n", "2", "--", "sleep", "60"});
+  std::vector<pid_t> ranks;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (ranks.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    ranks = children_of(launcher.pid());
+    if (ranks.size() < 2) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(ranks.size() == 2);
+  launcher.signal(SIGKILL);
+  REQUIRE(launcher.wait(10s));
+  const auto gone_by = std::chrono::steady_clock::now() + 10s;
+  auto any_alive = [&] {
+    return std::any_of(ranks.begin(), ranks.end(), [](pid_t p) { return alive(p); });
+  };
+  while (any_alive() && std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(10ms);
+  CHECK_FALSE(any_alive());
+  for (const pid_t p : ranks)
+    if (alive(p)) ::kill(p, SIGKILL);  // not left behind if the check failed
+}
+
 TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]") {
   const collie::test::ScratchDir dir;
   const auto r = launch({"-n", "2", "--tee", "--log-dir", dir.path().string()},
@@ -177,9 +228,10 @@ TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]
   }
 }
 
-TEST_CASE("launch gives its job a secret: in the ranks' environment, on no command line, "
-          "and the store refuses whoever lacks it",
-          "[launch][security]") {
+TEST_CASE(
+    "launch gives its job a secret: in the ranks' environment, on no command line, "
+    "and the store refuses whoever lacks it",
+    "[launch][security]") {
   const collie::test::ScratchDir dir;
   // Each rank: the secret's length; whether any process's command line holds
   // it (grep reads it from a file, so its own command line does not); the
@@ -188,9 +240,9 @@ TEST_CASE("launch gives its job a secret: in the ranks' environment, on no comma
       "printf %s \"$COLLIE_STORE_TOKEN\" > " + dir.file("token") + ".$RANK; " +
       "echo length ${#COLLIE_STORE_TOKEN}; "
       "echo cmdlines $(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -cF -f " +
-      dir.file("token") + ".$RANK); " +
-      "COLLIE_STORE_TOKEN= " + kCollie + " store set k$RANK v >/dev/null 2>&1; echo without $?; " +
-      kCollie + " store set k$RANK v >/dev/null 2>&1; echo with $?";
+      dir.file("token") + ".$RANK); " + "COLLIE_STORE_TOKEN= " + kCollie +
+      " store set k$RANK v >/dev/null 2>&1; echo without $?; " + kCollie +
+      " store set k$RANK v >/dev/null 2>&1; echo with $?";
   const auto r = launch({"-n", "2"}, script);
   REQUIRE(r.exit_code == 0);
   INFO(r.out << r.err);
@@ -210,7 +262,8 @@ TEST_CASE("launch gives its job a secret: in the ranks' environment, on no comma
   CHECK_THAT(again.out, !Catch::Contains(t0));
   // A secret given to the launcher is the job's.
   std::ofstream(dir.file("given")) << "my-secret\n";
-  const auto given = launch({"-n", "1", "--token-file", dir.file("given")}, "echo $COLLIE_STORE_TOKEN");
+  const auto given =
+      launch({"-n", "1", "--token-file", dir.file("given")}, "echo $COLLIE_STORE_TOKEN");
   CHECK_THAT(given.out, Catch::Contains("[rank 0] my-secret\n"));
 }
 
@@ -331,9 +384,10 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
   }
 }
 
-TEST_CASE("rank 0 hosting the store beyond loopback without a secret warns, and on loopback "
-          "does not",
-          "[launch][security]") {
+TEST_CASE(
+    "rank 0 hosting the store beyond loopback without a secret warns, and on loopback "
+    "does not",
+    "[launch][security]") {
   const std::string outside = collie::test::non_loopback_ipv4();
   if (outside.empty()) {
     WARN("skipped: this host has no non-loopback IPv4 address");

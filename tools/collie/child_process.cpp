@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <collie/error.hpp>
 
 #include "exec_args.hpp"
-
 
 namespace collie::cli {
 
@@ -44,6 +44,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   make_pipe(exec_error);
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
+  const pid_t launcher = getpid();
   pid_ = fork();
   if (pid_ < 0) {
     const int saved = errno;
@@ -60,6 +61,11 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     // Its own process group: a terminal's Ctrl-C reaches only the launcher,
     // which forwards it once, to the child and everything the child started.
     setpgid(0, 0);
+    // The child dies with its launcher, even one killed by SIGKILL: no rank
+    // lives on as an orphan. (The launcher forks from its main thread, which
+    // lives as long as it does.) It may have died before this line.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(128 + SIGKILL);
     if (dev_null >= 0) dup2(dev_null, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
