@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 
@@ -150,6 +151,14 @@ class Executor {
   void wait(const transport::RequestPtr& r, int with) {
     try {
       transport_.wait(r, remaining());
+    } catch (const TimeoutError& e) {
+      // The time waited is the call's, not this last wait's.
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          Clock::now() - (deadline_ - call_.timeout));
+      throw TimeoutError(
+          fmt::format("{}: the call gave up after {} (its timeout: {}, from "
+                      "CollectiveOptions::timeout or COLLIE_TIMEOUT)",
+                      e.what(), describe_duration(waited), describe_duration(call_.timeout)));
     } catch (const ConnectionError&) {
       explain_lost_connection();
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);

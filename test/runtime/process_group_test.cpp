@@ -1,5 +1,6 @@
 // collie::init() and the process group's point-to-point API, with the ranks
 // as threads of this process meeting through a file:// store.
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <numeric>
@@ -112,9 +113,10 @@ TEST_CASE("Work destroyed while pending waits, so the buffer is filled when it i
   });
 }
 
-TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank, and a directory that "
-          "cannot be made fails init, named",
-          "[trace]") {
+TEST_CASE(
+    "tracing: InitOptions::trace_dir writes one Chrome trace per rank, and a directory that "
+    "cannot be made fails init, named",
+    "[trace]") {
   collie::test::ScratchDir dir;
   const auto traces = dir.path() / "traces";
   run_ranks(
@@ -140,8 +142,9 @@ TEST_CASE("tracing: InitOptions::trace_dir writes one Chrome trace per rank, and
   }
   std::ofstream(dir.path() / "a_file") << "x";
   REQUIRE_THROWS_WITH(
-      run_ranks(1, [](collie::ProcessGroup&) {}, 30s,
-                [&](collie::InitOptions& o) { o.trace_dir = (dir.path() / "a_file" / "sub").string(); }),
+      run_ranks(
+          1, [](collie::ProcessGroup&) {}, 30s,
+          [&](collie::InitOptions& o) { o.trace_dir = (dir.path() / "a_file" / "sub").string(); }),
       Catch::Contains("COLLIE_TRACE: cannot create the directory") && Catch::Contains("a_file"));
 }
 
@@ -163,4 +166,32 @@ TEST_CASE("two jobs on one store: a rank whose number is taken fails at once, na
   std::vector<int> v{3};
   job_a.all_reduce(std::span(v));
   CHECK(v[0] == 3);
+}
+
+TEST_CASE("a collective that times out says how long it waited and its limit", "[process_group]") {
+  std::string error;
+  std::atomic<bool> done{false};
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
+    std::vector<float> v(1000, 1.0f);
+    if (pg.rank() == 0) {
+      collie::CollectiveOptions o;
+      o.timeout = 300ms;
+      try {
+        pg.all_reduce(std::span(v), collie::ReduceOp::Sum, o);
+      } catch (const collie::TimeoutError& e) {
+        error = e.what();
+      }
+      done = true;
+    } else {
+      // Rank 1 never calls it, and stays until rank 0 has given up.
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (!done && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(5ms);
+    }
+  });
+  INFO(error);
+  CHECK_THAT(error, Catch::Contains("all_reduce") && Catch::Contains("recv from rank 1") &&
+                        Catch::Contains("timed out (0 of 4000 bytes received)") &&
+                        Catch::Contains("the call gave up after") &&
+                        Catch::Contains("(its timeout: 300 ms") && !Catch::Contains("after 0 ms"));
 }

@@ -139,8 +139,12 @@ struct TcpTransport::Impl {
   void time_out(const RequestPtr& request, std::chrono::milliseconds limit) {
     auto& r = of(request);
     auto& p = table.peer(r.peer());
-    std::string why = fmt::format("{} timed out after {} ({})", table.describe_request(r),
-                                  describe_duration(limit), table.progress_text(r));
+    // A caller that waited in slices (the executor) makes its last wait
+    // with no time left: it says itself how long it waited in all.
+    std::string why =
+        fmt::format("{} timed out{} ({})", table.describe_request(r),
+                    limit.count() > 0 ? " after " + describe_duration(limit) : std::string(),
+                    table.progress_text(r));
     if (p.state == PeerState::Connecting) why += "; the connection is still being set up";
     if (!r.is_send && p.rx == Rx::Paused)
       why += fmt::format(
@@ -280,7 +284,8 @@ bool TcpTransport::wait_some(const RequestPtr& request, std::chrono::millisecond
   return true;
 }
 
-int TcpTransport::wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) {
+int TcpTransport::wait_any(std::span<const RequestPtr> requests,
+                           std::chrono::milliseconds timeout) {
   auto& m = *impl_;
   int found = -1;
   auto finished = [&] {
