@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
@@ -21,9 +22,8 @@ JobStore::JobStore(const JobConfig& config) {
       options.token = config.token;
       // Ranks that reach the master on loopback are all on this host: the
       // store need not listen beyond it.
-      const auto& a = config.master_addr;
-      const bool loopback = a == "localhost" || a == "::1" || a.rfind("127.", 0) == 0;
-      if (loopback) options.host = a;
+      const bool loopback = is_loopback_host(config.master_addr);
+      if (loopback) options.host = config.master_addr;
       if (!loopback && config.token.empty()) {
         collie::log().warn(
             "rank 0 hosts the job's store on every interface, port {}, without a secret: anyone "

@@ -24,6 +24,7 @@
 
 #include <collie/address.hpp>
 #include <collie/crypto.hpp>
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/server.hpp>
@@ -52,7 +53,7 @@ class Session;
 using Clock = std::chrono::steady_clock;
 
 std::string seconds_text(Clock::duration d) {
-  return fmt::format("{:g} s", std::round(std::chrono::duration<double>(d).count() * 10) / 10);
+  return describe_duration(std::chrono::duration_cast<std::chrono::milliseconds>(d));
 }
 
 // Warnings about one address, at most one line per interval (RateLimitedLog);

@@ -14,28 +14,20 @@
 #include <collie/log.hpp>
 
 #include "protocol.hpp"
+#include "support/eventually.hpp"
 #include "support/log_capture.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 
 using namespace std::chrono_literals;
 using namespace collie::store;
+using collie::test::eventually;
+using collie::test::frame_of;
 using collie::test::RawConnection;
 using collie::test::StoreFixture;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Waits (polling, with a deadline) until `done` holds.
-template <class F>
-bool eventually(F done, std::chrono::milliseconds limit = 20s) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return done();
-}
 
 // A well-behaved client is served, and quickly.
 void serves_within_a_second(const StoreFixture& f, const std::string& tag) {
@@ -44,13 +36,6 @@ void serves_within_a_second(const StoreFixture& f, const std::string& tag) {
   c->set("alive/" + tag, tag);
   CHECK(c->get("alive/" + tag) == tag);
   CHECK(Clock::now() - start < 1s);
-}
-
-std::vector<std::uint8_t> frame_of(const std::vector<std::uint8_t>& body) {
-  std::vector<std::uint8_t> frame;
-  wire::Writer(frame).u32(static_cast<std::uint32_t>(body.size()));
-  wire::Writer(frame).raw(body);
-  return frame;
 }
 
 }  // namespace

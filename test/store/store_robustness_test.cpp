@@ -10,12 +10,14 @@
 #include <collie/error.hpp>
 
 #include "protocol.hpp"
+#include "support/eventually.hpp"
 #include "support/name_resolution.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 
 using namespace std::chrono_literals;
 using namespace collie::store;
+using collie::test::frame_of;
 using collie::test::RawConnection;
 using collie::test::StoreFixture;
 
@@ -31,19 +33,7 @@ void still_serves(const StoreFixture& f) {
 
 // Waits until the server has exactly `n` connections open.
 bool connections_settle_at(const StoreServer& server, std::size_t n) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (server.connections() == n) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return false;
-}
-
-std::vector<std::uint8_t> frame_of(const std::vector<std::uint8_t>& body) {
-  std::vector<std::uint8_t> frame;
-  wire::Writer(frame).u32(static_cast<std::uint32_t>(body.size()));
-  wire::Writer(frame).raw(body);
-  return frame;
+  return collie::test::eventually([&] { return server.connections() == n; }, 10s);
 }
 
 }  // namespace

@@ -15,6 +15,14 @@
 
 namespace collie::test {
 
+// A store request frame: the length, then `body`.
+inline std::vector<std::uint8_t> frame_of(const std::vector<std::uint8_t>& body) {
+  std::vector<std::uint8_t> frame;
+  store::wire::Writer(frame).u32(static_cast<std::uint32_t>(body.size()));
+  store::wire::Writer(frame).raw(body);
+  return frame;
+}
+
 class RawConnection {
  public:
   // `source`: the local address to connect from (127.0.0.2 is a second

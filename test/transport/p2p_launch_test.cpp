@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support/mesh_hello.hpp"
 #include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -124,26 +125,12 @@ TEST_CASE("a job started with defaults (collie launch -n 3) refuses every forged
       for (const std::string token : {"", "guess", "0123456789abcdef"}) {
         INFO("a hello from rank " << from << " to rank " << to << " with token '" << token << "'");
         collie::test::RawConnection raw(port, host);
-        const auto challenge = raw.read_exactly(wire::kChallengeBytes, 10s);
-        REQUIRE(challenge);
-        wire::Nonce nonce{};
-        std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
-        wire::Hello hello;
-        hello.version = wire::kProtocolVersion;
-        hello.group_id = group;
-        hello.from = static_cast<std::uint32_t>(from);
-        hello.to = static_cast<std::uint32_t>(to);
-        hello.world_size = 3;
-        hello.proof = wire::peer_proof(token, nonce, group, hello.from, hello.to);
-        std::vector<std::uint8_t> out(wire::kHelloBytes);
-        wire::encode(hello, out.data());
-        raw.send(out);
-        const auto verdict = raw.read_exactly(wire::kVerdictBytes, 10s);
-        REQUIRE(verdict);
-        CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Refused));
-        const auto reason = raw.read_exactly(wire::get16(verdict->data() + 2), 10s);
-        REQUIRE(reason);
-        const std::string told(reason->begin(), reason->end());
+        const auto answer =
+            collie::test::send_mesh_hello(raw, group, static_cast<std::uint32_t>(from),
+                                          static_cast<std::uint32_t>(to), 3, token, 10s);
+        REQUIRE(answer);
+        CHECK(answer->verdict == wire::Verdict::Refused);
+        const std::string& told = answer->reason;
         CHECK_THAT(told, Catch::Contains("wrong token") &&
                              !Catch::Contains(fmt::format("{:016x}", group)));
         CHECK(raw.closed_by_peer(10s));

@@ -25,6 +25,7 @@
 #include <collie/transport/tcp.hpp>
 
 #include "support/log_capture.hpp"
+#include "support/mesh_hello.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
@@ -416,26 +417,11 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
                                      {"secret", 0, 1, "ranks it names do not fit"}};
     for (const auto& k : cases) {
       collie::test::RawConnection raw(port);
-      const auto challenge = raw.read_exactly(wire::kChallengeBytes, 5s);
-      REQUIRE(challenge);
-      wire::Nonce nonce{};
-      std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
-      wire::Hello hello;
-      hello.version = wire::kProtocolVersion;
-      hello.group_id = c[0].options().group_id + k.group_offset;
-      hello.from = 1;
-      hello.to = k.to;
-      hello.world_size = 2;
-      hello.proof = wire::peer_proof(k.token, nonce, hello.group_id, hello.from, hello.to);
-      std::vector<std::uint8_t> out(wire::kHelloBytes);
-      wire::encode(hello, out.data());
-      raw.send(out);
-      const auto verdict = raw.read_exactly(wire::kVerdictBytes, 5s);
-      REQUIRE(verdict);
-      CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Refused));
-      const auto reason = raw.read_exactly(wire::get16(verdict->data() + 2), 5s);
-      REQUIRE(reason);
-      const std::string told(reason->begin(), reason->end());
+      const auto answer = collie::test::send_mesh_hello(
+          raw, c[0].options().group_id + k.group_offset, 1, k.to, 2, k.token, 5s);
+      REQUIRE(answer);
+      CHECK(answer->verdict == wire::Verdict::Refused);
+      const std::string& told = answer->reason;
       CHECK_THAT(told, Catch::Contains(k.reason));
       // Nothing a stranger could use: the group's id, its size, this rank.
       CHECK_THAT(told, !Catch::Contains(fmt::format("{:016x}", c[0].options().group_id)) &&
@@ -461,8 +447,7 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
   });
 }
 
-TEST_CASE("mesh: a second hello for a connected rank is refused, even with the token",
-          "[mesh]") {
+TEST_CASE("mesh: a second hello for a connected rank is refused, even with the token", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
   namespace wire = collie::transport::tcp::wire;
   c.run([&](int r) {  // rank 1 connects to rank 0
@@ -475,23 +460,10 @@ TEST_CASE("mesh: a second hello for a connected rank is refused, even with the t
   const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
   // An insider (it has the token) claims to be rank 1 again.
   collie::test::RawConnection raw(port);
-  const auto challenge = raw.read_exactly(wire::kChallengeBytes, 5s);
-  REQUIRE(challenge);
-  wire::Nonce nonce{};
-  std::copy_n(challenge->begin() + 12, wire::kNonceBytes, nonce.begin());
-  wire::Hello hello;
-  hello.version = wire::kProtocolVersion;
-  hello.group_id = c[0].options().group_id;
-  hello.from = 1;
-  hello.to = 0;
-  hello.world_size = 2;
-  hello.proof = wire::peer_proof("secret", nonce, hello.group_id, hello.from, hello.to);
-  std::vector<std::uint8_t> out(wire::kHelloBytes);
-  wire::encode(hello, out.data());
-  raw.send(out);
-  const auto verdict = raw.read_exactly(wire::kVerdictBytes, 5s);
-  REQUIRE(verdict);
-  CHECK((*verdict)[0] == static_cast<std::uint8_t>(wire::Verdict::Duplicate));
+  const auto answer =
+      collie::test::send_mesh_hello(raw, c[0].options().group_id, 1, 0, 2, "secret", 5s);
+  REQUIRE(answer);
+  CHECK(answer->verdict == wire::Verdict::Duplicate);
   CHECK(raw.closed_by_peer(5s));
   // The first connection carries on, both ways.
   c.run([&](int r) {

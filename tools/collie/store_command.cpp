@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
@@ -42,10 +43,6 @@ struct ServeArgs {
   std::size_t max_waits = 65536;
   double idle_timeout_s = 600;
 };
-
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
 
 void serve(const ServeArgs& args) {
   // Block the stop signals in every thread (the server thread inherits the

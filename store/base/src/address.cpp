@@ -35,4 +35,8 @@ std::string join_host_port(std::string_view host, std::uint16_t port) {
   return fmt::format("{}:{}", host, port);
 }
 
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
 }  // namespace collie

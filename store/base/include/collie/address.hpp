@@ -24,6 +24,10 @@ std::optional<HostPort> split_host_port(std::string_view text);
 // holds a ':').
 std::string join_host_port(std::string_view host, std::uint16_t port);
 
+// True for a name or address that reaches this host only: "localhost",
+// "::1", 127.x.x.x. (A name is not resolved.)
+bool is_loopback_host(std::string_view host);
+
 // The same for a socket endpoint (anything with address().to_string() and
 // port(), such as Asio's): "10.0.0.4:41234".
 template <class Endpoint>
