@@ -247,13 +247,21 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     // Something listens there; it gets until the connect deadline (and at
     // least a second) to answer like a store.
     timer_.expires_at(std::max(connect_deadline_, Clock::now() + kMinHandshakeTime));
+    proof_sent_ = false;
     timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (ec || self->state_ != State::Handshake) return;
+      const auto waited = seconds_text(Clock::now() - self->connect_started_);
       self->connect_failed(Failure{
           Failure::Kind::TimedOut,
-          fmt::format("the store at {} accepted the connection but did not complete the "
-                      "handshake within {}; is a collie store listening there?",
-                      self->address_, seconds_text(Clock::now() - self->connect_started_))});
+          self->proof_sent_
+              // A store slows down the proofs of an address that failed lately.
+              ? fmt::format("the store at {} did not check this client's token within {}: it "
+                            "slows down an address after too many failed attempts from it; "
+                            "check that every client has the store's token, and retry later",
+                            self->address_, waited)
+              : fmt::format("the store at {} accepted the connection but did not complete the "
+                            "handshake within {}; is a collie store listening there?",
+                            self->address_, waited)});
     });
     client_nonce_ = auth::random_nonce();
     wire::ClientHello hello;
@@ -337,6 +345,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(proof_out_), [self](std::error_code ec, std::size_t) {
       if (ec) return self->handshake_io_failed(ec);
+      self->proof_sent_ = true;
       asio::async_read(self->socket_, asio::buffer(&self->auth_status_, 1),
                        [self](std::error_code ec2, std::size_t) {
                          if (ec2) return self->handshake_io_failed(ec2);
@@ -559,6 +568,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   wire::Proof proof_out_{};
   std::uint8_t auth_status_ = 0;
   bool server_proof_ok_ = false;
+  bool proof_sent_ = false;  // waiting for the store's verdict on it
 
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, Pending> pending_;
