@@ -3,6 +3,7 @@
 // server. Multi-process tests through `collie launch` are in
 // p2p_launch_test.cpp.
 #include <algorithm>
+#include <arpa/inet.h>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -690,11 +691,19 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
     else
       expect(recv(c[1], 0, 0, 10) == pattern(10, 0, 0), "payload");
   });
-  std::set<int> ports;
+  // Address and port: another socket of this process (the store's client)
+  // may have the same port number on another address.
+  std::set<std::pair<std::string, int>> ports;
   for (int r = 0; r < 2; ++r) {
     const auto address = c[r].address();
-    ports.insert(std::stoi(address.substr(address.rfind(':') + 1)));
+    ports.emplace(address.substr(0, address.rfind(':')),
+                  std::stoi(address.substr(address.rfind(':') + 1)));
   }
+  auto text = [](const sockaddr_in& a) {
+    char buffer[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &a.sin_addr, buffer, sizeof buffer);
+    return std::string(buffer);
+  };
   // Every socket of this process at either end of a transport's port: the
   // two listeners and both ends of the connection.
   int found = 0;
@@ -707,8 +716,8 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
       continue;
     length = sizeof(remote);
     const bool connected = ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length) == 0;
-    if (!ports.contains(ntohs(local.sin_port)) &&
-        !(connected && ports.contains(ntohs(remote.sin_port))))
+    if (!ports.contains({text(local), ntohs(local.sin_port)}) &&
+        !(connected && ports.contains({text(remote), ntohs(remote.sin_port)})))
       continue;
     ++found;
     INFO("descriptor " << fd << " port " << ntohs(local.sin_port));
