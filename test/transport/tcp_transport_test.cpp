@@ -723,5 +723,8 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
     INFO("descriptor " << fd << " port " << ntohs(local.sin_port));
     CHECK((::fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0);
   }
-  CHECK(found == 4);
+  // At least the two listeners and both ends of the connection. A full run
+  // once found a fifth: a connection the mesh has dropped (the loser of a
+  // simultaneous connect) still closing. It is checked like the others.
+  CHECK(found >= 4);
 }
