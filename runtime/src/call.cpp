@@ -82,9 +82,14 @@ std::uint64_t failure_notice(int world_rank, FailureReason reason) {
 }
 
 FailureReason failure_reason(std::uint64_t notice) {
-  return (notice >> 32 & 0xf) == static_cast<std::uint64_t>(FailureReason::DeviceError)
-             ? FailureReason::DeviceError
-             : FailureReason::ConnectionLost;
+  switch (notice >> 32 & 0xf) {
+    case static_cast<std::uint64_t>(FailureReason::DeviceError):
+      return FailureReason::DeviceError;
+    case static_cast<std::uint64_t>(FailureReason::TimedOut):
+      return FailureReason::TimedOut;
+    default:  // a reason this version does not know reads as a lost connection
+      return FailureReason::ConnectionLost;
+  }
 }
 
 bool is_failure_notice(std::uint64_t f) {

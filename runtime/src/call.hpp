@@ -61,6 +61,7 @@ std::string describe(const Signature& s, bool with_algorithm);
 enum class FailureReason : std::uint8_t {
   ConnectionLost = 0,  // the rank named died or its connection broke
   DeviceError = 1,     // the rank named failed on its own device
+  TimedOut = 2,        // the sender timed out waiting for the rank named (itself: for nobody known)
 };
 std::uint64_t failure_notice(int world_rank, FailureReason reason = FailureReason::ConnectionLost);
 FailureReason failure_reason(std::uint64_t notice);

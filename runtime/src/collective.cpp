@@ -64,6 +64,14 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call, device::Engine* en
     break_group(message);
     return E(message);
   };
+  // Where this rank is, for the stall inspector (stall.hpp): ended however
+  // the call ends.
+  g.progress.begin(call.sequence, fingerprint(call.signature()));
+  struct End {
+    Progress& p;
+    std::uint64_t sequence;
+    ~End() { p.end(sequence); }
+  } end{g.progress, call.sequence};
   try {
     execute(g, call, engine);
   } catch (const device::DeviceError& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 
+#include "stall.hpp"
 #include "trace.hpp"
 
 namespace collie {
@@ -35,6 +37,7 @@ class Executor {
         fingerprint_(fingerprint(call.signature())),
         segment_(std::max<std::size_t>(1, g.world->config.segment_bytes / esize_)),
         deadline_(Clock::now() + call.timeout),
+        stall_(g, call, deadline_ - call.timeout),
         trace_(g.world->tracer.get()),
         engine_(engine) {
     for (std::size_t i = 0; i < kWindow; ++i)
@@ -77,6 +80,24 @@ class Executor {
       abandon();
       tell_peers(schedule);
       throw;
+    } catch (const TimeoutError&) {
+      // Its own timeout (or one another rank reported): the peers stop too,
+      // told whom this rank waited for.
+      abandon();
+      if (failed_world_rank_ < 0) {
+        failed_world_rank_ = stall_.culprit() >= 0 ? stall_.culprit() : peer(g_.rank);
+        failed_reason_ = FailureReason::TimedOut;
+        try {
+          g_.world->job->store().set(
+              fmt::format("stall/final/{}/{}", g_.slot, call_.sequence),
+              fmt::format("{} {} {}", failed_world_rank_, g_.rank, stall_.report()),
+              std::chrono::milliseconds(1000));
+        } catch (const std::exception& e) {
+          collie::log().debug("rank {}: saving the stall report: {}", g_.rank, e.what());
+        }
+      }
+      tell_peers(schedule, true);
+      throw;
     } catch (const device::DeviceError&) {
       // This rank's device failed: its peers fail too, as for a dead rank.
       abandon();
@@ -92,14 +113,15 @@ class Executor {
   static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
   static constexpr std::size_t kStagedRecvs = 8;  // staged receive segments posted or copying back
 
-  // Tells every peer of the schedule but the failed rank which rank failed.
-  void tell_peers(const Schedule& schedule) {
+  // Tells every peer of the schedule but the failed rank (unless `all`)
+  // which rank failed.
+  void tell_peers(const Schedule& schedule, bool all = false) {
     if (failed_world_rank_ < 0) return;
     std::vector<int> peers;
     for (const auto& step : schedule.steps)
       for (const auto* list : {&step.sends, &step.recvs})
         for (const auto& t : *list)
-          if (peer(t.peer) != failed_world_rank_ &&
+          if ((all || peer(t.peer) != failed_world_rank_) &&
               std::find(peers.begin(), peers.end(), t.peer) == peers.end())
             peers.push_back(t.peer);
     notify(peers, failure_notice(failed_world_rank_, failed_reason_));
@@ -147,18 +169,29 @@ class Executor {
         describe(mine, algo));
   }
 
-  // Waits for a request with group rank `with`; remembers who failed.
+  // Waits for a request with group rank `with`, in slices (the stall
+  // inspector looks between them); remembers who failed.
   void wait(const transport::RequestPtr& r, int with) {
     try {
-      transport_.wait(r, remaining());
+      auto slice = std::chrono::milliseconds(20);
+      while (!transport_.wait_some(r, std::min(slice, remaining()))) {
+        if (remaining().count() == 0) {
+          transport_.wait(r, std::chrono::milliseconds(0));  // throws the TimeoutError
+          return;
+        }
+        stall_.poll();
+        slice = std::min(slice * 2, std::chrono::milliseconds(500));
+      }
     } catch (const TimeoutError& e) {
       // The time waited is the call's, not this last wait's.
       const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
           Clock::now() - (deadline_ - call_.timeout));
-      throw TimeoutError(
-          fmt::format("{}: the call gave up after {} (its timeout: {}, from "
-                      "CollectiveOptions::timeout or COLLIE_TIMEOUT)",
-                      e.what(), describe_duration(waited), describe_duration(call_.timeout)));
+      stall_.final_poll();
+      throw TimeoutError(fmt::format(
+          "{}: the call gave up after {} (its timeout: {}, from CollectiveOptions::timeout or "
+          "COLLIE_TIMEOUT){}",
+          e.what(), describe_duration(waited), describe_duration(call_.timeout),
+          stall_.report().empty() ? "" : "; the stall inspector found: " + stall_.report()));
     } catch (const ConnectionError&) {
       explain_lost_connection();
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);
@@ -197,6 +230,7 @@ class Executor {
           wait(r, from);  // throws the TimeoutError
           break;
         }
+        stall_.poll();
         slice = std::min(slice * 2, std::chrono::milliseconds(500));
       }
     } catch (const ConnectionError&) {
@@ -246,6 +280,35 @@ class Executor {
   [[noreturn]] void reported_failure(std::uint64_t notice, int from) {
     failed_world_rank_ = failed_rank(notice);
     failed_reason_ = failure_reason(notice);
+    if (failed_reason_ == FailureReason::TimedOut) {
+      // The rank that timed out saved what it found before telling:
+      // "<culprit> <its group rank> <report>".
+      std::string report;
+      int gave_up = from;
+      try {
+        if (auto saved = g_.world->job->store().try_get(
+                fmt::format("stall/final/{}/{}", g_.slot, call_.sequence),
+                std::chrono::milliseconds(1000))) {
+          std::istringstream in(*saved);
+          int culprit = -1;
+          in >> culprit >> gave_up;
+          in.get();
+          std::getline(in, report, '\0');
+        }
+      } catch (const std::exception&) {
+      }
+      const int me = peer(g_.rank);
+      std::string waited_for;
+      if (failed_world_rank_ == me)
+        waited_for = ", waiting for this rank";
+      else if (gave_up < 0 || gave_up >= static_cast<int>(g_.members.size()) ||
+               peer(gave_up) != failed_world_rank_)
+        waited_for = fmt::format(", waiting for {}", transport_.describe_peer(failed_world_rank_));
+      throw TimeoutError(fmt::format(
+          "rank {}: rank {} gave up on this collective at its timeout{}{}{}", g_.rank, gave_up,
+          waited_for, gave_up == from ? "" : fmt::format(" (as rank {} reported)", from),
+          report.empty() ? "" : "; the stall inspector found: " + report));
+    }
     if (failed_reason_ == FailureReason::DeviceError) {
       const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
       const bool itself = who != g_.members.end() && who - g_.members.begin() == from;
@@ -659,6 +722,7 @@ class Executor {
       if (watch.empty()) throw Error("internal: a staged step waits on nothing");
       if (transport_.wait_any(watch, std::min(slice, remaining())) < 0) {
         check_queued();
+        stall_.poll();
         if (remaining().count() == 0) {
           if (recv_handled < recv_next)
             wait_recv(watch.front(), first_peer);  // throws the TimeoutError
@@ -705,6 +769,7 @@ class Executor {
   std::uint64_t fingerprint_;
   std::size_t segment_;  // elements
   Clock::time_point deadline_;
+  StallCheck stall_;
   Tracer* trace_;               // null: not tracing
   std::vector<Pending> sends_;  // this step's, until waited for
   std::vector<Pending> recvs_;

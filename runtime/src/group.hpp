@@ -14,6 +14,7 @@
 #include <collie/transport/transport.hpp>
 
 #include "device/device.hpp"
+#include "stall.hpp"
 #include "trace.hpp"
 #include "work.hpp"
 
@@ -28,6 +29,13 @@ struct World {
   // before the store (which rank 0 may host) goes away.
   std::shared_ptr<transport::Transport> transport;
   std::string advertised_host;  // where peers reach this rank
+  // This rank's groups, by slot, for the stall responder (a group adds
+  // itself when made and leaves when destroyed).
+  std::mutex groups_mu;
+  std::map<std::uint32_t, ProcessGroup::Impl*> groups;
+  // Answers other ranks' stall queries; null with file:// or no stall time.
+  // Last: stopped first.
+  std::unique_ptr<StallResponder> responder;
 };
 
 struct ProcessGroup::Impl {
@@ -52,8 +60,13 @@ struct ProcessGroup::Impl {
   std::vector<std::vector<std::byte>> spare_slots;
   // CUDA streams and pinned blocks, kept between calls on device buffers.
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
+  // Where this rank is in the group's calls (stall.hpp).
+  Progress progress;
   AsyncRunner runner;  // last: stopped (and joined) first
 
+  ~Impl();
+  // Adds the group to its world's list (a member only).
+  void enlist();
   transport::Transport& transport() const { return *world->transport; }
   void require_member(std::string_view what) const;
 };

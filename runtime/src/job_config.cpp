@@ -213,6 +213,22 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   if (config.timeout <= std::chrono::milliseconds::zero()) {
     throw Error("collie::init: the timeout must be positive");
   }
+  if (options.stall_time) {
+    config.stall_time = *options.stall_time;
+  } else if (auto text = lookup("COLLIE_STALL_TIME")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(text->c_str(), &end);
+    if (end != text->c_str() + text->size() || !(seconds >= 0) || !std::isfinite(seconds)) {
+      throw Error(fmt::format(
+          "collie::init: COLLIE_STALL_TIME='{}' is not a number of seconds (0: no stall reports)",
+          *text));
+    }
+    config.stall_time =
+        std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
+  }
+  if (config.stall_time < std::chrono::milliseconds::zero()) {
+    throw Error("collie::init: the stall time must not be negative");
+  }
   config.socket_ifname =
       options.socket_ifname.value_or(lookup("COLLIE_SOCKET_IFNAME").value_or(""));
   config.token = options.token ? *options.token : store::token_from_environment(lookup);

@@ -55,6 +55,22 @@ void ProcessGroup::Impl::require_member(std::string_view what) const {
                   world->config.rank, what, name));
 }
 
+ProcessGroup::Impl::~Impl() {
+  if (rank < 0 || !world) return;
+  std::lock_guard lock(world->groups_mu);
+  const auto it = world->groups.find(slot);
+  if (it != world->groups.end() && it->second == this) world->groups.erase(it);
+}
+
+void ProcessGroup::Impl::enlist() {
+  progress.started_at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count());
+  if (rank < 0) return;
+  std::lock_guard lock(world->groups_mu);
+  world->groups.emplace(slot, this);
+}
+
 ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 int ProcessGroup::rank() const {
@@ -181,6 +197,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   }
   child->name = fmt::format("group {} [{}]", index, fmt::join(child->members, ", "));
   if (auto* tracer = child->world->tracer.get()) child->trace_group = tracer->group_id(child->name);
+  child->enlist();
   return ProcessGroup(std::move(child));
 }
 
@@ -252,6 +269,15 @@ ProcessGroup init(const InitOptions& options) {
   group->rank = config.rank;
   for (int r = 0; r < config.world_size; ++r)
     group->members.push_back(r);
+  group->enlist();
+  auto& world = *group->world;
+  if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
+      config.world_size > 1) {
+    world.responder = std::make_unique<StallResponder>(
+        config, [w = &world](std::uint32_t slot, std::uint64_t sequence) {
+          return answer_query(*w, slot, sequence);
+        });
+  }
   return ProcessGroup(std::move(group));
 }
 

@@ -4,6 +4,7 @@
 // checked against an independent reference; a rank killed mid-collective;
 // a mismatch between processes; and the shipped examples.
 #include <csignal>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -91,4 +92,101 @@ TEST_CASE("a mismatch between processes: MismatchError names both calls", "[coll
                                     "called all_reduce(float64, 4096, sum)") ||
                         Catch::Contains("rank 1 called broadcast(float64, 4096, root=0) but rank 2 "
                                         "called all_reduce(float64, 4096, sum)"));
+}
+
+namespace {
+
+// Three ranks of `collie_collective_worker stall MODE` on a store of the
+// test's own; `env_of(rank)` adds each rank's variables.
+std::vector<std::unique_ptr<Subprocess>> stall_ranks(
+    collie::test::StoreFixture& store, const std::string& mode,
+    const std::function<std::vector<std::string>(int)>& env_of) {
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<std::string> env{"MASTER_ADDR=127.0.0.1",
+                                 "MASTER_PORT=" + std::to_string(store.server.port()),
+                                 "WORLD_SIZE=3", "RANK=" + std::to_string(rank),
+                                 "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=warn"};
+    for (auto& e : env_of(rank)) env.push_back(e);
+    ranks.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kWorker, "stall", mode}, env));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+TEST_CASE("a stopped rank is named by every other rank at the stall time, and at the timeout",
+          "[collective][launch][stall]") {
+  collie::test::StoreFixture store;
+  auto ranks = stall_ranks(store, "stop", [](int) {
+    return std::vector<std::string>{"COLLIE_STALL_TIME=2", "COLLIE_TIMEOUT=14"};
+  });
+  REQUIRE(ranks[2]->read_line(60s) == "rank 2: stopping");
+  const auto stopped = std::chrono::steady_clock::now();
+  for (int rank : {0, 1}) {
+    auto& r = *ranks[static_cast<std::size_t>(rank)];
+    // At the stall time (2 s), long before the timeout (14 s).
+    CHECK(r.wait_for_stderr("rank 2 at 127.0.0.1:", 11s));
+    CHECK(std::chrono::steady_clock::now() - stopped < 11s);
+    CHECK(r.wait_for_stderr("is stopped (SIGSTOP, or a debugger holds it)", 1s));
+    CHECK(r.wait_for_stderr("ranks 0, 1 are waiting for it", 1s));
+  }
+  for (int rank : {0, 1}) {
+    const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(40s);
+    REQUIRE(line);
+    INFO(*line);
+    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
+    CHECK_THAT(*line, Catch::Contains("the call gave up after") ||
+                          Catch::Contains("gave up on this collective at its timeout"));
+    CHECK_THAT(*line, Catch::Contains("the stall inspector found: ") &&
+                          Catch::Contains("rank 2 at 127.0.0.1:") &&
+                          Catch::Contains("is stopped (SIGSTOP"));
+  }
+  ranks[2]->signal(SIGKILL);
+}
+
+TEST_CASE("a rank busy elsewhere is named as such, and the call completes when it comes",
+          "[collective][launch][stall]") {
+  collie::test::StoreFixture store;
+  auto ranks = stall_ranks(store, "5000", [](int) {
+    return std::vector<std::string>{"COLLIE_STALL_TIME=1", "COLLIE_TIMEOUT=120"};
+  });
+  REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
+  for (int rank : {0, 1}) {
+    auto& r = *ranks[static_cast<std::size_t>(rank)];
+    CHECK(r.wait_for_stderr("rank 2 at 127.0.0.1:", 30s));
+    CHECK(r.wait_for_stderr("has not reached it: it last finished #2 ", 1s));
+    CHECK(r.wait_for_stderr("it is in no collective call (its program is busy elsewhere)", 1s));
+  }
+  for (int rank : {0, 1, 2})
+    CHECK(ranks[static_cast<std::size_t>(rank)]->read_line(60s) ==
+          "rank " + std::to_string(rank) + ": ok");
+}
+
+TEST_CASE("a rank that times out tells the others whom it waited for",
+          "[collective][launch][stall]") {
+  collie::test::StoreFixture store;
+  // Rank 0 gives up after 3 s; rank 1 would wait two minutes; rank 2 comes
+  // after 8 s, and hears the story too.
+  auto ranks = stall_ranks(store, "8000", [](int rank) {
+    return std::vector<std::string>{"COLLIE_STALL_TIME=1",
+                                    rank == 0 ? "COLLIE_TIMEOUT=3" : "COLLIE_TIMEOUT=120"};
+  });
+  const auto line0 = ranks[0]->read_line(60s);
+  REQUIRE(line0);
+  INFO(*line0);
+  CHECK_THAT(*line0, Catch::StartsWith("rank 0: failed after ") &&
+                         Catch::Contains("the call gave up after") &&
+                         Catch::Contains("rank 2 at 127.0.0.1:") &&
+                         Catch::Contains("has not reached it"));
+  REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
+  for (int rank : {1, 2}) {
+    const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(60s);
+    REQUIRE(line);
+    INFO(*line);
+    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after ") &&
+                          Catch::Contains("gave up on this collective at its timeout") &&
+                          Catch::Contains("rank 2 at 127.0.0.1:"));
+  }
 }

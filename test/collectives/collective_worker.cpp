@@ -8,6 +8,11 @@
 //                        of waiting: MESSAGE" and exit 0.
 //   mismatch             rank 1 calls broadcast where the others call
 //                        all_reduce; ranks that see it print "MismatchError: ...".
+//   stall stop|MS        three all_reduces, then rank 2 stops itself
+//                        (SIGSTOP) or is busy for MS ms before the fourth;
+//                        every rank prints "rank R: ok" (the sums checked)
+//                        or "rank R: failed after MS ms: MESSAGE".
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <thread>
@@ -86,11 +91,51 @@ int mismatch(collie::ProcessGroup& pg) {
   return 0;
 }
 
+int stall(collie::ProcessGroup& pg, const std::string& mode) {
+  std::vector<float> v(1000);
+  for (int i = 0; i < 4; ++i) {
+    std::fill(v.begin(), v.end(), static_cast<float>(pg.rank() + i));
+    if (i == 3 && pg.rank() == 2) {
+      if (mode == "stop") {
+        std::printf("rank 2: stopping\n");
+        std::fflush(stdout);
+        std::raise(SIGSTOP);
+        return 0;
+      }
+      std::printf("rank 2: busy\n");
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(mode)));
+    }
+    const auto start = Clock::now();
+    try {
+      pg.all_reduce(std::span(v));
+    } catch (const collie::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      std::printf("rank %d: failed after %lld ms: %s\n", pg.rank(), static_cast<long long>(ms),
+                  e.what());
+      std::fflush(stdout);
+      return 0;
+    }
+    const int n = pg.size();
+    const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
+    for (float x : v) {
+      if (x != want) {
+        std::printf("rank %d: wrong sum %g, expected %g\n", pg.rank(), double(x), double(want));
+        return 1;
+      }
+    }
+  }
+  std::printf("rank %d: ok\n", pg.rank());
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch\n");
+    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | stall stop|MS\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -99,6 +144,7 @@ int main(int argc, char** argv) {
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");
     if (scenario == "victim") return victim(pg);
     if (scenario == "mismatch") return mismatch(pg);
+    if (scenario == "stall" && argc > 2) return stall(pg, argv[2]);
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -41,6 +41,14 @@ TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "
   const auto notice = collie::failure_notice(1234);
   CHECK(collie::is_failure_notice(notice));
   CHECK(collie::failed_rank(notice) == 1234);
+  CHECK(collie::failure_reason(notice) == collie::FailureReason::ConnectionLost);
+  for (auto reason : {collie::FailureReason::ConnectionLost, collie::FailureReason::DeviceError,
+                      collie::FailureReason::TimedOut}) {
+    const auto n = collie::failure_notice(77, reason);
+    CHECK(collie::is_failure_notice(n));
+    CHECK(collie::failure_reason(n) == reason);
+    CHECK(collie::failed_rank(n) == 77);
+  }
   // Root and count keep their low bits.
   const Signature big{collie::collectives::Collective::Broadcast,
                       collie::DataType::Float32,

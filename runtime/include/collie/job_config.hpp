@@ -16,7 +16,9 @@
 //                       options or the environment as above.
 //   file:///PATH        a file-based store on a shared file system; rank and
 //                       world size as above.
-// Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_SOCKET_IFNAME,
+// Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_STALL_TIME
+// (seconds a call waits before the stall inspector names who it waits for,
+// default 30; 0: never), COLLIE_SOCKET_IFNAME,
 // COLLIE_ALGO (algorithms forced per collective: "all_reduce:ring,
 // broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
 // a number of bytes, or with a K or M suffix; the same on every rank),
@@ -54,6 +56,7 @@ struct InitOptions {
   std::optional<std::size_t> stage_whole_bytes;      // overrides COLLIE_STAGE_WHOLE_BYTES
   std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
+  std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
@@ -85,6 +88,10 @@ struct JobConfig {
   std::chrono::microseconds spin{50};
   // Where every rank writes its Chrome trace (COLLIE_TRACE); empty: no trace.
   std::string trace_dir;
+  // How long a call waits before the ranks are asked who holds it up
+  // (COLLIE_STALL_TIME, seconds; 0: never). See the stall inspector in
+  // docs/failures.md.
+  std::chrono::milliseconds stall_time{std::chrono::seconds(30)};
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

@@ -1,0 +1,352 @@
+#include "stall.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <collie/duration.hpp>
+#include <collie/error.hpp>
+#include <collie/log.hpp>
+#include <collie/store/async_client.hpp>
+
+#include "call.hpp"
+#include "group.hpp"
+
+namespace collie {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+std::chrono::milliseconds since(std::int64_t ns) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(now_ns() - ns));
+}
+
+std::string read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The kernel and pid namespace this process sees: two processes with the
+// same one can look at each other's /proc.
+std::string kernel_id() {
+  char ns[128] = {};
+  const auto n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  return read_line("/proc/sys/kernel/random/boot_id") + "/" +
+         (n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string("?"));
+}
+
+}  // namespace
+
+void Progress::begin(std::uint64_t sequence, std::uint64_t fingerprint) {
+  current_fingerprint.store(fingerprint, std::memory_order_relaxed);
+  current_since.store(now_ns(), std::memory_order_relaxed);
+  current.store(static_cast<std::int64_t>(sequence), std::memory_order_release);
+}
+
+void Progress::end(std::uint64_t sequence) {
+  finished_at.store(now_ns(), std::memory_order_relaxed);
+  finished.store(static_cast<std::int64_t>(sequence), std::memory_order_relaxed);
+  current.store(-1, std::memory_order_release);
+}
+
+std::string process_identity() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return fmt::format("{}\n{}\n{}", kernel_id(), ::getpid(), host);
+}
+
+std::string describe_process(const std::string& identity) {
+  std::istringstream in(identity);
+  std::string kernel, pid, host;
+  std::getline(in, kernel);
+  std::getline(in, pid);
+  std::getline(in, host);
+  if (kernel.empty() || pid.empty()) return "";
+  if (kernel != kernel_id())
+    return fmt::format("it is on another host ({}): it is stopped, frozen, or the host cannot be "
+                       "reached",
+                       host);
+  const auto stat = read_line("/proc/" + pid + "/stat");
+  const auto paren = stat.rfind(')');
+  if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size())
+    return fmt::format("its process ({} on {}) has exited", pid, host);
+  switch (stat[paren + 2]) {
+    case 'T':
+    case 't':
+      return fmt::format("its process ({} on {}) is stopped (SIGSTOP, or a debugger holds it)", pid,
+                         host);
+    case 'Z':
+    case 'X':
+      return fmt::format("its process ({} on {}) has exited", pid, host);
+    default:
+      return fmt::format("its process ({} on {}) is alive but does not answer (its threads may be "
+                         "blocked, or its store connection lost)",
+                         pid, host);
+  }
+}
+
+// ---- the answers --------------------------------------------------------------
+
+// "<status> <text>": W (waiting in the call), F (finished it), O (in another
+// call under the same number: a mismatch), N (has not reached it).
+std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::uint64_t sequence) {
+  std::lock_guard lock(world.groups_mu);
+  const auto it = world.groups.find(slot);
+  if (it == world.groups.end()) return std::nullopt;
+  const auto& p = it->second->progress;
+  const auto current = p.current.load(std::memory_order_acquire);
+  const auto seq = static_cast<std::int64_t>(sequence);
+  if (current == seq) {
+    const auto mine = p.current_fingerprint.load(std::memory_order_relaxed);
+    // The asker's fingerprint is not known here: the asker compares.
+    return fmt::format("W {:x} {}", mine, describe(decode_fingerprint(mine), false));
+  }
+  const auto finished = p.finished.load(std::memory_order_relaxed);
+  if (finished >= seq)
+    return fmt::format("F it finished it {} ago",
+                       describe_duration(since(p.finished_at.load(std::memory_order_relaxed))));
+  std::string text = finished < 0
+                         ? fmt::format("N it has finished no call on {} yet (it made it {} ago)",
+                                       it->second->name,
+                                       describe_duration(since(p.started_at.load())))
+                         : fmt::format("N it last finished #{} {} ago", finished,
+                                       describe_duration(since(p.finished_at.load())));
+  // Where it is instead: a call on another group, or its own code.
+  for (const auto& [other_slot, group] : world.groups) {
+    const auto c = group->progress.current.load(std::memory_order_acquire);
+    if (c < 0) continue;
+    text += fmt::format(
+        "; it is in {} #{} on {} (for {})",
+        describe(decode_fingerprint(group->progress.current_fingerprint.load()), false), c,
+        group->name, describe_duration(since(group->progress.current_since.load())));
+    return text;
+  }
+  return text + "; it is in no collective call (its program is busy elsewhere)";
+}
+
+// ---- the responder ------------------------------------------------------------
+
+class StallResponder::Impl {
+ public:
+  Impl(const JobConfig& config, ProgressLookup lookup)
+      : lookup_(std::move(lookup)),
+        rank_(config.rank),
+        prefix_(fmt::format("collie/run/{}/", config.restart_count)) {
+    store::ClientOptions options;
+    options.timeout = config.timeout;
+    options.connect_timeout = config.timeout;
+    options.token = config.token;
+    options.spin = std::chrono::microseconds(0);
+    client_.emplace(io_, options);
+    const bool own_server = config.rank == 0 && !config.store_hosted_by_launcher;
+    client_->connect(own_server ? "127.0.0.1" : config.master_addr, config.master_port,
+                     [this](const store::Failure* f, store::Done) {
+                       if (f != nullptr) return quit("connecting", *f);
+                       client_->set(prefix_ + fmt::format("stall/proc/{}", rank_),
+                                    process_identity(),
+                                    [this](const store::Failure* failed, store::Done) {
+                                      if (failed != nullptr)
+                                        return quit("saying who it is", *failed);
+                                      wait_next();
+                                    });
+                     });
+    thread_ = std::thread([this] { io_.run(); });
+  }
+
+  ~Impl() {
+    io_.stop();
+    thread_.join();
+    client_.reset();
+  }
+
+ private:
+  void quit(const char* doing, const store::Failure& f) {
+    collie::log().debug("rank {}: the stall responder stops ({}: {})", rank_, doing, f.message);
+  }
+
+  void wait_next() {
+    keys_ = {prefix_ + fmt::format("stall/q/{}", next_)};
+    client_->wait(keys_, [this](const store::Failure* f, store::Done) {
+      if (f != nullptr) return quit("waiting for a query", *f);
+      client_->get(keys_[0], [this](const store::Failure* failed, std::string query) {
+        if (failed != nullptr) return quit("reading a query", *failed);
+        answer(query);
+      });
+    });
+  }
+
+  void answer(const std::string& query) {
+    const auto k = next_++;
+    std::uint32_t slot = 0;
+    std::uint64_t sequence = 0;
+    std::istringstream in(query);
+    std::optional<std::string> text;
+    if (in >> slot >> sequence) text = lookup_(slot, sequence);
+    if (!text) return wait_next();
+    client_->set(prefix_ + fmt::format("stall/a/{}/{}", k, rank_), *text,
+                 [this](const store::Failure* f, store::Done) {
+                   if (f != nullptr) return quit("answering", *f);
+                   wait_next();
+                 });
+  }
+
+  ProgressLookup lookup_;
+  int rank_;
+  std::string prefix_;
+  std::uint64_t next_ = 1;
+  std::vector<std::string> keys_;
+  asio::io_context io_;
+  std::optional<store::AsyncStoreClient> client_;
+  std::thread thread_;
+};
+
+StallResponder::StallResponder(const JobConfig& config, ProgressLookup lookup)
+    : impl_(std::make_unique<Impl>(config, std::move(lookup))) {}
+
+StallResponder::~StallResponder() = default;
+
+// ---- the check ----------------------------------------------------------------
+
+StallCheck::StallCheck(ProcessGroup::Impl& g, const Call& call, Clock::time_point started)
+    : g_(g), call_(call), started_(started) {
+  if (!g.world->responder || g.members.size() < 2) return;
+  const auto stall = g.world->config.stall_time;
+  if (stall.count() <= 0) return;
+  stall_ = std::min(stall, call.timeout);
+  window_ = std::clamp(stall_ / 5, std::chrono::milliseconds(50), std::chrono::milliseconds(5000));
+}
+
+void StallCheck::poll() {
+  if (stall_.count() <= 0) return;
+  // Round r reports at (r + 1) stall times: it starts a window earlier.
+  const auto due = stall_ * (rounds_ + 1) - window_;
+  if (Clock::now() - started_ < due) return;
+  inspect(rounds_++);
+}
+
+void StallCheck::final_poll() {
+  if (stall_.count() <= 0) return;
+  if (rounds_ > 0 && Clock::now() - started_ < stall_ * rounds_ + stall_) return;
+  inspect(rounds_++);
+}
+
+void StallCheck::inspect(int round) {
+  auto& store = g_.world->job->store();
+  auto& transport = g_.transport();
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
+  const auto call_name = fmt::format("{} #{} on {}", describe(call_.signature(), false),
+                                     call_.sequence, g_.name);
+  const auto id = fmt::format("{}/{}/{}", g_.slot, call_.sequence, round);
+  const int me = g_.members[static_cast<std::size_t>(g_.rank)];
+  try {
+    if (store.add("stall/ask/" + id, 1, window_) > 1) {
+      // Another waiting rank asks; its report is the same for all.
+      const auto text = store.get("stall/report/" + id, window_ * 2 + std::chrono::seconds(1));
+      const auto space = text.find(' ');
+      culprit_ = std::stoi(text.substr(0, space));
+      report_ = text.substr(space + 1);
+    } else {
+      const auto k = store.add("stall/n", 1, window_);
+      store.set(fmt::format("stall/q/{}", k), fmt::format("{} {}", g_.slot, call_.sequence),
+                window_);
+      std::vector<std::string> keys;
+      for (int wr : g_.members)
+        if (wr != me) keys.push_back(fmt::format("stall/a/{}/{}", k, wr));
+      try {
+        store.wait(keys, window_);
+      } catch (const TimeoutError&) {
+      }
+      const auto present = store.list_keys(fmt::format("stall/a/{}/", k), window_);
+      std::vector<std::string> have;
+      for (const auto& key : present) have.push_back(key);
+      std::vector<std::string> values;
+      if (!have.empty()) values = store.multi_get(have, window_);
+      std::map<int, std::string> answers;
+      for (std::size_t i = 0; i < have.size(); ++i)
+        answers[std::stoi(have[i].substr(have[i].rfind('/') + 1))] = values[i];
+      const auto mine = fingerprint(call_.signature());
+      std::vector<int> waiting;
+      std::vector<std::string> blame;
+      int culprit = -1;
+      for (std::size_t r = 0; r < g_.members.size(); ++r) {
+        const int wr = g_.members[r];
+        const int gr = static_cast<int>(r);
+        if (wr == me) {
+          waiting.push_back(gr);
+          continue;
+        }
+        const auto who = gr == wr ? transport.describe_peer(wr)
+                                  : fmt::format("rank {} ({})", gr, transport.describe_peer(wr));
+        const auto a = answers.find(wr);
+        if (a == answers.end()) {
+          auto proc = store.try_get(fmt::format("stall/proc/{}", wr), window_);
+          auto what = proc ? describe_process(*proc) : std::string();
+          if (what.empty()) what = "it is stopped, frozen, or cannot be reached";
+          blame.push_back(fmt::format("{} does not answer: {}", who, what));
+          if (culprit < 0) culprit = wr;
+          continue;
+        }
+        const auto& text = a->second;
+        const char status = text.empty() ? '?' : text[0];
+        const auto rest = text.size() > 2 ? text.substr(2) : std::string();
+        if (status == 'W') {
+          std::istringstream in(rest);
+          std::uint64_t theirs = 0;
+          in >> std::hex >> theirs;
+          if (theirs == mine) {
+            waiting.push_back(gr);
+          } else {
+            blame.push_back(fmt::format("{} is in {} #{} instead", who,
+                                        describe(decode_fingerprint(theirs), true),
+                                        call_.sequence));
+            if (culprit < 0) culprit = wr;
+          }
+        } else if (status == 'N') {
+          blame.push_back(fmt::format("{} has not reached it: {}", who, rest));
+          if (culprit < 0) culprit = wr;
+        }
+        // 'F': it finished and left; it waits for nobody.
+      }
+      std::string text;
+      if (blame.empty()) {
+        text = fmt::format("{} has waited {} on rank {}; every rank has reached it (ranks {} are "
+                           "waiting): the data of a rank may be slow to come",
+                           call_name, describe_duration(waited), g_.rank,
+                           fmt::join(waiting, ", "));
+      } else {
+        text = fmt::format("{} has waited {}: {}; rank{} {} {} waiting for {}", call_name,
+                           describe_duration(waited), fmt::join(blame, "; "),
+                           waiting.size() == 1 ? "" : "s", fmt::join(waiting, ", "),
+                           waiting.size() == 1 ? "is" : "are", blame.size() == 1 ? "it" : "them");
+      }
+      culprit_ = culprit;
+      report_ = text;
+      store.set("stall/report/" + id, fmt::format("{} {}", culprit, text), window_);
+    }
+    collie::log().warn("rank {}: stalled: {}", g_.rank, report_);
+  } catch (const std::exception& e) {
+    collie::log().warn("rank {}: {} has waited {}; the stall inspector could not ask the other "
+                       "ranks through the store: {}",
+                       g_.rank, call_name, describe_duration(waited), e.what());
+  }
+}
+
+}  // namespace collie

@@ -1,0 +1,119 @@
+// The stall inspector: who a waiting collective waits for, named through
+// the store (docs/failures.md).
+//
+// Every rank keeps its progress on each group it is in (Progress: the call
+// it is in, the last it finished, since when), for a few atomic stores per
+// call. A thread of its own (StallResponder), with a store connection of its
+// own, sleeps in a store wait and answers queries: "where are you on group
+// G's call #S?".
+//
+// A rank whose call has waited for COLLIE_STALL_TIME (default 30 s; or its
+// timeout, if that is shorter) asks (StallCheck): the first of the call's
+// waiting ranks to ask posts one query, collects the answers for a short
+// window, names the culprit and posts the report; the others read it. Each
+// logs it, and a TimeoutError at the call's timeout carries it. A rank that
+// does not answer is looked at through /proc when it is on this host
+// (stopped, or exited), else said not to answer (stopped, frozen or
+// unreachable).
+//
+// Keys, in the job's view of the store:
+//   stall/proc/<world rank>            "<kernel id>\n<pid>\n<host name>"
+//   stall/n                            the number of queries so far
+//   stall/q/<k>                        "<slot> <sequence>"
+//   stall/a/<k>/<world rank>           one rank's answer
+//   stall/ask/<slot>/<sequence>/<round>  a counter: the first to ask
+//   stall/report/<slot>/<sequence>/<round>  "<culprit world rank> <report>"
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <collie/job_config.hpp>
+#include <collie/process_group.hpp>
+
+namespace collie {
+
+struct Call;
+struct World;
+
+// One group's progress on this rank. Written by the thread running the
+// group's calls, read by the responder: each field is consistent on its
+// own, which is all a report needs.
+struct Progress {
+  std::atomic<std::int64_t> current{-1};  // the call running now; -1: none
+  std::atomic<std::uint64_t> current_fingerprint{0};
+  std::atomic<std::int64_t> current_since{0};  // steady clock, ns
+  std::atomic<std::int64_t> finished{-1};      // the last call that ended
+  std::atomic<std::int64_t> finished_at{0};    // steady clock, ns
+  std::atomic<std::int64_t> started_at{0};     // the group's creation, steady clock, ns
+
+  void begin(std::uint64_t sequence, std::uint64_t fingerprint);
+  void end(std::uint64_t sequence);
+};
+
+// What this rank says about call #`sequence` of the group in slot `slot`
+// (see stall.cpp for the format); nullopt when it is not in that group.
+using ProgressLookup = std::function<std::optional<std::string>(std::uint32_t slot,
+                                                                std::uint64_t sequence)>;
+
+// Answers stall queries from a thread of its own. Started at init when the
+// job's store is a TCP store and the stall time is not 0; quietly stops if
+// the store goes away (rank 0 may host it and exit first).
+class StallResponder {
+ public:
+  StallResponder(const JobConfig& config, ProgressLookup lookup);
+  ~StallResponder();
+  StallResponder(const StallResponder&) = delete;
+  StallResponder& operator=(const StallResponder&) = delete;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The stall check of one call on one rank: poll() between wait slices.
+class StallCheck {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StallCheck(ProcessGroup::Impl& g, const Call& call, Clock::time_point started);
+
+  // Inspects when the call has waited long enough (and again every stall
+  // time after); logs the report. Never throws.
+  void poll();
+  // Inspects now unless a report is at most a stall time old (at the timeout).
+  void final_poll();
+
+  // The last report ("" if none), and the world rank it blames (-1: none).
+  const std::string& report() const { return report_; }
+  int culprit() const { return culprit_; }
+
+ private:
+  void inspect(int round);
+
+  ProcessGroup::Impl& g_;
+  const Call& call_;
+  Clock::time_point started_;
+  std::chrono::milliseconds stall_{0};   // 0: off
+  std::chrono::milliseconds window_{0};  // how long answers are awaited
+  int rounds_ = 0;                       // inspections done
+  std::string report_;
+  int culprit_ = -1;
+};
+
+// This rank's answer to a query on call #`sequence` of the group in `slot`
+// (stall.cpp has the format); nullopt when it is not in that group.
+std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::uint64_t sequence);
+
+// A description of this process for stall/proc/<rank> ("<kernel id>\n<pid>\n<host>").
+std::string process_identity();
+
+// What /proc says of a process known by process_identity()'s text, seen
+// from this host: "" when it is not on this kernel (or unreadable).
+std::string describe_process(const std::string& identity);
+
+}  // namespace collie
