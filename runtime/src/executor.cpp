@@ -76,11 +76,12 @@ class Executor {
           if (p != g_.rank && p != mismatched_from_) peers.push_back(p);
       notify(peers, fingerprint_);
       throw;
-    } catch (const ConnectionError&) {
+    } catch (const ConnectionError& e) {
       abandon();
       tell_peers(schedule);
+      blame(e.what());
       throw;
-    } catch (const TimeoutError&) {
+    } catch (const TimeoutError& e) {
       // Its own timeout (or one another rank reported): the peers stop too,
       // told whom this rank waited for.
       abandon();
@@ -92,18 +93,20 @@ class Executor {
               fmt::format("stall/final/{}/{}", g_.slot, call_.sequence),
               fmt::format("{} {} {}", failed_world_rank_, g_.rank, stall_.report()),
               std::chrono::milliseconds(1000));
-        } catch (const std::exception& e) {
-          collie::log().debug("rank {}: saving the stall report: {}", g_.rank, e.what());
+        } catch (const std::exception& saving) {
+          collie::log().debug("rank {}: saving the stall report: {}", g_.rank, saving.what());
         }
       }
       tell_peers(schedule, true);
+      blame(e.what());
       throw;
-    } catch (const device::DeviceError&) {
+    } catch (const device::DeviceError& e) {
       // This rank's device failed: its peers fail too, as for a dead rank.
       abandon();
       failed_world_rank_ = peer(g_.rank);
       failed_reason_ = FailureReason::DeviceError;
       tell_peers(schedule);
+      blame(e.what());
       throw;
     }
   }
@@ -112,6 +115,23 @@ class Executor {
   static constexpr std::size_t kWindow = 4;       // reduce segments received ahead
   static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
   static constexpr std::size_t kStagedRecvs = 8;  // staged receive segments posted or copying back
+
+  // Says in the store whom this rank's failure blames (the first failure
+  // only), for `collie launch`'s summary: "blame/<world rank>" holds
+  // "<blamed world rank> <message>".
+  void blame(const std::string& why) const {
+    if (failed_world_rank_ < 0) return;
+    try {
+      g_.world->job->store().compare_set(
+          fmt::format("blame/{}", peer(g_.rank)), "",
+          fmt::format("{} rank {}: {} #{} on {}: {}", failed_world_rank_, peer(g_.rank),
+                      describe(call_.signature(), false), call_.sequence, g_.name,
+                      why.substr(0, 2000)),
+          std::chrono::milliseconds(1000));
+    } catch (const std::exception& e) {
+      collie::log().debug("rank {}: saying whom the failure blames: {}", g_.rank, e.what());
+    }
+  }
 
   // Tells every peer of the schedule but the failed rank (unless `all`)
   // which rank failed.

@@ -247,6 +247,11 @@ ProcessGroup init(const InitOptions& options) {
                       config.rank, id));
     }
   }
+  // Who this process is, for other ranks' stall reports (stall.hpp): a
+  // rank stopped before its responder spoke is still looked at in /proc.
+  if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
+      config.world_size > 1)
+    store.set(fmt::format("stall/proc/{}", config.rank), process_identity());
   impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
   try {
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));

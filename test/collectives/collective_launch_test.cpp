@@ -190,3 +190,19 @@ TEST_CASE("a rank that times out tells the others whom it waited for",
                           Catch::Contains("rank 2 at 127.0.0.1:"));
   }
 }
+
+TEST_CASE("collie launch's summary names the rank the others blame, not the first to exit",
+          "[collective][launch][stall]") {
+  // Rank 2 stops itself; ranks 0 and 1 time out naming it and exit 1. The
+  // launcher stops rank 2 (SIGTERM, with SIGCONT so that it can act on it).
+  const auto r = launch(3, {kWorker, "stall", "stop"},
+                        {"COLLIE_STALL_TIME=1", "COLLIE_TIMEOUT=4", "COLLIE_LOG_LEVEL=off"});
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("collie launch: rank 2 (node 0) is the one the others blame: "
+                                    "ranks 0, 1 failed losing it or waiting for it"));
+  CHECK_THAT(r.err, Catch::Contains("is stopped (SIGSTOP"));
+  CHECK_THAT(r.err, Catch::Contains("(killed by SIGTERM)   <- blamed by the others"));
+  CHECK_THAT(r.err, Catch::Contains("<- exited first"));
+}

@@ -11,7 +11,8 @@
 //   stall stop|MS        three all_reduces, then rank 2 stops itself
 //                        (SIGSTOP) or is busy for MS ms before the fourth;
 //                        every rank prints "rank R: ok" (the sums checked)
-//                        or "rank R: failed after MS ms: MESSAGE".
+//                        or "rank R: failed after MS ms: MESSAGE" (and
+//                        exits 1).
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -115,7 +116,7 @@ int stall(collie::ProcessGroup& pg, const std::string& mode) {
       std::printf("rank %d: failed after %lld ms: %s\n", pg.rank(), static_cast<long long>(ms),
                   e.what());
       std::fflush(stdout);
-      return 0;
+      return 1;
     }
     const int n = pg.size();
     const float want = static_cast<float>(n * (n - 1) / 2 + n * i);

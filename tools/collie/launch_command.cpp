@@ -6,10 +6,12 @@
 // stops the others, prints which rank failed first and how, and restarts the
 // whole group up to --max-restarts times. With several nodes, the launchers
 // tell each other about failures, restarts and completion through the store.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <poll.h>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
@@ -341,6 +344,9 @@ class Launcher {
       if (r.status) continue;
       r.stopped_by_launcher = true;
       kill(-r.pid, signal_number);
+      // A stopped rank (SIGSTOP, a debugger's stop) handles it only once
+      // it runs again.
+      kill(-r.pid, SIGCONT);
     }
   }
 
@@ -431,6 +437,7 @@ class Launcher {
 
   Outcome run_attempt() {
     first_failure_ = nullptr;
+    blamed_ = -1;
     remote_failure_.clear();
     failure_text_.clear();
     stopping_ = false;
@@ -498,7 +505,13 @@ class Launcher {
                       interrupt_signal_ == SIGINT ? "SIGINT" : "SIGTERM", attempt_ + 1,
                       args_.max_restarts + 1));
     } else if (first_failure_ != nullptr) {
-      say(failure_text_);
+      const auto blamed = blamed_rank();
+      if (!blamed.empty()) {
+        say(blamed);
+        say("(" + failure_text_ + ")");
+      } else {
+        say(failure_text_);
+      }
     } else {
       say(fmt::format("another node failed: {}", remote_failure_));
     }
@@ -506,10 +519,60 @@ class Launcher {
     for (const auto& r : ranks_) {
       std::string how = describe_wait_status(*r.status);
       if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
-      table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how,
-                           &r == first_failure_ ? "   <- failed first" : "");
+      const char* mark = r.rank == blamed_          ? "   <- blamed by the others"
+                         : &r != first_failure_     ? ""
+                         : blamed_ >= 0             ? "   <- exited first"
+                                                    : "   <- failed first";
+      table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how, mark);
     }
     write_all(stderr, table);
+  }
+
+  // The rank the failed ranks blame: each rank's first failed collective
+  // said in the store whom it lost or waited for ("blame/<rank>" in the
+  // run's namespace: "<blamed rank> <message>"). "" when none did.
+  std::string blamed_rank() {
+    try {
+      std::unique_ptr<store::StoreClient> local;
+      store::Store* s = store_.get();
+      if (s == nullptr && server_ != nullptr) {
+        store::ClientOptions options;
+        options.token = token_;
+        options.timeout = 2s;
+        options.connect_timeout = 2s;
+        local = std::make_unique<store::StoreClient>("127.0.0.1",
+                                                     static_cast<std::uint16_t>(port_), options);
+        s = local.get();
+      }
+      if (s == nullptr) return "";
+      const auto prefix = fmt::format("collie/run/{}/blame/", attempt_);
+      const auto keys = s->list_keys(prefix, 2s);
+      if (keys.empty()) return "";
+      const auto values = s->multi_get(keys, 2s);
+      std::map<int, std::vector<std::pair<int, std::string>>> by_blamed;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const int blamer = std::stoi(keys[i].substr(keys[i].rfind('/') + 1));
+        const auto space = values[i].find(' ');
+        const int blamed = std::stoi(values[i].substr(0, space));
+        if (blamed != blamer) by_blamed[blamed].emplace_back(blamer, values[i].substr(space + 1));
+      }
+      if (by_blamed.empty()) return "";
+      const auto most = std::max_element(by_blamed.begin(), by_blamed.end(), [](auto& a, auto& b) {
+        return a.second.size() < b.second.size();
+      });
+      std::vector<int> blamers;
+      for (const auto& [r, text] : most->second)
+        blamers.push_back(r);
+      blamed_ = most->first;
+      return fmt::format(
+          "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
+          "for it; rank {} said: {}",
+          most->first, most->first / args_.nproc, blamers.size() == 1 ? "" : "s",
+          fmt::join(blamers, ", "), most->second.front().first, most->second.front().second);
+    } catch (const std::exception& e) {
+      say(fmt::format("could not read whom the ranks blame: {}", e.what()));
+      return "";
+    }
   }
 
   int finish_success() {
@@ -566,6 +629,7 @@ class Launcher {
   };
   std::vector<Heartbeat> heartbeats_;
   const LocalRank* first_failure_ = nullptr;
+  int blamed_ = -1;  // the rank the failed ranks blame (blamed_rank()); -1: none
   std::string failure_text_;
   std::string remote_failure_;
   int exit_code_ = 0;
