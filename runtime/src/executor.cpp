@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -213,7 +214,7 @@ class Executor {
           e.what(), describe_duration(waited), describe_duration(call_.timeout),
           stall_.report().empty() ? "" : "; the stall inspector found: " + stall_.report()));
     } catch (const ConnectionError&) {
-      explain_lost_connection();
+      explain_lost_connection(with);
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(with);
       throw;
     }
@@ -224,7 +225,12 @@ class Executor {
   // wait here or are on their way (perhaps over a connection still being
   // set up), and they are the news. Look for a moment (the background
   // thread moves data meanwhile); throws the better error if one is found.
-  void explain_lost_connection() {
+  //
+  // A peer that failed in an earlier call (its last messages to this rank
+  // were sent before it failed) told this rank under that call's tag, then
+  // left: its notice waits in the queue, and it is the news, not the
+  // closed connection.
+  void explain_lost_connection(int with) {
     if (explained_) return;
     explained_ = true;
     const auto until = Clock::now() + kMismatchGrace;
@@ -233,6 +239,9 @@ class Executor {
       if (Clock::now() >= until) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    for (const auto& [tag, theirs] : transport_.queued_from(peer(with)))
+      if (tag != tag_ && is_failure_notice(theirs))
+        reported_failure(theirs, with, tag & ((std::uint64_t{1} << 40) - 1));
   }
 
   // Waits for a receive from group rank `from` and checks who sent it. A
@@ -254,7 +263,7 @@ class Executor {
         slice = std::min(slice * 2, std::chrono::milliseconds(500));
       }
     } catch (const ConnectionError&) {
-      explain_lost_connection();
+      explain_lost_connection(from);
       if (failed_world_rank_ < 0) failed_world_rank_ = peer(from);
       throw;
     } catch (const RequestError& e) {  // a size mismatch: the fingerprint says why
@@ -296,8 +305,10 @@ class Executor {
     }
   }
 
-  // Group rank `from` sent a failure notice naming a dead rank.
-  [[noreturn]] void reported_failure(std::uint64_t notice, int from) {
+  // Group rank `from` sent a failure notice naming a dead rank (in the
+  // group's earlier call #`earlier`, if given: it left after it).
+  [[noreturn]] void reported_failure(std::uint64_t notice, int from,
+                                     std::optional<std::uint64_t> earlier = std::nullopt) {
     failed_world_rank_ = failed_rank(notice);
     failed_reason_ = failure_reason(notice);
     if (failed_reason_ == FailureReason::TimedOut) {
@@ -307,7 +318,7 @@ class Executor {
       int gave_up = from;
       try {
         if (auto saved = g_.world->job->store().try_get(
-                fmt::format("stall/final/{}/{}", g_.slot, call_.sequence),
+                fmt::format("stall/final/{}/{}", g_.slot, earlier.value_or(call_.sequence)),
                 std::chrono::milliseconds(1000))) {
           std::istringstream in(*saved);
           int culprit = -1;
@@ -337,6 +348,12 @@ class Executor {
           "which its own error names){}",
           g_.rank, transport_.describe_peer(failed_world_rank_),
           itself ? "" : fmt::format(", as rank {} reported", from)));
+    }
+    if (earlier) {
+      throw ConnectionError(fmt::format(
+          "rank {}: {} failed, as rank {} reported (its connection to it broke during #{} on {}, "
+          "after which rank {} left)",
+          g_.rank, transport_.describe_peer(failed_world_rank_), from, *earlier, g_.name, from));
     }
     throw ConnectionError(fmt::format(
         "rank {}: {} failed during this collective, as rank {} reported (its connection to it "

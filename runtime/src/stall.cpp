@@ -1,12 +1,11 @@
 #include "stall.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include <asio/io_context.hpp>
@@ -33,7 +32,8 @@ std::int64_t now_ns() {
 }
 
 std::chrono::milliseconds since(std::int64_t ns) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(now_ns() - ns));
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::nanoseconds(now_ns() - ns));
 }
 
 std::string read_line(const std::string& path) {
@@ -80,9 +80,10 @@ std::string describe_process(const std::string& identity) {
   std::getline(in, host);
   if (kernel.empty() || pid.empty()) return "";
   if (kernel != kernel_id())
-    return fmt::format("it is on another host ({}): it is stopped, frozen, or the host cannot be "
-                       "reached",
-                       host);
+    return fmt::format(
+        "it is on another host ({}): it is stopped, frozen, or the host cannot be "
+        "reached",
+        host);
   const auto stat = read_line("/proc/" + pid + "/stat");
   const auto paren = stat.rfind(')');
   if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size())
@@ -96,9 +97,10 @@ std::string describe_process(const std::string& identity) {
     case 'X':
       return fmt::format("its process ({} on {}) has exited", pid, host);
     default:
-      return fmt::format("its process ({} on {}) is alive but does not answer (its threads may be "
-                         "blocked, or its store connection lost)",
-                         pid, host);
+      return fmt::format(
+          "its process ({} on {}) is alive but does not answer (its threads may be "
+          "blocked, or its store connection lost)",
+          pid, host);
   }
 }
 
@@ -122,20 +124,19 @@ std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::u
   if (finished >= seq)
     return fmt::format("F it finished it {} ago",
                        describe_duration(since(p.finished_at.load(std::memory_order_relaxed))));
-  std::string text = finished < 0
-                         ? fmt::format("N it has finished no call on {} yet (it made it {} ago)",
-                                       it->second->name,
-                                       describe_duration(since(p.started_at.load())))
-                         : fmt::format("N it last finished #{} {} ago", finished,
-                                       describe_duration(since(p.finished_at.load())));
+  std::string text =
+      finished < 0 ? fmt::format("N it has finished no call on {} yet (it made it {} ago)",
+                                 it->second->name, describe_duration(since(p.started_at.load())))
+                   : fmt::format("N it last finished #{} {} ago", finished,
+                                 describe_duration(since(p.finished_at.load())));
   // Where it is instead: a call on another group, or its own code.
   for (const auto& [other_slot, group] : world.groups) {
     const auto c = group->progress.current.load(std::memory_order_acquire);
     if (c < 0) continue;
-    text += fmt::format(
-        "; it is in {} #{} on {} (for {})",
-        describe(decode_fingerprint(group->progress.current_fingerprint.load()), false), c,
-        group->name, describe_duration(since(group->progress.current_since.load())));
+    text +=
+        fmt::format("; it is in {} #{} on {} (for {})",
+                    describe(decode_fingerprint(group->progress.current_fingerprint.load()), false),
+                    c, group->name, describe_duration(since(group->progress.current_since.load())));
     return text;
   }
   return text + "; it is in no collective call (its program is busy elsewhere)";
@@ -246,8 +247,8 @@ void StallCheck::inspect(int round) {
   auto& transport = g_.transport();
   const auto waited =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
-  const auto call_name = fmt::format("{} #{} on {}", describe(call_.signature(), false),
-                                     call_.sequence, g_.name);
+  const auto call_name =
+      fmt::format("{} #{} on {}", describe(call_.signature(), false), call_.sequence, g_.name);
   const auto id = fmt::format("{}/{}/{}", g_.slot, call_.sequence, round);
   const int me = g_.members[static_cast<std::size_t>(g_.rank)];
   try {
@@ -270,7 +271,8 @@ void StallCheck::inspect(int round) {
       }
       const auto present = store.list_keys(fmt::format("stall/a/{}/", k), window_);
       std::vector<std::string> have;
-      for (const auto& key : present) have.push_back(key);
+      for (const auto& key : present)
+        have.push_back(key);
       std::vector<std::string> values;
       if (!have.empty()) values = store.multi_get(have, window_);
       std::map<int, std::string> answers;
@@ -321,10 +323,10 @@ void StallCheck::inspect(int round) {
       }
       std::string text;
       if (blame.empty()) {
-        text = fmt::format("{} has waited {} on rank {}; every rank has reached it (ranks {} are "
-                           "waiting): the data of a rank may be slow to come",
-                           call_name, describe_duration(waited), g_.rank,
-                           fmt::join(waiting, ", "));
+        text = fmt::format(
+            "{} has waited {} on rank {}; every rank has reached it (ranks {} are "
+            "waiting): the data of a rank may be slow to come",
+            call_name, describe_duration(waited), g_.rank, fmt::join(waiting, ", "));
       } else {
         text = fmt::format("{} has waited {}: {}; rank{} {} {} waiting for {}", call_name,
                            describe_duration(waited), fmt::join(blame, "; "),
@@ -337,9 +339,10 @@ void StallCheck::inspect(int round) {
     }
     collie::log().warn("rank {}: stalled: {}", g_.rank, report_);
   } catch (const std::exception& e) {
-    collie::log().warn("rank {}: {} has waited {}; the stall inspector could not ask the other "
-                       "ranks through the store: {}",
-                       g_.rank, call_name, describe_duration(waited), e.what());
+    collie::log().warn(
+        "rank {}: {} has waited {}; the stall inspector could not ask the other "
+        "ranks through the store: {}",
+        g_.rank, call_name, describe_duration(waited), e.what());
   }
 }
 

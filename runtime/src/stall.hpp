@@ -58,8 +58,8 @@ struct Progress {
 
 // What this rank says about call #`sequence` of the group in slot `slot`
 // (see stall.cpp for the format); nullopt when it is not in that group.
-using ProgressLookup = std::function<std::optional<std::string>(std::uint32_t slot,
-                                                                std::uint64_t sequence)>;
+using ProgressLookup =
+    std::function<std::optional<std::string>(std::uint32_t slot, std::uint64_t sequence)>;
 
 // Answers stall queries from a thread of its own. Started at init when the
 // job's store is a TCP store and the stall time is not 0; quietly stops if

@@ -244,6 +244,9 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     state_ = State::Handshake;
     std::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
+    // A store whose host is lost fails the client within about 6 s
+    // (docs/failures.md), even while it only waits for a reply.
+    set_keep_alive(socket_.native_handle(), 2, 1, 4);
     // Something listens there; it gets until the connect deadline (and at
     // least a second) to answer like a store.
     timer_.expires_at(std::max(connect_deadline_, Clock::now() + kMinHandshakeTime));

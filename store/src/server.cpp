@@ -825,6 +825,8 @@ void ServerCore::admit(tcp::socket socket) {
     }
   }
   socket.set_option(tcp::no_delay(true), ec);
+  // A client whose host is lost frees what it holds within about 20 s.
+  set_keep_alive(socket.native_handle(), 10, 2, 5);
   auto session = std::make_shared<Session>(*this, std::move(socket), address, refusal);
   sessions_.insert(session);
   if (!refusal) {

@@ -8,6 +8,10 @@
 //                        of waiting: MESSAGE" and exit 0.
 //   mismatch             rank 1 calls broadcast where the others call
 //                        all_reduce; ranks that see it print "MismatchError: ...".
+//   loop                 all_reduces of 1 MiB, each checked, until one fails;
+//                        prints "rank R: looping" after the fifth, then
+//                        "rank R: failed after MS ms of waiting: MESSAGE" (and
+//                        exits 1).
 //   stall stop|MS        three all_reduces, then rank 2 stops itself
 //                        (SIGSTOP) or is busy for MS ms before the fourth;
 //                        every rank prints "rank R: ok" (the sums checked)
@@ -92,6 +96,36 @@ int mismatch(collie::ProcessGroup& pg) {
   return 0;
 }
 
+int loop(collie::ProcessGroup& pg) {
+  std::vector<float> v(std::size_t{1} << 18);
+  for (int i = 0;; ++i) {
+    std::fill(v.begin(), v.end(), static_cast<float>(pg.rank() + i % 7));
+    const auto start = Clock::now();
+    try {
+      pg.all_reduce(std::span(v));
+    } catch (const collie::Error& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      std::printf("rank %d: failed after %lld ms of waiting: %s\n", pg.rank(),
+                  static_cast<long long>(ms), e.what());
+      std::fflush(stdout);
+      return 1;
+    }
+    const int n = pg.size();
+    const float want = static_cast<float>(n * (n - 1) / 2 + n * (i % 7));
+    for (float x : v) {
+      if (x != want) {
+        std::printf("rank %d: wrong sum %g, expected %g\n", pg.rank(), double(x), double(want));
+        return 1;
+      }
+    }
+    if (i == 4) {
+      std::printf("rank %d: looping\n", pg.rank());
+      std::fflush(stdout);
+    }
+  }
+}
+
 int stall(collie::ProcessGroup& pg, const std::string& mode) {
   std::vector<float> v(1000);
   for (int i = 0; i < 4; ++i) {
@@ -136,7 +170,7 @@ int stall(collie::ProcessGroup& pg, const std::string& mode) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | stall stop|MS\n");
+    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | loop | stall stop|MS\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -145,6 +179,7 @@ int main(int argc, char** argv) {
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");
     if (scenario == "victim") return victim(pg);
     if (scenario == "mismatch") return mismatch(pg);
+    if (scenario == "loop") return loop(pg);
     if (scenario == "stall" && argc > 2) return stall(pg, argv[2]);
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;

@@ -113,6 +113,11 @@ std::vector<std::pair<int, std::uint64_t>> PeerRouter::queued_fingerprints(Tag t
   return out;
 }
 
+std::vector<std::pair<Tag, std::uint64_t>> PeerRouter::queued_from(int peer) const {
+  if (peer < 0 || peer >= world_size()) return {};
+  return backends_[backend_of_[static_cast<std::size_t>(peer)]]->queued_from(peer);
+}
+
 std::string PeerRouter::describe_peer(int peer) const {
   if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);

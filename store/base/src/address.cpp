@@ -1,5 +1,9 @@
 #include <charconv>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
@@ -37,6 +41,18 @@ std::string join_host_port(std::string_view host, std::uint16_t port) {
 
 bool is_loopback_host(std::string_view host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+}  // namespace collie
+
+namespace collie {
+
+void set_keep_alive(int fd, int idle_s, int interval_s, int count) {
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
 }
 
 }  // namespace collie

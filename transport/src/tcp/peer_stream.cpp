@@ -34,6 +34,32 @@ std::string PeerStream::closed_reason() const {
                      table.describe_peer(rank));
 }
 
+std::string PeerStream::error_reason(int error) const {
+  if (error == EPIPE || error == ECONNRESET) return closed_reason();
+  if (error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH)
+    return fmt::format(
+        "{} cannot be reached: the connection to it timed out ({}; keep-alive probes or data got "
+        "no answer): its host is down, or the network between is cut",
+        table.describe_peer(rank), std::strerror(error));
+  return fmt::format("the connection to {} failed: {}", table.describe_peer(rank),
+                     std::strerror(error));
+}
+
+void PeerStream::check_alive(std::chrono::steady_clock::time_point now) {
+  if (state != PeerState::Ready || !connection.valid()) return;
+  const auto h = tcp_health(fd());
+  if (!h.known || !h.retransmitting) {
+    unacked_since = {};
+    return;
+  }
+  if (unacked_since == std::chrono::steady_clock::time_point{}) unacked_since = now;
+  if (now - unacked_since < kLostAfter || h.since_last_ack < kLostAfter) return;
+  fail(ErrorKind::Connection,
+       fmt::format("{} cannot be reached: data sent to it has gone unacknowledged for {} s "
+                   "(retransmitted): its host is down, or the network between is cut",
+                   table.describe_peer(rank), h.since_last_ack.count() / 1000));
+}
+
 void PeerStream::fail(ErrorKind kind, const std::string& reason) {
   if (state == PeerState::Failed) return;
   const bool affects_work = !sends.empty() || !posted.empty() || current_recv;
@@ -119,11 +145,7 @@ void PeerStream::flush() {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ErrorKind::Connection,
-           errno == EPIPE || errno == ECONNRESET
-               ? closed_reason()
-               : fmt::format("the connection to {} failed: {}", table.describe_peer(rank),
-                             std::strerror(errno)));
+      fail(ErrorKind::Connection, error_reason(errno));
       return;
     }
     const auto written = static_cast<std::size_t>(w);
@@ -336,8 +358,7 @@ void PeerStream::receive() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ErrorKind::Connection, fmt::format("the connection to {} failed: {}",
-                                              table.describe_peer(rank), std::strerror(errno)));
+      fail(ErrorKind::Connection, error_reason(errno));
       return;
     }
     if (static_cast<std::size_t>(n) < asked) {  // drained: parse and stop

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <span>
@@ -70,6 +71,12 @@ struct PeerStream {
   // with `reason`, and so does every later one.
   void fail(ErrorKind kind, const std::string& reason);
 
+  // Fails a Ready stream whose unacknowledged data has been retransmitted,
+  // with no acknowledgement, for kLostAfter (sockets.hpp): its host is gone
+  // or cut off. A stopped peer's kernel still acknowledges, so it stays.
+  // Called about once a second.
+  void check_alive(std::chrono::steady_clock::time_point now);
+
   // (peer, fingerprint) of each message queued under `tag`.
   void queued_fingerprints(Tag tag, std::vector<std::pair<int, std::uint64_t>>& out) const;
 
@@ -81,6 +88,8 @@ struct PeerStream {
   std::string address;    // host:port of its end of an accepted connection
   std::string failure;
   ErrorKind failure_kind = ErrorKind::None;
+  // Since when check_alive() has seen it retransmit without an ack.
+  std::chrono::steady_clock::time_point unacked_since{};
   // Sending.
   std::deque<TcpRequestPtr> sends;
   std::uint64_t send_sequence = 0;
@@ -113,6 +122,8 @@ struct PeerStream {
   // failed doing so (a consumer that threw).
   bool deliver(TcpRequest& r, std::size_t offset, std::span<const std::byte> piece);
   std::string closed_reason() const;
+  // The reason for a failed send or receive, from its errno.
+  std::string error_reason(int error) const;
 };
 
 }  // namespace collie::transport::tcp

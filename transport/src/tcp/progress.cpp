@@ -116,7 +116,15 @@ void Progress::stop() {
 void Progress::background_loop() {
   std::vector<pollfd> fds;
   std::vector<int> who;
+  auto next_check = Clock::now() + 1s;
   while (!stopping_.load()) {
+    // Connections whose host may be gone (sockets.hpp: kLostAfter).
+    if (const auto now = Clock::now(); now >= next_check) {
+      next_check = now + 1s;
+      std::lock_guard lock(table_.mu);
+      for (int rank : table_.connected)
+        table_.peer(rank).check_alive(now);
+    }
     fds.clear();
     who.clear();
     fds.push_back({table_.background_wake.fd(), POLLIN, 0});

@@ -44,9 +44,9 @@ void tune(asio::ip::tcp::socket& socket) {
   std::error_code ignored;
   socket.set_option(asio::ip::tcp::no_delay(true), ignored);
   socket.set_option(asio::socket_base::keep_alive(true), ignored);
-  socket.set_option(TcpOption<TCP_KEEPIDLE>(30), ignored);
-  socket.set_option(TcpOption<TCP_KEEPINTVL>(5), ignored);
-  socket.set_option(TcpOption<TCP_KEEPCNT>(3), ignored);
+  socket.set_option(TcpOption<TCP_KEEPIDLE>(kKeepIdleS), ignored);
+  socket.set_option(TcpOption<TCP_KEEPINTVL>(kKeepIntervalS), ignored);
+  socket.set_option(TcpOption<TCP_KEEPCNT>(kKeepCount), ignored);
   set_close_on_exec(socket.native_handle());
   socket.non_blocking(true, ignored);
 }
@@ -67,6 +67,17 @@ Descriptor release(asio::ip::tcp::socket& socket) {
   std::error_code ec;
   const int fd = socket.release(ec);
   return Descriptor(ec ? -1 : fd);
+}
+
+TcpHealth tcp_health(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  TcpHealth h;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return h;
+  h.known = true;
+  h.retransmitting = info.tcpi_unacked > 0 && info.tcpi_retransmits > 0;
+  h.since_last_ack = std::chrono::milliseconds(info.tcpi_last_ack_recv);
+  return h;
 }
 
 void set_close_on_exec(int fd) {

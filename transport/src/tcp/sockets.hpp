@@ -2,6 +2,7 @@
 // and what it becomes after it: a plain descriptor for the data path.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -37,12 +38,33 @@ class Descriptor {
 // socket is closed afterwards. Settings made with tune() stay.
 Descriptor release(asio::ip::tcp::socket& socket);
 
-// The settings of docs/transport.md: TCP_NODELAY, keep-alive probes (30 s
-// idle, 3 probes 5 s apart), close-on-exec, non-blocking. Asio opens
+// How a lost host is noticed (docs/failures.md): an idle connection sends
+// keep-alive probes after kKeepIdleS seconds, kKeepCount of them
+// kKeepIntervalS apart, and fails when none is answered (about 6 s); a
+// connection with data unacknowledged and retransmitting for kLostAfter is
+// failed by the transport (PeerStream::check_alive). TCP_USER_TIMEOUT is not
+// used: since Linux 5.11 it also drops a connection whose receiver keeps a
+// zero window that long, so a rank stopped in a debugger would lose its
+// connections while its peers send to it.
+inline constexpr int kKeepIdleS = 2;
+inline constexpr int kKeepIntervalS = 1;
+inline constexpr int kKeepCount = 4;
+inline constexpr std::chrono::seconds kLostAfter{5};
+
+// The settings of docs/transport.md: TCP_NODELAY, keep-alive probes (above),
+// close-on-exec, non-blocking. Asio opens
 // sockets without close-on-exec, so it is set here, right after: a child
 // process a rank starts must not hold a peer's connection open (a dead
 // rank's end-of-stream would never come).
 void tune(asio::ip::tcp::socket& socket);
+
+// What TCP_INFO says of a connection, for check_alive().
+struct TcpHealth {
+  bool known = false;             // getsockopt worked
+  bool retransmitting = false;    // unacknowledged data is being sent again
+  std::chrono::milliseconds since_last_ack{0};
+};
+TcpHealth tcp_health(int fd);
 
 // Sets close-on-exec on a descriptor Asio opened (it sets none itself).
 void set_close_on_exec(int fd);

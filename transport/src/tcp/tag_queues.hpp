@@ -55,6 +55,14 @@ class TagQueues {
   }
 
   // `tag`'s queue (null if it has none).
+  // Calls f(tag, item) for every item.
+  template <class F>
+  void for_each(F f) const {
+    for (const auto& [tag, queue] : map_)
+      for (const auto& item : queue)
+        f(tag, item);
+  }
+
   const std::deque<T>* find(Tag tag) const {
     auto it = map_.find(tag);
     return it == map_.end() ? nullptr : &it->second;

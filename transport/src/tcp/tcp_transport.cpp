@@ -352,6 +352,15 @@ std::vector<std::pair<int, std::uint64_t>> TcpTransport::queued_fingerprints(Tag
   return out;
 }
 
+std::vector<std::pair<Tag, std::uint64_t>> TcpTransport::queued_from(int peer) const {
+  std::lock_guard lock(impl_->table.mu);
+  std::vector<std::pair<Tag, std::uint64_t>> out;
+  if (peer < 0 || peer >= impl_->options.world_size) return out;
+  impl_->table.peer(peer).unexpected.for_each(
+      [&](Tag tag, const auto& u) { out.emplace_back(tag, u->fingerprint); });
+  return out;
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   std::lock_guard lock(impl_->table.mu);
   if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);

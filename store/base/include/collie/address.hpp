@@ -28,6 +28,11 @@ std::string join_host_port(std::string_view host, std::uint16_t port);
 // "::1", 127.x.x.x. (A name is not resolved.)
 bool is_loopback_host(std::string_view host);
 
+// Turns on TCP keep-alive on a connected socket: probes after `idle_s`
+// seconds without traffic, `count` of them `interval_s` apart; the
+// connection fails (ETIMEDOUT) when none is answered. Best effort.
+void set_keep_alive(int fd, int idle_s, int interval_s, int count);
+
 // The same for a socket endpoint (anything with address().to_string() and
 // port(), such as Asio's): "10.0.0.4:41234".
 template <class Endpoint>

@@ -159,6 +159,11 @@ class Transport {
   // a message under the right tag from a peer it did not expect one from.
   virtual std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const = 0;
 
+  // (tag, fingerprint) of every message from `peer` that arrived before its
+  // receive, under any tag: a peer that left after an earlier call failed
+  // may have said why there (a failure notice).
+  virtual std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const = 0;
+
   // "rank 3 at 10.0.0.4:41234", for messages.
   virtual std::string describe_peer(int peer) const = 0;
 
