@@ -3,12 +3,13 @@
 # already there. Called by tools/bench.sh and tools/test.sh; safe to re-run.
 #   tools/setup.sh          build dependencies
 #   tools/setup.sh --test   plus what the tests need (clang + libFuzzer, chromium for the
-#                           explain page's browser test)
+#                           explain page's browser test, iproute2 for the multi-host tests in
+#                           network namespaces, Slurm's daemons and srun for the Slurm test)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev catch2)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang libclang-rt-14-dev chromium)
+  packages+=(clang libclang-rt-14-dev chromium iproute2 slurmd slurmctld slurm-client)
 fi
 
 missing=()

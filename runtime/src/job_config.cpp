@@ -81,6 +81,40 @@ std::string first_host_of_nodelist(std::string_view nodelist) {
 namespace {
 
 // "262144", "256K", "256KiB", "1M", "1MiB"
+// COLLIE_PORT_RANGE: "LOW-HIGH" (default 20000-29999, below Linux's
+// ephemeral ports).
+std::pair<int, int> parse_port_range(const std::optional<std::string>& text) {
+  if (!text) return {20000, 29999};
+  const auto dash = text->find('-');
+  int low = 0, high = 0;
+  try {
+    if (dash == std::string::npos) throw std::invalid_argument("no dash");
+    std::size_t used = 0;
+    low = std::stoi(text->substr(0, dash), &used);
+    if (used != dash) throw std::invalid_argument("low");
+    const auto rest = text->substr(dash + 1);
+    high = std::stoi(rest, &used);
+    if (used != rest.size()) throw std::invalid_argument("high");
+  } catch (const std::exception&) {
+    low = high = -1;
+  }
+  if (low < 1 || high > 65535 || low > high)
+    throw Error(fmt::format(
+        "collie::init: COLLIE_PORT_RANGE='{}' is not a range of ports like 20000-29999", *text));
+  return {low, high};
+}
+
+// A port in [low, high] from a job's id: FNV-1a of the text, so every rank
+// of the job computes the same one.
+int derived_port(const std::string& id, int low, int high) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : id) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return low + static_cast<int>(h % static_cast<std::uint64_t>(high - low + 1));
+}
+
 std::size_t parse_bytes(const std::string& text, const char* name) {
   std::size_t used = 0;
   unsigned long long value = 0;
@@ -184,15 +218,55 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
 
   if (config.method == JobConfig::Method::Env) {
     auto addr = lookup("MASTER_ADDR");
-    if (!addr && source != nullptr && std::string_view(source->name) == "Slurm") {
-      if (auto nodelist = lookup("SLURM_JOB_NODELIST")) addr = first_host_of_nodelist(*nodelist);
+    auto port = lookup("MASTER_PORT");
+    const std::string_view scheduler = source != nullptr ? source->name : "";
+    // Under srun or mpirun, without MASTER_ADDR: rank 0's node (loopback
+    // when every rank is on one node), and a port from the job's id.
+    if (!addr && scheduler == "Slurm") {
+      const auto nodes = lookup("SLURM_STEP_NUM_NODES").value_or(
+          lookup("SLURM_NNODES").value_or(lookup("SLURM_JOB_NUM_NODES").value_or("")));
+      const auto nodelist =
+          lookup("SLURM_STEP_NODELIST").value_or(lookup("SLURM_JOB_NODELIST").value_or(""));
+      if (nodes == "1")
+        addr = "127.0.0.1";
+      else if (!nodelist.empty())
+        addr = first_host_of_nodelist(nodelist);
     }
-    const auto port = lookup("MASTER_PORT");
+    if (!addr && scheduler == "Open MPI") {
+      const auto local = lookup("OMPI_COMM_WORLD_LOCAL_SIZE");
+      if (local && *local == std::to_string(config.world_size)) addr = "127.0.0.1";
+    }
+    if (!port && (scheduler == "Slurm" || scheduler == "Open MPI")) {
+      std::optional<std::string> id;
+      if (scheduler == "Slurm") {
+        if (auto job = lookup("SLURM_JOB_ID").value_or(lookup("SLURM_JOBID").value_or(""));
+            !job.empty())
+          id = "slurm " + job + " " + lookup("SLURM_STEP_ID").value_or("0");
+      } else {
+        if (auto job = lookup("OMPI_MCA_ess_base_jobid").value_or(
+                lookup("PMIX_NAMESPACE").value_or(lookup("PMIX_ID").value_or("")));
+            !job.empty())
+          id = "ompi " + job;
+      }
+      if (id) {
+        const auto [low, high] = parse_port_range(lookup("COLLIE_PORT_RANGE"));
+        const auto p = derived_port(*id, low, high);
+        config.port_source = fmt::format(
+            "derived from the {} job's id ({}) in COLLIE_PORT_RANGE {}-{}; set MASTER_PORT to "
+            "choose another",
+            scheduler, id->substr(id->find(' ') + 1), low, high);
+        port = std::to_string(p);
+      }
+    }
     if (!addr || !port) {
+      const bool multi_node_mpi = !addr && scheduler == "Open MPI";
       throw Error(fmt::format(
           "collie::init: env:// needs the store's address: set {}{}{} (torchrun and collie launch "
-          "set both), or use tcp://HOST:PORT",
-          addr ? "" : "MASTER_ADDR", !addr && !port ? " and " : "", port ? "" : "MASTER_PORT"));
+          "set both), or use tcp://HOST:PORT{}",
+          addr ? "" : "MASTER_ADDR", !addr && !port ? " and " : "", port ? "" : "MASTER_PORT",
+          multi_node_mpi ? "; mpirun across nodes: pass rank 0's node, e.g. mpirun -x "
+                           "MASTER_ADDR=node01"
+                         : ""));
     }
     config.master_addr = *addr;
     config.master_port = parse_port(*port, "MASTER_PORT");

@@ -36,9 +36,11 @@ JobStore::JobStore(const JobConfig& config) {
         server_ = std::make_unique<store::StoreServer>(options);
       } catch (const Error& e) {
         throw Error(
-            fmt::format("rank 0 hosts the job's store on MASTER_PORT={} but cannot: {} "
+            fmt::format("rank 0 hosts the job's store on MASTER_PORT={}{} but cannot: {} "
                         "(is another job using that port?)",
-                        config.master_port, e.what()));
+                        config.master_port,
+                        config.port_source.empty() ? "" : " (" + config.port_source + ")",
+                        e.what()));
       }
       host = "127.0.0.1";  // this process's own server
     }

@@ -68,6 +68,62 @@ TEST_CASE("env:// falls back to Slurm, with the master from the node list", "[in
   CHECK(c.master_addr == "head");
 }
 
+TEST_CASE("under srun or mpirun without MASTER_*, the address and a port come from the job",
+          "[init]") {
+  // One node: loopback; a port from the job and step ids, alike on every rank.
+  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "0"},
+                                           {"SLURM_NTASKS", "4"},
+                                           {"SLURM_JOB_ID", "4242"},
+                                           {"SLURM_STEP_ID", "0"},
+                                           {"SLURM_STEP_NUM_NODES", "1"},
+                                           {"SLURM_JOB_NODELIST", "node7"}};
+  auto c = resolve(slurm);
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port >= 20000);
+  CHECK(c.master_port <= 29999);
+  CHECK_THAT(c.port_source, Catch::Contains("Slurm job's id (4242 0)") &&
+                                Catch::Contains("COLLIE_PORT_RANGE 20000-29999"));
+  const auto port = c.master_port;
+  slurm["SLURM_PROCID"] = "3";
+  CHECK(resolve(slurm).master_port == port);
+  // Another step of the job (srun after srun, or beside it): another port.
+  slurm["SLURM_STEP_ID"] = "1";
+  CHECK(resolve(slurm).master_port != port);
+  // Another job, likewise; a range of one port is that port.
+  slurm["SLURM_JOB_ID"] = "4243";
+  CHECK(resolve(slurm).master_port != port);
+  slurm["COLLIE_PORT_RANGE"] = "31000-31000";
+  CHECK(resolve(slurm).master_port == 31000);
+  for (const char* bad : {"31000", "2-1", "0-5", "1-70000", "a-b", "1-2x"}) {
+    slurm["COLLIE_PORT_RANGE"] = bad;
+    CHECK_THROWS_WITH(resolve(slurm), Catch::Contains("COLLIE_PORT_RANGE='" + std::string(bad) +
+                                                      "' is not a range of ports"));
+  }
+  slurm.erase("COLLIE_PORT_RANGE");
+  // Several nodes: the step's first node; MASTER_PORT wins over the job id.
+  slurm["SLURM_STEP_NUM_NODES"] = "2";
+  slurm["SLURM_STEP_NODELIST"] = "node[3-4]";
+  slurm["MASTER_PORT"] = "4000";
+  c = resolve(slurm);
+  CHECK(c.master_addr == "node3");
+  CHECK(c.master_port == 4000);
+  CHECK(c.port_source.empty());
+
+  // mpirun on one node (every rank local).
+  std::map<std::string, std::string> ompi{{"OMPI_COMM_WORLD_RANK", "1"},
+                                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                          {"OMPI_MCA_ess_base_jobid", "1926365185"}};
+  c = resolve(ompi);
+  CHECK(c.master_addr == "127.0.0.1");
+  CHECK(c.master_port >= 20000);
+  CHECK(c.master_port <= 29999);
+  // Across nodes it needs rank 0's node, and says how to pass it.
+  ompi["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  CHECK_THROWS_WITH(resolve(ompi), Catch::Contains("set MASTER_ADDR (") &&
+                                       Catch::Contains("mpirun -x MASTER_ADDR="));
+}
+
 TEST_CASE("env:// falls back to Open MPI", "[init]") {
   const auto c = resolve({{"OMPI_COMM_WORLD_RANK", "2"},
                           {"OMPI_COMM_WORLD_SIZE", "3"},

@@ -9,9 +9,14 @@
 //   env://              (default) MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
 //                       LOCAL_RANK, as torchrun and `collie launch` set them;
 //                       else Slurm's SLURM_PROCID, SLURM_NTASKS,
-//                       SLURM_LOCALID (MASTER_ADDR defaulting to the first
-//                       host of SLURM_JOB_NODELIST); else Open MPI's
-//                       OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK.
+//                       SLURM_LOCALID; else Open MPI's
+//                       OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK. Under
+//                       srun or mpirun, MASTER_ADDR defaults to 127.0.0.1
+//                       when every rank is on one node, else (Slurm) to the
+//                       first host of SLURM_STEP_NODELIST; MASTER_PORT to a
+//                       port derived from the job's id (and Slurm's step
+//                       id) in COLLIE_PORT_RANGE (default 20000-29999):
+//                       docs/slurm.md.
 //   tcp://HOST:PORT     the store's address; rank and world size from the
 //                       options or the environment as above.
 //   file:///PATH        a file-based store on a shared file system; rank and
@@ -73,6 +78,9 @@ struct JobConfig {
   int local_rank = 0;
   std::string master_addr;        // env:// and tcp://
   std::uint16_t master_port = 0;  // env:// and tcp://
+  // Where the port came from when collie chose it (under srun or mpirun
+  // without MASTER_PORT), for messages; empty when it was given.
+  std::string port_source;
   std::string file_path;          // file://
   bool store_hosted_by_launcher = false;
   int restart_count = 0;

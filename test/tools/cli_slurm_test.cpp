@@ -1,0 +1,196 @@
+// Under a real Slurm: slurmctld and slurmd (Debian's slurm-wlm, installed
+// by tools/setup.sh --test) for one node, on free ports, with a generated
+// configuration (no munge: auth/none), started by the test and stopped after
+// it. srun sets no MASTER_ADDR or MASTER_PORT: collie finds both itself
+// (docs/slurm.md). Skips, saying why, without the daemons or without root.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <netinet/in.h>
+#include <regex>
+#include <sstream>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "support/eventually.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kCollie = COLLIE_CLI_PATH;
+const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
+
+std::string find_program(const std::string& name) {
+  for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin"}) {
+    const auto path = std::string(dir) + "/" + name;
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// slurmctld serves only where SlurmctldHost names this host.
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// A port nobody listens on now (bound to 0, then let go).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  const int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// One node's Slurm, for the test's life.
+class SingleNodeSlurm {
+ public:
+  SingleNodeSlurm() {
+    const auto ctld = find_program("slurmctld"), slurmd = find_program("slurmd");
+    srun_ = find_program("srun");
+    sinfo_ = find_program("sinfo");
+    if (ctld.empty() || slurmd.empty() || srun_.empty() || sinfo_.empty()) {
+      why_ = "Slurm is not installed (tools/setup.sh --test installs slurm-wlm's daemons)";
+      return;
+    }
+    if (::geteuid() != 0) {
+      why_ = "slurmd runs jobs as root here; the test is not root";
+      return;
+    }
+    for (const char* d : {"state", "spool"})
+      std::filesystem::create_directories(dir_.path() / d);
+    conf_ = dir_.file("slurm.conf");
+    const auto at = [&](const char* name) { return dir_.file(name); };
+    std::ofstream(conf_) << "ClusterName=collietest\n"
+                         << "SlurmctldHost=" << host_name() << "(127.0.0.1)\n"
+                         << "SlurmctldPort=" << free_port() << "\n"
+                         << "SlurmdPort=" << free_port() << "\n"
+                         << "AuthType=auth/none\nCredType=cred/none\n"
+                         << "SlurmUser=root\nSlurmdUser=root\n"
+                         << "StateSaveLocation=" << at("state") << "\n"
+                         << "SlurmdSpoolDir=" << at("spool") << "\n"
+                         << "SlurmctldPidFile=" << at("slurmctld.pid") << "\n"
+                         << "SlurmdPidFile=" << at("slurmd.pid") << "\n"
+                         << "SlurmctldLogFile=" << at("slurmctld.log") << "\n"
+                         << "SlurmdLogFile=" << at("slurmd.log") << "\n"
+                         << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                         << "SchedulerType=sched/builtin\nSelectType=select/linear\n"
+                         << "MpiDefault=none\nReturnToService=2\n"
+                         << "SlurmdParameters=config_overrides\n"
+                         << "JobCompType=jobcomp/none\n"
+                         << "AccountingStorageType=accounting_storage/none\n"
+                         << "NodeName=collie-node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
+                         << "PartitionName=test Nodes=collie-node Default=YES MaxTime=INFINITE "
+                            "State=UP OverSubscribe=YES\n";
+    env_ = {"SLURM_CONF=" + conf_};
+    ctld_ = std::make_unique<Subprocess>(std::vector<std::string>{ctld, "-D", "-f", conf_}, env_);
+    slurmd_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{slurmd, "-D", "-N", "collie-node", "-f", conf_}, env_);
+    const bool idle = collie::test::eventually(
+        [&] {
+          const auto r = collie::test::run({sinfo_, "-h", "-o", "%T"}, env_, {}, 10s);
+          return r.exit_code == 0 && r.out.find("idle") != std::string::npos;
+        },
+        60s);
+    if (!idle) {
+      broken_ = true;
+      why_ = "slurmctld and slurmd did not come up; slurmd's log:\n" + read(at("slurmd.log")) +
+             "\nslurmctld's log:\n" + read(at("slurmctld.log"));
+      return;
+    }
+    ok_ = true;
+  }
+
+  ~SingleNodeSlurm() {
+    for (auto* p : {slurmd_.get(), ctld_.get()}) {
+      if (p == nullptr) continue;
+      p->signal(SIGTERM);
+      p->wait(20s);
+    }
+  }
+
+  bool ok() const { return ok_; }
+  // Installed, but did not come up: a failure, not a skip.
+  bool broken() const { return broken_; }
+  const std::string& why() const { return why_; }
+
+  collie::test::RunResult srun(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{srun_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return collie::test::run(argv, env_, {}, 240s);
+  }
+
+ private:
+  static std::string read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  collie::test::ScratchDir dir_;
+  std::string conf_, srun_, sinfo_;
+  std::vector<std::string> env_;
+  std::unique_ptr<Subprocess> ctld_, slurmd_;
+  bool ok_ = false;
+  bool broken_ = false;
+  std::string why_;
+};
+
+}  // namespace
+
+TEST_CASE("under srun, collie runs with no variable set by hand, and names a killed task",
+          "[slurm]") {
+  SingleNodeSlurm slurm;
+  if (slurm.broken()) FAIL(slurm.why());
+  if (!slurm.ok()) {
+    WARN("skipped: " << slurm.why());
+    return;
+  }
+  // No MASTER_ADDR or MASTER_PORT here or in srun's environment.
+  REQUIRE(std::getenv("MASTER_PORT") == nullptr);
+  {
+    const auto r = slurm.srun({"-n", "4", kCollie, "bench", "all_reduce", "-b", "8", "-e", "1M"});
+    INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.exit_code == 0);
+    // 8 B to 1 MiB: 18 rows, each with 0 wrong out of place and in place.
+    const std::regex row(
+        R"(^\s+(\d+)\s+\d+\s+float32\s+sum\s.*\s(\d+)\s+\S+\s+\S+\s+\S+\s+(\d+)\s*$)");
+    int rows = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (!std::regex_match(line, m, row)) continue;
+      ++rows;
+      INFO(line);
+      CHECK(m[2] == "0");
+      CHECK(m[3] == "0");
+    }
+    CHECK(rows == 18);
+    CHECK_THAT(r.out, Catch::Contains("# Out of bounds values : 0 OK"));
+  }
+  {
+    // Task 2 kills itself mid-collective: srun fails, and the others name it.
+    const auto r = slurm.srun({"-n", "4", kWorker, "victim"});
+    INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.out, Catch::Contains("rank 2: dying"));
+    for (int rank : {0, 1, 3})
+      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": failed after ") &&
+                            Catch::Contains("rank 2 at 127.0.0.1:"));
+  }
+}
