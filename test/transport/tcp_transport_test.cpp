@@ -728,3 +728,47 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
   // simultaneous connect) still closing. It is checked like the others.
   CHECK(found >= 4);
 }
+
+TEST_CASE("mesh: a receive that times out half-way drops the rest, and the peer stays", "[mesh]") {
+  Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
+  namespace wire = collie::transport::tcp::wire;
+  const std::string address = c[0].address();
+  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  // Rank 1, by hand: 100 bytes of a 1000-byte message, then nothing.
+  collie::test::RawConnection raw(port);
+  const auto answer =
+      collie::test::send_mesh_hello(raw, c[0].options().group_id, 1, 0, 2, "secret", 5s);
+  REQUIRE(answer);
+  REQUIRE(answer->verdict == wire::Verdict::Accepted);
+  auto message = [](std::uint64_t tag, std::uint64_t sequence, const std::vector<std::uint8_t>& v,
+                    std::size_t from, std::size_t to) {
+    const std::size_t header = from == 0 ? wire::kHeaderBytes : 0;
+    std::vector<std::uint8_t> out(header + (to - from));
+    if (header > 0) wire::encode(wire::Header{tag, sequence, v.size(), 0}, out.data());
+    for (std::size_t i = from; i < to; ++i)
+      out[header + i - from] = v[i];
+    return out;
+  };
+  const auto big = pattern(1000, 1, 5);
+  raw.send(message(5, 0, big, 0, 100));
+  std::vector<std::uint8_t> in(1000, 0xEE);
+  auto r = c[0].irecv(1, 5, in.data(), in.size());
+  std::string error;
+  try {
+    // Until the 100 bytes are in, then past the timeout.
+    while (c[0].transferred(r) < 100)
+      c[0].wait_some(r, 10ms);
+    c[0].wait(r, 100ms);
+  } catch (const collie::TimeoutError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("100 of 1000 bytes received"));
+  // The rest of the message comes and is dropped; the next one is whole,
+  // and the peer was not cut off.
+  raw.send(message(5, 0, big, 100, 1000));
+  const auto next = pattern(8, 1, 6);
+  raw.send(message(6, 1, next, 0, 8));
+  CHECK(recv(c[0], 1, 6, 8) == next);
+  CHECK(std::all_of(in.begin() + 100, in.end(), [](std::uint8_t b) { return b == 0xEE; }));
+  CHECK_FALSE(raw.closed_by_peer(200ms));
+}

@@ -206,7 +206,13 @@ bool PeerStream::withdraw(const TcpRequestPtr& r) {
     std::erase(sends, r);
     return true;
   }
-  if (current_recv == r) return false;
+  if (current_recv == r) {
+    // Half-way through its message: the rest is read and dropped, so the
+    // stream stays in step and the peer is not cut off (it may be alive and
+    // well: a mismatch or a timeout here is no reason to drop its link).
+    current_recv.reset();
+    return true;
+  }
   posted.erase(r->tag, r);
   return true;
 }

@@ -57,8 +57,9 @@ struct PeerStream {
   void send_to_self(TcpRequest& r);
   // Matches a receive with a queued message, or posts it.
   void post_recv(TcpRequestPtr r);
-  // Removes a request that has moved no byte yet (a wait that timed out);
-  // false if it is under way (or finished).
+  // Removes a request (a wait that timed out): one that has moved no byte
+  // yet, or a receive half-way (the rest of its message is dropped); false
+  // for a send under way (or a finished request).
   bool withdraw(const TcpRequestPtr& r);
 
   // Writes what the kernel takes; reads what the socket has.

@@ -153,11 +153,11 @@ struct TcpTransport::Impl {
           plural_bytes(table.pool.limit()));
     const bool untouched = p.withdraw(std::static_pointer_cast<TcpRequest>(request));
     table.fail(r, ErrorKind::Timeout, why);
-    if (!untouched) {
+    if (!untouched) {  // a send half-way (a receive's rest is dropped)
       p.fail(ErrorKind::Connection,
-             fmt::format("the connection to {} was closed after a {} timed out half-way "
+             fmt::format("the connection to {} was closed after a send timed out half-way "
                          "through a message",
-                         table.describe_peer(r.peer()), r.is_send ? "send" : "recv"));
+                         table.describe_peer(r.peer())));
     }
   }
 };

@@ -38,8 +38,9 @@
 // arrived complete before can still be received. A wait past its timeout
 // throws TimeoutError naming the operation, the peer, the time and the
 // bytes; a request that had not started is withdrawn (the pair stays
-// usable), one half-way through a message fails the peer (a byte stream
-// cannot resume).
+// usable), and so is a receive half-way through its message (the rest of
+// the message is dropped as it comes); a send half-way through a message
+// fails the peer (a byte stream cannot resume).
 //
 // Thread safety. Every method may be called from any thread at once. Waits
 // by several threads on different requests progress together.
