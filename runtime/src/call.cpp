@@ -87,6 +87,8 @@ FailureReason failure_reason(std::uint64_t notice) {
       return FailureReason::DeviceError;
     case static_cast<std::uint64_t>(FailureReason::TimedOut):
       return FailureReason::TimedOut;
+    case static_cast<std::uint64_t>(FailureReason::Interrupted):
+      return FailureReason::Interrupted;
     default:  // a reason this version does not know reads as a lost connection
       return FailureReason::ConnectionLost;
   }

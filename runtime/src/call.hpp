@@ -62,6 +62,7 @@ enum class FailureReason : std::uint8_t {
   ConnectionLost = 0,  // the rank named died or its connection broke
   DeviceError = 1,     // the rank named failed on its own device
   TimedOut = 2,        // the sender timed out waiting for the rank named (itself: for nobody known)
+  Interrupted = 3,     // the rank named was asked to stop (a signal: interrupt.hpp)
 };
 std::uint64_t failure_notice(int world_rank, FailureReason reason = FailureReason::ConnectionLost);
 FailureReason failure_reason(std::uint64_t notice);

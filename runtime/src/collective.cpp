@@ -84,6 +84,8 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call, device::Engine* en
     throw;
   } catch (const TimeoutError& e) {
     throw named(e);
+  } catch (const InterruptedError& e) {
+    throw named(e);
   } catch (const ProtocolError& e) {
     throw named(e);
   } catch (const ConnectionError& e) {

@@ -10,6 +10,7 @@
 
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
 #include "stall.hpp"
@@ -100,6 +101,13 @@ class Executor {
       }
       tell_peers(schedule, true);
       blame(e.what());
+      throw;
+    } catch (const InterruptedError&) {
+      // This rank was asked to stop: its peers hear why it leaves.
+      abandon();
+      failed_world_rank_ = peer(g_.rank);
+      failed_reason_ = FailureReason::Interrupted;
+      tell_peers(schedule);
       throw;
     } catch (const device::DeviceError& e) {
       // This rank's device failed: its peers fail too, as for a dead rank.
@@ -196,8 +204,9 @@ class Executor {
     try {
       auto slice = std::chrono::milliseconds(20);
       while (!transport_.wait_some(r, std::min(slice, remaining()))) {
-        if (remaining().count() == 0) {
-          transport_.wait(r, std::chrono::milliseconds(0));  // throws the TimeoutError
+        if (remaining().count() == 0 || waits_interrupted() != 0) {
+          // Throws the TimeoutError (or InterruptedError).
+          transport_.wait(r, std::chrono::milliseconds(0));
           return;
         }
         stall_.poll();
@@ -255,8 +264,8 @@ class Executor {
       auto slice = std::chrono::milliseconds(20);
       while (!transport_.wait_some(r, std::min(slice, remaining()))) {
         check_queued();
-        if (remaining().count() == 0) {
-          wait(r, from);  // throws the TimeoutError
+        if (remaining().count() == 0 || waits_interrupted() != 0) {
+          wait(r, from);  // throws the TimeoutError (or InterruptedError)
           break;
         }
         stall_.poll();
@@ -339,6 +348,15 @@ class Executor {
           "rank {}: rank {} gave up on this collective at its timeout{}{}{}", g_.rank, gave_up,
           waited_for, gave_up == from ? "" : fmt::format(" (as rank {} reported)", from),
           report.empty() ? "" : "; the stall inspector found: " + report));
+    }
+    if (failed_reason_ == FailureReason::Interrupted) {
+      const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
+      const bool itself = who != g_.members.end() && who - g_.members.begin() == from;
+      throw ConnectionError(fmt::format(
+          "rank {}: {} was asked to stop (a signal: SIGTERM or the like) during this "
+          "collective{}",
+          g_.rank, transport_.describe_peer(failed_world_rank_),
+          itself ? "" : fmt::format(", as rank {} reported", from)));
     }
     if (failed_reason_ == FailureReason::DeviceError) {
       const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
@@ -760,7 +778,7 @@ class Executor {
       if (transport_.wait_any(watch, std::min(slice, remaining())) < 0) {
         check_queued();
         stall_.poll();
-        if (remaining().count() == 0) {
+        if (remaining().count() == 0 || waits_interrupted() != 0) {
           if (recv_handled < recv_next)
             wait_recv(watch.front(), first_peer);  // throws the TimeoutError
           wait(watch.front(), first_peer);

@@ -6,6 +6,7 @@
 #include <collie/address.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>
 #include <collie/process_group.hpp>
@@ -204,6 +205,8 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
 // ---- init ----
 
 ProcessGroup init(const InitOptions& options) {
+  // A SIGTERM handler the program has ends collie's waits first (interrupt.hpp).
+  chain_sigterm_handler();
   auto impl = std::make_shared<World>();
   impl->config = resolve_job_config(options);
   const auto& config = impl->config;

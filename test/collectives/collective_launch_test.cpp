@@ -103,13 +103,14 @@ std::vector<std::unique_ptr<Subprocess>> stall_ranks(
     const std::function<std::vector<std::string>(int)>& env_of) {
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int rank = 0; rank < 3; ++rank) {
-    std::vector<std::string> env{"MASTER_ADDR=127.0.0.1",
-                                 "MASTER_PORT=" + std::to_string(store.server.port()),
-                                 "WORLD_SIZE=3", "RANK=" + std::to_string(rank),
-                                 "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=warn"};
-    for (auto& e : env_of(rank)) env.push_back(e);
-    ranks.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{kWorker, "stall", mode}, env));
+    std::vector<std::string> env{
+        "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(store.server.port()),
+        "WORLD_SIZE=3",          "RANK=" + std::to_string(rank),
+        "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=warn"};
+    for (auto& e : env_of(rank))
+      env.push_back(e);
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{kWorker, "stall", mode}, env));
   }
   return ranks;
 }
@@ -205,4 +206,35 @@ TEST_CASE("collie launch's summary names the rank the others blame, not the firs
   CHECK_THAT(r.err, Catch::Contains("is stopped (SIGSTOP"));
   CHECK_THAT(r.err, Catch::Contains("(killed by SIGTERM)   <- blamed by the others"));
   CHECK_THAT(r.err, Catch::Contains("<- exited first"));
+}
+
+TEST_CASE("SIGTERM to a rank stuck in a collective stops it within a second, with a handler",
+          "[collective][launch][stall]") {
+  // The program handles SIGTERM itself (it would save its work), and rank 2
+  // is busy elsewhere for a minute: ranks 0 and 1 are stuck in all_reduce.
+  collie::test::StoreFixture store;
+  auto ranks = stall_ranks(store, "60000", [](int) {
+    return std::vector<std::string>{"COLLIE_TEST_TERM_HANDLER=1", "COLLIE_STALL_TIME=0",
+                                    "COLLIE_TIMEOUT=120", "COLLIE_LOG_LEVEL=off"};
+  });
+  REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
+  // Ranks 0 and 1 have made the group (rank 2 finished three calls with
+  // them): the signal ends their wait, or the next one (the flag stays).
+  ranks[0]->signal(SIGTERM);
+  const auto sent = std::chrono::steady_clock::now();
+  const auto line = ranks[0]->read_line(30s);
+  const auto took = std::chrono::steady_clock::now() - sent;
+  REQUIRE(line);
+  INFO(*line);
+  CHECK_THAT(*line,
+             Catch::StartsWith("rank 0: failed after ") && Catch::Contains("InterruptedError: ") &&
+                 Catch::Contains("was interrupted: the process was asked to stop (SIGTERM)"));
+  CHECK(took < 1s);
+  // Rank 1 hears why rank 0 left.
+  const auto other = ranks[1]->read_line(30s);
+  REQUIRE(other);
+  INFO(*other);
+  CHECK_THAT(*other, Catch::Contains("rank 0 at 127.0.0.1:") &&
+                         Catch::Contains("was asked to stop (a signal: SIGTERM or the like)"));
+  ranks[2]->signal(SIGKILL);
 }

@@ -16,14 +16,15 @@
 //                        (SIGSTOP) or is busy for MS ms before the fourth;
 //                        every rank prints "rank R: ok" (the sums checked)
 //                        or "rank R: failed after MS ms: MESSAGE" (and
-//                        exits 1).
+//                        exits 1). With COLLIE_TEST_TERM_HANDLER=1 the
+//                        process has a SIGTERM handler of its own.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <collie/collie.hpp>
@@ -147,8 +148,10 @@ int stall(collie::ProcessGroup& pg, const std::string& mode) {
     } catch (const collie::Error& e) {
       const auto ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      std::printf("rank %d: failed after %lld ms: %s\n", pg.rank(), static_cast<long long>(ms),
-                  e.what());
+      std::printf(
+          "rank %d: failed after %lld ms: %s%s\n", pg.rank(), static_cast<long long>(ms),
+          dynamic_cast<const collie::InterruptedError*>(&e) != nullptr ? "InterruptedError: " : "",
+          e.what());
       std::fflush(stdout);
       return 1;
     }
@@ -166,14 +169,26 @@ int stall(collie::ProcessGroup& pg, const std::string& mode) {
   return 0;
 }
 
+// A program's own SIGTERM handler (COLLIE_TEST_TERM_HANDLER=1), installed
+// before init: it only notes the signal, as a program that saves its work
+// would.
+volatile std::sig_atomic_t g_term = 0;
+void on_term(int) {
+  g_term = 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | loop | stall stop|MS\n");
+    std::fprintf(stderr,
+                 "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | loop | "
+                 "stall stop|MS\n");
     return 2;
   }
   const std::string scenario = argv[1];
+  if (const char* h = std::getenv("COLLIE_TEST_TERM_HANDLER"); h != nullptr && *h == '1')
+    std::signal(SIGTERM, on_term);
   try {
     auto pg = collie::init();
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/memory.hpp>
 #include <collie/process_group.hpp>
 #include <collie/version.hpp>
@@ -88,8 +89,12 @@ double staging_percent(const Result& r) {
 
 std::atomic<bool> g_interrupted{false};
 
-void on_signal(int) {
+// SIGINT (Ctrl-C): the row under way is finished, then every rank stops.
+// SIGTERM (collie launch stopping the job): a rank blocked in a collective
+// stops at once (interrupt.hpp).
+void on_signal(int number) {
   g_interrupted.store(true, std::memory_order_relaxed);
+  if (number == SIGTERM) collie::interrupt_waits(number);
 }
 
 void catch_interrupts() {

@@ -13,6 +13,7 @@
 #include <collie/collectives/cost.hpp>
 #include <collie/dtype.hpp>
 #include <collie/error.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/job_config.hpp>
 #include <collie/job_store.hpp>
 #include <collie/log.hpp>

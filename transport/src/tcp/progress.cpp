@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <thread>
 
+#include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
 namespace collie::transport::tcp {
@@ -80,10 +81,10 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
     static thread_local std::vector<int> who;
     while (!finished()) {
       auto now = Clock::now();
-      if (now >= deadline) break;
+      if (now >= deadline || waits_interrupted() != 0) break;
       std::unique_lock drive(drive_mu, std::try_to_lock);
       if (drive.owns_lock()) {
-        while (!finished() && (now = Clock::now()) < deadline) {
+        while (!finished() && (now = Clock::now()) < deadline && waits_interrupted() == 0) {
           int ms = 0;
           if (now >= spin_until) ms = std::clamp(remaining_ms(deadline), 1, 50);
           drive_once(ms, fds, who);

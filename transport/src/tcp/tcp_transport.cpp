@@ -14,6 +14,7 @@
 
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 #include <collie/transport/tcp.hpp>
 
@@ -136,15 +137,20 @@ struct TcpTransport::Impl {
 
   // A wait ran out of time: the request fails with TimeoutError; one that
   // was half-way through a message fails its peer (mu held).
-  void time_out(const RequestPtr& request, std::chrono::milliseconds limit) {
+  // Gives up on a pending request: its wait timed out, or (signal != 0)
+  // was interrupted (interrupt.hpp).
+  void time_out(const RequestPtr& request, std::chrono::milliseconds limit, int signal = 0) {
     auto& r = of(request);
     auto& p = table.peer(r.peer());
     // A caller that waited in slices (the executor) makes its last wait
     // with no time left: it says itself how long it waited in all.
     std::string why =
-        fmt::format("{} timed out{} ({})", table.describe_request(r),
-                    limit.count() > 0 ? " after " + describe_duration(limit) : std::string(),
-                    table.progress_text(r));
+        signal != 0
+            ? fmt::format("{} was interrupted: the process was asked to stop ({}) ({})",
+                          table.describe_request(r), signal_name(signal), table.progress_text(r))
+            : fmt::format("{} timed out{} ({})", table.describe_request(r),
+                          limit.count() > 0 ? " after " + describe_duration(limit) : std::string(),
+                          table.progress_text(r));
     if (p.state == PeerState::Connecting) why += "; the connection is still being set up";
     if (!r.is_send && p.rx == Rx::Paused)
       why += fmt::format(
@@ -306,16 +312,22 @@ void TcpTransport::wait(const RequestPtr& request,
   auto& m = *impl_;
   auto& r = m.of(request);
   const auto limit = timeout.value_or(m.options.timeout);
+  bool interrupted = false;
   if (r.pending()) {
     m.progress.drive_until(r, Clock::now() + limit);
     if (r.pending()) {
+      const int signal = waits_interrupted();
       std::lock_guard lock(m.table.mu);
-      if (r.pending()) m.time_out(request, limit);
+      if (r.pending()) {
+        m.time_out(request, limit, signal);
+        interrupted = signal != 0;
+      }
     }
   }
   if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed)) {
     switch (r.error_kind) {
       case ErrorKind::Timeout:
+        if (interrupted) throw InterruptedError(r.error);
         throw TimeoutError(r.error);
       case ErrorKind::Protocol:
         throw ProtocolError(r.error);

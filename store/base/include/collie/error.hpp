@@ -24,6 +24,13 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// A wait ended early because the process was asked to stop (a signal:
+// interrupt.hpp). Collectives that raise it leave their group unusable.
+class InterruptedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A connection could not be made, or the peer closed or reset it.
 // The connection is unusable afterwards.
 class ConnectionError : public Error {
