@@ -89,6 +89,8 @@ FailureReason failure_reason(std::uint64_t notice) {
       return FailureReason::TimedOut;
     case static_cast<std::uint64_t>(FailureReason::Interrupted):
       return FailureReason::Interrupted;
+    case static_cast<std::uint64_t>(FailureReason::Mismatch):
+      return FailureReason::Mismatch;
     default:  // a reason this version does not know reads as a lost connection
       return FailureReason::ConnectionLost;
   }

@@ -63,6 +63,7 @@ enum class FailureReason : std::uint8_t {
   DeviceError = 1,     // the rank named failed on its own device
   TimedOut = 2,        // the sender timed out waiting for the rank named (itself: for nobody known)
   Interrupted = 3,     // the rank named was asked to stop (a signal: interrupt.hpp)
+  Mismatch = 4,        // the sender found a mismatch with the rank named (the store has it)
 };
 std::uint64_t failure_notice(int world_rank, FailureReason reason = FailureReason::ConnectionLost);
 FailureReason failure_reason(std::uint64_t notice);

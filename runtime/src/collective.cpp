@@ -66,12 +66,13 @@ void execute_checked(ProcessGroup::Impl& g, const Call& call, device::Engine* en
   };
   // Where this rank is, for the stall inspector (stall.hpp): ended however
   // the call ends.
-  g.progress.begin(call.sequence, fingerprint(call.signature()));
+  const auto signed_as = fingerprint(call.signature());
+  g.progress.begin(call.sequence, signed_as);
   struct End {
     Progress& p;
-    std::uint64_t sequence;
-    ~End() { p.end(sequence); }
-  } end{g.progress, call.sequence};
+    std::uint64_t sequence, fingerprint;
+    ~End() { p.end(sequence, fingerprint); }
+  } end{g.progress, call.sequence, signed_as};
   try {
     execute(g, call, engine);
   } catch (const device::DeviceError& e) {

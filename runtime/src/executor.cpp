@@ -64,19 +64,40 @@ class Executor {
 
   void run(const Schedule& schedule) {
     try {
+      check_stray();
       for (std::size_t i = 0; i < schedule.steps.size(); ++i)
         run_step(schedule.steps[i], static_cast<std::uint32_t>(i));
-    } catch (const MismatchError&) {
-      // Everyone should know what this rank called: the rank whose message
-      // did not match, and the others, which may wait for this one.
+      check_stray();
+    } catch (const MismatchError& e) {
+      // Everyone should hear the same diagnosis: it goes to the store first
+      // (the first one found stays), then the rank whose message did not
+      // match gets this rank's call (so it sees the mismatch itself), and
+      // the others a notice that sends them to the store's diagnosis: they
+      // may wait for this rank, or for one that waits for it.
+      if (!second_hand_) {
+        try {
+          g_.world->job->store().compare_set(mismatch_key(call_.sequence), "", e.what(),
+                                             std::chrono::milliseconds(1000));
+        } catch (const std::exception& saving) {
+          collie::log().debug("rank {}: saving the mismatch: {}", g_.rank, saving.what());
+        }
+      }
       abandon();
+      // (A stray from an earlier call is no mismatch of this one: its
+      // sender hears of it like everyone else.)
+      const bool show = mismatched_from_ >= 0 && !second_hand_ && !stray_;
+      if (show) notify({mismatched_from_}, fingerprint_);
       std::vector<int> peers;
-      if (mismatched_from_ >= 0) peers.push_back(mismatched_from_);
       const int n = static_cast<int>(g_.members.size());
-      if (n <= 64)
+      if (n <= 64) {
         for (int p = 0; p < n; ++p)
-          if (p != g_.rank && p != mismatched_from_) peers.push_back(p);
-      notify(peers, fingerprint_);
+          if (p != g_.rank && (p != mismatched_from_ || !show)) peers.push_back(p);
+      } else {
+        peers = schedule_peers(schedule);
+      }
+      const int culprit = mismatched_from_ >= 0 ? peer(mismatched_from_) : peer(g_.rank);
+      notify(peers, failure_notice(mismatch_culprit_ >= 0 ? mismatch_culprit_ : culprit,
+                                   FailureReason::Mismatch));
       throw;
     } catch (const ConnectionError& e) {
       abandon();
@@ -147,14 +168,38 @@ class Executor {
   void tell_peers(const Schedule& schedule, bool all = false) {
     if (failed_world_rank_ < 0) return;
     std::vector<int> peers;
+    for (int p : schedule_peers(schedule))
+      if (all || peer(p) != failed_world_rank_) peers.push_back(p);
+    notify(peers, failure_notice(failed_world_rank_, failed_reason_));
+  }
+
+  // The group ranks this rank's schedule sends to or receives from.
+  static std::vector<int> schedule_peers(const Schedule& schedule) {
+    std::vector<int> peers;
     for (const auto& step : schedule.steps)
       for (const auto* list : {&step.sends, &step.recvs})
         for (const auto& t : *list)
-          if ((all || peer(t.peer) != failed_world_rank_) &&
-              std::find(peers.begin(), peers.end(), t.peer) == peers.end())
+          if (std::find(peers.begin(), peers.end(), t.peer) == peers.end())
             peers.push_back(t.peer);
-    notify(peers, failure_notice(failed_world_rank_, failed_reason_));
+    return peers;
   }
+
+  // Where the first diagnosis of a mismatch in call #`sequence` is kept.
+  std::string mismatch_key(std::uint64_t sequence) const {
+    return fmt::format("mismatch/{}/{}", g_.slot, sequence);
+  }
+
+  // The diagnosis another rank saved for call #`sequence`, if any.
+  std::optional<std::string> saved_mismatch(std::uint64_t sequence) const {
+    try {
+      return g_.world->job->store().try_get(mismatch_key(sequence),
+                                            std::chrono::milliseconds(1000));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  // How long abandon() lets sends under way finish, in all.
+  static constexpr std::chrono::milliseconds kSendGrace{1000};
   // How long a broken connection waits for a mismatched message that would
   // explain it.
   static constexpr std::chrono::milliseconds kMismatchGrace{250};
@@ -251,6 +296,12 @@ class Executor {
     for (const auto& [tag, theirs] : transport_.queued_from(peer(with)))
       if (tag != tag_ && is_failure_notice(theirs))
         reported_failure(theirs, with, tag & ((std::uint64_t{1} << 40) - 1));
+    // A rank that found a mismatch saved it before it dropped anything.
+    if (auto saved = saved_mismatch(call_.sequence)) {
+      second_hand_ = true;
+      throw MismatchError(fmt::format("rank {}: {} (its connection to rank {} broke after that)",
+                                      g_.rank, *saved, with));
+    }
   }
 
   // Waits for a receive from group rank `from` and checks who sent it. A
@@ -289,6 +340,12 @@ class Executor {
       throw MismatchError(mismatch(from, theirs));
     }
     if (size_differs) {
+      // A rank that found a mismatch may have said so in a message of its
+      // own call: its diagnosis is in the store.
+      if (auto saved = saved_mismatch(call_.sequence)) {
+        second_hand_ = true;
+        throw MismatchError(fmt::format("rank {}: as rank {} found: {}", g_.rank, from, *saved));
+      }
       throw MismatchError(
           fmt::format("{}; both ranks called {}, so they cut it into different segments: set "
                       "COLLIE_SEGMENT_BYTES alike on every rank",
@@ -300,6 +357,7 @@ class Executor {
   // for: another call's fingerprint is a mismatch (checked first: it is the
   // cause), a failure notice is news of a dead rank.
   void check_queued() {
+    check_stray();
     const auto queued = transport_.queued_fingerprints(tag_);
     for (bool notices : {false, true}) {
       for (const auto& [world_peer, theirs] : queued) {
@@ -310,6 +368,47 @@ class Executor {
         if (notices) reported_failure(theirs, from);
         mismatched_from_ = from;
         throw MismatchError(mismatch(from, theirs));
+      }
+    }
+  }
+
+  // Messages under the tags of the group's last few calls, which ended
+  // here: no receive will take them. A rank that sent one called something else (a
+  // broadcast whose root it thought was itself, say: it sent and returned,
+  // and the others, rooted elsewhere, finished without reading it), or
+  // failed after this rank had finished and said so. Looked at when a call
+  // starts, between its waits and when it ends (cheap: nothing is queued,
+  // usually): a peer's stray comes before its messages of later calls, so
+  // one this call received from is found here.
+  void check_stray() {
+    for (std::uint64_t back = 1; back <= Progress::kRecent && back <= call_.sequence; ++back) {
+      const auto earlier = call_.sequence - back;
+      const auto i = earlier % Progress::kRecent;
+      // Only a call that ended here (not one still running beside this one).
+      if (g_.progress.recent_sequence[i].load(std::memory_order_acquire) !=
+          static_cast<std::int64_t>(earlier))
+        continue;
+      const auto queued = transport_.queued_fingerprints(collective_tag(g_.slot, earlier));
+      if (queued.empty()) continue;
+      const auto mine = decode_fingerprint(g_.progress.recent_fingerprint[i].load());
+      for (bool notices : {false, true}) {
+        for (const auto& [world_peer, theirs] : queued) {
+          if (is_failure_notice(theirs) != notices) continue;
+          const auto it = std::find(g_.members.begin(), g_.members.end(), world_peer);
+          if (it == g_.members.end()) continue;
+          const int from = static_cast<int>(it - g_.members.begin());
+          if (notices) reported_failure(theirs, from, earlier);
+          const auto other = decode_fingerprint(theirs);
+          const bool algo = describe(mine, false) == describe(other, false);
+          mismatched_from_ = from;
+          stray_ = true;
+          throw MismatchError(fmt::format(
+              "rank {}: collective #{} on {} did not match (found after it ended here, in #{}): "
+              "rank {} sent a message for it that no receive took: rank {} called {} but rank {} "
+              "called {}",
+              g_.rank, earlier, g_.name, call_.sequence, from, from, describe(other, algo),
+              g_.rank, describe(mine, algo)));
+        }
       }
     }
   }
@@ -349,6 +448,19 @@ class Executor {
           waited_for, gave_up == from ? "" : fmt::format(" (as rank {} reported)", from),
           report.empty() ? "" : "; the stall inspector found: " + report));
     }
+    if (failed_reason_ == FailureReason::Mismatch) {
+      // Another rank found a mismatch: its diagnosis, not a guess from here.
+      second_hand_ = true;
+      mismatch_culprit_ = failed_world_rank_;
+      failed_world_rank_ = -1;
+      const auto saved = saved_mismatch(earlier.value_or(call_.sequence));
+      if (saved) throw MismatchError(fmt::format("rank {}: as rank {} found: {}", g_.rank, from, *saved));
+      throw MismatchError(fmt::format(
+          "rank {}: collective #{} on {} does not match: {} called another collective than its "
+          "peers, as rank {} found",
+          g_.rank, earlier.value_or(call_.sequence), g_.name,
+          transport_.describe_peer(mismatch_culprit_), from));
+    }
     if (failed_reason_ == FailureReason::Interrupted) {
       const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
       const bool itself = who != g_.members.end() && who - g_.members.begin() == from;
@@ -369,9 +481,8 @@ class Executor {
     }
     if (earlier) {
       throw ConnectionError(fmt::format(
-          "rank {}: {} failed, as rank {} reported (its connection to it broke during #{} on {}, "
-          "after which rank {} left)",
-          g_.rank, transport_.describe_peer(failed_world_rank_), from, *earlier, g_.name, from));
+          "rank {}: {} failed, as rank {} reported (its connection to it broke during #{} on {})",
+          g_.rank, transport_.describe_peer(failed_world_rank_), from, *earlier, g_.name));
     }
     throw ConnectionError(fmt::format(
         "rank {}: {} failed during this collective, as rank {} reported (its connection to it "
@@ -803,10 +914,21 @@ class Executor {
         if (e != nullptr) e->drain();
       }
     } drain{engine_};
-    for (auto* list : {&sends_, &recvs_}) {
+    // Receives first: withdrawn at once (one half-way has the rest of its
+    // message dropped). Then sends: one half-way through its message gets
+    // a moment to finish, since cutting it would cut the peer off (a byte
+    // stream cannot resume), and the peer may be alive and well (a
+    // mismatch, a timeout elsewhere); the notices that follow need the link.
+    const auto until = Clock::now() + kSendGrace;
+    for (auto* list : {&recvs_, &sends_}) {
       for (const auto& p : *list) {
         if (transport_.test(p.request)) continue;
         try {
+          if (list == &sends_ && waits_interrupted() == 0) {
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+            if (left.count() > 0 && transport_.wait_some(p.request, left)) continue;
+          }
           transport_.wait(p.request, std::chrono::milliseconds(0));
         } catch (const std::exception&) {
         }
@@ -834,6 +956,9 @@ class Executor {
   int failed_world_rank_ = -1;           // whose connection failed (seen here or reported)
   FailureReason failed_reason_ = FailureReason::ConnectionLost;
   int mismatched_from_ = -1;  // the group rank whose message did not match
+  bool second_hand_ = false;  // the mismatch was found by another rank
+  bool stray_ = false;        // it was found in an earlier call (check_stray)
+  int mismatch_culprit_ = -1;  // the world rank it named (second-hand)
   bool explained_ = false;    // explain_lost_connection() has looked
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;

@@ -60,8 +60,12 @@ void Progress::begin(std::uint64_t sequence, std::uint64_t fingerprint) {
   current.store(static_cast<std::int64_t>(sequence), std::memory_order_release);
 }
 
-void Progress::end(std::uint64_t sequence) {
+void Progress::end(std::uint64_t sequence, std::uint64_t fingerprint) {
   finished_at.store(now_ns(), std::memory_order_relaxed);
+  finished_fingerprint.store(fingerprint, std::memory_order_relaxed);
+  recent_fingerprint[sequence % kRecent].store(fingerprint, std::memory_order_relaxed);
+  recent_sequence[sequence % kRecent].store(static_cast<std::int64_t>(sequence),
+                                            std::memory_order_release);
   finished.store(static_cast<std::int64_t>(sequence), std::memory_order_relaxed);
   current.store(-1, std::memory_order_release);
 }

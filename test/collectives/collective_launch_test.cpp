@@ -5,6 +5,7 @@
 // a mismatch between processes; and the shipped examples.
 #include <csignal>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -237,4 +238,85 @@ TEST_CASE("SIGTERM to a rank stuck in a collective stops it within a second, wit
   CHECK_THAT(*other, Catch::Contains("rank 0 at 127.0.0.1:") &&
                          Catch::Contains("was asked to stop (a signal: SIGTERM or the like)"));
   ranks[2]->signal(SIGKILL);
+}
+
+TEST_CASE("mismatches of count, dtype, op, root and algorithm: every rank names the real calls",
+          "[collective][launch][mismatch]") {
+  // Each kind 8 times at 4000 B and 3 times at 16 MiB (64 segments), on 3,
+  // 4 and 5 ranks, each on a fresh group with the odd rank moving. A rank
+  // whose own call completed (it heard nothing from the odd rank) hears of
+  // it in the group's next call.
+  const std::map<std::string, std::pair<std::string, std::string>> calls{
+      {"count", {"all_reduce(float32, {N+1}, sum)", "all_reduce(float32, {N}, sum)"}},
+      {"dtype", {"all_reduce(int32, {N}, sum)", "all_reduce(float32, {N}, sum)"}},
+      {"op", {"all_reduce(float32, {N}, max)", "all_reduce(float32, {N}, sum)"}},
+      {"root", {"broadcast(float32, {N}, root=1)", "broadcast(float32, {N}, root=0)"}},
+      {"algorithm",
+       {"all_reduce(float32, {N}, sum) with recursive_doubling",
+        "all_reduce(float32, {N}, sum) with ring"}}};
+  auto with_count = [](std::string text, std::size_t n) {
+    for (const auto& [key, value] :
+         {std::pair<std::string, std::size_t>{"{N+1}", n + 1}, {"{N}", n}})
+      for (auto at = text.find(key); at != std::string::npos; at = text.find(key))
+        text.replace(at, key.size(), std::to_string(value));
+    return text;
+  };
+  for (int world : {3, 4, 5}) {
+    INFO("world " << world);
+    const auto r = launch(world, {kWorker, "mismatches", "8", "3"},
+                          {"COLLIE_LOG_LEVEL=off", "COLLIE_TIMEOUT=60"});
+    INFO("stderr:\n" << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    CHECK(r.exit_code == 0);
+    int lines = 0;
+    std::istringstream out(r.out);
+    for (std::string line; std::getline(out, line);) {
+      const auto at = line.find(": case ");
+      if (at == std::string::npos) continue;
+      ++lines;
+      INFO(line);
+      std::istringstream fields(line.substr(at + 7));
+      std::string kind;
+      std::size_t bytes = 0;
+      fields >> kind >> bytes;
+      REQUIRE(calls.count(kind) == 1);
+      const auto& [odd, others] = calls.at(kind);
+      const auto n = bytes / 4;
+      // The last thing it raised is a MismatchError naming both calls.
+      const auto raised = line.rfind("MismatchError: ");
+      REQUIRE(raised != std::string::npos);
+      CHECK(line.find("ERROR: ") == std::string::npos);
+      const auto story = line.substr(raised);
+      CHECK_THAT(story,
+                 Catch::Contains(with_count(odd, n)) && Catch::Contains(with_count(others, n)));
+      CHECK_THAT(story, !Catch::Contains("COLLIE_SEGMENT_BYTES") &&
+                            !Catch::Contains("closed the connection"));
+    }
+    CHECK(lines == world * 5 * (8 + 3));
+  }
+}
+
+TEST_CASE("a rank that exits right after its mismatch is not blamed: the others name the calls",
+          "[collective][launch][mismatch]") {
+  // Rank 1 calls all_reduce with one element more at 16 MiB; every rank
+  // exits the moment it has its error (no goodbye to its peers).
+  for (int world : {3, 4, 5}) {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      INFO("world " << world << ", attempt " << attempt);
+      const auto r = launch(world, {kWorker, "mismatch_exit"}, {"COLLIE_LOG_LEVEL=off"});
+      INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+      REQUIRE_FALSE(r.timed_out);
+      for (int rank = 0; rank < world; ++rank) {
+        const auto prefix = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) +
+                            ": MismatchError: ";
+        const auto at = r.out.find(prefix);
+        REQUIRE(at != std::string::npos);
+        const auto line = r.out.substr(at, r.out.find('\n', at) - at);
+        CHECK_THAT(line,
+                   Catch::Contains("rank 1 called all_reduce(float32, 4194305, sum)") ||
+                       Catch::Contains("but rank 1 called all_reduce(float32, 4194305, sum)"));
+        CHECK_THAT(line, Catch::Contains("all_reduce(float32, 4194304, sum)"));
+      }
+    }
+  }
 }

@@ -8,6 +8,17 @@
 //                        of waiting: MESSAGE" and exit 0.
 //   mismatch             rank 1 calls broadcast where the others call
 //                        all_reduce; ranks that see it print "MismatchError: ...".
+//   mismatches SMALL LARGE
+//                        each kind of mismatch (count, dtype, op, root,
+//                        algorithm) SMALL times at 4000 B and LARGE times at
+//                        16 MiB, each on a fresh group of every rank, the
+//                        odd rank moving; every rank prints "rank R: case
+//                        KIND BYTES ODD: " then "MismatchError: MESSAGE",
+//                        "completed, then " what the group's next calls (up
+//                        to three barriers) raised, or "ERROR: MESSAGE".
+//   mismatch_exit        rank 1 calls all_reduce with one element more at
+//                        16 MiB; every rank prints what it gets and exits at
+//                        once (as an uncaught exception would).
 //   loop                 all_reduces of 1 MiB, each checked, until one fails;
 //                        prints "rank R: looping" after the fifth, then
 //                        "rank R: failed after MS ms of waiting: MESSAGE" (and
@@ -97,6 +108,91 @@ int mismatch(collie::ProcessGroup& pg) {
   return 0;
 }
 
+// One mismatch of `kind` on `g`: rank `odd` calls differently.
+void mismatch_case(collie::ProcessGroup& g, const std::string& kind, std::size_t n, int odd) {
+  using collie::collectives::Algorithm;
+  const bool me = g.rank() == odd;
+  std::vector<float> f(n + 1, 1.0f);
+  std::vector<std::int32_t> i32(n, 1);
+  auto first = [&](std::size_t count) { return std::span(f.data(), count); };
+  if (kind == "count") {
+    g.all_reduce(first(me ? n + 1 : n));
+  } else if (kind == "dtype") {
+    if (me)
+      g.all_reduce(std::span(i32));
+    else
+      g.all_reduce(first(n));
+  } else if (kind == "op") {
+    g.all_reduce(first(n), me ? collie::ReduceOp::Max : collie::ReduceOp::Sum);
+  } else if (kind == "root") {
+    g.broadcast(first(n), me ? 1 : 0);
+  } else if (kind == "algorithm") {
+    collie::CollectiveOptions o;
+    o.algorithm = me ? Algorithm::RecursiveDoubling : Algorithm::Ring;
+    g.all_reduce(first(n), collie::ReduceOp::Sum, o);
+  }
+}
+
+int mismatches(collie::ProcessGroup& world, int small, int large) {
+  const int n = world.size();
+  std::vector<int> everyone(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r)
+    everyone[static_cast<std::size_t>(r)] = r;
+  int k = 0;
+  for (const char* kind : {"count", "dtype", "op", "root", "algorithm"}) {
+    for (int size = 0; size < 2; ++size) {
+      const std::size_t count = size == 0 ? 1000 : std::size_t{4} << 20;
+      for (int i = 0; i < (size == 0 ? small : large); ++i, ++k) {
+        auto g = world.new_group(everyone);
+        const int odd = (k % (n - 1)) + 1;  // never rank 0 (the root of "root")
+        std::string line = "rank " + std::to_string(world.rank()) + ": case " + kind + " " +
+                           std::to_string(count * 4) + " " + std::to_string(odd) + ": ";
+        try {
+          mismatch_case(g, kind, count, odd);
+          line += "completed";
+          // A rank may finish a call that did not match (a broadcast whose
+          // root it thought was itself sends and returns; a rank that heard
+          // nothing from it): the group's next calls say so.
+          try {
+            collie::CollectiveOptions o;
+            o.timeout = std::chrono::seconds(20);
+            for (int next = 0; next < 3; ++next) {
+              g.barrier(o);
+              line += ", then completed";
+            }
+          } catch (const collie::MismatchError& e) {
+            line += std::string(", then MismatchError: ") + e.what();
+          } catch (const std::exception& e) {
+            line += std::string(", then ERROR: ") + e.what();
+          }
+        } catch (const collie::MismatchError& e) {
+          line += std::string("MismatchError: ") + e.what();
+        } catch (const std::exception& e) {
+          line += std::string("ERROR: ") + e.what();
+        }
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        world.barrier();
+      }
+    }
+  }
+  return 0;
+}
+
+int mismatch_exit(collie::ProcessGroup& pg) {
+  std::vector<float> v((std::size_t{4} << 20) + 1, 1.0f);
+  try {
+    pg.all_reduce(std::span(v.data(), pg.rank() == 1 ? v.size() : v.size() - 1));
+    std::printf("rank %d: completed\n", pg.rank());
+  } catch (const collie::MismatchError& e) {
+    std::printf("rank %d: MismatchError: %s\n", pg.rank(), e.what());
+  } catch (const std::exception& e) {
+    std::printf("rank %d: ERROR: %s\n", pg.rank(), e.what());
+  }
+  std::fflush(stdout);
+  std::_Exit(0);  // at once: no goodbye to the peers
+}
+
 int loop(collie::ProcessGroup& pg) {
   std::vector<float> v(std::size_t{1} << 18);
   for (int i = 0;; ++i) {
@@ -182,7 +278,8 @@ void on_term(int) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | loop | "
+                 "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | "
+                 "mismatches SMALL LARGE | mismatch_exit | loop | "
                  "stall stop|MS\n");
     return 2;
   }
@@ -195,6 +292,9 @@ int main(int argc, char** argv) {
     if (scenario == "victim") return victim(pg);
     if (scenario == "mismatch") return mismatch(pg);
     if (scenario == "loop") return loop(pg);
+    if (scenario == "mismatches" && argc > 3)
+      return mismatches(pg, std::stoi(argv[2]), std::stoi(argv[3]));
+    if (scenario == "mismatch_exit") return mismatch_exit(pg);
     if (scenario == "stall" && argc > 2) return stall(pg, argv[2]);
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
     return 2;

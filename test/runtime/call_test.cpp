@@ -43,7 +43,8 @@ TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "
   CHECK(collie::failed_rank(notice) == 1234);
   CHECK(collie::failure_reason(notice) == collie::FailureReason::ConnectionLost);
   for (auto reason : {collie::FailureReason::ConnectionLost, collie::FailureReason::DeviceError,
-                      collie::FailureReason::TimedOut, collie::FailureReason::Interrupted}) {
+                      collie::FailureReason::TimedOut, collie::FailureReason::Interrupted,
+                      collie::FailureReason::Mismatch}) {
     const auto n = collie::failure_notice(77, reason);
     CHECK(collie::is_failure_notice(n));
     CHECK(collie::failure_reason(n) == reason);

@@ -359,6 +359,7 @@ std::size_t TcpTransport::transferred(const RequestPtr& request) const {
 std::vector<std::pair<int, std::uint64_t>> TcpTransport::queued_fingerprints(Tag tag) const {
   std::lock_guard lock(impl_->table.mu);
   std::vector<std::pair<int, std::uint64_t>> out;
+  if (impl_->table.pool.queued() == 0) return out;  // the usual case, asked often
   for (const auto& p : impl_->table.peers)
     p.queued_fingerprints(tag, out);
   return out;

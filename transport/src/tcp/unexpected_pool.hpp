@@ -38,12 +38,17 @@ class UnexpectedPool {
   std::shared_ptr<Unexpected> hold(std::size_t length, std::uint64_t fingerprint);
 
   // The message left the queue (matched by a receive, or dropped).
-  void release(const Unexpected& u) { held_ -= u.length; }
+  void release(const Unexpected& u) {
+    held_ -= u.length;
+    --queued_;
+  }
 
   // Keeps the buffer of a message that was consumed, for the next one.
   void recycle(std::unique_ptr<std::byte[]> buffer, std::size_t length);
 
   std::size_t held() const { return held_; }
+  // Messages queued now (0-byte ones too).
+  std::size_t queued() const { return queued_; }
   std::size_t limit() const { return limit_; }
 
  private:
@@ -52,6 +57,7 @@ class UnexpectedPool {
 
   const std::size_t limit_;
   std::size_t held_ = 0;
+  std::size_t queued_ = 0;
   std::unordered_map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> spare_;
   std::size_t spare_bytes_ = 0;
 };
