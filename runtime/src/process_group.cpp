@@ -1,3 +1,4 @@
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -42,6 +43,39 @@ std::string advertised_address(const JobConfig& config) {
     if (!i.is_v6 && !i.is_loopback) return i.address;
   }
   return "127.0.0.1";
+}
+
+// Which ranks have joined (their addresses are in the store) and which not:
+// "ranks 2, 3 never joined (rank 0 is at 10.0.0.1:41234, rank 1 at ...)".
+std::string who_joined(store::Store& store, int world_size) {
+  std::map<int, std::string> joined;
+  try {
+    const std::string prefix = "world/addr/";
+    const auto keys = store.list_keys(prefix, std::chrono::seconds(5));
+    const auto values = store.multi_get(keys, std::chrono::seconds(5));
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      joined[std::stoi(keys[i].substr(prefix.size()))] = values[i];
+  } catch (const std::exception& e) {
+    return fmt::format("some never did (the store could not say which: {})", e.what());
+  }
+  // Long lists are cut: the first 16 of each.
+  auto list = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size() && i < 16; ++i)
+      out += (i == 0 ? "" : ", ") + items[i];
+    if (items.size() > 16) out += fmt::format(" and {} more", items.size() - 16);
+    return out;
+  };
+  std::vector<std::string> missing, present;
+  for (int r = 0; r < world_size; ++r) {
+    if (auto it = joined.find(r); it == joined.end())
+      missing.push_back(std::to_string(r));
+    else
+      present.push_back(fmt::format("rank {} at {}", r, it->second));
+  }
+  if (missing.empty()) return "every rank has published its address, yet the count is short";
+  return fmt::format("rank{} {} never joined ({})", missing.size() == 1 ? "" : "s", list(missing),
+                     present.empty() ? std::string("none has") : "joined: " + list(present));
 }
 
 }  // namespace
@@ -212,6 +246,9 @@ ProcessGroup init(const InitOptions& options) {
   const auto& config = impl->config;
   if (!config.trace_dir.empty())
     impl->tracer = Tracer::open(config.trace_dir, config.rank, config.world_size);
+  // Where peers reach this rank: first, so that a wrong interface fails
+  // at once, not after the store.
+  impl->advertised_host = advertised_address(config);
   impl->job = std::make_unique<JobStore>(config);
   auto& store = impl->job->store();
 
@@ -223,7 +260,7 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.group = "world";
   transport_options.token = config.token;
   transport_options.timeout = config.timeout;
-  transport_options.listen_address = impl->advertised_host = advertised_address(config);
+  transport_options.listen_address = impl->advertised_host;
   transport_options.spin = config.spin;
   // Each rank is claimed once per run: a second process with the same rank
   // (another job on the same store by mistake) fails here, at once, instead
@@ -260,10 +297,19 @@ ProcessGroup init(const InitOptions& options) {
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format(
-        "rank {} waited {:.0f} s for all {} ranks to join, and some never did: check that "
-        "every rank was started with WORLD_SIZE={} and the same store ({})",
+        "rank {} waited {:.0f} s for all {} ranks to join, and {}: check that every rank was "
+        "started with WORLD_SIZE={} and the same store ({})",
         config.rank, std::chrono::duration<double>(config.timeout).count(), config.world_size,
-        config.world_size, e.what()));
+        who_joined(store, config.world_size), config.world_size, e.what()));
+  } catch (const ConnectionError& e) {
+    if (config.method == JobConfig::Method::File || config.store_hosted_by_launcher ||
+        config.rank == 0)
+      throw;
+    throw ConnectionError(fmt::format(
+        "rank {} was waiting for all {} ranks to join when the store went away ({}): rank 0 "
+        "hosts it, so rank 0 has exited, perhaps at its own timeout; its error names the ranks "
+        "that never joined",
+        config.rank, config.world_size, e.what()));
   }
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.

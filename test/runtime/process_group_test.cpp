@@ -195,3 +195,31 @@ TEST_CASE("a collective that times out says how long it waited and its limit", "
                         Catch::Contains("the call gave up after") &&
                         Catch::Contains("(its timeout: 300 ms") && !Catch::Contains("after 0 ms"));
 }
+
+TEST_CASE("init names the ranks that never joined, and where the others are", "[process_group]") {
+  // Ranks 0 and 2 of a world of 4 come; 1 and 3 never do.
+  collie::test::ScratchDir dir;
+  std::vector<std::future<std::string>> errors;
+  for (int rank : {0, 2}) {
+    errors.push_back(std::async(std::launch::async, [&, rank] {
+      collie::InitOptions o;
+      o.init_method = "file://" + (dir.path() / "store").string();
+      o.rank = rank;
+      o.world_size = 4;
+      o.timeout = 2s;
+      try {
+        collie::init(o);
+      } catch (const collie::TimeoutError& e) {
+        return std::string(e.what());
+      }
+      return std::string("joined");
+    }));
+  }
+  for (auto& f : errors) {
+    const auto error = f.get();
+    INFO(error);
+    CHECK_THAT(error, Catch::Contains("for all 4 ranks to join, and ranks 1, 3 never joined "
+                                      "(joined: rank 0 at ") &&
+                          Catch::Contains(", rank 2 at "));
+  }
+}

@@ -88,3 +88,20 @@ TEST_CASE("this host's interfaces include loopback", "[interfaces]") {
   }
   CHECK(loopback);
 }
+
+TEST_CASE("advertising loopback to a job whose master is on another host is an error",
+          "[interfaces]") {
+  using collie::transport::choose_advertised_address;
+  // The master 10.9.9.9 is no address of this (made-up) host.
+  CHECK_THROWS_WITH(choose_advertised_address("lo", "10.9.9.9", kHost),
+                    Catch::Contains("COLLIE_SOCKET_IFNAME='lo' makes this rank advertise "
+                                    "127.0.0.1 on 'lo', a loopback address") &&
+                        Catch::Contains("the job's master 10.9.9.9 is on another host"));
+  // A master on this host (loopback, or one of its addresses): loopback is fine.
+  CHECK(choose_advertised_address("lo", "127.0.0.1", kHost) == "127.0.0.1");
+  CHECK(choose_advertised_address("lo", "10.0.0.4", kHost) == "127.0.0.1");
+  // A master that does not resolve: no guess is made an error.
+  CHECK(choose_advertised_address("lo", "no-such-host.invalid", kHost) == "127.0.0.1");
+  // Another interface is fine whatever the master.
+  CHECK(choose_advertised_address("eth0", "10.9.9.9", kHost) == "10.0.0.4");
+}

@@ -37,6 +37,34 @@ std::string describe(const std::vector<InterfaceAddress>& interfaces) {
   return out.empty() ? "none" : out;
 }
 
+// The addresses `host` resolves to (none if it does not resolve).
+std::vector<std::string> resolve_all(const std::string& host) {
+  std::vector<std::string> out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return out;
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(found, &::freeaddrinfo);
+  for (auto* a = found; a != nullptr; a = a->ai_next)
+    out.push_back(address_text(a->ai_addr));
+  return out;
+}
+
+// Whether `host` is this host: a loopback name or address, or one of its
+// interfaces' addresses. Unknown (it does not resolve): true, so that no
+// error is made of a guess.
+bool is_this_host(const std::string& host, const std::vector<InterfaceAddress>& interfaces) {
+  const auto addresses = resolve_all(host);
+  if (addresses.empty()) return true;
+  for (const auto& a : addresses) {
+    if (a.rfind("127.", 0) == 0 || a == "::1") return true;
+    for (const auto& i : interfaces)
+      if (i.address == a) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 InterfaceFilter InterfaceFilter::parse(std::string_view spec) {
@@ -158,6 +186,22 @@ std::string choose_advertised_address(const std::string& ifname_spec,
         fmt::format("COLLIE_SOCKET_IFNAME='{}' matches no interface with a usable "
                     "address; this host has: {}",
                     ifname_spec, describe(interfaces)));
+  }
+  // A loopback address reaches nobody on another host: with the master
+  // there, the job's other hosts could never connect to this rank.
+  if (best->is_loopback && !master_host.empty() && !is_this_host(master_host, interfaces)) {
+    std::string reaching;
+    try {
+      const auto source = route_source_address(master_host);
+      for (const auto& i : interfaces)
+        if (i.address == source) reaching = fmt::format(" (here, '{}' reaches it)", i.name);
+    } catch (const Error&) {
+    }
+    throw Error(fmt::format(
+        "COLLIE_SOCKET_IFNAME='{}' makes this rank advertise {} on '{}', a loopback address, but "
+        "the job's master {} is on another host: ranks there could not reach this one. Choose an "
+        "interface that reaches the master{}, or unset COLLIE_SOCKET_IFNAME",
+        ifname_spec, best->address, best->name, master_host, reaching));
   }
   return best->address;
 }

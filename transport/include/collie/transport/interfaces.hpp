@@ -48,7 +48,9 @@ std::string route_source_address(const std::string& host);
 // The address to listen on and advertise: from `ifname_spec` when it is not
 // empty, else the one that routes to `master_host`. `interfaces` is normally
 // list_interfaces(). Throws collie::Error naming the spec and the
-// interfaces there are when nothing matches.
+// interfaces there are when nothing matches, and naming the interface and
+// the master when the spec picks a loopback address while the master is on
+// another host (no rank there could connect).
 std::string choose_advertised_address(const std::string& ifname_spec,
                                       const std::string& master_host,
                                       const std::vector<InterfaceAddress>& interfaces);
