@@ -3,8 +3,8 @@
 // The launcher on node 0 hosts the job's rendezvous store. It starts N local
 // ranks with torchrun's environment variables, prefixes every line they
 // print with their rank, forwards SIGINT/SIGTERM, and when one rank fails it
-// stops the others, prints which rank failed first and how, and restarts the
-// whole group up to --max-restarts times. With several nodes, the launchers
+// stops the others, prints which rank the others blame (else which failed
+// first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the launchers
 // tell each other about failures, restarts and completion through the store.
 #include <algorithm>
 #include <chrono>
@@ -682,8 +682,10 @@ void add_launch_command(CLI::App& app) {
       "on one node (COLLIE_STORE_TOKEN in the ranks' environment, never on a command line);\n"
       "several nodes share one with --token-file (or refuse to start without --insecure).\n"
       "Output lines are prefixed with '[rank R] '. When a rank fails, the others get SIGTERM\n"
-      "(then SIGKILL after --stop-timeout), a summary names the rank that failed first, and\n"
-      "the exit code is that rank's (128+N for signal N). SIGINT/SIGTERM are forwarded.\n"
+      "and SIGCONT (then SIGKILL after --stop-timeout), a summary names the rank the failed\n"
+      "ranks blame (the one they lost or waited for; else the rank that failed first), and\n"
+      "the exit code is the first failed rank's (128+N for signal N). SIGINT/SIGTERM are\n"
+      "forwarded.\n"
       "Several nodes: run the same command on each with --nnodes K --node-rank R\n"
       "--master-addr NODE0 --master-port P; a failure on any node stops (or restarts) all.");
   cmd->callback([args, master_port] {
