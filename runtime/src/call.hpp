@@ -19,10 +19,11 @@
 // differ only by a multiple of 2^14 in root or 2^32 in count share a
 // fingerprint (and still fail on the sizes of their messages).
 //
-// Failure notices: a rank whose collective failed on a dead connection, or
-// on its own device (a CUDA error), tells its peers with a 0-byte message
-// whose fingerprint is 0xf in the collective field, the reason in bits
-// 32-35 and the world rank that failed in the low 32 bits.
+// Failure notices: a rank whose collective failed tells its peers with a
+// 0-byte message whose fingerprint is 0xf in the collective field, the
+// reason in bits 32-35 (FailureReason: a dead connection, its own device, a
+// timeout, a signal, a mismatch) and the world rank at fault in the low 32
+// bits, so that they fail at once with the same story (docs/failures.md).
 #pragma once
 
 #include <chrono>
