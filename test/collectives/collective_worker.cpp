@@ -26,7 +26,7 @@
 //   stall stop|MS        three all_reduces, then rank 2 stops itself
 //                        (SIGSTOP) or is busy for MS ms before the fourth;
 //                        every rank prints "rank R: ok" (the sums checked)
-//                        or "rank R: failed after MS ms: MESSAGE" (and
+//                        or "rank R: failed after MS ms of waiting: MESSAGE" (and
 //                        exits 1). With COLLIE_TEST_TERM_HANDLER=1 the
 //                        process has a SIGTERM handler of its own.
 #include <algorithm>
@@ -68,6 +68,26 @@ int matrix(collie::ProcessGroup& pg, bool full) {
   return 0;
 }
 
+// One all_reduce, timed. On a collie::Error it prints "rank R: failed after
+// MS ms of waiting: MESSAGE" (MESSAGE led by "InterruptedError: " for one)
+// and returns false.
+bool all_reduce_or_say(collie::ProcessGroup& pg, std::span<float> v) {
+  const auto start = Clock::now();
+  try {
+    pg.all_reduce(v);
+    return true;
+  } catch (const collie::Error& e) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    std::printf(
+        "rank %d: failed after %lld ms of waiting: %s%s\n", pg.rank(), static_cast<long long>(ms),
+        dynamic_cast<const collie::InterruptedError*>(&e) != nullptr ? "InterruptedError: " : "",
+        e.what());
+    std::fflush(stdout);
+    return false;
+  }
+}
+
 int victim(collie::ProcessGroup& pg) {
   std::vector<float> v(std::size_t{2} << 20, 1.0f);
   for (int i = 0;; ++i) {
@@ -79,17 +99,7 @@ int victim(collie::ProcessGroup& pg) {
       std::fflush(stdout);
       std::raise(SIGKILL);
     }
-    const auto start = Clock::now();
-    try {
-      pg.all_reduce(std::span(v));
-    } catch (const collie::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      std::printf("rank %d: failed after %lld ms of waiting: %s\n", pg.rank(),
-                  static_cast<long long>(ms), e.what());
-      std::fflush(stdout);
-      return 0;
-    }
+    if (!all_reduce_or_say(pg, std::span(v))) return 0;
   }
 }
 
@@ -197,17 +207,7 @@ int loop(collie::ProcessGroup& pg) {
   std::vector<float> v(std::size_t{1} << 18);
   for (int i = 0;; ++i) {
     std::fill(v.begin(), v.end(), static_cast<float>(pg.rank() + i % 7));
-    const auto start = Clock::now();
-    try {
-      pg.all_reduce(std::span(v));
-    } catch (const collie::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      std::printf("rank %d: failed after %lld ms of waiting: %s\n", pg.rank(),
-                  static_cast<long long>(ms), e.what());
-      std::fflush(stdout);
-      return 1;
-    }
+    if (!all_reduce_or_say(pg, std::span(v))) return 1;
     const int n = pg.size();
     const float want = static_cast<float>(n * (n - 1) / 2 + n * (i % 7));
     for (float x : v) {
@@ -238,19 +238,7 @@ int stall(collie::ProcessGroup& pg, const std::string& mode) {
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(mode)));
     }
-    const auto start = Clock::now();
-    try {
-      pg.all_reduce(std::span(v));
-    } catch (const collie::Error& e) {
-      const auto ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-      std::printf(
-          "rank %d: failed after %lld ms: %s%s\n", pg.rank(), static_cast<long long>(ms),
-          dynamic_cast<const collie::InterruptedError*>(&e) != nullptr ? "InterruptedError: " : "",
-          e.what());
-      std::fflush(stdout);
-      return 1;
-    }
+    if (!all_reduce_or_say(pg, std::span(v))) return 1;
     const int n = pg.size();
     const float want = static_cast<float>(n * (n - 1) / 2 + n * i);
     for (float x : v) {

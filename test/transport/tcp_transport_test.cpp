@@ -84,6 +84,12 @@ void send(Mesh& m, int peer, std::uint64_t tag, const std::vector<std::uint8_t>&
   m.wait(m.isend(peer, tag, v.data(), v.size()));
 }
 
+// The port a mesh listens on.
+std::uint16_t port_of(const Mesh& m) {
+  const std::string address = m.address();
+  return static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+}
+
 std::vector<std::uint8_t> recv(Mesh& m, int peer, std::uint64_t tag, std::size_t n) {
   std::vector<std::uint8_t> v(n, 0xEE);
   m.wait(m.irecv(peer, tag, v.data(), v.size()));
@@ -386,8 +392,7 @@ TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the b
 
 TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
-  const std::string address = c[0].address();
-  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  const auto port = port_of(c[0]);
   namespace wire = collie::transport::tcp::wire;
 
   SECTION("random bytes") {
@@ -457,8 +462,7 @@ TEST_CASE("mesh: a second hello for a connected rank is refused, even with the t
     else
       expect(recv(c[0], 1, 0, 10) == pattern(10, 1, 0), "before");
   });
-  const std::string address = c[0].address();
-  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  const auto port = port_of(c[0]);
   // An insider (it has the token) claims to be rank 1 again.
   collie::test::RawConnection raw(port);
   const auto answer =
@@ -732,8 +736,7 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
 TEST_CASE("mesh: a receive that times out half-way drops the rest, and the peer stays", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
   namespace wire = collie::transport::tcp::wire;
-  const std::string address = c[0].address();
-  const auto port = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  const auto port = port_of(c[0]);
   // Rank 1, by hand: 100 bytes of a 1000-byte message, then nothing.
   collie::test::RawConnection raw(port);
   const auto answer =
