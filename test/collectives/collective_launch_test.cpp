@@ -318,3 +318,38 @@ TEST_CASE("a rank that exits right after its mismatch is not blamed: the others 
     }
   }
 }
+
+TEST_CASE("survivors that exit at once after a death still name the dead rank, not each other",
+          "[collective][launch]") {
+  // Five ranks; rank 2 dies mid-collective; each survivor exits the moment
+  // it has its error (as an uncaught exception would). A survivor that
+  // hears of it through one that has left names rank 2 all the same.
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    INFO("attempt " << attempt);
+    collie::test::StoreFixture store;
+    std::vector<std::unique_ptr<Subprocess>> ranks;
+    for (int rank = 0; rank < 5; ++rank) {
+      ranks.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{kWorker, "victim", "exit"},
+          std::vector<std::string>{"MASTER_ADDR=127.0.0.1",
+                                   "MASTER_PORT=" + std::to_string(store.server.port()),
+                                   "WORLD_SIZE=5", "RANK=" + std::to_string(rank),
+                                   "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off"}));
+    }
+    REQUIRE(ranks[2]->read_line(60s) == "rank 2: dying");
+    for (int rank : {0, 1, 3, 4}) {
+      const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(30s);
+      REQUIRE(line);
+      INFO(*line);
+      CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
+      CHECK_THAT(*line, Catch::Contains("rank 2 at 127.0.0.1:"));
+      // No survivor is named as the one that left: every "X closed the
+      // connection" is about rank 2.
+      const std::string closed = " closed the connection";
+      for (auto at = line->find(closed); at != std::string::npos; at = line->find(closed, at + 1)) {
+        const auto who = line->rfind("rank ", at);
+        CHECK(line->substr(who, line->find(' ', who + 5) - who) == "rank 2");
+      }
+    }
+  }
+}

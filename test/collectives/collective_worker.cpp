@@ -3,9 +3,10 @@
 //   matrix [full|smoke]  every case of support/collective_check's matrix,
 //                        every element checked; prints "rank R: matrix ok (N
 //                        cases)" or what was wrong.
-//   victim               ranks all-reduce 8 MiB in a loop; rank 2 kills
+//   victim [exit]        ranks all-reduce 8 MiB in a loop; rank 2 kills
 //                        itself mid-way. Survivors print "failed after MS ms
-//                        of waiting: MESSAGE" and exit 0.
+//                        of waiting: MESSAGE" and exit 0 (with "exit": at
+//                        once, saying goodbye to no one).
 //   mismatch             rank 1 calls broadcast where the others call
 //                        all_reduce; ranks that see it print "MismatchError: ...".
 //   mismatches SMALL LARGE
@@ -88,7 +89,7 @@ bool all_reduce_or_say(collie::ProcessGroup& pg, std::span<float> v) {
   }
 }
 
-int victim(collie::ProcessGroup& pg) {
+int victim(collie::ProcessGroup& pg, bool exit_at_once) {
   std::vector<float> v(std::size_t{2} << 20, 1.0f);
   for (int i = 0;; ++i) {
     if (pg.rank() == 2 && i == 3) {
@@ -99,7 +100,10 @@ int victim(collie::ProcessGroup& pg) {
       std::fflush(stdout);
       std::raise(SIGKILL);
     }
-    if (!all_reduce_or_say(pg, std::span(v))) return 0;
+    if (!all_reduce_or_say(pg, std::span(v))) {
+      if (exit_at_once) std::_Exit(0);  // no goodbye, as an uncaught exception
+      return 0;
+    }
   }
 }
 
@@ -277,7 +281,7 @@ int main(int argc, char** argv) {
   try {
     auto pg = collie::init();
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");
-    if (scenario == "victim") return victim(pg);
+    if (scenario == "victim") return victim(pg, argc > 2 && std::string(argv[2]) == "exit");
     if (scenario == "mismatch") return mismatch(pg);
     if (scenario == "loop") return loop(pg);
     if (scenario == "mismatches" && argc > 3)
