@@ -554,7 +554,7 @@ class Executor {
     // Sends go straight from the buffer, unless a receive of this step
     // lands where they read: then from a snapshot.
     const bool snap = collectives::receives_overlap_sends(step);
-    std::vector<std::byte> snapshot = snapshot_space(step, snap);
+    std::vector<std::byte>& snapshot = snapshot_space(step, snap);
     std::size_t used = 0;
     for (const auto& t : step.sends) {
       const auto begin = mark();
@@ -637,13 +637,17 @@ class Executor {
     recvs_.clear();
   }
 
-  // Room for a snapshot of every send of `step`, if `snap`.
-  std::vector<std::byte> snapshot_space(const collectives::Step& step, bool snap) const {
+  // Room for a snapshot of every send of `step`, if `snap`: the
+  // executor's own, so that it outlives sends still under way when a step
+  // throws (abandon() gives them a moment to finish, and runs last in the
+  // destructor). The previous step's sends are all done.
+  std::vector<std::byte>& snapshot_space(const collectives::Step& step, bool snap) {
     std::size_t total = 0;
     if (snap)
       for (const auto& t : step.sends)
         total += t.range.count;
-    return std::vector<std::byte>(total * esize_);
+    if (snapshot_.size() < total * esize_) snapshot_.resize(total * esize_);
+    return snapshot_;
   }
 
   bool touches_device(const collectives::Step& step) const {
@@ -701,7 +705,7 @@ class Executor {
     // Sends read from a host snapshot when a receive of this step lands
     // where they read.
     const bool snap = collectives::receives_overlap_sends(step);
-    std::vector<std::byte> snapshot = snapshot_space(step, snap);
+    std::vector<std::byte>& snapshot = snapshot_space(step, snap);
     std::vector<StagedSend> sends;
     std::size_t used = 0;
     for (const auto& t : step.sends) {
@@ -960,6 +964,7 @@ class Executor {
   bool stray_ = false;        // it was found in an earlier call (check_stray)
   int mismatch_culprit_ = -1;  // the world rank it named (second-hand)
   bool explained_ = false;    // explain_lost_connection() has looked
+  std::vector<std::byte> snapshot_;  // snapshot_space()'s
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;
 };

@@ -454,6 +454,14 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
         stall_armed_ = true;
         return arm_timer(stall - idle);
       }
+      // Bytes wait in the socket while this server would read them: the
+      // server is behind (a loaded host), not the client. (A connection it
+      // does not read, for its client's unread replies, is not excused.)
+      std::error_code ec;
+      if (taking_requests() && socket_.available(ec) > 0 && !ec) {
+        stall_armed_ = true;
+        return arm_timer(stall);
+      }
       return close(
           spdlog::level::warn,
           fmt::format("it sent part of a request, then nothing for {}", seconds_text(idle)));

@@ -186,7 +186,13 @@ int mismatches(collie::ProcessGroup& world, int small, int large) {
         }
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
-        world.barrier();
+        try {
+          world.barrier();
+        } catch (const std::exception& e) {
+          std::printf("rank %d: the world's barrier after case %s %d: ERROR: %s\n", world.rank(),
+                      kind, k, e.what());
+          return 1;
+        }
       }
     }
   }
