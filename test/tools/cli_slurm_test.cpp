@@ -71,10 +71,75 @@ class SingleNodeSlurm {
       why_ = "slurmd runs jobs as root here; the test is not root";
       return;
     }
-    for (const char* d : {"state", "spool"})
-      std::filesystem::create_directories(dir_.path() / d);
     conf_ = dir_.file("slurm.conf");
+    env_ = {"SLURM_CONF=" + conf_};
+    // Ports found free may be taken before the daemons bind them (by a
+    // test beside this one): then they exit, and the test tries new ones.
+    for (int attempt = 0; attempt < 4 && !ok_; ++attempt) {
+      stop();
+      write_conf();
+      ctld_ = std::make_unique<Subprocess>(std::vector<std::string>{ctld, "-D", "-f", conf_}, env_);
+      slurmd_ = std::make_unique<Subprocess>(
+          std::vector<std::string>{slurmd, "-D", "-N", "collie-node", "-f", conf_}, env_);
+      bool exited = false;
+      const bool idle = collie::test::eventually(
+          [&] {
+            if (ctld_->wait(0ms) || slurmd_->wait(0ms)) return exited = true;
+            const auto r = collie::test::run({sinfo_, "-h", "-o", "%T"}, env_, {}, 10s);
+            return r.exit_code == 0 && r.out.find("idle") != std::string::npos;
+          },
+          60s);
+      const auto logs = "slurmd's log:\n" + read(dir_.file("slurmd.log")) + "\nslurmctld's log:\n" +
+                        read(dir_.file("slurmctld.log"));
+      if (idle && !exited) {
+        ok_ = true;
+      } else if (logs.find("Address already in use") == std::string::npos) {
+        broken_ = true;
+        why_ = "slurmctld and slurmd did not come up; " + logs;
+        return;
+      }
+    }
+    if (!ok_) {
+      broken_ = true;
+      why_ = "slurmctld and slurmd found no free ports in four tries";
+      return;
+    }
+    ok_ = true;
+  }
+
+  ~SingleNodeSlurm() { stop(); }
+
+  bool ok() const { return ok_; }
+  // Installed, but did not come up: a failure, not a skip.
+  bool broken() const { return broken_; }
+  const std::string& why() const { return why_; }
+
+  collie::test::RunResult srun(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{srun_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return collie::test::run(argv, env_, {}, 240s);
+  }
+
+ private:
+  void stop() {
+    for (auto* p : {slurmd_.get(), ctld_.get()}) {
+      if (p == nullptr) continue;
+      p->signal(SIGTERM);
+      p->wait(20s);
+    }
+    slurmd_.reset();
+    ctld_.reset();
+  }
+
+  // A configuration on ports free now, with fresh state and logs.
+  void write_conf() {
     const auto at = [&](const char* name) { return dir_.file(name); };
+    for (const char* d : {"state", "spool"}) {
+      std::filesystem::remove_all(dir_.path() / d);
+      std::filesystem::create_directories(dir_.path() / d);
+    }
+    for (const char* log : {"slurmd.log", "slurmctld.log"})
+      std::filesystem::remove(dir_.path() / log);
     std::ofstream(conf_) << "ClusterName=collietest\n"
                          << "SlurmctldHost=" << host_name() << "(127.0.0.1)\n"
                          << "SlurmctldPort=" << free_port() << "\n"
@@ -96,45 +161,8 @@ class SingleNodeSlurm {
                          << "NodeName=collie-node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
                          << "PartitionName=test Nodes=collie-node Default=YES MaxTime=INFINITE "
                             "State=UP OverSubscribe=YES\n";
-    env_ = {"SLURM_CONF=" + conf_};
-    ctld_ = std::make_unique<Subprocess>(std::vector<std::string>{ctld, "-D", "-f", conf_}, env_);
-    slurmd_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{slurmd, "-D", "-N", "collie-node", "-f", conf_}, env_);
-    const bool idle = collie::test::eventually(
-        [&] {
-          const auto r = collie::test::run({sinfo_, "-h", "-o", "%T"}, env_, {}, 10s);
-          return r.exit_code == 0 && r.out.find("idle") != std::string::npos;
-        },
-        60s);
-    if (!idle) {
-      broken_ = true;
-      why_ = "slurmctld and slurmd did not come up; slurmd's log:\n" + read(at("slurmd.log")) +
-             "\nslurmctld's log:\n" + read(at("slurmctld.log"));
-      return;
-    }
-    ok_ = true;
   }
 
-  ~SingleNodeSlurm() {
-    for (auto* p : {slurmd_.get(), ctld_.get()}) {
-      if (p == nullptr) continue;
-      p->signal(SIGTERM);
-      p->wait(20s);
-    }
-  }
-
-  bool ok() const { return ok_; }
-  // Installed, but did not come up: a failure, not a skip.
-  bool broken() const { return broken_; }
-  const std::string& why() const { return why_; }
-
-  collie::test::RunResult srun(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{srun_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return collie::test::run(argv, env_, {}, 240s);
-  }
-
- private:
   static std::string read(const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), {});
