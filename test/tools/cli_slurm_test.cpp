@@ -1,7 +1,8 @@
 // Under a real Slurm: slurmctld and slurmd (Debian's slurm-wlm, installed
 // by tools/setup.sh --test) for one node, on free ports, with a generated
-// configuration (no munge: auth/none), started by the test and stopped after
-// it. srun sets no MASTER_ADDR or MASTER_PORT: collie finds both itself
+// configuration (no munge: auth/none; slurmd in a mount namespace with an
+// empty cgroup file system of its own), started by the test and stopped
+// after it. srun sets no MASTER_ADDR or MASTER_PORT: collie finds both itself
 // (docs/slurm.md). Skips, saying why, without the daemons or without root.
 #include <csignal>
 #include <filesystem>
@@ -63,12 +64,17 @@ class SingleNodeSlurm {
     const auto ctld = find_program("slurmctld"), slurmd = find_program("slurmd");
     srun_ = find_program("srun");
     sinfo_ = find_program("sinfo");
+    unshare_ = find_program("unshare");
     if (ctld.empty() || slurmd.empty() || srun_.empty() || sinfo_.empty()) {
       why_ = "Slurm is not installed (tools/setup.sh --test installs slurm-wlm's daemons)";
       return;
     }
     if (::geteuid() != 0) {
       why_ = "slurmd runs jobs as root here; the test is not root";
+      return;
+    }
+    if (unshare_.empty()) {
+      why_ = "util-linux's unshare is missing";
       return;
     }
     conf_ = dir_.file("slurm.conf");
@@ -79,8 +85,16 @@ class SingleNodeSlurm {
       stop();
       write_conf();
       ctld_ = std::make_unique<Subprocess>(std::vector<std::string>{ctld, "-D", "-f", conf_}, env_);
+      // slurmd will not start without a cgroup file system, and a chroot
+      // (a fresh machine made with debootstrap) has none mounted: it runs
+      // in a mount namespace of its own, with an empty one (it uses no
+      // controller: proctrack/linuxproc, task/none), whatever the host has.
       slurmd_ = std::make_unique<Subprocess>(
-          std::vector<std::string>{slurmd, "-D", "-N", "collie-node", "-f", conf_}, env_);
+          std::vector<std::string>{unshare_, "--mount", "--propagation", "unchanged", "sh", "-c",
+                                   "mount --make-rprivate /sys && mount -t tmpfs none "
+                                   "/sys/fs/cgroup && exec \"$0\" -D -N collie-node -f \"$1\"",
+                                   slurmd, conf_},
+          env_);
       bool exited = false;
       const bool idle = collie::test::eventually(
           [&] {
@@ -161,6 +175,7 @@ class SingleNodeSlurm {
                          << "NodeName=collie-node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
                          << "PartitionName=test Nodes=collie-node Default=YES MaxTime=INFINITE "
                             "State=UP OverSubscribe=YES\n";
+    std::ofstream(dir_.file("cgroup.conf")) << "CgroupPlugin=cgroup/v1\n";
   }
 
   static std::string read(const std::string& path) {
@@ -169,7 +184,7 @@ class SingleNodeSlurm {
   }
 
   collie::test::ScratchDir dir_;
-  std::string conf_, srun_, sinfo_;
+  std::string conf_, srun_, sinfo_, unshare_;
   std::vector<std::string> env_;
   std::unique_ptr<Subprocess> ctld_, slurmd_;
   bool ok_ = false;
