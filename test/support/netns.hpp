@@ -1,17 +1,22 @@
 // Hosts for multi-host tests: network namespaces joined by a bridge.
 //
 //   collie::test::NetworkNamespaces hosts(3);   // 10.77.0.1, .2, .3
-//   if (!hosts.ok()) SKIP(hosts.why());
+//   if (!hosts.ok()) { WARN("skipped: " << hosts.why()); return; }
 //   Subprocess p(hosts.exec(1, {"/path/to/collie", "launch", ...}));
 //   hosts.cut(2);                              // host 2's link goes silent
 //
-// Each host is a namespace with its own loopback and one veth whose other
-// end is on a bridge of the test's own (names carry the test's pid, so
-// tests beside it do not collide). Everything is removed when the object
-// goes. It needs root (CAP_NET_ADMIN) and iproute2's `ip`; without them
+// Each host is a network namespace with its own loopback and one veth whose
+// other end is on a bridge of the test's own (names carry the test's pid,
+// so tests beside it do not collide). A namespace is held by a process of
+// its own (`unshare --net sleep`), and commands enter it with `nsenter
+// --net`: unlike `ip netns`, nothing is mounted, so it works in a chroot
+// too. Everything goes when the object does. It needs root (CAP_NET_ADMIN),
+// iproute2's `ip` and util-linux's `unshare` and `nsenter`; without them
 // ok() is false and why() says what is missing.
 #pragma once
 
+#include <csignal>
+#include <memory>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -23,11 +28,15 @@ namespace collie::test {
 class NetworkNamespaces {
  public:
   explicit NetworkNamespaces(int hosts) {
-    const auto id = std::to_string(::getpid() % 100000);
-    bridge_ = "cb" + id;
-    if (::access("/usr/sbin/ip", X_OK) != 0 && ::access("/sbin/ip", X_OK) != 0 &&
-        ::access("/usr/bin/ip", X_OK) != 0) {
-      why_ = "iproute2's `ip` is not installed (tools/setup.sh --test installs it)";
+    id_ = std::to_string(::getpid() % 100000);
+    bridge_ = "cb" + id_;
+    ip_ = find("ip");
+    const auto unshare = find("unshare");
+    nsenter_ = find("nsenter");
+    if (ip_.empty() || unshare.empty() || nsenter_.empty()) {
+      why_ =
+          "iproute2's ip, or util-linux's unshare and nsenter, are missing (tools/setup.sh "
+          "--test installs iproute2)";
       return;
     }
     if (!ip({"link", "add", bridge_, "type", "bridge"})) {
@@ -40,26 +49,27 @@ class NetworkNamespaces {
       return;
     }
     for (int i = 0; i < hosts; ++i) {
-      const auto n = std::to_string(i);
-      const auto ns = "collie-" + id + "-" + n;
-      const auto outer = "cv" + id + "a" + n;
-      const auto inner = "cv" + id + "b" + n;
-      if (!ip({"netns", "add", ns})) {
-        fail("netns add " + ns);
+      // The namespace's holder: it prints its pid once inside, then sleeps.
+      holders_.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{unshare, "--net", "sh", "-c", "echo ready; exec sleep 3600"}));
+      if (holders_.back()->read_line(std::chrono::seconds(30)) != "ready") {
+        fail("unshare --net (host " + std::to_string(i) + ")");
         return;
       }
-      namespaces_.push_back(ns);
+      const auto pid = std::to_string(holders_.back()->pid());
+      const auto n = std::to_string(i);
+      const auto outer = "cv" + id_ + "a" + n;
+      const auto inner = "cv" + id_ + "b" + n;
       if (!ip({"link", "add", outer, "type", "veth", "peer", "name", inner})) {
         fail("veth " + outer);
         return;
       }
       outer_.push_back(outer);
-      if (!ip({"link", "set", inner, "netns", ns}) ||
+      if (!ip({"link", "set", inner, "netns", pid}) ||
           !ip({"link", "set", outer, "master", bridge_}) || !ip({"link", "set", outer, "up"}) ||
-          !ip({"-n", ns, "addr", "add", address(i) + "/24", "dev", inner}) ||
-          !ip({"-n", ns, "link", "set", inner, "up"}) ||
-          !ip({"-n", ns, "link", "set", "lo", "up"})) {
-        fail("set up " + ns);
+          !in(i, {"addr", "add", address(i) + "/24", "dev", inner}) ||
+          !in(i, {"link", "set", inner, "up"}) || !in(i, {"link", "set", "lo", "up"})) {
+        fail("set up host " + n);
         return;
       }
     }
@@ -67,8 +77,11 @@ class NetworkNamespaces {
   }
 
   ~NetworkNamespaces() {
-    for (const auto& ns : namespaces_)
-      ip({"netns", "delete", ns});
+    // A namespace goes with its last process, and its veth end with it.
+    for (auto& h : holders_) {
+      h->signal(SIGKILL);
+      h->wait(std::chrono::seconds(10));
+    }
     for (const auto& outer : outer_)
       ip({"link", "delete", outer});
     if (made_bridge_) ip({"link", "delete", bridge_});
@@ -83,12 +96,13 @@ class NetworkNamespaces {
   // Host i's address: 10.77.0.(i + 1).
   static std::string address(int i) { return "10.77.0." + std::to_string(i + 1); }
   // The interface host i has (besides lo).
-  std::string interface(int i) const { return "cv" + id() + "b" + std::to_string(i); }
+  std::string interface(int i) const { return "cv" + id_ + "b" + std::to_string(i); }
 
   // argv that runs `command` on host i.
   std::vector<std::string> exec(int i, const std::vector<std::string>& command) const {
-    std::vector<std::string> argv{ip_path(), "netns", "exec",
-                                  namespaces_[static_cast<std::size_t>(i)]};
+    std::vector<std::string> argv{
+        nsenter_,
+        "--net=/proc/" + std::to_string(holders_[static_cast<std::size_t>(i)]->pid()) + "/ns/net"};
     argv.insert(argv.end(), command.begin(), command.end());
     return argv;
   }
@@ -99,15 +113,24 @@ class NetworkNamespaces {
   bool cut(int i) { return ip({"link", "set", outer_[static_cast<std::size_t>(i)], "nomaster"}); }
 
  private:
-  static std::string ip_path() {
-    for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"})
-      if (::access(p, X_OK) == 0) return p;
-    return "ip";
+  static std::string find(const std::string& name) {
+    for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
+      const auto path = std::string(dir) + "/" + name;
+      if (::access(path.c_str(), X_OK) == 0) return path;
+    }
+    return "";
   }
-  std::string id() const { return bridge_.substr(2); }
 
   bool ip(const std::vector<std::string>& args) {
-    std::vector<std::string> argv{ip_path()};
+    std::vector<std::string> argv{ip_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = run(argv, {}, {}, std::chrono::seconds(30));
+    last_error_ = r.err;
+    return r.exit_code == 0;
+  }
+  // `ip` inside host i.
+  bool in(int i, const std::vector<std::string>& args) {
+    auto argv = exec(i, {ip_});
     argv.insert(argv.end(), args.begin(), args.end());
     const auto r = run(argv, {}, {}, std::chrono::seconds(30));
     last_error_ = r.err;
@@ -115,9 +138,9 @@ class NetworkNamespaces {
   }
   void fail(const std::string& step) { why_ = "network namespaces: " + step + ": " + last_error_; }
 
-  std::string bridge_;
+  std::string id_, bridge_, ip_, nsenter_;
   bool made_bridge_ = false;
-  std::vector<std::string> namespaces_;
+  std::vector<std::unique_ptr<Subprocess>> holders_;
   std::vector<std::string> outer_;
   bool ok_ = false;
   std::string why_;
