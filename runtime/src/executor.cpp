@@ -247,6 +247,10 @@ class Executor {
   // inspector looks between them); remembers who failed.
   void wait(const transport::RequestPtr& r, int with) {
     try {
+      if (transport_.test(r)) {  // done already (a send the kernel took): its error, if any
+        transport_.wait(r, std::chrono::milliseconds(0));
+        return;
+      }
       auto slice = std::chrono::milliseconds(20);
       while (!transport_.wait_some(r, std::min(slice, remaining()))) {
         if (remaining().count() == 0 || waits_interrupted() != 0) {
@@ -381,6 +385,7 @@ class Executor {
   // usually): a peer's stray comes before its messages of later calls, so
   // one this call received from is found here.
   void check_stray() {
+    if (!transport_.any_queued()) return;  // the usual case: one atomic load
     for (std::uint64_t back = 1; back <= Progress::kRecent && back <= call_.sequence; ++back) {
       const auto earlier = call_.sequence - back;
       const auto i = earlier % Progress::kRecent;

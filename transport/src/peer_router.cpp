@@ -118,6 +118,12 @@ std::vector<std::pair<Tag, std::uint64_t>> PeerRouter::queued_from(int peer) con
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->queued_from(peer);
 }
 
+bool PeerRouter::any_queued() const {
+  for (const auto& b : backends_)
+    if (b->any_queued()) return true;
+  return false;
+}
+
 std::string PeerRouter::describe_peer(int peer) const {
   if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);

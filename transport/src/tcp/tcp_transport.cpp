@@ -374,6 +374,10 @@ std::vector<std::pair<Tag, std::uint64_t>> TcpTransport::queued_from(int peer) c
   return out;
 }
 
+bool TcpTransport::any_queued() const {
+  return impl_->table.pool.queued() > 0;
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   std::lock_guard lock(impl_->table.mu);
   if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);

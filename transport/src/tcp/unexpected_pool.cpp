@@ -16,7 +16,7 @@ std::shared_ptr<Unexpected> UnexpectedPool::hold(std::size_t length, std::uint64
     u->data = std::unique_ptr<std::byte[]>(new std::byte[std::max<std::size_t>(length, 1)]);
   }
   held_ += length;
-  ++queued_;
+  queued_.fetch_add(1, std::memory_order_relaxed);
   return u;
 }
 

@@ -10,6 +10,7 @@
 // the connection table's lock.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -40,7 +41,7 @@ class UnexpectedPool {
   // The message left the queue (matched by a receive, or dropped).
   void release(const Unexpected& u) {
     held_ -= u.length;
-    --queued_;
+    queued_.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // Keeps the buffer of a message that was consumed, for the next one.
@@ -48,7 +49,7 @@ class UnexpectedPool {
 
   std::size_t held() const { return held_; }
   // Messages queued now (0-byte ones too).
-  std::size_t queued() const { return queued_; }
+  std::size_t queued() const { return queued_.load(std::memory_order_relaxed); }
   std::size_t limit() const { return limit_; }
 
  private:
@@ -57,7 +58,8 @@ class UnexpectedPool {
 
   const std::size_t limit_;
   std::size_t held_ = 0;
-  std::size_t queued_ = 0;
+  // Written under the table's lock; read without it by any_queued().
+  std::atomic<std::size_t> queued_{0};
   std::unordered_map<std::size_t, std::vector<std::unique_ptr<std::byte[]>>> spare_;
   std::size_t spare_bytes_ = 0;
 };

@@ -47,6 +47,7 @@ class PeerRouter final : public Transport {
   // Every backend's queued messages under `tag`.
   std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const override;
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
+  bool any_queued() const override;
   std::string describe_peer(int peer) const override;
   // Each backend with the ranks it serves: "tcp on 10.0.0.4:41234 (ranks
   // 2-7); shm (ranks 0-1)".

@@ -165,6 +165,11 @@ class Transport {
   // may have said why there (a failure notice).
   virtual std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const = 0;
 
+  // Whether any message waits for its receive now, under any tag: false is
+  // the usual case, and it costs an atomic load (no lock), so a check that
+  // runs on every call can ask this first.
+  virtual bool any_queued() const = 0;
+
   // "rank 3 at 10.0.0.4:41234", for messages.
   virtual std::string describe_peer(int peer) const = 0;
 
