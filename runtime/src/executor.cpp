@@ -100,17 +100,21 @@ class Executor {
                                    FailureReason::Mismatch));
       throw;
     } catch (const ConnectionError& e) {
+      blame(e.what());  // first: the launcher may stop this rank any moment now
       abandon();
       tell_peers(schedule);
-      blame(e.what());
       throw;
     } catch (const TimeoutError& e) {
       // Its own timeout (or one another rank reported): the peers stop too,
-      // told whom this rank waited for.
-      abandon();
-      if (failed_world_rank_ < 0) {
+      // told whom this rank waited for. The blame and the report first: the
+      // launcher may stop this rank any moment now.
+      const bool own = failed_world_rank_ < 0;
+      if (own) {
         failed_world_rank_ = stall_.culprit() >= 0 ? stall_.culprit() : peer(g_.rank);
         failed_reason_ = FailureReason::TimedOut;
+      }
+      blame(e.what());
+      if (own) {
         try {
           g_.world->job->store().set(
               fmt::format("stall/final/{}/{}", g_.slot, call_.sequence),
@@ -120,8 +124,8 @@ class Executor {
           collie::log().debug("rank {}: saving the stall report: {}", g_.rank, saving.what());
         }
       }
+      abandon();
       tell_peers(schedule, true);
-      blame(e.what());
       throw;
     } catch (const InterruptedError&) {
       // This rank was asked to stop: its peers hear why it leaves.
@@ -132,11 +136,11 @@ class Executor {
       throw;
     } catch (const device::DeviceError& e) {
       // This rank's device failed: its peers fail too, as for a dead rank.
-      abandon();
       failed_world_rank_ = peer(g_.rank);
       failed_reason_ = FailureReason::DeviceError;
-      tell_peers(schedule);
       blame(e.what());
+      abandon();
+      tell_peers(schedule);
       throw;
     }
   }
@@ -179,8 +183,7 @@ class Executor {
     for (const auto& step : schedule.steps)
       for (const auto* list : {&step.sends, &step.recvs})
         for (const auto& t : *list)
-          if (std::find(peers.begin(), peers.end(), t.peer) == peers.end())
-            peers.push_back(t.peer);
+          if (std::find(peers.begin(), peers.end(), t.peer) == peers.end()) peers.push_back(t.peer);
     return peers;
   }
 
@@ -411,8 +414,8 @@ class Executor {
               "rank {}: collective #{} on {} did not match (found after it ended here, in #{}): "
               "rank {} sent a message for it that no receive took: rank {} called {} but rank {} "
               "called {}",
-              g_.rank, earlier, g_.name, call_.sequence, from, from, describe(other, algo),
-              g_.rank, describe(mine, algo)));
+              g_.rank, earlier, g_.name, call_.sequence, from, from, describe(other, algo), g_.rank,
+              describe(mine, algo)));
         }
       }
     }
@@ -459,7 +462,8 @@ class Executor {
       mismatch_culprit_ = failed_world_rank_;
       failed_world_rank_ = -1;
       const auto saved = saved_mismatch(earlier.value_or(call_.sequence));
-      if (saved) throw MismatchError(fmt::format("rank {}: as rank {} found: {}", g_.rank, from, *saved));
+      if (saved)
+        throw MismatchError(fmt::format("rank {}: as rank {} found: {}", g_.rank, from, *saved));
       throw MismatchError(fmt::format(
           "rank {}: collective #{} on {} does not match: {} called another collective than its "
           "peers, as rank {} found",
@@ -469,11 +473,11 @@ class Executor {
     if (failed_reason_ == FailureReason::Interrupted) {
       const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
       const bool itself = who != g_.members.end() && who - g_.members.begin() == from;
-      throw ConnectionError(fmt::format(
-          "rank {}: {} was asked to stop (a signal: SIGTERM or the like) during this "
-          "collective{}",
-          g_.rank, transport_.describe_peer(failed_world_rank_),
-          itself ? "" : fmt::format(", as rank {} reported", from)));
+      throw ConnectionError(
+          fmt::format("rank {}: {} was asked to stop (a signal: SIGTERM or the like) during this "
+                      "collective{}",
+                      g_.rank, transport_.describe_peer(failed_world_rank_),
+                      itself ? "" : fmt::format(", as rank {} reported", from)));
     }
     if (failed_reason_ == FailureReason::DeviceError) {
       const auto who = std::find(g_.members.begin(), g_.members.end(), failed_world_rank_);
@@ -964,11 +968,11 @@ class Executor {
   std::vector<std::byte*> blocks_free_;  // those of them not in use
   int failed_world_rank_ = -1;           // whose connection failed (seen here or reported)
   FailureReason failed_reason_ = FailureReason::ConnectionLost;
-  int mismatched_from_ = -1;  // the group rank whose message did not match
-  bool second_hand_ = false;  // the mismatch was found by another rank
-  bool stray_ = false;        // it was found in an earlier call (check_stray)
-  int mismatch_culprit_ = -1;  // the world rank it named (second-hand)
-  bool explained_ = false;    // explain_lost_connection() has looked
+  int mismatched_from_ = -1;         // the group rank whose message did not match
+  bool second_hand_ = false;         // the mismatch was found by another rank
+  bool stray_ = false;               // it was found in an earlier call (check_stray)
+  int mismatch_culprit_ = -1;        // the world rank it named (second-hand)
+  bool explained_ = false;           // explain_lost_connection() has looked
   std::vector<std::byte> snapshot_;  // snapshot_space()'s
   std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
   std::vector<std::size_t> free_slots_;

@@ -284,8 +284,16 @@ void StallCheck::inspect(int round) {
         answers[std::stoi(have[i].substr(have[i].rfind('/') + 1))] = values[i];
       const auto mine = fingerprint(call_.signature());
       std::vector<int> waiting;
-      std::vector<std::string> blame;
-      int culprit = -1;
+      // What holds the call up, most likely first: a rank stopped or gone
+      // (4), one that has not reached the call or is in another (3), one on
+      // another host that does not answer (2), one alive here that does not
+      // answer in time (1: it may be busy with its own failure).
+      std::vector<std::pair<int, std::string>> blamed;  // (severity, text), by world rank order
+      std::vector<int> blamed_rank;
+      auto blame_rank = [&](int wr, int severity, std::string text) {
+        blamed.emplace_back(severity, std::move(text));
+        blamed_rank.push_back(wr);
+      };
       for (std::size_t r = 0; r < g_.members.size(); ++r) {
         const int wr = g_.members[r];
         const int gr = static_cast<int>(r);
@@ -300,8 +308,12 @@ void StallCheck::inspect(int round) {
           auto proc = store.try_get(fmt::format("stall/proc/{}", wr), window_);
           auto what = proc ? describe_process(*proc) : std::string();
           if (what.empty()) what = "it is stopped, frozen, or cannot be reached";
-          blame.push_back(fmt::format("{} does not answer: {}", who, what));
-          if (culprit < 0) culprit = wr;
+          const int severity = what.find("is stopped") != std::string::npos ||
+                                       what.find("has exited") != std::string::npos
+                                   ? 4
+                               : what.find("alive but does not answer") != std::string::npos ? 1
+                                                                                             : 2;
+          blame_rank(wr, severity, fmt::format("{} does not answer: {}", who, what));
           continue;
         }
         const auto& text = a->second;
@@ -314,17 +326,26 @@ void StallCheck::inspect(int round) {
           if (theirs == mine) {
             waiting.push_back(gr);
           } else {
-            blame.push_back(fmt::format("{} is in {} #{} instead", who,
-                                        describe(decode_fingerprint(theirs), true),
-                                        call_.sequence));
-            if (culprit < 0) culprit = wr;
+            blame_rank(wr, 3,
+                       fmt::format("{} is in {} #{} instead", who,
+                                   describe(decode_fingerprint(theirs), true), call_.sequence));
           }
         } else if (status == 'N') {
-          blame.push_back(fmt::format("{} has not reached it: {}", who, rest));
-          if (culprit < 0) culprit = wr;
+          blame_rank(wr, 3, fmt::format("{} has not reached it: {}", who, rest));
         }
         // 'F': it finished and left; it waits for nobody.
       }
+      // Most likely first (stable: rank order within a severity).
+      std::vector<std::size_t> order(blamed.size());
+      for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return blamed[a].first > blamed[b].first;
+      });
+      std::vector<std::string> blame;
+      for (auto i : order)
+        blame.push_back(blamed[i].second);
+      const int culprit = order.empty() ? -1 : blamed_rank[order.front()];
       std::string text;
       if (blame.empty()) {
         text = fmt::format(

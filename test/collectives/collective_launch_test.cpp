@@ -356,3 +356,17 @@ TEST_CASE("survivors that exit at once after a death still name the dead rank, n
     }
   }
 }
+
+TEST_CASE("collie launch's summary follows a chain of blame to its end",
+          "[collective][launch][stall]") {
+  // Rank 0 blames rank 1, which blames rank 2, which blames rank 3: rank 3
+  // is the one, whichever rank exits first.
+  const auto r = launch(4, {kWorker, "blame_chain"}, {"COLLIE_LOG_LEVEL=off"});
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("collie launch: rank 3 (node 0) is the one the others blame: "
+                                    "ranks 0, 1, 2 failed losing it or waiting for it; rank 2 "
+                                    "said: rank 2: waited for rank 3"));
+  CHECK_THAT(r.err, Catch::Contains("<- blamed by the others"));
+}

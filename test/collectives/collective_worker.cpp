@@ -20,6 +20,9 @@
 //   mismatch_exit        rank 1 calls all_reduce with one element more at
 //                        16 MiB; every rank prints what it gets and exits at
 //                        once (as an uncaught exception would).
+//   blame_chain          rank r < n-1 records in the store that it blames rank
+//                        r+1 (as a failed collective does), then every rank
+//                        exits 1: collie launch's summary must name rank n-1.
 //   loop                 all_reduces of 1 MiB, each checked, until one fails;
 //                        prints "rank R: looping" after the fifth, then
 //                        "rank R: failed after MS ms of waiting: MESSAGE" (and
@@ -213,6 +216,15 @@ int mismatch_exit(collie::ProcessGroup& pg) {
   std::_Exit(0);  // at once: no goodbye to the peers
 }
 
+int blame_chain(collie::ProcessGroup& pg) {
+  if (pg.rank() + 1 < pg.size())
+    pg.store().set("blame/" + std::to_string(pg.rank()),
+                   std::to_string(pg.rank() + 1) + " rank " + std::to_string(pg.rank()) +
+                       ": waited for rank " + std::to_string(pg.rank() + 1));
+  pg.barrier();  // every record is in before anyone exits
+  return 1;
+}
+
 int loop(collie::ProcessGroup& pg) {
   std::vector<float> v(std::size_t{1} << 18);
   for (int i = 0;; ++i) {
@@ -277,7 +289,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | "
-                 "mismatches SMALL LARGE | mismatch_exit | loop | "
+                 "mismatches SMALL LARGE | mismatch_exit | blame_chain | loop | "
                  "stall stop|MS\n");
     return 2;
   }
@@ -290,6 +302,7 @@ int main(int argc, char** argv) {
     if (scenario == "victim") return victim(pg, argc > 2 && std::string(argv[2]) == "exit");
     if (scenario == "mismatch") return mismatch(pg);
     if (scenario == "loop") return loop(pg);
+    if (scenario == "blame_chain") return blame_chain(pg);
     if (scenario == "mismatches" && argc > 3)
       return mismatches(pg, std::stoi(argv[2]), std::stoi(argv[3]));
     if (scenario == "mismatch_exit") return mismatch_exit(pg);

@@ -4,8 +4,8 @@
 // ranks with torchrun's environment variables, prefixes every line they
 // print with their rank, forwards SIGINT/SIGTERM, and when one rank fails it
 // stops the others, prints which rank the others blame (else which failed
-// first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the launchers
-// tell each other about failures, restarts and completion through the store.
+// first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the
+// launchers tell each other about failures, restarts and completion through the store.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -519,10 +519,10 @@ class Launcher {
     for (const auto& r : ranks_) {
       std::string how = describe_wait_status(*r.status);
       if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
-      const char* mark = r.rank == blamed_          ? "   <- blamed by the others"
-                         : &r != first_failure_     ? ""
-                         : blamed_ >= 0             ? "   <- exited first"
-                                                    : "   <- failed first";
+      const char* mark = r.rank == blamed_      ? "   <- blamed by the others"
+                         : &r != first_failure_ ? ""
+                         : blamed_ >= 0         ? "   <- exited first"
+                                                : "   <- failed first";
       table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how, mark);
     }
     write_all(stderr, table);
@@ -540,8 +540,8 @@ class Launcher {
         options.token = token_;
         options.timeout = 2s;
         options.connect_timeout = 2s;
-        local = std::make_unique<store::StoreClient>("127.0.0.1",
-                                                     static_cast<std::uint16_t>(port_), options);
+        local = std::make_unique<store::StoreClient>("127.0.0.1", static_cast<std::uint16_t>(port_),
+                                                     options);
         s = local.get();
       }
       if (s == nullptr) return "";
@@ -550,19 +550,47 @@ class Launcher {
       if (keys.empty()) return "";
       const auto values = s->multi_get(keys, 2s);
       std::map<int, std::vector<std::pair<int, std::string>>> by_blamed;
+      std::map<int, int> blames;  // blamer -> blamed
       for (std::size_t i = 0; i < keys.size(); ++i) {
         const int blamer = std::stoi(keys[i].substr(keys[i].rfind('/') + 1));
         const auto space = values[i].find(' ');
         const int blamed = std::stoi(values[i].substr(0, space));
-        if (blamed != blamer) by_blamed[blamed].emplace_back(blamer, values[i].substr(space + 1));
+        if (blamed == blamer) continue;
+        by_blamed[blamed].emplace_back(blamer, values[i].substr(space + 1));
+        blames[blamer] = blamed;
       }
       if (by_blamed.empty()) return "";
-      const auto most = std::max_element(by_blamed.begin(), by_blamed.end(), [](auto& a, auto& b) {
+      // A blamed rank that itself blamed another (rank 0 timed out waiting
+      // for rank 1, which waited for the stopped rank 2) is a link of a
+      // chain: its end is the culprit, and it counts every rank before it.
+      auto end_of = [&](int r) {
+        for (std::size_t hops = 0; hops <= blames.size(); ++hops) {
+          const auto next = blames.find(r);
+          if (next == blames.end()) return r;
+          r = next->second;
+        }
+        return -1;  // a cycle: no end
+      };
+      std::map<int, std::vector<std::pair<int, std::string>>> by_end;
+      for (const auto& [blamed, who] : by_blamed) {
+        const int end = end_of(blamed);
+        auto& list = by_end[end >= 0 ? end : blamed];
+        list.insert(list.end(), who.begin(), who.end());
+      }
+      // Those who blamed it directly first (the one quoted), then by rank.
+      for (auto& [end, list] : by_end) {
+        std::sort(list.begin(), list.end(), [&, e = end](const auto& a, const auto& b) {
+          const bool da = blames[a.first] == e, db = blames[b.first] == e;
+          return da != db ? da : a.first < b.first;
+        });
+      }
+      const auto most = std::max_element(by_end.begin(), by_end.end(), [](auto& a, auto& b) {
         return a.second.size() < b.second.size();
       });
       std::vector<int> blamers;
       for (const auto& [r, text] : most->second)
         blamers.push_back(r);
+      std::sort(blamers.begin(), blamers.end());
       blamed_ = most->first;
       return fmt::format(
           "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
