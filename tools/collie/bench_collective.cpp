@@ -740,10 +740,12 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "  #wrong elements that differ from a reference computed independently (after the\n"
       "         timed iterations the inputs are refilled and the collective runs once more);\n"
       "         any wrong element makes the command exit 1.\n"
-      "Inside collie launch -n N, srun or mpirun it uses the job's ranks; on its own it\n"
+      "Inside collie launch -n N, srun or mpirun it uses the job's ranks (no MASTER_ADDR or\n"
+      "MASTER_PORT needed under srun or a one-node mpirun: docs/slurm.md); on its own it\n"
       "starts --ranks processes on this machine and hosts the store on a free loopback\n"
       "port. Ctrl-C stops after the row being measured, prints the rows so far and exits\n"
-      "130. --algo auto names the algorithm it picked: auto:ring.");
+      "130; SIGTERM stops a rank at once, even one stuck in a collective. --algo auto names\n"
+      "the algorithm it picked: auto:ring.");
   cmd->callback([args] {
     const Plan plan = make_plan(*args);  // once, before any rank starts
     if (inside_a_job()) {
