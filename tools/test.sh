@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every test, in every test preset:
 #   release   optimized build (with CUDA device buffers where the toolkit is found)
-#   nocuda    optimized build with -DCOLLIE_CUDA=OFF
+#   nocuda    optimized build with -DCOLLIE_CUDA=OFF (the runtime's and the CLI's tests:
+#             the layers below have no CUDA code, and the release preset tests them)
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      ThreadSanitizer
 #   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (30)
