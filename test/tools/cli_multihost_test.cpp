@@ -1,6 +1,7 @@
 // Jobs across real network boundaries: three hosts made of network
 // namespaces on a bridge (support/netns.hpp), 10.77.0.1 to .3. A test skips,
 // saying why, where namespaces cannot be made (not root, no iproute2).
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -29,6 +30,39 @@ std::string read_file(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+// The job's store on host 0 (10.77.0.1), on a port it picks (port 0), for
+// ranks started by hand: `collie store serve` says which port it got.
+struct HostStore {
+  explicit HostStore(const NetworkNamespaces& hosts)
+      : server(hosts.exec(0, {kCollie, "store", "serve", "--host", NetworkNamespaces::address(0),
+                              "--port", "0"}),
+               {"COLLIE_STORE_TOKEN=" + kToken, "COLLIE_LOG_LEVEL=off"}) {
+    // "collie store listening on ADDRESS... port PORT (...)": its digits.
+    const auto line = server.read_line(60s);
+    if (line && line->rfind(" port ") != std::string::npos) {
+      const auto at = line->rfind(" port ") + 6;
+      port = line->substr(at, line->find_first_not_of("0123456789", at) - at);
+    }
+  }
+  ~HostStore() { server.signal(SIGTERM); }
+
+  // The environment of world rank `rank` of `world` on this store.
+  std::vector<std::string> env(int rank, int world, std::vector<std::string> extra = {}) const {
+    std::vector<std::string> e{"MASTER_ADDR=" + NetworkNamespaces::address(0),
+                               "MASTER_PORT=" + port,
+                               "WORLD_SIZE=" + std::to_string(world),
+                               "RANK=" + std::to_string(rank),
+                               "COLLIE_STORE_HOSTED=1",
+                               "COLLIE_STORE_TOKEN=" + kToken,
+                               "COLLIE_LOG_LEVEL=off"};
+    e.insert(e.end(), extra.begin(), extra.end());
+    return e;
+  }
+
+  Subprocess server;
+  std::string port;  // empty: it did not come up
+};
 
 }  // namespace
 
@@ -94,16 +128,13 @@ TEST_CASE("three hosts: a host whose link goes silent is named by every other ra
     return;
   }
   // One rank per host, started by hand (no launcher would stop the others
-  // first): rank 0 hosts the store on 10.77.0.1. The port is the host
-  // namespace's own: nothing else can hold it.
+  // first), on a store of the test's own on host 0.
+  HostStore store(hosts);
+  REQUIRE_FALSE(store.port.empty());
   std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int i = 0; i < 3; ++i) {
-    ranks.push_back(std::make_unique<Subprocess>(
-        hosts.exec(i, {kWorker, "loop"}),
-        std::vector<std::string>{"MASTER_ADDR=" + hosts.address(0), "MASTER_PORT=29500",
-                                 "WORLD_SIZE=3", "RANK=" + std::to_string(i),
-                                 "COLLIE_STORE_TOKEN=" + kToken, "COLLIE_LOG_LEVEL=off"}));
-  }
+  for (int i = 0; i < 3; ++i)
+    ranks.push_back(
+        std::make_unique<Subprocess>(hosts.exec(i, {kWorker, "loop"}), store.env(i, 3)));
   for (int i = 0; i < 3; ++i)
     REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
             "rank " + std::to_string(i) + ": looping");
@@ -128,22 +159,16 @@ TEST_CASE("three hosts: loopback advertised to a remote master, and a host that 
     WARN("skipped: " << hosts.why());
     return;
   }
-  auto rank_on = [&](int host, int rank, std::vector<std::string> extra,
-                     const std::string& timeout = "4") {
-    std::vector<std::string> env{"MASTER_ADDR=" + hosts.address(0),
-                                 "MASTER_PORT=29500",
-                                 "WORLD_SIZE=3",
-                                 "RANK=" + std::to_string(rank),
-                                 "COLLIE_STORE_TOKEN=" + kToken,
-                                 "COLLIE_LOG_LEVEL=off",
-                                 "COLLIE_TIMEOUT=" + timeout};
-    env.insert(env.end(), extra.begin(), extra.end());
-    return std::make_unique<Subprocess>(hosts.exec(host, {kWorker, "stall", "0"}), env);
+  HostStore store(hosts);
+  REQUIRE_FALSE(store.port.empty());
+  auto rank_on = [&](int host, int rank, std::vector<std::string> extra) {
+    return std::make_unique<Subprocess>(hosts.exec(host, {kWorker, "stall", "0"}),
+                                        store.env(rank, 3, std::move(extra)));
   };
   {
     // Host 1 would advertise 127.0.0.1 to a job whose master is 10.77.0.1:
     // refused at once, naming the interface and the master.
-    auto r = rank_on(1, 1, {"COLLIE_SOCKET_IFNAME=lo"})->wait(60s);
+    auto r = rank_on(1, 1, {"COLLIE_SOCKET_IFNAME=lo", "COLLIE_TIMEOUT=4"})->wait(60s);
     REQUIRE(r);
     INFO(r->err);
     CHECK(r->exit_code == 1);
@@ -151,11 +176,9 @@ TEST_CASE("three hosts: loopback advertised to a remote master, and a host that 
                                        "127.0.0.1 on 'lo'") &&
                            Catch::Contains("the job's master 10.77.0.1 is on another host"));
   }
-  // Ranks 0 and 1 come (rank 0 hosts the store, and waits longest, so that
-  // rank 1 reads the store before it goes); host 2's rank never does. The
-  // port is the namespace's own: nothing else can hold it.
-  auto r0 = rank_on(0, 0, {}, "6");
-  auto r1 = rank_on(1, 1, {}, "3");
+  // Ranks 0 and 1 come; host 2's rank never does.
+  auto r0 = rank_on(0, 0, {"COLLIE_TIMEOUT=4"});
+  auto r1 = rank_on(1, 1, {"COLLIE_TIMEOUT=4"});
   for (auto* p : {r0.get(), r1.get()}) {
     const auto r = p->wait(60s);
     REQUIRE(r);
