@@ -62,7 +62,6 @@ void Progress::begin(std::uint64_t sequence, std::uint64_t fingerprint) {
 
 void Progress::end(std::uint64_t sequence, std::uint64_t fingerprint) {
   finished_at.store(now_ns(), std::memory_order_relaxed);
-  finished_fingerprint.store(fingerprint, std::memory_order_relaxed);
   recent_fingerprint[sequence % kRecent].store(fingerprint, std::memory_order_relaxed);
   recent_sequence[sequence % kRecent].store(static_cast<std::int64_t>(sequence),
                                             std::memory_order_release);
@@ -273,10 +272,7 @@ void StallCheck::inspect(int round) {
         store.wait(keys, window_);
       } catch (const TimeoutError&) {
       }
-      const auto present = store.list_keys(fmt::format("stall/a/{}/", k), window_);
-      std::vector<std::string> have;
-      for (const auto& key : present)
-        have.push_back(key);
+      const auto have = store.list_keys(fmt::format("stall/a/{}/", k), window_);
       std::vector<std::string> values;
       if (!have.empty()) values = store.multi_get(have, window_);
       std::map<int, std::string> answers;

@@ -50,14 +50,13 @@ struct Progress {
   std::atomic<std::uint64_t> current_fingerprint{0};
   std::atomic<std::int64_t> current_since{0};  // steady clock, ns
   std::atomic<std::int64_t> finished{-1};      // the last call that ended
-  std::atomic<std::uint64_t> finished_fingerprint{0};  // and its signature
   // The last kRecent calls that ended, by sequence % kRecent: their
   // sequence and fingerprint (for messages that come after a call ended).
   static constexpr std::size_t kRecent = 4;
   std::array<std::atomic<std::int64_t>, kRecent> recent_sequence{-1, -1, -1, -1};
   std::array<std::atomic<std::uint64_t>, kRecent> recent_fingerprint{};
-  std::atomic<std::int64_t> finished_at{0};    // steady clock, ns
-  std::atomic<std::int64_t> started_at{0};     // the group's creation, steady clock, ns
+  std::atomic<std::int64_t> finished_at{0};  // steady clock, ns
+  std::atomic<std::int64_t> started_at{0};   // the group's creation, steady clock, ns
 
   void begin(std::uint64_t sequence, std::uint64_t fingerprint);
   void end(std::uint64_t sequence, std::uint64_t fingerprint);

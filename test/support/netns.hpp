@@ -95,8 +95,6 @@ class NetworkNamespaces {
 
   // Host i's address: 10.77.0.(i + 1).
   static std::string address(int i) { return "10.77.0." + std::to_string(i + 1); }
-  // The interface host i has (besides lo).
-  std::string interface(int i) const { return "cv" + id_ + "b" + std::to_string(i); }
 
   // argv that runs `command` on host i.
   std::vector<std::string> exec(int i, const std::vector<std::string>& command) const {

@@ -736,9 +736,8 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
 TEST_CASE("mesh: a receive that times out half-way drops the rest, and the peer stays", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
   namespace wire = collie::transport::tcp::wire;
-  const auto port = port_of(c[0]);
   // Rank 1, by hand: 100 bytes of a 1000-byte message, then nothing.
-  collie::test::RawConnection raw(port);
+  collie::test::RawConnection raw(port_of(c[0]));
   const auto answer =
       collie::test::send_mesh_hello(raw, c[0].options().group_id, 1, 0, 2, "secret", 5s);
   REQUIRE(answer);
