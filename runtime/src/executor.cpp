@@ -1,6 +1,10 @@
 #include "executor.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -25,6 +29,65 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+struct FlowOp {
+  enum Kind : std::uint8_t { Copy, Send, Recv };
+  Kind kind = Send;
+  bool done = false;
+  bool reduce = false;    // a receive that reduces
+  bool snapshot = false;  // a send from the snapshot
+  std::uint32_t step = 0;
+  int peer = -1;          // group rank (none for a copy)
+  collectives::Range range;            // what it sends, receives, or copies into
+  collectives::Range from;             // a copy's source
+  std::size_t snap_at = 0;          // a snapshot send: its bytes in snapshot_
+  std::uint32_t blockers = 0;       // earlier ops not done, and the op before in line not posted
+  std::uint32_t first_edge = 0;     // its dependents: edges_[first_edge, first_edge + edges)
+  std::uint32_t edges = 0;
+  std::int64_t next_in_line = -1;   // the next op with the same peer and direction
+  transport::RequestPtr request;
+  Tracer::Clock::time_point posted_at{};
+};
+
+struct FlowStep {
+  std::uint32_t undone = 0;          // ops not done
+  std::uint32_t unposted_sends = 0;  // a snapshot step: sends not yet posted
+  std::uint32_t first_recv = 0, end = 0;
+  bool snapshot = false;
+};
+
+// What one thread's flows keep between calls (a thread runs one collective
+// at a time; the transport's consumers touch none of it): no allocation per
+// call once the vectors have grown.
+struct FlowScratch {
+  std::vector<FlowOp> ops;
+  std::vector<FlowStep> steps;
+  std::vector<std::uint32_t> edges;     // ops[i]'s dependents: edges[first_edge, +edges)
+  std::vector<std::uint32_t> ready;     // ops that may start, in the order they became so
+  std::vector<std::uint32_t> inflight;  // ops posted, not yet seen done, in posting order
+  std::vector<transport::RequestPtr> watch;  // their requests
+  // build_flow()'s working space.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;  // (before, after)
+  std::vector<std::int64_t> seen;
+  std::vector<std::int64_t> last_send, last_recv;
+  std::vector<std::uint32_t> count;
+  struct Access {
+    std::uint32_t op;
+    bool writes;
+    std::size_t begin, end;
+  };
+  std::vector<Access> accesses;
+
+  void clear() {
+    ops.clear();
+    watch.clear();
+  }
+};
+
+FlowScratch& flow_scratch() {
+  static thread_local FlowScratch scratch;
+  return scratch;
+}
+
 // Runs one schedule over the transport (executor.hpp).
 class Executor {
  public:
@@ -41,32 +104,22 @@ class Executor {
         deadline_(Clock::now() + call.timeout),
         stall_(g, call, deadline_ - call.timeout),
         trace_(g.world->tracer.get()),
-        engine_(engine) {
-    for (std::size_t i = 0; i < kWindow; ++i)
-      free_slots_.push_back(i);
-    std::lock_guard lock(g_.slots_mu);
-    for (auto& slot : slots_) {
-      if (g_.spare_slots.empty()) break;
-      slot = std::move(g_.spare_slots.back());
-      g_.spare_slots.pop_back();
-    }
-  }
+        engine_(engine) {}
 
   ~Executor() {
     abandon();
+    flow_.clear();  // the requests it holds
     for (auto* block : pinned_)
       engine_->give_pinned(block);
-    std::lock_guard lock(g_.slots_mu);
-    for (auto& slot : slots_)
-      if (!slot.empty() && g_.spare_slots.size() < 2 * kWindow)
-        g_.spare_slots.push_back(std::move(slot));
   }
 
   void run(const Schedule& schedule) {
+    // This thread drives the sockets from here to the end: the transport's
+    // own thread stays out of the way (no hand-off between threads).
+    const auto claim = transport_.claim_progress();
     try {
       check_stray();
-      for (std::size_t i = 0; i < schedule.steps.size(); ++i)
-        run_step(schedule.steps[i], static_cast<std::uint32_t>(i));
+      run_steps(schedule);
       check_stray();
     } catch (const MismatchError& e) {
       // Everyone should hear the same diagnosis: it goes to the store first
@@ -146,7 +199,6 @@ class Executor {
   }
 
  private:
-  static constexpr std::size_t kWindow = 4;       // reduce segments received ahead
   static constexpr std::size_t kStagedSends = 4;  // device send segments in flight
   static constexpr std::size_t kStagedRecvs = 8;  // staged receive segments posted or copying back
 
@@ -524,113 +576,418 @@ class Executor {
     }
   }
 
-  void post_send(int to, const std::byte* data, std::size_t count) {
-    for (std::size_t done = 0; done < count; done += segment_) {
-      const std::size_t n = std::min(segment_, count - done);
-      sends_.push_back(
-          {transport_.isend(peer(to), tag_, data + done * esize_, n * esize_, fingerprint_), to});
-    }
-  }
-
-  struct Segment {
-    std::size_t transfer = 0;  // index into the step's receives
-    int from = 0;
-    std::byte* target = nullptr;
-    std::size_t count = 0;
-    bool reduce = false;
-    transport::RequestPtr request;
-    std::size_t slot = 0;
-  };
-
   // Now, only when tracing (reading the clock is not free).
   Tracer::Clock::time_point mark() const {
     return trace_ != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
   }
 
-  void run_step(const collectives::Step& step, std::uint32_t index) {
-    const auto step_begin = mark();
-    for (const auto& c : step.copies) {
-      const auto begin = mark();
-      device::copy(engine_, at(c.to), device_of(c.to), at(c.from), device_of(c.from),
-                   c.from.count * esize_);
-      if (trace_)
-        trace_->event(Tracer::Kind::Copy, begin, mark(), index, -1, c.from.count * esize_);
-    }
-    if (touches_device(step)) {
-      run_staged(step, index, step_begin);
+  // A schedule on host memory runs as one flow; one that touches device
+  // memory step by step: each host step a flow of its own, each device step
+  // staged.
+  void run_steps(const Schedule& schedule) {
+    bool device = false;
+    for (const auto& step : schedule.steps)
+      device = device || touches_device(step);
+    if (!device) {
+      run_flow(schedule, 0, schedule.steps.size());
       return;
     }
-    // Sends go straight from the buffer, unless a receive of this step
-    // lands where they read: then from a snapshot.
-    const bool snap = collectives::receives_overlap_sends(step);
-    std::vector<std::byte>& snapshot = snapshot_space(step, snap);
-    std::size_t used = 0;
-    for (const auto& t : step.sends) {
-      const auto begin = mark();
-      const std::byte* data = at(t.range);
-      if (snap) {
-        std::memcpy(snapshot.data() + used, data, t.range.count * esize_);
-        data = snapshot.data() + used;
-        used += t.range.count * esize_;
+    for (std::size_t i = 0; i < schedule.steps.size(); ++i) {
+      const auto& step = schedule.steps[i];
+      if (!touches_device(step)) {
+        run_flow(schedule, i, i + 1);
+        continue;
       }
-      post_send(t.peer, data, t.range.count);
-      if (trace_)
-        trace_->event(Tracer::Kind::Send, begin, mark(), index, t.peer, t.range.count * esize_);
-    }
-    // Receives, cut like the sender cut them, posted in order; a reduced
-    // segment lands in one of kWindow scratch slots, so posting pauses while
-    // every slot is taken (the order of posting is the order of matching).
-    std::vector<Segment> segments;
-    for (std::size_t k = 0; k < step.recvs.size(); ++k) {
-      const auto& t = step.recvs[k];
-      std::byte* target = at(t.range);
-      for (std::size_t done = 0; done < t.range.count; done += segment_) {
-        segments.push_back(Segment{k, t.peer, target + done * esize_,
-                                   std::min(segment_, t.range.count - done),
-                                   t.combine == Combine::Reduce, nullptr, 0});
+      const auto index = static_cast<std::uint32_t>(i);
+      const auto step_begin = mark();
+      for (const auto& c : step.copies) {
+        const auto begin = mark();
+        device::copy(engine_, at(c.to), device_of(c.to), at(c.from), device_of(c.from),
+                     c.from.count * esize_);
+        if (trace_)
+          trace_->event(Tracer::Kind::Copy, begin, mark(), index, -1, c.from.count * esize_);
       }
+      run_staged(step, index, step_begin);
     }
-    std::size_t posted = 0;
-    auto post_more = [&] {
-      while (posted < segments.size()) {
-        auto& s = segments[posted];
-        std::byte* into = s.target;
-        if (s.reduce) {
-          if (free_slots_.empty()) return;
-          s.slot = free_slots_.back();
-          free_slots_.pop_back();
-          auto& slot = slots_[s.slot];  // grown on first use, kept for later steps
-          if (slot.size() < s.count * esize_) slot.resize(s.count * esize_);
-          into = slot.data();
+  }
+
+  // ---- host steps: the dataflow executor ----
+  //
+  // Every copy, send and receive of the steps run together is an op on a
+  // range of the working buffer, cut into segments. In schedule order (step
+  // by step; in a step its copies, then its sends, then its receives), an op
+  // waits only for the earlier ops that touch its range: what it reads, for
+  // their last write; what it writes, for the last write and every read
+  // since. Sends to a peer are posted in schedule order, and so are receives
+  // from a peer (the transport matches them in that order). So a segment is
+  // forwarded as soon as it is reduced, and a step's receives are posted
+  // while the step before still runs wherever they touch nothing it touches.
+  // A receive that reduces is consumed where it arrives (irecv_consume): the
+  // bytes are combined straight from the transport's buffer, with no scratch
+  // copy. Every op starts no later than it would if each step waited for the
+  // one before, so what the schedules' rules make deadlock-free stays so.
+  //
+  // A step whose receives land where its sends read (recursive doubling)
+  // sends from a snapshot, taken as each send is posted; its receives are
+  // posted once all its sends are. The snapshot is a second address space
+  // after the buffer's elements, so the next such step reuses it only once
+  // the sends reading it are done.
+
+  // Reduces a receive's payload into `target` as it arrives: in pieces of
+  // any length (an element may be cut between two) and any alignment.
+  struct Reducer {
+    DataType dtype;
+    ReduceOp op;
+    std::size_t esize;
+    std::byte* target;
+    std::size_t done = 0;  // bytes reduced
+    alignas(16) std::array<std::byte, 16> part{};  // the start of an element cut between pieces
+
+    void operator()(std::size_t offset, std::span<const std::byte> piece) {
+      const std::byte* p = piece.data();
+      std::size_t n = piece.size();
+      if (const std::size_t held = offset - done; held > 0) {
+        const std::size_t k = std::min(esize - held, n);
+        std::memcpy(part.data() + held, p, k);
+        p += k;
+        n -= k;
+        if (held + k < esize) return;
+        reduce(dtype, op, target + done, part.data(), 1);
+        done += esize;
+      }
+      const std::size_t whole = n / esize * esize;
+      if (reinterpret_cast<std::uintptr_t>(p) % esize == 0) {
+        reduce(dtype, op, target + done, p, whole / esize);
+      } else {  // rare: the transport keeps elements aligned where it can
+        alignas(64) std::array<std::byte, 4096> bounce;
+        const std::size_t chunk = bounce.size() / esize * esize;
+        for (std::size_t k = 0; k < whole; k += chunk) {
+          const std::size_t m = std::min(chunk, whole - k);
+          std::memcpy(bounce.data(), p + k, m);
+          reduce(dtype, op, target + done + k, bounce.data(), m / esize);
         }
-        s.request = transport_.irecv(peer(s.from), tag_, into, s.count * esize_);
-        recvs_.push_back({s.request, s.from});
-        ++posted;
+      }
+      done += whole;
+      if (n > whole) std::memcpy(part.data(), p + whole, n - whole);
+    }
+  };
+
+  // Runs schedule.steps[first, last) on host memory.
+  void run_flow(const Schedule& schedule, std::size_t first, std::size_t last) {
+    build_flow(schedule, first, last);
+    std::size_t next_ready = 0;
+    std::size_t finished = 0;
+    std::size_t oldest = 0;  // flow_steps_[oldest] is the first not done
+    auto span_begin = mark();
+    // Steps finish in order in the trace: a step's span runs from the end
+    // of the one before to the moment it and every earlier step are done.
+    auto step_done = [&] {
+      while (oldest < flow_steps_.size() && flow_steps_[oldest].undone == 0) {
+        if (trace_) {
+          const auto now = mark();
+          trace_->event(Tracer::Kind::Step, span_begin, now,
+                        static_cast<std::uint32_t>(first + oldest), -1, 0);
+          span_begin = now;
+        }
+        ++oldest;
       }
     };
-    post_more();
-    Tracer::Clock::time_point recv_begin;
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      auto& s = segments[i];
-      if (trace_ && (i == 0 || segments[i - 1].transfer != s.transfer)) recv_begin = mark();
-      wait_recv(s.request, s.from);
-      if (s.reduce) {
-        const auto begin = mark();
-        reduce(call_.dtype, call_.op, s.target, slots_[s.slot].data(), s.count);
-        if (trace_) trace_->event(Tracer::Kind::Reduce, begin, mark(), index, -1, s.count * esize_);
-        free_slots_.push_back(s.slot);
+    auto complete = [&](std::uint32_t i) {
+      auto& op = ops_[i];
+      op.done = true;
+      ++finished;
+      for (std::uint32_t e = op.first_edge; e < op.first_edge + op.edges; ++e)
+        unblock(edges_[e]);
+      --flow_steps_[op.step - first].undone;
+    };
+    auto slice = std::chrono::milliseconds(20);
+    while (finished < ops_.size()) {
+      bool moved = false;
+      // Start what may start (a copy is done at once, and may free more).
+      for (; next_ready < ready_.size(); ++next_ready) {
+        const auto i = ready_[next_ready];
+        start(i, first);
+        if (ops_[i].kind == FlowOp::Copy) complete(i);
+        moved = true;
       }
-      post_more();
-      if (trace_ && (i + 1 == segments.size() || segments[i + 1].transfer != s.transfer)) {
-        const auto& t = step.recvs[s.transfer];
-        trace_->event(Tracer::Kind::Recv, recv_begin, mark(), index, t.peer, t.range.count * esize_,
-                      t.combine == Combine::Reduce);
+      ready_.clear();
+      next_ready = 0;
+      // Take what finished, in the order it was posted.
+      std::size_t kept = 0;
+      for (std::size_t k = 0; k < inflight_.size(); ++k) {
+        const auto i = inflight_[k];
+        auto& op = ops_[i];
+        if (!transport_.test(op.request)) {
+          watch_[kept] = std::move(watch_[k]);
+          inflight_[kept++] = i;
+          continue;
+        }
+        if (op.kind == FlowOp::Recv) {
+          wait_recv(op.request, op.peer);  // checks who sent it; throws its error
+          if (trace_) {
+            // Receives overlap: each span runs from the later of its posting
+            // and the thread's last span to when the thread saw it done.
+            const auto now = mark();
+            trace_->event(Tracer::Kind::Recv, std::max({op.posted_at, span_begin, lane_}), now,
+                          static_cast<std::uint32_t>(op.step), op.peer,
+                          op.range.count * esize_, op.reduce);
+            lane_ = now;
+          }
+        } else {
+          wait(op.request, op.peer);  // throws its error, if any
+        }
+        complete(i);
+        moved = true;
       }
+      inflight_.resize(kept);
+      watch_.resize(kept);
+      if (moved) {
+        step_done();
+        slice = std::chrono::milliseconds(20);
+        continue;
+      }
+      if (inflight_.empty()) throw Error("internal: the executor waits on nothing");
+      if (transport_.wait_any(watch_, std::min(slice, remaining())) >= 0) continue;
+      check_queued();
+      stall_.poll();
+      if (remaining().count() == 0 || waits_interrupted() != 0) {
+        const auto& oldest_op = ops_[inflight_.front()];
+        if (oldest_op.kind == FlowOp::Recv) wait_recv(oldest_op.request, oldest_op.peer);
+        wait(oldest_op.request, oldest_op.peer);  // throws the TimeoutError
+      }
+      slice = std::min(slice * 2, std::chrono::milliseconds(500));
     }
-    const auto wait_begin = mark();
-    for (const auto& send : sends_)
-      wait(send.request, send.peer);
-    end_step(step, index, step_begin, wait_begin);
+    step_done();
+    sends_.clear();
+    recvs_.clear();
+    flow_.clear();
+  }
+
+  void unblock(std::uint32_t i) {
+    if (--ops_[i].blockers == 0) ready_.push_back(i);
+  }
+
+  // Posts op `i` (a copy is made at once).
+  void start(std::uint32_t i, std::size_t first) {
+    auto& op = ops_[i];
+    const auto begin = mark();
+    const std::size_t bytes = op.range.count * esize_;
+    switch (op.kind) {
+      case FlowOp::Copy:
+        device::copy(engine_, at(op.range), device_of(op.range), at(op.from), device_of(op.from),
+                     bytes);
+        if (trace_) {
+          lane_ = mark();
+          trace_->event(Tracer::Kind::Copy, begin, lane_, op.step, -1, bytes);
+        }
+        return;
+      case FlowOp::Send: {
+        const std::byte* data = at(op.range);
+        if (op.snapshot) {
+          std::memcpy(snapshot_.data() + op.snap_at, data, bytes);
+          data = snapshot_.data() + op.snap_at;
+        }
+        op.request = transport_.isend(peer(op.peer), tag_, data, bytes, fingerprint_);
+        sends_.push_back({op.request, op.peer});
+        if (trace_) {
+          lane_ = mark();
+          trace_->event(Tracer::Kind::Send, begin, lane_, op.step, op.peer, bytes);
+        }
+        auto& step = flow_steps_[op.step - first];
+        if (step.snapshot && --step.unposted_sends == 0)
+          for (std::uint32_t r = step.first_recv; r < step.end; ++r)
+            unblock(r);
+        break;
+      }
+      case FlowOp::Recv:
+        if (op.reduce) {
+          op.request = transport_.irecv_consume(
+              peer(op.peer), tag_, bytes, Reducer{call_.dtype, call_.op, esize_, at(op.range)});
+        } else {
+          op.request = transport_.irecv(peer(op.peer), tag_, at(op.range), bytes);
+        }
+        recvs_.push_back({op.request, op.peer});
+        op.posted_at = begin;
+        break;
+    }
+    inflight_.push_back(i);
+    watch_.push_back(op.request);
+    if (op.next_in_line >= 0) unblock(static_cast<std::uint32_t>(op.next_in_line));
+  }
+
+  // The ops of steps [first, last), their dependencies, and those ready.
+  void build_flow(const Schedule& schedule, std::size_t first, std::size_t last) {
+    ops_.clear();
+    flow_steps_.clear();
+    ready_.clear();
+    inflight_.clear();
+    watch_.clear();
+    // The snapshot space: the largest snapshot step's sends. And how many
+    // ops there will be.
+    std::size_t snapshot_count = 0;
+    std::size_t op_count = 0;
+    for (std::size_t s = first; s < last; ++s) {
+      const auto& step = schedule.steps[s];
+      op_count += step.copies.size();
+      for (const auto* list : {&step.sends, &step.recvs})
+        for (const auto& t : *list)
+          op_count += (t.range.count + segment_ - 1) / segment_;
+      if (!collectives::receives_overlap_sends(step)) continue;
+      std::size_t total = 0;
+      for (const auto& t : step.sends)
+        total += t.range.count;
+      snapshot_count = std::max(snapshot_count, total);
+    }
+    if (snapshot_.size() < snapshot_count * esize_) snapshot_.resize(snapshot_count * esize_);
+    ops_.reserve(op_count);
+
+    auto& pairs = flow_.pairs;  // (before, after)
+    auto& seen = flow_.seen;    // seen[d] == op: d is already a dependency of op
+    pairs.clear();
+    seen.assign(op_count, -1);
+    auto dep = [&](std::int64_t d, std::uint32_t self, std::uint32_t skip_from) {
+      if (d < 0 || d == self || static_cast<std::uint32_t>(d) >= skip_from) return;
+      if (seen[static_cast<std::size_t>(d)] == self) return;
+      seen[static_cast<std::size_t>(d)] = self;
+      pairs.emplace_back(static_cast<std::uint32_t>(d), self);
+      ++ops_[self].blockers;
+    };
+    // Few ops (small messages): every earlier access that overlaps and
+    // conflicts (a write on either side) is a dependency. Many: who last
+    // wrote, and who read since, each element (cells [key, next key)), so
+    // that each op meets only its nearest predecessors.
+    const bool few = op_count <= 64;
+    auto& accesses = flow_.accesses;
+    accesses.clear();
+    struct Cell {
+      std::int64_t writer = -1;
+      std::vector<std::uint32_t> readers;
+    };
+    std::map<std::size_t, Cell> cells;
+    if (!few) {
+      cells.emplace(0, Cell{});
+      cells.emplace(schedule.buffer_count + snapshot_count, Cell{});
+    }
+    auto split = [&](std::size_t at) {
+      auto it = cells.lower_bound(at);
+      if (it != cells.end() && it->first == at) return it;
+      return cells.emplace_hint(it, at, std::prev(it)->second);
+    };
+    auto touch = [&](std::uint32_t self, const Range& r, bool writes, bool reads,
+                     std::uint32_t skip_from) {
+      if (few) {
+        for (const auto& a : accesses)
+          if ((writes || a.writes) && a.begin < r.offset + r.count && r.offset < a.end)
+            dep(a.op, self, skip_from);
+        if (writes || reads) accesses.push_back({self, writes, r.offset, r.offset + r.count});
+        return;
+      }
+      auto it = split(r.offset);
+      const auto end = split(r.offset + r.count);
+      for (; it != end; ++it) {
+        auto& cell = it->second;
+        dep(cell.writer, self, skip_from);
+        if (writes) {
+          for (auto d : cell.readers)
+            dep(d, self, skip_from);
+          cell.readers.clear();
+          cell.writer = self;
+        }
+        if (reads) cell.readers.push_back(self);
+      }
+    };
+    const std::size_t n = g_.members.size();
+    auto& last_send = flow_.last_send;
+    auto& last_recv = flow_.last_recv;
+    last_send.assign(n, -1);
+    last_recv.assign(n, -1);
+    auto in_line = [&](std::vector<std::int64_t>& line, int p, std::uint32_t self) {
+      auto& prev = line[static_cast<std::size_t>(p)];
+      if (prev >= 0) {
+        ops_[static_cast<std::size_t>(prev)].next_in_line = self;
+        ++ops_[self].blockers;
+      }
+      prev = self;
+    };
+    auto add = [&](const FlowOp& op) {
+      ops_.push_back(op);
+      return static_cast<std::uint32_t>(ops_.size() - 1);
+    };
+    for (std::size_t s = first; s < last; ++s) {
+      const auto& step = schedule.steps[s];
+      FlowStep fs;
+      fs.snapshot = collectives::receives_overlap_sends(step);
+      const auto step_first = static_cast<std::uint32_t>(ops_.size());
+      for (const auto& c : step.copies) {
+        FlowOp op;
+        op.kind = FlowOp::Copy;
+        op.step = static_cast<std::uint32_t>(s);
+        op.range = c.to;
+        op.from = c.from;
+        const auto self = add(op);
+        touch(self, c.from, false, true, UINT32_MAX);
+        touch(self, c.to, true, false, UINT32_MAX);
+      }
+      const auto first_send = static_cast<std::uint32_t>(ops_.size());
+      std::size_t snap_used = 0;  // elements
+      for (const auto& t : step.sends) {
+        for (std::size_t done = 0; done < t.range.count; done += segment_) {
+          FlowOp op;
+          op.kind = FlowOp::Send;
+          op.step = static_cast<std::uint32_t>(s);
+          op.peer = t.peer;
+          op.range = {t.range.offset + done, std::min(segment_, t.range.count - done)};
+          op.snapshot = fs.snapshot;
+          const auto self = add(op);
+          touch(self, op.range, false, true, UINT32_MAX);
+          if (fs.snapshot) {
+            ops_[self].snap_at = snap_used * esize_;
+            // It writes its part of the snapshot, then the transport reads it.
+            touch(self, {schedule.buffer_count + snap_used, op.range.count}, true, true,
+                  UINT32_MAX);
+            snap_used += op.range.count;
+            ++fs.unposted_sends;
+          }
+          in_line(last_send, t.peer, self);
+        }
+      }
+      fs.first_recv = static_cast<std::uint32_t>(ops_.size());
+      for (const auto& t : step.recvs) {
+        for (std::size_t done = 0; done < t.range.count; done += segment_) {
+          FlowOp op;
+          op.kind = FlowOp::Recv;
+          op.step = static_cast<std::uint32_t>(s);
+          op.peer = t.peer;
+          op.range = {t.range.offset + done, std::min(segment_, t.range.count - done)};
+          op.reduce = t.combine == Combine::Reduce;
+          const auto self = add(op);
+          // A snapshot step's own sends read the snapshot, not the buffer:
+          // its receives wait for them to be posted instead (below).
+          touch(self, op.range, true, false, fs.snapshot ? first_send : UINT32_MAX);
+          if (fs.snapshot && fs.unposted_sends > 0) ++ops_[self].blockers;
+          in_line(last_recv, t.peer, self);
+        }
+      }
+      fs.end = static_cast<std::uint32_t>(ops_.size());
+      fs.undone = fs.end - step_first;
+      flow_steps_.push_back(fs);
+    }
+    // The dependents of each op, grouped by op.
+    auto& count = flow_.count;
+    count.assign(ops_.size(), 0);
+    for (const auto& [before, after] : pairs)
+      ++count[before];
+    std::uint32_t at_edge = 0;
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      ops_[i].first_edge = at_edge;
+      ops_[i].edges = 0;
+      at_edge += count[i];
+    }
+    edges_.resize(pairs.size());
+    for (const auto& [before, after] : pairs)
+      edges_[ops_[before].first_edge + ops_[before].edges++] = after;
+    for (std::uint32_t i = 0; i < ops_.size(); ++i)
+      if (ops_[i].blockers == 0) ready_.push_back(i);
   }
 
   // The step's last trace events; its requests are all done.
@@ -974,8 +1331,14 @@ class Executor {
   int mismatch_culprit_ = -1;        // the world rank it named (second-hand)
   bool explained_ = false;           // explain_lost_connection() has looked
   std::vector<std::byte> snapshot_;  // snapshot_space()'s
-  std::vector<std::vector<std::byte>> slots_ = std::vector<std::vector<std::byte>>(kWindow);
-  std::vector<std::size_t> free_slots_;
+  Tracer::Clock::time_point lane_{};   // when the last send, receive or copy span ended
+  FlowScratch& flow_ = flow_scratch();  // run_flow()'s, this thread's
+  std::vector<FlowOp>& ops_ = flow_.ops;
+  std::vector<FlowStep>& flow_steps_ = flow_.steps;
+  std::vector<std::uint32_t>& edges_ = flow_.edges;
+  std::vector<std::uint32_t>& ready_ = flow_.ready;
+  std::vector<std::uint32_t>& inflight_ = flow_.inflight;
+  std::vector<transport::RequestPtr>& watch_ = flow_.watch;
 };
 
 }  // namespace

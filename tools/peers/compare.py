@@ -1,38 +1,59 @@
 #!/usr/bin/python3
-"""Medians of the runs in DIR (tools/peers/run.sh and collie bench --csv
-files named collie-COLLECTIVE-RANKS-RUN.csv) side by side, with collie's
-ratio to the best peer. collie's figure is the in-place row, as the peers'.
+"""Medians of the runs in DIR (tools/peers/run.sh: SYSTEM-COLLECTIVE-RANKS-RUN.csv,
+and iperf-RUN.{out,in}.json) side by side, as a Markdown table.
 
   tools/peers/compare.py DIR all_reduce 2
+
+Ratios are the peer's time over collie's (above 1: collie is faster; for
+sizes of 64 KiB and more that is also collie's busbw over the peer's).
+"% TCP" is collie's busbw (the bytes each rank sends, per second, for
+all_reduce) over what one TCP stream carries on this host while another
+carries the same the other way (iperf3, the median of the runs). collie's
+figure is the in-place row, as the peers'.
 """
-import collections, csv, glob, os, statistics, sys
+import collections, csv, glob, json, os, statistics, sys
 
 folder, collective, ranks = sys.argv[1], sys.argv[2], sys.argv[3]
-med = {}
+med, launches = {}, {}
 for system in ("collie", "mpi", "torch"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
-    for path in glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv")):
+    paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
+    launches[system] = len(paths)
+    for path in paths:
         with open(path) as f:
             for row in csv.DictReader(f):
                 if row.get("placement", "in-place") != "in-place" and collective in ("all_reduce", "reduce", "broadcast"):
                     continue
+                if row.get("algorithm", "auto") != "auto":
+                    continue
                 size = int(row["size_bytes"])
                 times[size].append(float(row["time_us"]))
                 bws[size].append(float(row["busbw_gbps"]))
-    med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s]), len(bws[s])) for s in times}
+    med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s])) for s in times}
+
+streams = []
+for path in glob.glob(os.path.join(folder, "iperf-*.out.json")):
+    try:
+        pair = [json.load(open(p))["end"]["sum_received"]["bits_per_second"] / 8e9
+                for p in (path, path.replace(".out.json", ".in.json"))]
+        streams.append(sum(pair) / 2)
+    except (OSError, KeyError, ValueError):
+        pass
+tcp = statistics.median(streams) if streams else None
+
+print(f"launches: collie {launches['collie']}, Open MPI {launches['mpi']}, torch-gloo {launches['torch']}"
+      + (f"; TCP limit {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs)" if tcp else ""))
+print()
+print("| size | collie time (us) | collie busbw (GB/s) | % TCP | Open MPI time (us) | vs Open MPI | torch-gloo time (us) | vs torch-gloo |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 sizes = sorted(set(med["collie"]) | set(med["mpi"]) | set(med["torch"]))
-print(f"| size | collie time (us) | collie busbw | Open MPI busbw | torch-gloo busbw | collie / best |")
-print("|---:|---:|---:|---:|---:|---:|")
 for s in sizes:
-    c = med["collie"].get(s)
-    m = med["mpi"].get(s)
-    t = med["torch"].get(s)
-    cell = lambda x, i: f"{x[i]:.3f}" if x else "-"
-    best = max([x[1] for x in (m, t) if x] or [0])
-    if s < 65536:  # small: compare times (lower is better)
-        bt = min([x[0] for x in (m, t) if x] or [0])
-        ratio = f"time {c[0] / bt:.2f}x" if c and bt else "-"
-        print(f"| {s} | {c[0]:.2f} | {cell(c,1)} | {cell(m,1)} ({m[0]:.1f} us) | {cell(t,1)} ({t[0]:.1f} us) | {ratio} |" if c and m and t else f"| {s} | - | - | - | - | - |")
-    else:
-        ratio = f"{c[1] / best:.2f}x" if c and best else "-"
-        print(f"| {s} | {c[0]:.1f} | {cell(c,1)} | {cell(m,1)} | {cell(t,1)} | {ratio} |" if c else f"| {s} | - | - | {cell(m,1)} | {cell(t,1)} | - |")
+    c, m, t = (med[k].get(s) for k in ("collie", "mpi", "torch"))
+    def time(x):
+        return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
+    def ratio(x):
+        return f"{x[0] / c[0]:.2f}x" if x and c and c[0] > 0 else "-"
+    pct = f"{100 * c[1] / tcp:.0f}%" if c and tcp else "-"
+    size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1 << 10 else f"{s} B"
+    print(f"| {size} | {time(c)} | {c[1]:.3f} | {pct} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} |"
+          if c else f"| {size} | - | - | - | {time(m)} | - | {time(t)} | - |")

@@ -1,26 +1,66 @@
 #!/usr/bin/env bash
-# Measures the peers collie bench is compared with, on this machine, into
-# DIR (default peers/): Open MPI over TCP (ob1 + tcp btl on loopback, no
-# shared memory) and torch.distributed's gloo backend, float32 sum, for
-# 2 and 4 ranks, RUNS times each (default 3), for COLLECTIVES (default
-# all_reduce), sizes 8 B to 64 MiB by FACTOR (default 2). Needs the Debian packages
-# openmpi-bin, libopenmpi-dev and python3-torch. See docs/PERFORMANCE.md.
+# Measures collie and the peers it is compared with on this machine, by one
+# method, interleaved, into DIR (default peers/): for each of RUNS launches
+# (default 3), for 2 and 4 ranks (RANKS), for each of COLLECTIVES (default
+# all_reduce), one sweep of each system in turn, sizes 8 B to MAXBYTES
+# (default 64M) by FACTOR (default 2), float32 sum, 20 timed iterations
+# after 5 warm-up:
+#   collie     collie bench (COLLIE: the binary, default build/release/bin/collie)
+#   mpi        Open MPI over TCP (ob1 + the tcp btl on loopback: no shared memory)
+#   torch      torch.distributed's gloo backend (Debian's python3-torch)
+# SYSTEMS picks some (default "collie mpi torch"). Each run also measures
+# the TCP limit of this host: two iperf3 streams at once, one each way
+# (iperf-RUN.json), which compare.py reads. Every system times the same way:
+# the mean over the iterations on each rank, the maximum across ranks.
+# Needs the Debian packages openmpi-bin, libopenmpi-dev, python3-torch and
+# iperf3. See docs/PERFORMANCE.md; tools/peers/compare.py makes the tables.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-peers}
 runs=${RUNS:-3}
 collectives=${COLLECTIVES:-all_reduce}
 factor=${FACTOR:-2}
+maxbytes=${MAXBYTES:-64M}
+ranks=${RANKS:-2 4}
+systems=${SYSTEMS:-collie mpi torch}
+collie=${COLLIE:-build/release/bin/collie}
+max=$(numfmt --from=iec "$maxbytes")
 mkdir -p "$out"
-mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c
-for n in 2 4; do
-  for c in $collectives; do
-    for r in $(seq "$runs"); do
-      mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 --mca btl tcp,self \
-        --mca btl_tcp_if_include lo "$out/mpi_bench" "$c" 8 67108864 "$factor" 20 5 \
-        > "$out/mpi-$c-$n-$r.csv"
-      /usr/bin/python3 tools/peers/torch_gloo_bench.py --ranks "$n" --collective "$c" \
-        -b 8 -e 64M -f "$factor" -n 20 -w 5 > "$out/torch-$c-$n-$r.csv" 2>/dev/null
+has() { [[ " $systems " == *" $1 "* ]]; }
+if has mpi; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c; fi
+
+# Two iperf3 streams at once, one each way, as an all_reduce moves bytes
+# both ways: each carries what one rank can send while it also receives.
+iperf_pair() {
+  local port=$((20000 + RANDOM % 20000))
+  iperf3 -s -1 -p "$port" > /dev/null 2>&1 &
+  iperf3 -s -1 -p $((port + 1)) > /dev/null 2>&1 &
+  for _ in $(seq 50); do
+    if ss -ltn | grep -q ":$((port + 1)) "; then break; fi
+    sleep 0.1
+  done
+  iperf3 -c 127.0.0.1 -p "$port" -t 3 -J > "$1.out.json" &
+  iperf3 -c 127.0.0.1 -p $((port + 1)) -t 3 -R -J > "$1.in.json"
+  wait
+}
+
+for r in $(seq "$runs"); do
+  if command -v iperf3 > /dev/null; then iperf_pair "$out/iperf-$r"; fi
+  for n in $ranks; do
+    for c in $collectives; do
+      if has collie; then
+        "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 --csv \
+          > "$out/collie-$c-$n-$r.csv"
+      fi
+      if has mpi; then
+        mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 --mca btl tcp,self \
+          --mca btl_tcp_if_include lo "$out/mpi_bench" "$c" 8 "$max" "$factor" 20 5 \
+          > "$out/mpi-$c-$n-$r.csv"
+      fi
+      if has torch; then
+        /usr/bin/python3 tools/peers/torch_gloo_bench.py --ranks "$n" --collective "$c" \
+          -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/torch-$c-$n-$r.csv" 2> /dev/null
+      fi
     done
   done
 done

@@ -124,6 +124,13 @@ bool PeerRouter::any_queued() const {
   return false;
 }
 
+std::shared_ptr<void> PeerRouter::claim_progress() {
+  auto claims = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  for (const auto& b : backends_)
+    if (auto c = b->claim_progress()) claims->push_back(std::move(c));
+  return claims;
+}
+
 std::string PeerRouter::describe_peer(int peer) const {
   if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);

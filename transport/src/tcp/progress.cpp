@@ -16,6 +16,10 @@ using namespace std::chrono_literals;
 
 namespace {
 constexpr int kWake = -1;  // `who` of the wake eventfd in a poll set
+// A sched_yield() that took this long ran another thread.
+constexpr auto kYieldedAfter = std::chrono::microseconds(5);
+// How long a wait may spin in all while its yields run other threads.
+constexpr auto kSharedSpin = std::chrono::milliseconds(10);
 }  // namespace
 
 int remaining_ms(Clock::time_point deadline) {
@@ -73,7 +77,14 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
         if (--table.waiters == 0 && table.pending.load() > 0) table.background_wake.kick();
       }
     } leave{table_};
-    const auto spin_until = Clock::now() + table_.opt.spin;
+    // Spin (poll without sleeping) for `spin`, and on while yielding the
+    // CPU lets another thread run: the host has more threads that want to
+    // run than cores (4 ranks on 2), so spinning costs no idle core, and
+    // the rank this one waits for runs now instead of after a wake-up.
+    // Sleeping comes at most kSharedSpin after the wait began.
+    const auto began = Clock::now();
+    auto spin_until = began + table_.opt.spin;
+    const auto spin_limit = began + std::max<Clock::duration>(table_.opt.spin, kSharedSpin);
     // Kept by the thread between waits: no allocation per wait. (A wait
     // never runs inside another on one thread: consumers may not call the
     // transport.)
@@ -90,7 +101,13 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
           drive_once(ms, fds, who);
           // Spinning, let a thread waiting for this CPU run: on a busy host
           // it may be the one that sends what this wait is for.
-          if (ms == 0 && !finished()) sched_yield();
+          if (ms == 0 && !finished()) {
+            const auto before = Clock::now();
+            sched_yield();
+            const auto after = Clock::now();
+            if (after - before > kYieldedAfter)
+              spin_until = std::min(spin_limit, after + table_.opt.spin);
+          }
         }
       } else {
         std::unique_lock lock(table_.done_mu);

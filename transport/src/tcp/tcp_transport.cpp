@@ -378,6 +378,16 @@ bool TcpTransport::any_queued() const {
   return impl_->table.pool.queued() > 0;
 }
 
+std::shared_ptr<void> TcpTransport::claim_progress() {
+  // A claim counts as a waiter: the background thread moves data only
+  // while there are none (progress.hpp).
+  auto* table = &impl_->table;
+  ++table->waiters;
+  return std::shared_ptr<void>(table, [](Connections* t) {
+    if (--t->waiters == 0 && t->pending.load() > 0) t->background_wake.kick();
+  });
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   std::lock_guard lock(impl_->table.mu);
   if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);

@@ -170,6 +170,15 @@ class Transport {
   // runs on every call can ask this first.
   virtual bool any_queued() const = 0;
 
+  // Says that the calling thread keeps waiting on its requests (a
+  // collective, between two of its waits): until the returned claim is
+  // dropped, a backend's own thread leaves moving the data to the threads
+  // that wait, so no message changes hands between threads on its way.
+  // Without a claim, requests also progress while nobody waits. Claims
+  // nest and may be held by several threads; a backend without a thread of
+  // its own returns an empty one.
+  virtual std::shared_ptr<void> claim_progress() = 0;
+
   // "rank 3 at 10.0.0.4:41234", for messages.
   virtual std::string describe_peer(int peer) const = 0;
 
