@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <map>
-#include <span>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +18,7 @@
 #include <collie/log.hpp>
 
 #include "stall.hpp"
+#include "stream_reduce.hpp"
 #include "trace.hpp"
 
 namespace collie {
@@ -36,14 +37,14 @@ struct FlowOp {
   bool reduce = false;    // a receive that reduces
   bool snapshot = false;  // a send from the snapshot
   std::uint32_t step = 0;
-  int peer = -1;          // group rank (none for a copy)
-  collectives::Range range;            // what it sends, receives, or copies into
-  collectives::Range from;             // a copy's source
-  std::size_t snap_at = 0;          // a snapshot send: its bytes in snapshot_
-  std::uint32_t blockers = 0;       // earlier ops not done, and the op before in line not posted
-  std::uint32_t first_edge = 0;     // its dependents: edges_[first_edge, first_edge + edges)
+  int peer = -1;                 // group rank (none for a copy)
+  collectives::Range range;      // what it sends, receives, or copies into
+  collectives::Range from;       // a copy's source
+  std::size_t snap_at = 0;       // a snapshot send: its bytes in snapshot_
+  std::uint32_t blockers = 0;    // earlier ops not done, and the op before in line not posted
+  std::uint32_t first_edge = 0;  // its dependents: edges_[first_edge, first_edge + edges)
   std::uint32_t edges = 0;
-  std::int64_t next_in_line = -1;   // the next op with the same peer and direction
+  std::int64_t next_in_line = -1;  // the next op with the same peer and direction
   transport::RequestPtr request;
   Tracer::Clock::time_point posted_at{};
 };
@@ -61,9 +62,9 @@ struct FlowStep {
 struct FlowScratch {
   std::vector<FlowOp> ops;
   std::vector<FlowStep> steps;
-  std::vector<std::uint32_t> edges;     // ops[i]'s dependents: edges[first_edge, +edges)
-  std::vector<std::uint32_t> ready;     // ops that may start, in the order they became so
-  std::vector<std::uint32_t> inflight;  // ops posted, not yet seen done, in posting order
+  std::vector<std::uint32_t> edges;          // ops[i]'s dependents: edges[first_edge, +edges)
+  std::vector<std::uint32_t> ready;          // ops that may start, in the order they became so
+  std::vector<std::uint32_t> inflight;       // ops posted, not yet seen done, in posting order
   std::vector<transport::RequestPtr> watch;  // their requests
   // build_flow()'s working space.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;  // (before, after)
@@ -633,45 +634,6 @@ class Executor {
   // after the buffer's elements, so the next such step reuses it only once
   // the sends reading it are done.
 
-  // Reduces a receive's payload into `target` as it arrives: in pieces of
-  // any length (an element may be cut between two) and any alignment.
-  struct Reducer {
-    DataType dtype;
-    ReduceOp op;
-    std::size_t esize;
-    std::byte* target;
-    std::size_t done = 0;  // bytes reduced
-    alignas(16) std::array<std::byte, 16> part{};  // the start of an element cut between pieces
-
-    void operator()(std::size_t offset, std::span<const std::byte> piece) {
-      const std::byte* p = piece.data();
-      std::size_t n = piece.size();
-      if (const std::size_t held = offset - done; held > 0) {
-        const std::size_t k = std::min(esize - held, n);
-        std::memcpy(part.data() + held, p, k);
-        p += k;
-        n -= k;
-        if (held + k < esize) return;
-        reduce(dtype, op, target + done, part.data(), 1);
-        done += esize;
-      }
-      const std::size_t whole = n / esize * esize;
-      if (reinterpret_cast<std::uintptr_t>(p) % esize == 0) {
-        reduce(dtype, op, target + done, p, whole / esize);
-      } else {  // rare: the transport keeps elements aligned where it can
-        alignas(64) std::array<std::byte, 4096> bounce;
-        const std::size_t chunk = bounce.size() / esize * esize;
-        for (std::size_t k = 0; k < whole; k += chunk) {
-          const std::size_t m = std::min(chunk, whole - k);
-          std::memcpy(bounce.data(), p + k, m);
-          reduce(dtype, op, target + done + k, bounce.data(), m / esize);
-        }
-      }
-      done += whole;
-      if (n > whole) std::memcpy(part.data(), p + whole, n - whole);
-    }
-  };
-
   // Runs schedule.steps[first, last) on host memory.
   void run_flow(const Schedule& schedule, std::size_t first, std::size_t last) {
     build_flow(schedule, first, last);
@@ -729,8 +691,8 @@ class Executor {
             // and the thread's last span to when the thread saw it done.
             const auto now = mark();
             trace_->event(Tracer::Kind::Recv, std::max({op.posted_at, span_begin, lane_}), now,
-                          static_cast<std::uint32_t>(op.step), op.peer,
-                          op.range.count * esize_, op.reduce);
+                          static_cast<std::uint32_t>(op.step), op.peer, op.range.count * esize_,
+                          op.reduce);
             lane_ = now;
           }
         } else {
@@ -801,8 +763,9 @@ class Executor {
       }
       case FlowOp::Recv:
         if (op.reduce) {
-          op.request = transport_.irecv_consume(
-              peer(op.peer), tag_, bytes, Reducer{call_.dtype, call_.op, esize_, at(op.range)});
+          op.request =
+              transport_.irecv_consume(peer(op.peer), tag_, bytes,
+                                       StreamReducer{call_.dtype, call_.op, esize_, at(op.range)});
         } else {
           op.request = transport_.irecv(peer(op.peer), tag_, at(op.range), bytes);
         }
@@ -1325,13 +1288,13 @@ class Executor {
   std::vector<std::byte*> blocks_free_;  // those of them not in use
   int failed_world_rank_ = -1;           // whose connection failed (seen here or reported)
   FailureReason failed_reason_ = FailureReason::ConnectionLost;
-  int mismatched_from_ = -1;         // the group rank whose message did not match
-  bool second_hand_ = false;         // the mismatch was found by another rank
-  bool stray_ = false;               // it was found in an earlier call (check_stray)
-  int mismatch_culprit_ = -1;        // the world rank it named (second-hand)
-  bool explained_ = false;           // explain_lost_connection() has looked
-  std::vector<std::byte> snapshot_;  // snapshot_space()'s
-  Tracer::Clock::time_point lane_{};   // when the last send, receive or copy span ended
+  int mismatched_from_ = -1;            // the group rank whose message did not match
+  bool second_hand_ = false;            // the mismatch was found by another rank
+  bool stray_ = false;                  // it was found in an earlier call (check_stray)
+  int mismatch_culprit_ = -1;           // the world rank it named (second-hand)
+  bool explained_ = false;              // explain_lost_connection() has looked
+  std::vector<std::byte> snapshot_;     // snapshot_space()'s
+  Tracer::Clock::time_point lane_{};    // when the last send, receive or copy span ended
   FlowScratch& flow_ = flow_scratch();  // run_flow()'s, this thread's
   std::vector<FlowOp>& ops_ = flow_.ops;
   std::vector<FlowStep>& flow_steps_ = flow_.steps;

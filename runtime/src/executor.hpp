@@ -1,15 +1,19 @@
 // Runs one rank's schedule of one call over the transport.
 //
-// Each step's sends are posted at once, cut into segments of
-// COLLIE_SEGMENT_BYTES; its receives are cut the same way and posted in
-// order. A segment that is copied lands in place; one that is reduced lands
-// in one of a few scratch slots (kept by the group between calls) and is
-// combined into place as soon as it is in, while later segments are still
-// on the wire. Every received message's fingerprint is checked against this
-// call's (a different one is a MismatchError naming both calls); a wait
-// that takes long looks for such messages queued under the call's tag. A
-// failure tells the peers (call.hpp's notices) so that they fail at once,
-// naming the rank that died, instead of waiting for it.
+// Host steps run as a dataflow: every copy, send and receive is cut into
+// segments of COLLIE_SEGMENT_BYTES, and each segment starts as soon as the
+// earlier segments that touch its range are done (what it reads has been
+// written; what it writes has been read and sent), with sends to a peer,
+// and receives from it, posted in schedule order. So a ring forwards a
+// segment as soon as it is reduced, and a step's receives are posted while
+// the step before is still on the wire. A received segment that is reduced
+// is combined straight from where the transport holds it (irecv_consume):
+// no scratch copy. Every received message's fingerprint is checked against
+// this call's (a different one is a MismatchError naming both calls); a
+// wait that takes long looks for such messages queued under the call's
+// tag. A failure tells the peers (call.hpp's notices) so that they fail at
+// once, naming the rank that died, instead of waiting for it. The calling
+// thread drives the sockets for the whole call (Transport::claim_progress).
 //
 // A step that touches device memory runs staged: each send segment is
 // copied to a pinned block and sent from there once its copy is done (up

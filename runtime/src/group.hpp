@@ -54,10 +54,6 @@ struct ProcessGroup::Impl {
   // Set once a collective failed in a way that leaves messages in flight.
   std::mutex broken_mu;
   std::string broken;
-  // Reduce slots kept between collectives (taken by a running collective,
-  // given back when it ends): no allocation and no page faults per call.
-  std::mutex slots_mu;
-  std::vector<std::vector<std::byte>> spare_slots;
   // CUDA streams and pinned blocks, kept between calls on device buffers.
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   // Where this rank is in the group's calls (stall.hpp).

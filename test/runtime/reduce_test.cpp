@@ -4,11 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <collie/error.hpp>
 #include <collie/reduce.hpp>
+
+#include "stream_reduce.hpp"
 
 using collie::DataType;
 using collie::ReduceOp;
@@ -67,7 +71,8 @@ void check_ints(DataType type) {
     INFO(collie::dtype_name(type) << " " << collie::reduce_op_name(op));
     auto acc = a;
     collie::reduce(type, op, acc.data(), b.data(), n);
-    for (std::size_t i = 0; i < n; ++i) REQUIRE(acc[i] == int_ref(op, a[i], b[i]));
+    for (std::size_t i = 0; i < n; ++i)
+      REQUIRE(acc[i] == int_ref(op, a[i], b[i]));
   }
 }
 
@@ -130,8 +135,7 @@ TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's compl
   check_ints<std::int64_t>(DataType::Int64);
 }
 
-TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating",
-          "[reduce]") {
+TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating", "[reduce]") {
   check_floats<float>(DataType::Float32);
   check_floats<double>(DataType::Float64);
   check_floats<collie::float16>(DataType::Float16);
@@ -140,7 +144,8 @@ TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagati
 
 TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
   collie::reduce(DataType::Float32, ReduceOp::Sum, nullptr, nullptr, 0);
-  for (auto op : kOps) CHECK(collie::parse_reduce_op(collie::reduce_op_name(op)) == op);
+  for (auto op : kOps)
+    CHECK(collie::parse_reduce_op(collie::reduce_op_name(op)) == op);
   CHECK(collie::parse_reduce_op("product") == ReduceOp::Product);
   CHECK_FALSE(collie::parse_reduce_op("mean").has_value());
   CHECK_THROWS_WITH(collie::check_supported(DataType::BFloat16, ReduceOp::BitwiseXor),
@@ -153,9 +158,91 @@ TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
   std::vector<collie::float16> h(3, collie::float16(60000.0f));
   collie::prescale_average(DataType::Float16, h.data(), h.size(), 4);
   collie::finish_average(DataType::Float16, h.data(), h.size(), 4);
-  for (auto x : h) CHECK(static_cast<float>(x) == 15000.0f);
+  for (auto x : h)
+    CHECK(static_cast<float>(x) == 15000.0f);
   std::vector<double> d = {3.0, -1.5};
   collie::prescale_average(DataType::Float64, d.data(), d.size(), 3);
   collie::finish_average(DataType::Float64, d.data(), d.size(), 3);
   CHECK(d == std::vector<double>{1.0, -0.5});
+}
+
+TEST_CASE("stream reducer: pieces of any length and alignment, elements cut between them",
+          "[reduce]") {
+  // The executor's consumer for a receive that reduces: the transport hands
+  // it the message in pieces wherever they arrive. Whatever the cut, the
+  // result is the whole message reduced at once (whose kernels are checked
+  // above), and for int32 sums, the sums computed here.
+  std::mt19937 rng(7);
+  for (auto type : {DataType::Int8, DataType::Int32, DataType::Int64, DataType::Float16,
+                    DataType::Float32, DataType::Float64}) {
+    const std::size_t es = collie::dtype_size(type);
+    for (std::size_t count : {0, 1, 3, 1000, 5003}) {
+      INFO(collie::dtype_name(type) << " count " << count);
+      std::vector<std::byte> in(count * es), acc(count * es);
+      for (std::size_t i = 0; i < count; ++i) {
+        // Small values: no overflow, and exact in every float type.
+        const auto a = static_cast<int>(rng() % 50), b = static_cast<int>(rng() % 50);
+        auto put = [&](std::vector<std::byte>& v, int x) {
+          switch (type) {
+            case DataType::Int8:
+              v[i] = static_cast<std::byte>(x);
+              break;
+            case DataType::Int32: {
+              std::int32_t y = x;
+              std::memcpy(&v[i * 4], &y, 4);
+              break;
+            }
+            case DataType::Int64: {
+              std::int64_t y = x;
+              std::memcpy(&v[i * 8], &y, 8);
+              break;
+            }
+            case DataType::Float16: {
+              const std::uint16_t y = collie::float16::from_float(static_cast<float>(x));
+              std::memcpy(&v[i * 2], &y, 2);
+              break;
+            }
+            case DataType::Float32: {
+              float y = static_cast<float>(x);
+              std::memcpy(&v[i * 4], &y, 4);
+              break;
+            }
+            default: {
+              double y = x;
+              std::memcpy(&v[i * 8], &y, 8);
+              break;
+            }
+          }
+        };
+        put(in, a);
+        put(acc, b);
+      }
+      auto want = acc;
+      collie::reduce(type, ReduceOp::Sum, want.data(), in.data(), count);
+      for (int trial = 0; trial < 20; ++trial) {
+        auto got = acc;
+        collie::StreamReducer r{type, ReduceOp::Sum, es, got.data()};
+        std::vector<std::byte> landing(4096 + 64);
+        for (std::size_t at = 0; at < in.size();) {
+          const std::size_t n =
+              std::min<std::size_t>(1 + rng() % (trial < 10 ? 7 : 3000), in.size() - at);
+          const std::size_t shift = rng() % 16;  // any address
+          std::memcpy(landing.data() + shift, in.data() + at, n);
+          r(at, {landing.data() + shift, n});
+          at += n;
+        }
+        REQUIRE(r.done == in.size());
+        REQUIRE(got == want);
+        if (type == DataType::Int32) {
+          for (std::size_t i = 0; i < count; ++i) {
+            std::int32_t g, a, b;
+            std::memcpy(&g, &got[i * 4], 4);
+            std::memcpy(&a, &in[i * 4], 4);
+            std::memcpy(&b, &acc[i * 4], 4);
+            REQUIRE(g == a + b);
+          }
+        }
+      }
+    }
+  }
 }

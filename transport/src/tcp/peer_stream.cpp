@@ -20,6 +20,7 @@ namespace {
 constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
 constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
+constexpr std::size_t kPhase = 16;            // the widest element, and malloc's alignment
 
 }  // namespace
 
@@ -348,7 +349,14 @@ void PeerStream::receive() {
         account(direct);
       }
     } else {
-      if (staged_begin > 0) {
+      if (staged_begin == staged_end && rx == Rx::Payload && current_recv &&
+          current_recv->consume) {
+        // A consuming receive: byte o of its payload lands at an address
+        // that is o modulo kPhase, so that its elements stay aligned in the
+        // pieces it is handed (a piece that ended mid-element would shift
+        // every later one).
+        staged_begin = staged_end = current_got % kPhase;
+      } else if (staged_begin > 0) {
         std::memmove(staging.data(), staging.data() + staged_begin, staged_end - staged_begin);
         staged_end -= staged_begin;
         staged_begin = 0;

@@ -1,0 +1,60 @@
+// Reduces a message into a buffer as it arrives: the consumer the executor
+// hands Transport::irecv_consume for a receive that reduces, so the bytes
+// are combined straight from where the transport holds them.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include <collie/dtype.hpp>
+#include <collie/reduce.hpp>
+
+namespace collie {
+
+// Called with consecutive pieces of the payload (offset, bytes), in order,
+// of any length (an element may be cut between two pieces) and at any
+// address (the kernels want elements aligned: a misaligned piece goes
+// through an aligned bounce buffer; the TCP transport keeps pieces aligned
+// where it can). `target` holds the elements to combine with, aligned.
+struct StreamReducer {
+  DataType dtype;
+  ReduceOp op;
+  std::size_t esize;
+  std::byte* target;
+  std::size_t done = 0;                          // bytes reduced
+  alignas(16) std::array<std::byte, 16> part{};  // the start of an element cut between pieces
+
+  void operator()(std::size_t offset, std::span<const std::byte> piece) {
+    const std::byte* p = piece.data();
+    std::size_t n = piece.size();
+    if (const std::size_t held = offset - done; held > 0) {
+      const std::size_t k = std::min(esize - held, n);
+      std::memcpy(part.data() + held, p, k);
+      p += k;
+      n -= k;
+      if (held + k < esize) return;
+      reduce(dtype, op, target + done, part.data(), 1);
+      done += esize;
+    }
+    const std::size_t whole = n / esize * esize;
+    if (reinterpret_cast<std::uintptr_t>(p) % esize == 0) {
+      reduce(dtype, op, target + done, p, whole / esize);
+    } else {
+      alignas(64) std::array<std::byte, 4096> bounce;
+      const std::size_t chunk = bounce.size() / esize * esize;
+      for (std::size_t k = 0; k < whole; k += chunk) {
+        const std::size_t m = std::min(chunk, whole - k);
+        std::memcpy(bounce.data(), p + k, m);
+        reduce(dtype, op, target + done + k, bounce.data(), m / esize);
+      }
+    }
+    done += whole;
+    if (n > whole) std::memcpy(part.data(), p + whole, n - whole);
+  }
+};
+
+}  // namespace collie
