@@ -7,9 +7,11 @@ and iperf-RUN.{out,in}.json) side by side, as a Markdown table.
 Ratios are the peer's time over collie's (above 1: collie is faster; for
 sizes of 64 KiB and more that is also collie's busbw over the peer's).
 "% TCP" is collie's busbw (the bytes each rank sends, per second, for
-all_reduce) over what one TCP stream carries on this host while another
-carries the same the other way (iperf3, the median of the runs). collie's
-figure is the in-place row, as the peers'.
+all_reduce) over what TCP lets a rank send on this host: what one stream
+carries while another carries the same the other way (iperf3, the median
+of the runs), times cores / ranks when the ranks outnumber the cores (each
+byte sent costs a core its share of both copies through the kernel).
+collie's figure is the in-place row, as the peers'.
 """
 import collections, csv, glob, json, os, statistics, sys
 
@@ -40,9 +42,12 @@ for path in glob.glob(os.path.join(folder, "iperf-*.out.json")):
     except (OSError, KeyError, ValueError):
         pass
 tcp = statistics.median(streams) if streams else None
+cores = os.cpu_count() or 1
+limit = tcp * min(1.0, cores / int(ranks)) if tcp else None
 
 print(f"launches: collie {launches['collie']}, Open MPI {launches['mpi']}, torch-gloo {launches['torch']}"
-      + (f"; TCP limit {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs)" if tcp else ""))
+      + (f"; TCP: {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs); "
+       f"limit per rank {limit:.2f} GB/s ({ranks} ranks, {cores} cores)" if tcp else ""))
 print()
 print("| size | collie time (us) | collie busbw (GB/s) | % TCP | Open MPI time (us) | vs Open MPI | torch-gloo time (us) | vs torch-gloo |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -53,7 +58,7 @@ for s in sizes:
         return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
     def ratio(x):
         return f"{x[0] / c[0]:.2f}x" if x and c and c[0] > 0 else "-"
-    pct = f"{100 * c[1] / tcp:.0f}%" if c and tcp else "-"
+    pct = f"{100 * c[1] / limit:.0f}%" if c and limit else "-"
     size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1 << 10 else f"{s} B"
     print(f"| {size} | {time(c)} | {c[1]:.3f} | {pct} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} |"
           if c else f"| {size} | - | - | - | {time(m)} | - | {time(t)} | - |")
