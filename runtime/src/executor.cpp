@@ -666,10 +666,25 @@ class Executor {
     while (finished < ops_.size()) {
       bool moved = false;
       // Start what may start (a copy is done at once, and may free more).
-      for (; next_ready < ready_.size(); ++next_ready) {
-        const auto i = ready_[next_ready];
-        start(i, first);
-        if (ops_[i].kind == FlowOp::Copy) complete(i);
+      // Receives first: they cost nothing to post, and a peer's bytes then
+      // find them, while sends are written (a send is written into the
+      // kernel as it is posted; posted before the receives, the sends of a
+      // step would fill both ways' socket buffers before anyone reads).
+      while (next_ready < ready_.size()) {
+        const std::size_t end = ready_.size();
+        for (std::size_t k = next_ready; k < end; ++k) {
+          const auto i = ready_[k];
+          if (ops_[i].kind != FlowOp::Recv) continue;
+          start(i, first);
+          ready_[k] = kStarted;
+        }
+        for (std::size_t k = next_ready; k < end; ++k) {
+          const auto i = ready_[k];
+          if (i == kStarted) continue;
+          start(i, first);
+          if (ops_[i].kind == FlowOp::Copy) complete(i);
+        }
+        next_ready = end;
         moved = true;
       }
       ready_.clear();
@@ -724,6 +739,8 @@ class Executor {
     recvs_.clear();
     flow_.clear();
   }
+
+  static constexpr std::uint32_t kStarted = UINT32_MAX;  // in ready_: started already
 
   void unblock(std::uint32_t i) {
     if (--ops_[i].blockers == 0) ready_.push_back(i);

@@ -19,6 +19,8 @@ Connections::Connections(const TransportOptions& options)
 void Connections::complete(TcpRequest& r) {
   r.state.store(static_cast<int>(State::Done), std::memory_order_release);
   --pending;
+  last_done.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                  std::memory_order_relaxed);
   done_cv.notify_all();
 }
 

@@ -42,6 +42,9 @@ class Connections {
 
   std::atomic<std::size_t> pending{0};  // requests not finished (changed under mu)
   std::atomic<int> waiters{0};          // threads in a wait
+  // When a request last finished (steady_clock ticks): waits spin while
+  // requests keep finishing (progress.cpp).
+  std::atomic<std::int64_t> last_done{0};
   std::mutex done_mu;
   std::condition_variable done_cv;  // some request finished
   Wakeup background_wake;           // new work for the background thread

@@ -3,7 +3,8 @@
 //
 // Sending: requests queue in order; flush() writes as many headers and
 // payloads as the kernel takes in one sendmsg (up to 64 pieces) and
-// completes those fully written. Receiving: bytes are parsed as
+// completes those fully written. A send posted to an empty queue writes
+// its first 64 KiB at once; the poller writes the rest. Receiving: bytes are parsed as
 // header, payload, header...; a payload of 4 KiB or more bound for a
 // caller's buffer is read straight into it (the staging buffer as the second
 // piece, so the next header comes in the same call), smaller ones through a
@@ -62,8 +63,9 @@ struct PeerStream {
   // for a send under way (or a finished request).
   bool withdraw(const TcpRequestPtr& r);
 
-  // Writes what the kernel takes; reads what the socket has.
-  void flush();
+  // Writes what the kernel takes (up to `budget` bytes); reads what the
+  // socket has.
+  void flush(std::size_t budget = SIZE_MAX);
   void receive();
   // A paused stream tries its waiting message again: true if it reads on.
   bool resume();

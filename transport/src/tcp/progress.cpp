@@ -19,7 +19,11 @@ constexpr int kWake = -1;  // `who` of the wake eventfd in a poll set
 // A sched_yield() that took this long ran another thread.
 constexpr auto kYieldedAfter = std::chrono::microseconds(5);
 // How long a wait may spin in all while its yields run other threads.
-constexpr auto kSharedSpin = std::chrono::milliseconds(10);
+constexpr auto kSharedSpin = std::chrono::milliseconds(2);
+// A wait spins on while a request finished less than this long ago...
+constexpr auto kActiveSpin = std::chrono::milliseconds(2);
+// ...for at most this long in all.
+constexpr auto kActiveSpinMax = std::chrono::milliseconds(100);
 }  // namespace
 
 int remaining_ms(Clock::time_point deadline) {
@@ -107,6 +111,14 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
             const auto after = Clock::now();
             if (after - before > kYieldedAfter)
               spin_until = std::min(spin_limit, after + table_.opt.spin);
+            // Requests finished a moment ago: more are on their way (a
+            // collective's next segment), so waking up for them would cost
+            // more than polling on.
+            const auto active = Clock::time_point(Clock::duration(
+                                    table_.last_done.load(std::memory_order_relaxed))) +
+                                kActiveSpin;
+            if (table_.opt.spin.count() > 0 && active > spin_until)
+              spin_until = std::min(active, began + kActiveSpinMax);
           }
         }
       } else {

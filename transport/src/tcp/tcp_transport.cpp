@@ -265,8 +265,12 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
     m.table.fail_for_peer(*r, p.failure_kind, p.failure);
     return r;
   }
+  // A poller asleep must add this socket's POLLOUT: only when the queue was
+  // empty (otherwise it is in the poll set already). No system call per
+  // send while a collective posts many.
+  const bool first = p.sends.empty();
   p.post_send(r);
-  if (r->pending()) m.table.wake_pollers();
+  if (first && r->pending()) m.table.wake_pollers();
   return r;
 }
 
