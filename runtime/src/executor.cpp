@@ -33,7 +33,6 @@ namespace {
 struct FlowOp {
   enum Kind : std::uint8_t { Copy, Send, Recv };
   Kind kind = Send;
-  bool done = false;
   bool reduce = false;    // a receive that reduces
   bool snapshot = false;  // a send from the snapshot
   std::uint32_t step = 0;
@@ -656,7 +655,6 @@ class Executor {
     };
     auto complete = [&](std::uint32_t i) {
       auto& op = ops_[i];
-      op.done = true;
       ++finished;
       for (std::uint32_t e = op.first_edge; e < op.first_edge + op.edges; ++e)
         unblock(edges_[e]);
@@ -723,7 +721,13 @@ class Executor {
         slice = std::chrono::milliseconds(20);
         continue;
       }
-      if (inflight_.empty()) throw Error("internal: the executor waits on nothing");
+      if (inflight_.empty()) {
+        throw Error(fmt::format(
+            "rank {}: internal: {} #{} on {}: {} of {} segments are done, and none of the others "
+            "is posted or may start (a dependency that never clears)",
+            g_.rank, describe(call_.signature(), false), call_.sequence, g_.name, finished,
+            ops_.size()));
+      }
       if (transport_.wait_any(watch_, std::min(slice, remaining())) >= 0) continue;
       check_queued();
       stall_.poll();
@@ -910,22 +914,27 @@ class Executor {
       }
       const auto first_send = static_cast<std::uint32_t>(ops_.size());
       std::size_t snap_used = 0;  // elements
+      // One op per segment of transfer `t`.
+      auto segment = [&](FlowOp::Kind kind, const collectives::Transfer& t, std::size_t done) {
+        FlowOp op;
+        op.kind = kind;
+        op.step = static_cast<std::uint32_t>(s);
+        op.peer = t.peer;
+        op.range = {t.range.offset + done, std::min(segment_, t.range.count - done)};
+        op.snapshot = kind == FlowOp::Send && fs.snapshot;
+        op.reduce = kind == FlowOp::Recv && t.combine == Combine::Reduce;
+        return add(op);
+      };
       for (const auto& t : step.sends) {
         for (std::size_t done = 0; done < t.range.count; done += segment_) {
-          FlowOp op;
-          op.kind = FlowOp::Send;
-          op.step = static_cast<std::uint32_t>(s);
-          op.peer = t.peer;
-          op.range = {t.range.offset + done, std::min(segment_, t.range.count - done)};
-          op.snapshot = fs.snapshot;
-          const auto self = add(op);
-          touch(self, op.range, false, true, UINT32_MAX);
+          const auto self = segment(FlowOp::Send, t, done);
+          const auto range = ops_[self].range;
+          touch(self, range, false, true, UINT32_MAX);
           if (fs.snapshot) {
             ops_[self].snap_at = snap_used * esize_;
             // It writes its part of the snapshot, then the transport reads it.
-            touch(self, {schedule.buffer_count + snap_used, op.range.count}, true, true,
-                  UINT32_MAX);
-            snap_used += op.range.count;
+            touch(self, {schedule.buffer_count + snap_used, range.count}, true, true, UINT32_MAX);
+            snap_used += range.count;
             ++fs.unposted_sends;
           }
           in_line(last_send, t.peer, self);
@@ -934,16 +943,11 @@ class Executor {
       fs.first_recv = static_cast<std::uint32_t>(ops_.size());
       for (const auto& t : step.recvs) {
         for (std::size_t done = 0; done < t.range.count; done += segment_) {
-          FlowOp op;
-          op.kind = FlowOp::Recv;
-          op.step = static_cast<std::uint32_t>(s);
-          op.peer = t.peer;
-          op.range = {t.range.offset + done, std::min(segment_, t.range.count - done)};
-          op.reduce = t.combine == Combine::Reduce;
-          const auto self = add(op);
+          const auto self = segment(FlowOp::Recv, t, done);
+          const auto range = ops_[self].range;
           // A snapshot step's own sends read the snapshot, not the buffer:
           // its receives wait for them to be posted instead (below).
-          touch(self, op.range, true, false, fs.snapshot ? first_send : UINT32_MAX);
+          touch(self, range, true, false, fs.snapshot ? first_send : UINT32_MAX);
           if (fs.snapshot && fs.unposted_sends > 0) ++ops_[self].blockers;
           in_line(last_recv, t.peer, self);
         }

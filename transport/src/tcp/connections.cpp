@@ -64,6 +64,11 @@ void Connections::install(PeerStream& p, Descriptor connection) {
   wake_pollers();
 }
 
+void Connections::stop_waiting() {
+  // The background thread moves data while nobody waits.
+  if (--waiters == 0 && pending.load() > 0) background_wake.kick();
+}
+
 void Connections::wake_pollers() const {
   // A waiter that leaves while work is pending wakes the background thread
   // itself (progress.cpp).

@@ -70,6 +70,9 @@ class Connections {
 
   // Wakes whoever polls the peers now, so that it sees new work.
   void wake_pollers() const;
+  // A thread stops waiting (or drops its progress claim): the last one
+  // hands the sockets back to the background thread if work is pending.
+  void stop_waiting();
 
   // ---- messages (mu held) ----
   // "rank 3 at 10.0.0.4:41234", "rank 0 (itself)"

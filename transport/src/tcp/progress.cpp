@@ -76,10 +76,7 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
     ++table_.waiters;
     struct Leave {
       Connections& table;
-      ~Leave() {
-        // The background thread moves data while nobody waits.
-        if (--table.waiters == 0 && table.pending.load() > 0) table.background_wake.kick();
-      }
+      ~Leave() { table.stop_waiting(); }
     } leave{table_};
     // Spin (poll without sleeping) for `spin`, and on while yielding the
     // CPU lets another thread run: the host has more threads that want to

@@ -387,9 +387,7 @@ std::shared_ptr<void> TcpTransport::claim_progress() {
   // while there are none (progress.hpp).
   auto* table = &impl_->table;
   ++table->waiters;
-  return std::shared_ptr<void>(table, [](Connections* t) {
-    if (--t->waiters == 0 && t->pending.load() > 0) t->background_wake.kick();
-  });
+  return std::shared_ptr<void>(table, [](Connections* t) { t->stop_waiting(); });
 }
 
 std::string TcpTransport::describe_peer(int peer) const {
