@@ -361,6 +361,27 @@ class Executor {
       throw MismatchError(fmt::format("rank {}: {} (its connection to rank {} broke after that)",
                                       g_.rank, *saved, with));
     }
+    // A peer that failed said whom it blames before it did anything else
+    // (blame()); if it then exited at once, its notice to this rank may
+    // have died with the connection (unread data makes its kernel reset
+    // the link, and the reset drops what this rank had not yet read).
+    std::optional<std::string> blamed;
+    try {
+      blamed = g_.world->job->store().try_get(fmt::format("blame/{}", peer(with)),
+                                              std::chrono::milliseconds(500));
+    } catch (const std::exception& e) {
+      collie::log().debug("rank {}: looking for rank {}'s blame: {}", g_.rank, with, e.what());
+    }
+    if (!blamed) return;
+    int culprit = -1;
+    std::istringstream in(*blamed);
+    if (!(in >> culprit) || culprit < 0 || culprit == peer(g_.rank) || culprit == peer(with))
+      return;
+    failed_world_rank_ = culprit;
+    throw ConnectionError(fmt::format(
+        "rank {}: {} failed, as rank {} recorded before it left (its connection to rank {} broke "
+        "after that)",
+        g_.rank, transport_.describe_peer(culprit), with, with));
   }
 
   // Waits for a receive from group rank `from` and checks who sent it. A
