@@ -29,6 +29,10 @@ struct World {
   // before the store (which rank 0 may host) goes away.
   std::shared_ptr<transport::Transport> transport;
   std::string advertised_host;  // where peers reach this rank
+  // Rank 0's machine: how many of the job's ranks run there, on how many
+  // cores (placement.hpp; CostModel::crowding).
+  int host_ranks = 1;
+  int host_cores = 1;
   // This rank's groups, by slot, for the stall responder (a group adds
   // itself when made and leaves when destroyed).
   std::mutex groups_mu;

@@ -1,5 +1,6 @@
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +16,7 @@
 #include <collie/transport/open.hpp>
 
 #include "group.hpp"
+#include "placement.hpp"
 
 namespace collie {
 
@@ -218,6 +220,8 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   auto child = std::make_shared<Impl>();
   child->world = parent.world;
   child->cost_model = parent.cost_model;
+  child->cost_model.crowding =
+      crowding(parent.world->host_ranks, parent.world->host_cores, static_cast<int>(ranks.size()));
   const std::uint32_t index = ++parent.children;
   // The same on every rank that makes the same calls: a mix of the parent's
   // slot and this child's index (23 bits; 0 is the world's).
@@ -293,6 +297,10 @@ ProcessGroup init(const InitOptions& options) {
       config.world_size > 1)
     store.set(fmt::format("stall/proc/{}", config.rank), process_identity());
   impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
+  // How many ranks share each machine, for Auto's cost model: counted
+  // before the barrier, read by rank 0 after it and passed on.
+  const std::string machine_key = "world/machine/" + machine_id();
+  if (config.world_size > 1) store.add(machine_key, 1);
   try {
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
   } catch (const TimeoutError& e) {
@@ -311,6 +319,16 @@ ProcessGroup init(const InitOptions& options) {
         "that never joined",
         config.rank, config.world_size, e.what()));
   }
+  if (config.world_size > 1) {
+    if (config.rank == 0) {
+      impl->host_ranks = static_cast<int>(store.add(machine_key, 0));
+      impl->host_cores = usable_cores();
+      store.set("world/placement", fmt::format("{} {}", impl->host_ranks, impl->host_cores));
+    } else {
+      std::istringstream placement(store.get("world/placement"));
+      placement >> impl->host_ranks >> impl->host_cores;
+    }
+  }
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.
   if (config.world_size <= 4096) impl->transport->prefetch();
@@ -321,6 +339,8 @@ ProcessGroup init(const InitOptions& options) {
   group->name = "world";
   if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
   group->rank = config.rank;
+  group->cost_model.crowding =
+      crowding(group->world->host_ranks, group->world->host_cores, config.world_size);
   for (int r = 0; r < config.world_size; ++r)
     group->members.push_back(r);
   group->enlist();

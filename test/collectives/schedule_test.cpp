@@ -1,5 +1,6 @@
 // Schedules, checked by symbolic execution: every rank must end with
 // exactly the contributions it should (each rank's once, for a reduction).
+#include <cmath>
 #include <numeric>
 
 #include <catch2/catch.hpp>
@@ -295,5 +296,53 @@ TEST_CASE("cost model: the ring's textbook time, trees for small buffers, rings 
     CHECK(best(Collective::AllReduce, n, 1, 1) == Algorithm::RecursiveDoubling);
     const auto large = best(Collective::AllReduce, n, 16 << 20, 1);
     CHECK((large == Algorithm::Ring || large == Algorithm::HalvingDoubling));
+  }
+}
+
+TEST_CASE("cost model: a crowded host bounds the time by its ranks' work", "[schedule][cost]") {
+  CostModel m;
+  const int n = 4;
+  const std::size_t segment = m.segment_bytes;
+  for (std::size_t count : {std::size_t{4}, std::size_t{16384}, std::size_t{4} << 20}) {
+    INFO("count " << count);
+    const Shape shape{0, n, count, 0, 1};
+    const auto alone = estimate(Collective::AllReduce, Algorithm::Ring, shape, 4, m);
+    // Each ring rank sends and receives 2 (n-1) chunks of N/n bytes and
+    // reduces n-1 of them, cut into segments.
+    const double N = static_cast<double>(count * 4), chunk = N / n;
+    const double segments =
+        2.0 * 2 * (n - 1) * std::max(1.0, std::ceil(chunk / static_cast<double>(segment)));
+    const double work = segments * m.work_per_segment +
+                        2.0 * 2 * (n - 1) * chunk * m.work_per_byte + (n - 1) * chunk * m.gamma;
+    for (double crowding : {0.5, 1.0, 1.5, 2.0, 4.0}) {
+      CostModel c = m;
+      c.crowding = crowding;
+      const auto crowded = estimate(Collective::AllReduce, Algorithm::Ring, shape, 4, c);
+      const double expected =
+          crowding > 1 ? std::max(alone.seconds, work * crowding) : alone.seconds;
+      CHECK(crowded.seconds == Approx(expected).epsilon(1e-9));
+    }
+  }
+  // What this bound buys on 4 ranks on 2 cores (docs/PERFORMANCE.md): the
+  // tree, which leaves half the ranks idle, in the middle; the ring, not
+  // halving-doubling (the same work), for large buffers. A core per rank
+  // keeps the uncrowded picks.
+  CostModel crowded = m;
+  crowded.crowding = 2;
+  const auto pick = [&](std::size_t bytes, const CostModel& model) {
+    return auto_algorithm(Collective::AllReduce, n, bytes / 4, 4, segment, model);
+  };
+  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{64} << 10})
+    CHECK(pick(bytes, crowded) == Algorithm::Tree);
+  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20})
+    CHECK(pick(bytes, crowded) == Algorithm::Ring);
+  CHECK(pick(64 << 10, m) != Algorithm::Tree);
+  CHECK(pick(16 << 20, m) == Algorithm::HalvingDoubling);
+  // Fitted to all_reduce alone: the other collectives cost the same crowded.
+  for (auto c : {Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast}) {
+    for (auto a : algorithms_for(c)) {
+      const Shape shape{0, n, std::size_t{1} << 16, 0, 4};
+      CHECK(estimate(c, a, shape, 4, crowded).seconds == estimate(c, a, shape, 4, m).seconds);
+    }
   }
 }

@@ -11,9 +11,11 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/collectives/cost.hpp>
 #include <collie/process_group.hpp>
 
 #include "collective_check.hpp"
+#include "placement.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -248,4 +250,53 @@ TEST_CASE("collective argument errors say what is wrong, before any message move
     // Nothing moved: the group still works.
     pg.all_reduce(std::span(c));
   });
+}
+
+TEST_CASE("Auto counts the ranks that share a machine's cores, alike on every rank",
+          "[collective]") {
+  CHECK(collie::crowding(4, 2, 4) == 2.0);
+  CHECK(collie::crowding(4, 2, 2) == 1.0);  // a group of 2 of them
+  CHECK(collie::crowding(1, 8, 4) == 0.125);
+  CHECK(collie::crowding(3, 0, 3) == 3.0);  // no cores read: 1
+  const int cores = collie::usable_cores();
+  CHECK(cores >= 1);
+  CHECK(cores <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  CHECK(collie::machine_id() == collie::machine_id());
+  // Ranks as threads of one process: all on this machine. Every rank
+  // picks what the model with this machine's crowding picks, for the
+  // world and for a group of two.
+  for (int world : {3, 4}) {
+    INFO("world " << world);
+    std::vector<std::vector<collie::Algorithm>> picks(static_cast<std::size_t>(world));
+    const std::vector<std::size_t> sizes = {64, 64 << 10, 256 << 10, 1 << 20, 16 << 20};
+    const std::size_t segment = std::size_t{256} << 10;  // this file's run_ranks sets 1 KiB
+    collie::test::run_ranks(
+        world,
+        [&](collie::ProcessGroup& pg) {
+          auto pair = pg.new_group({0, 1});
+          auto& mine = picks[static_cast<std::size_t>(pg.rank())];
+          for (auto bytes : sizes)
+            mine.push_back(pg.choose_algorithm(collie::Collective::AllReduce,
+                                               collie::DataType::Float32, bytes / 4));
+          if (pg.rank() < 2)
+            mine.push_back(pair.choose_algorithm(collie::Collective::AllReduce,
+                                                 collie::DataType::Float32, (16 << 20) / 4));
+        },
+        std::chrono::seconds(30), [&](collie::InitOptions& o) { o.segment_bytes = segment; });
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      INFO("bytes " << sizes[i]);
+      collie::collectives::CostModel model;
+      model.crowding = static_cast<double>(world) / cores;
+      const auto expected = collie::collectives::auto_algorithm(
+          collie::collectives::Collective::AllReduce, world, sizes[i] / 4, 4, segment, model);
+      for (int r = 0; r < world; ++r)
+        CHECK(picks[static_cast<std::size_t>(r)][i] == expected);
+    }
+    collie::collectives::CostModel pair_model;
+    pair_model.crowding = 2.0 / cores;
+    const auto pair_expected = collie::collectives::auto_algorithm(
+        collie::collectives::Collective::AllReduce, 2, (16 << 20) / 4, 4, segment, pair_model);
+    CHECK(picks[0].back() == pair_expected);
+    CHECK(picks[1].back() == pair_expected);
+  }
 }

@@ -156,6 +156,35 @@ TEST_CASE("explain --compare: every algorithm of the collective, Auto's pick mar
   REQUIRE(doc["auto"] != "recursive_doubling");
 }
 
+TEST_CASE("explain --cores: ranks that outnumber a machine's cores change the cost and Auto",
+          "[explain]") {
+  // 4 ranks on 2 cores, 64 KiB each: the work of the ranks bounds the
+  // time; the tree, which keeps half of them idle, is Auto's pick, where a
+  // core per rank picks another (the model of collectives/cost.hpp).
+  const auto crowded = explain({"all_reduce", "--ranks", "4", "--count", "16K", "--cores", "2",
+                                "--compare", "--format", "json"});
+  REQUIRE(crowded.exit_code == 0);
+  const auto doc = nlohmann::json::parse(crowded.out);
+  CHECK(doc["auto"] == "tree");
+  CHECK(doc["cost"]["model"]["ranks_per_core"] == 2.0);
+  const auto alone =
+      explain({"all_reduce", "--ranks", "4", "--count", "16K", "--compare", "--format", "json"});
+  REQUIRE(alone.exit_code == 0);
+  const auto doc1 = nlohmann::json::parse(alone.out);
+  CHECK(doc1["auto"] != "tree");
+  CHECK(doc1["cost"]["model"]["ranks_per_core"] == 1.0);
+  // Every algorithm costs at least as much crowded as alone.
+  for (std::size_t i = 0; i < doc["compare"].size(); ++i)
+    CHECK(doc["compare"][i]["seconds"].get<double>() >=
+          doc1["compare"][i]["seconds"].get<double>());
+  const auto text = explain({"all_reduce", "--ranks", "4", "--count", "16K", "--cores", "2"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("2 ranks per core (the crowded-host bound)") != std::string::npos);
+  const auto bad = explain({"all_reduce", "--cores", "-1"});
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("--cores -1") != std::string::npos);
+}
+
 TEST_CASE("explain: more than 8 ranks are summarised, --full shows them all", "[explain]") {
   const auto summary = explain({"all_gather", "--ranks", "12"});
   REQUIRE(summary.exit_code == 0);

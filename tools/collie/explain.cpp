@@ -85,7 +85,10 @@ ordered_json model_json(const cs::CostModel& m) {
   return {{"alpha_seconds", m.alpha},
           {"beta_seconds_per_byte", m.beta},
           {"gamma_seconds_per_byte", m.gamma},
-          {"delta_seconds", m.delta}};
+          {"delta_seconds", m.delta},
+          {"ranks_per_core", std::max(1.0, m.crowding)},
+          {"work_per_segment_seconds", m.work_per_segment},
+          {"work_per_byte_seconds", m.work_per_byte}};
 }
 
 // What each rank's buffer holds, in words.
@@ -201,9 +204,13 @@ std::string state_table(const Request& req, const std::vector<cs::RunBuffer>& st
 }
 
 std::string model_words(const cs::CostModel& m) {
-  return fmt::format("alpha {} per message, beta {:.3g} GB/s per link,\n  gamma {:.3g} GB/s "
-                     "reduced, delta {} per message posted",
-                     time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma, time_label(m.delta));
+  auto words =
+      fmt::format("alpha {} per message, beta {:.3g} GB/s per link,\n  gamma {:.3g} GB/s "
+                  "reduced, delta {} per message posted",
+                  time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma, time_label(m.delta));
+  if (m.crowding > 1)
+    words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
+  return words;
 }
 
 std::string request_words(const Request& r) {
@@ -228,8 +235,8 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   CostLine line{a, {}, 0, 0};
   line.cost = cs::estimate(r.collective, a, r.shape, r.element_bytes, r.model);
   cs::CostModel latency = r.model, bandwidth = r.model;
-  latency.beta = latency.gamma = 0;
-  bandwidth.alpha = bandwidth.delta = 0;
+  latency.beta = latency.gamma = latency.work_per_byte = 0;
+  bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = 0;
   line.latency_seconds = cs::estimate(r.collective, a, r.shape, r.element_bytes, latency).seconds;
   line.bandwidth_seconds =
       cs::estimate(r.collective, a, r.shape, r.element_bytes, bandwidth).seconds;

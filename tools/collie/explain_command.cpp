@@ -35,6 +35,7 @@ struct ExplainArgs {
   std::size_t segment_bytes = JobConfig{}.segment_bytes;
   std::string color = "auto";
   bool full = false;
+  int cores = 0;  // 0: every rank has a core of its own
 };
 
 std::string collective_list() {
@@ -78,6 +79,11 @@ explain::Request resolve(const ExplainArgs& a) {
     throw Error(fmt::format("explain: --segment-bytes {}: at least 1024, as COLLIE_SEGMENT_BYTES",
                             a.segment_bytes));
   r.segment_bytes = a.segment_bytes;
+  r.model.segment_bytes = a.segment_bytes;
+  if (a.cores < 0)
+    throw Error(
+        fmt::format("explain: --cores {}: a number of cores, or 0 for one per rank", a.cores));
+  if (a.cores > 0) r.model.crowding = static_cast<double>(a.ranks) / a.cores;
   // Default count: one element per rank's chunk of a buffer collective, one
   // per block of a blocked one.
   std::size_t count = a.count;
@@ -175,6 +181,10 @@ void add_explain_command(CLI::App& app) {
                   "algorithms pipeline")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
+  cmd->add_option("--cores", args->cores,
+                  "Cores of the one machine all --ranks run on, as the runtime counts them "
+                  "(0: a core per rank). Fewer cores than ranks: the cost, and Auto's pick, "
+                  "add the crowded-host bound of docs/algorithms.md");
   cmd->add_option("-f,--format", args->format,
                   "text (for the terminal), json (schedule and every step's state, for other "
                   "tools) or html (one self-contained animated page)")

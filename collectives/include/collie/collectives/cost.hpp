@@ -11,6 +11,20 @@
 // this gives the textbook 2 (n - 1) (alpha + N / n beta) + (n - 1) / n N
 // gamma; for a pipelined chain (pieces + n - 2) (alpha + N / pieces beta);
 // for a binomial tree ceil(log2 n) (alpha + N beta).
+//
+// A crowded host (more ranks than cores) adds a second bound to all_reduce
+// (the collective it is fitted to; the others keep the first alone): its cores
+// must do all the work of the ranks on it, so the time is at least the
+// average rank's work times `crowding` (ranks per core). A rank's work is
+// work_per_segment for each segment it sends or receives (the executor
+// cuts every message into segments of segment_bytes; on a shared core
+// a message's latency is system calls and wake-ups, CPU time),
+// work_per_byte for each byte it sends or receives (the copies into and
+// out of the kernel), and gamma for each byte it reduces. This is what
+// makes a tree, which keeps half the ranks idle, beat the all-ranks-busy
+// algorithms at middle sizes on 4 ranks on 2 cores, and costs the ring
+// and halving-doubling alike at large sizes (the same bytes in the same
+// number of segments).
 #pragma once
 
 #include <collie/collectives/algorithms.hpp>
@@ -26,13 +40,23 @@ struct CostModel {
   double beta = 1 / 3.5e9;    // seconds per byte on a link
   double gamma = 1 / 25.0e9;  // seconds per byte reduced
   double delta = 1e-6;        // seconds of overhead per message posted
+  // Ranks per core on rank 0's host (1 or less: every rank has a core of
+  // its own, and the crowded-host bound above is off). The runtime counts
+  // it at init; `collie explain --cores` sets it.
+  double crowding = 1;
+  // Fitted to `collie bench all_reduce --algo all` on 4 ranks on this
+  // project's 2-core machine (docs/PERFORMANCE.md, 15 launches): CPU
+  // seconds per segment, and per byte, sent or received.
+  double work_per_segment = 5e-6;
+  double work_per_byte = 0.125e-9;
+  std::size_t segment_bytes = 1 << 18;  // COLLIE_SEGMENT_BYTES (auto_algorithm sets it)
 };
 
 struct Cost {
-  double seconds = 0;        // the model's time: when the last rank finishes
-  std::size_t steps = 0;     // the most steps any rank takes
-  std::size_t messages = 0;  // the most messages any rank sends
-  std::size_t bytes = 0;     // the most bytes any rank sends
+  double seconds = 0;                      // the model's time: when the last rank finishes
+  std::size_t steps = 0;                   // the most steps any rank takes
+  std::size_t messages = 0;                // the most messages any rank sends
+  std::size_t bytes = 0;                   // the most bytes any rank sends
   std::vector<std::size_t> rank_messages;  // [rank] messages it sends
   std::vector<std::size_t> rank_bytes;     // [rank] bytes it sends
 };

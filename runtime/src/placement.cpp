@@ -1,0 +1,43 @@
+#include "placement.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sched.h>
+
+namespace collie {
+
+std::string machine_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id.empty() ? std::string("unknown") : id;
+}
+
+int usable_cores() {
+  int cores = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  // cgroup v2: "max 100000" (no quota) or "<quota> <period>" in microseconds.
+  std::ifstream in("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  double period = 0;
+  if (in >> quota >> period && quota != "max" && period > 0) {
+    try {
+      const double q = std::stod(quota) / period;
+      const int limit = std::max(1, static_cast<int>(std::ceil(q)));
+      cores = cores > 0 ? std::min(cores, limit) : limit;
+    } catch (const std::exception&) {
+      // An unreadable quota: the affinity stands.
+    }
+  }
+  return std::max(1, cores);
+}
+
+double crowding(int host_ranks, int cores, int group_size) {
+  const int here = std::max(1, std::min(host_ranks, group_size));
+  return static_cast<double>(here) / static_cast<double>(std::max(1, cores));
+}
+
+}  // namespace collie

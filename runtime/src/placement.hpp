@@ -1,0 +1,22 @@
+// Where a job's ranks run, as far as Auto's cost model needs it: how many
+// share rank 0's machine and how many cores they have there.
+#pragma once
+
+#include <string>
+
+namespace collie {
+
+// This machine's identity for as long as it runs (the kernel's boot id):
+// two processes with the same one share its cores.
+std::string machine_id();
+
+// The cores this process may run on: its CPU affinity, capped by a
+// cgroup v2 CPU quota (cpu.max) when one is set. At least 1.
+int usable_cores();
+
+// Ranks per core for the cost model (CostModel::crowding): `host_ranks`
+// of the job's ranks share `cores` cores, and a group of `group_size`
+// ranks has at most that many of them there.
+double crowding(int host_ranks, int cores, int group_size);
+
+}  // namespace collie
