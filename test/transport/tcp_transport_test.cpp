@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <numeric>
 #include <set>
 #include <span>
@@ -30,6 +31,7 @@
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
+#include "tcp/sockets.hpp"
 #include "tcp/wire.hpp"
 
 using namespace std::chrono_literals;
@@ -836,4 +838,72 @@ TEST_CASE("mesh: a receive that times out half-way drops the rest, and the peer 
   CHECK(recv(c[0], 1, 6, 8) == next);
   CHECK(std::all_of(in.begin() + 100, in.end(), [](std::uint8_t b) { return b == 0xEE; }));
   CHECK_FALSE(raw.closed_by_peer(200ms));
+}
+
+TEST_CASE("tune: a connection between two processes of one host never paces (BBR)", "[mesh]") {
+  // BBR, the default of many cloud images, paces loopback at a few GB/s once
+  // it leaves start-up (sockets.cpp): tune() gives such a connection cubic
+  // (or reno), and leaves any other algorithm as the host chose it.
+  const auto congestion = [](int fd) {
+    char name[32] = {};
+    socklen_t length = sizeof name - 1;
+    REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &length) == 0);
+    return std::string(name);
+  };
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  for (const char* before : {"bbr", "reno"}) {
+    INFO("before: " << before);
+    asio::ip::tcp::socket client(io), served(io);
+    client.connect(acceptor.local_endpoint());
+    acceptor.accept(served);
+    if (::setsockopt(client.native_handle(), IPPROTO_TCP, TCP_CONGESTION, before,
+                     static_cast<socklen_t>(std::strlen(before))) != 0) {
+      WARN("skipped: this kernel cannot use " << before << " (" << std::strerror(errno) << ")");
+      continue;
+    }
+    REQUIRE(congestion(client.native_handle()) == before);
+    collie::transport::tcp::tune(client);
+    const auto after = congestion(client.native_handle());
+    if (std::string(before) == "bbr")
+      CHECK((after == "cubic" || after == "reno"));
+    else
+      CHECK(after == before);
+  }
+}
+
+TEST_CASE("mesh: a send nobody waits for, right after busy waits, still goes out whole",
+          "[mesh]") {
+  // The background thread leaves the sockets to waiting callers while their
+  // requests keep finishing (progress.cpp, kQuiet); a send posted then, that
+  // its sender never waits for, must still be written by it.
+  Cluster c(2);
+  const std::size_t n = std::size_t{8} << 20;
+  std::atomic<bool> received{false};
+  c.run([&](int r) {
+    auto& m = c[r];
+    for (int i = 0; i < 200; ++i) {  // busy: many waits that finish requests
+      if (r == 0) {
+        send(m, 1, 1, pattern(64, 0, i));
+        expect(recv(m, 1, 2, 64) == pattern(64, 1, i), "ping-pong reply");
+      } else {
+        expect(recv(m, 0, 1, 64) == pattern(64, 0, i), "ping-pong message");
+        send(m, 0, 2, pattern(64, 1, i));
+      }
+    }
+    if (r == 0) {
+      const auto out = pattern(n, 0, 7);
+      auto s = m.isend(1, 3, out.data(), n);
+      // Not waiting: only the background thread writes beyond what isend
+      // wrote at once. Rank 1's receive completes only if it does.
+      const auto give_up = std::chrono::steady_clock::now() + 60s;
+      while (!received.load() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(1ms);
+      expect(received.load(), "rank 1 never got the message");
+      expect(m.test(s), "the send is complete once its bytes arrived");
+    } else {
+      expect(recv(m, 0, 3, n) == pattern(n, 0, 7), "the large message");
+      received = true;
+    }
+  });
 }

@@ -24,6 +24,9 @@ constexpr auto kSharedSpin = std::chrono::milliseconds(2);
 constexpr auto kActiveSpin = std::chrono::milliseconds(2);
 // ...for at most this long in all.
 constexpr auto kActiveSpinMax = std::chrono::milliseconds(100);
+// The background thread leaves the sockets to the callers until no request
+// has finished for this long.
+constexpr auto kQuiet = std::chrono::milliseconds(2);
 }  // namespace
 
 int remaining_ms(Clock::time_point deadline) {
@@ -144,6 +147,7 @@ void Progress::background_loop() {
   std::vector<pollfd> fds;
   std::vector<int> who;
   auto next_check = Clock::now() + 1s;
+  bool woken = false;  // the last poll ended on a wake-up: work nobody waits for
   while (!stopping_.load()) {
     // Connections whose host may be gone (sockets.hpp: kLostAfter).
     if (const auto now = Clock::now(); now >= next_check) {
@@ -156,10 +160,23 @@ void Progress::background_loop() {
     who.clear();
     fds.push_back({table_.background_wake.fd(), POLLIN, 0});
     who.push_back(kWake);
-    const auto until = listener_.add_to_poll(fds, who, Clock::now() + 100ms);
+    auto until = listener_.add_to_poll(fds, who, Clock::now() + 100ms);
     if (table_.waiters.load() == 0) {
-      std::lock_guard lock(table_.mu);
-      add_peers(fds, who);
+      // While the callers' waits keep finishing requests, they move the
+      // data: watching their sockets here too would wake this thread for
+      // every message, on a core a caller spins on (with 2 ranks on 2
+      // cores, 8 B calls took 7.5 us instead of 4.9 whenever this thread
+      // fell in step with the calls). It watches them when told of work
+      // nobody waits for, or once the callers have been quiet for kQuiet.
+      const auto quiet_from =
+          Clock::time_point(Clock::duration(table_.last_done.load(std::memory_order_relaxed))) +
+          kQuiet;
+      if (woken || Clock::now() >= quiet_from) {
+        std::lock_guard lock(table_.mu);
+        add_peers(fds, who);
+      } else {
+        until = std::min(until, quiet_from);
+      }
     }
     const int ready = ::poll(fds.data(), fds.size(), remaining_ms(until));
     if (ready < 0 && errno != EINTR) {
@@ -167,7 +184,8 @@ void Progress::background_loop() {
       std::this_thread::sleep_for(10ms);
       continue;
     }
-    if (fds[0].revents & POLLIN) table_.background_wake.drain();
+    woken = (fds[0].revents & POLLIN) != 0;
+    if (woken) table_.background_wake.drain();
     listener_.service(fds, who);
     bool peer_events = false;
     for (std::size_t i = 0; i < fds.size(); ++i)

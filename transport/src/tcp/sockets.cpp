@@ -5,6 +5,9 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <string_view>
+
 namespace collie::transport::tcp {
 
 namespace {
@@ -35,6 +38,33 @@ class TcpOption {
   int value_;
 };
 
+// Between two processes on one host, a pacing congestion control (BBR, the
+// default of many cloud images) only adds delay: once its bandwidth probe
+// leaves start-up, it paces loopback at a few GB/s and defers sends to a
+// timer. Measured on this project's machine: a 2-rank all_reduce of 256 KiB
+// took 160 us instead of 65 in launches where one direction paced at
+// 34.5 Gb/s, 8 B took 7.5 us instead of 4.9; which launches did was
+// chance. Such a connection gets the kernel's default algorithm instead
+// (cubic; reno where cubic is not built in).
+void avoid_pacing(asio::ip::tcp::socket& socket) {
+  std::error_code ec;
+  const auto local = socket.local_endpoint(ec);
+  if (ec) return;
+  const auto remote = socket.remote_endpoint(ec);
+  if (ec) return;
+  if (!remote.address().is_loopback() && remote.address() != local.address()) return;
+  const int fd = socket.native_handle();
+  char name[32] = {};
+  socklen_t length = sizeof name - 1;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &length) != 0) return;
+  if (std::string_view(name).substr(0, 3) != "bbr") return;
+  for (const char* other : {"cubic", "reno"}) {
+    if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, other,
+                     static_cast<socklen_t>(std::strlen(other))) == 0)
+      return;
+  }
+}
+
 }  // namespace
 
 void tune(asio::ip::tcp::socket& socket) {
@@ -47,6 +77,7 @@ void tune(asio::ip::tcp::socket& socket) {
   socket.set_option(TcpOption<TCP_KEEPIDLE>(kKeepIdleS), ignored);
   socket.set_option(TcpOption<TCP_KEEPINTVL>(kKeepIntervalS), ignored);
   socket.set_option(TcpOption<TCP_KEEPCNT>(kKeepCount), ignored);
+  avoid_pacing(socket);
   set_close_on_exec(socket.native_handle());
   socket.non_blocking(true, ignored);
 }
