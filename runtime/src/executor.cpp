@@ -336,8 +336,8 @@ class Executor {
   // A connection broke. A peer that left may have left because it ran
   // another call, or failed on its own device and said so: such messages
   // wait here or are on their way (perhaps over a connection still being
-  // set up), and they are the news. Look for a moment (the background
-  // thread moves data meanwhile); throws the better error if one is found.
+  // set up), and they are the news. Look for a moment, moving the data
+  // meanwhile; throws the better error if one is found.
   //
   // A peer that failed in an earlier call (its last messages to this rank
   // were sent before it failed) told this rank under that call's tag, then
@@ -350,7 +350,9 @@ class Executor {
     for (;;) {
       check_queued();
       if (Clock::now() >= until) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // This call's claim keeps the background thread out: it reads what
+      // is on its way itself (another rank's message of this call, say).
+      transport_.wait_any({}, std::chrono::milliseconds(10));
     }
     for (const auto& [tag, theirs] : transport_.queued_from(peer(with)))
       if (tag != tag_ && is_failure_notice(theirs))

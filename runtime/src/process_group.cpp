@@ -14,6 +14,7 @@
 #include <collie/process_group.hpp>
 #include <collie/transport/interfaces.hpp>
 #include <collie/transport/open.hpp>
+#include <collie/transport/tcp.hpp>
 
 #include "group.hpp"
 #include "placement.hpp"
@@ -328,6 +329,8 @@ ProcessGroup init(const InitOptions& options) {
       std::istringstream placement(store.get("world/placement"));
       placement >> impl->host_ranks >> impl->host_cores;
     }
+    // Before any mesh connection opens (they open at the first message).
+    transport::set_avoid_pacing_on_this_host(impl->host_ranks <= impl->host_cores);
   }
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.

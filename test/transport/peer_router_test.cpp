@@ -173,3 +173,27 @@ TEST_CASE("peer router refuses backends that do not fit", "[router]") {
                     Catch::Contains("rank 0: irecv_consume from rank 1 (tag 3, 4 bytes)") &&
                         Catch::Contains("consumer is empty"));
 }
+
+TEST_CASE("peer router: wait_any with no requests moves every backend's messages in", "[router]") {
+  // A progress claim keeps the backends' threads out (as a collective's
+  // does): only wait_any({}, t) moves the messages into the queues then.
+  RoutedWorld w;
+  auto& t = *w.routers[0];
+  const auto claim = t.claim_progress();
+  const int one = 1;
+  w.run([&](int r) {
+    if (r == 0) return;
+    auto& s = *w.routers[static_cast<std::size_t>(r)];
+    s.wait(s.isend(0, 9, &one, sizeof(one), 100u + static_cast<unsigned>(r)));
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto queued = t.queued_fingerprints(9);
+  while (queued.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    CHECK(t.wait_any({}, 10ms) == -1);
+    queued = t.queued_fingerprints(9);
+  }
+  std::sort(queued.begin(), queued.end());
+  REQUIRE(queued.size() == 2);
+  CHECK(queued[0] == std::pair<int, std::uint64_t>{1, 101});
+  CHECK(queued[1] == std::pair<int, std::uint64_t>{2, 102});
+}

@@ -863,6 +863,11 @@ TEST_CASE("tune: a connection between two processes of one host never paces (BBR
       continue;
     }
     REQUIRE(congestion(client.native_handle()) == before);
+    // Where ranks outnumber cores the runtime keeps BBR's pacing.
+    collie::transport::set_avoid_pacing_on_this_host(false);
+    collie::transport::tcp::tune(client);
+    CHECK(congestion(client.native_handle()) == before);
+    collie::transport::set_avoid_pacing_on_this_host(true);
     collie::transport::tcp::tune(client);
     const auto after = congestion(client.native_handle());
     if (std::string(before) == "bbr")

@@ -71,7 +71,12 @@ bool PeerRouter::wait_some(const RequestPtr& request, std::chrono::milliseconds 
 }
 
 int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) {
-  if (requests.empty()) return -1;
+  if (requests.empty()) {  // drives every backend for the time (transport.hpp)
+    const auto share = timeout / static_cast<int>(backends_.size());
+    for (const auto& b : backends_)
+      b->wait_any({}, share);
+    return -1;
+  }
   // All with one backend (the common case): it waits for them together.
   Transport& first = answering(requests.front());
   bool one = true;

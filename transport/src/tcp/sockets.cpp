@@ -1,10 +1,13 @@
 #include "sockets.hpp"
 
+#include <collie/transport/tcp.hpp>
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string_view>
 
@@ -46,7 +49,10 @@ class TcpOption {
 // 34.5 Gb/s, 8 B took 7.5 us instead of 4.9; which launches did was
 // chance. Such a connection gets the kernel's default algorithm instead
 // (cubic; reno where cubic is not built in).
+std::atomic<bool> g_avoid_pacing{true};
+
 void avoid_pacing(asio::ip::tcp::socket& socket) {
+  if (!g_avoid_pacing.load(std::memory_order_relaxed)) return;
   std::error_code ec;
   const auto local = socket.local_endpoint(ec);
   if (ec) return;
@@ -66,6 +72,18 @@ void avoid_pacing(asio::ip::tcp::socket& socket) {
 }
 
 }  // namespace
+
+}  // namespace collie::transport::tcp
+
+namespace collie::transport {
+
+void set_avoid_pacing_on_this_host(bool avoid) {
+  tcp::g_avoid_pacing.store(avoid, std::memory_order_relaxed);
+}
+
+}  // namespace collie::transport
+
+namespace collie::transport::tcp {
 
 void tune(asio::ip::tcp::socket& socket) {
   // Best effort: the options are optimisations, close-on-exec cannot fail on

@@ -103,4 +103,12 @@ class TcpTransport final : public Transport {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether connections opened from now on between two processes of this
+// host trade a pacing congestion control (BBR) for cubic (sockets.cpp).
+// Worth it where every rank has a core (2 ranks on 2 cores: 1.5-1.8x from
+// 4 to 16 MiB); where ranks outnumber cores, BBR's pacing, which leaves the
+// sending to a timer, measured 1.5-2x faster from 64 KiB to 1 MiB (4 ranks on
+// 2 cores). The runtime sets it once it knows its placement (default: on).
+void set_avoid_pacing_on_this_host(bool avoid);
+
 }  // namespace collie::transport

@@ -142,7 +142,9 @@ class Transport {
 
   // Waits up to `timeout` until one of `requests` is done (at once if one
   // already is): the index of a finished one, or -1 if none finished. A
-  // failed request counts as finished; wait() on it throws its error.
+  // failed request counts as finished; wait() on it throws its error. With
+  // no requests it moves what is on its way for `timeout` (into the
+  // unexpected queue), then returns -1.
   virtual int wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) = 0;
 
   // True once the request has finished, successfully or not. Never blocks.
