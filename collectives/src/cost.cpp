@@ -86,8 +86,7 @@ int pieces_for(std::size_t bytes, std::size_t segment_bytes) {
 
 std::size_t size_bucket(std::size_t bytes) {
   std::size_t b = 1;
-  while (b < bytes)
-    b <<= 1;
+  while (b < bytes) b <<= 1;
   return b;
 }
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <sched.h>
+#include <stdexcept>
+#include <unistd.h>
 
 namespace collie {
 
@@ -11,7 +13,11 @@ std::string machine_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
-  return id.empty() ? std::string("unknown") : id;
+  if (!id.empty()) return id;
+  // No /proc: the host name (two machines never share one in a job).
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return std::string("host:") + host;
 }
 
 int usable_cores() {

@@ -48,7 +48,9 @@ class TcpOption {
 // took 160 us instead of 65 in launches where one direction paced at
 // 34.5 Gb/s, 8 B took 7.5 us instead of 4.9; which launches did was
 // chance. Such a connection gets the kernel's default algorithm instead
-// (cubic; reno where cubic is not built in).
+// (cubic; reno where cubic is not built in) unless the runtime turned this
+// off: where a machine's ranks outnumber its cores, BBR's timer-paced
+// sending measured faster (set_avoid_pacing_on_this_host, tcp.hpp).
 std::atomic<bool> g_avoid_pacing{true};
 
 void avoid_pacing(asio::ip::tcp::socket& socket) {
