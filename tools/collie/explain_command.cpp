@@ -183,8 +183,8 @@ void add_explain_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--cores", args->cores,
                   "Cores of the one machine all --ranks run on, as the runtime counts them "
-                  "(0: a core per rank). Fewer cores than ranks: the cost, and Auto's pick, "
-                  "add the crowded-host bound of docs/algorithms.md");
+                  "(0: a core per rank). Fewer cores than ranks: all_reduce's cost, and "
+                  "Auto's pick, add the crowded-host bound of docs/algorithms.md");
   cmd->add_option("-f,--format", args->format,
                   "text (for the terminal), json (schedule and every step's state, for other "
                   "tools) or html (one self-contained animated page)")
