@@ -4,37 +4,48 @@
 
 namespace collie::collectives {
 
+namespace {
+
+// One rank's CPU seconds for the crowded-host bound (cost.hpp): per segment
+// sent or received, per byte sent or received, per byte reduced.
+double cpu_work(const Schedule& schedule, std::size_t element_bytes, const CostModel& model) {
+  const std::size_t segment = std::max<std::size_t>(1, model.segment_bytes);
+  double work = 0;
+  for (const auto& st : schedule.steps)
+    for (const auto* list : {&st.sends, &st.recvs})
+      for (const auto& t : *list) {
+        const std::size_t b = t.range.count * element_bytes;
+        work += static_cast<double>(std::max<std::size_t>(1, (b + segment - 1) / segment)) *
+                    model.work_per_segment +
+                static_cast<double>(b) * model.work_per_byte;
+        if (list == &st.recvs && t.combine == Combine::Reduce)
+          work += static_cast<double>(b) * model.gamma;
+      }
+  return work;
+}
+
+}  // namespace
+
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
               const CostModel& model) {
   const auto n = static_cast<std::size_t>(shape.world);
+  // Fitted to all_reduce only: on reduce_scatter and all_gather its ties
+  // (the same bytes in the same segments) go to the ring where recursive
+  // halving is 1.4x faster (4 ranks on 2 cores, 1 MiB).
+  const bool crowded = model.crowding > 1 && c == Collective::AllReduce;
   std::vector<Schedule> schedules;
   Cost cost;
-  double work = 0;  // every rank's CPU seconds, summed (the crowded-host bound)
-  const std::size_t segment = std::max<std::size_t>(1, model.segment_bytes);
+  double work = 0;  // every rank's CPU seconds, summed (crowded only)
   for (int r = 0; r < shape.world; ++r) {
     Shape s = shape;
     s.rank = r;
     schedules.push_back(make_schedule(c, a, s));
-    std::size_t messages = 0, bytes = 0, received = 0, reduced = 0, segments = 0;
-    const auto segments_of = [&](const Transfer& t) {
-      const std::size_t b = t.range.count * element_bytes;
-      return std::max<std::size_t>(1, (b + segment - 1) / segment);
-    };
+    std::size_t messages = 0, bytes = 0;
     for (const auto& st : schedules.back().steps) {
       messages += st.sends.size();
-      for (const auto& t : st.sends) {
-        bytes += t.range.count * element_bytes;
-        segments += segments_of(t);
-      }
-      for (const auto& t : st.recvs) {
-        received += t.range.count * element_bytes;
-        segments += segments_of(t);
-        if (t.combine == Combine::Reduce) reduced += t.range.count * element_bytes;
-      }
+      for (const auto& t : st.sends) bytes += t.range.count * element_bytes;
     }
-    work += static_cast<double>(segments) * model.work_per_segment +
-            static_cast<double>(bytes + received) * model.work_per_byte +
-            static_cast<double>(reduced) * model.gamma;
+    if (crowded) work += cpu_work(schedules.back(), element_bytes, model);
     cost.steps = std::max(cost.steps, schedules.back().steps.size());
     cost.messages = std::max(cost.messages, messages);
     cost.bytes = std::max(cost.bytes, bytes);
@@ -71,10 +82,7 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
         clock[r] = end;
       });
   cost.seconds = *std::max_element(clock.begin(), clock.end());
-  // Fitted to all_reduce only: on reduce_scatter and all_gather its ties
-  // (the same bytes in the same segments) go to the ring where recursive
-  // halving is 1.4x faster (4 ranks on 2 cores, 1 MiB).
-  if (model.crowding > 1 && c == Collective::AllReduce)
+  if (crowded)
     cost.seconds = std::max(cost.seconds, work / static_cast<double>(n) * model.crowding);
   return cost;
 }

@@ -209,7 +209,7 @@ class Executor {
     if (failed_world_rank_ < 0) return;
     try {
       g_.world->job->store().compare_set(
-          fmt::format("blame/{}", peer(g_.rank)), "",
+          blame_key(peer(g_.rank)), "",
           fmt::format("{} rank {}: {} #{} on {}: {}", failed_world_rank_, peer(g_.rank),
                       describe(call_.signature(), false), call_.sequence, g_.name,
                       why.substr(0, 2000)),
@@ -240,6 +240,9 @@ class Executor {
   }
 
   // Where the first diagnosis of a mismatch in call #`sequence` is kept.
+  // Where a rank's first failure says whom it blames (blame()).
+  static std::string blame_key(int world_rank) { return fmt::format("blame/{}", world_rank); }
+
   std::string mismatch_key(std::uint64_t sequence) const {
     return fmt::format("mismatch/{}/{}", g_.slot, sequence);
   }
@@ -369,8 +372,7 @@ class Executor {
     // the link, and the reset drops what this rank had not yet read).
     std::optional<std::string> blamed;
     try {
-      blamed = g_.world->job->store().try_get(fmt::format("blame/{}", peer(with)),
-                                              std::chrono::milliseconds(500));
+      blamed = g_.world->job->store().try_get(blame_key(peer(with)), std::chrono::milliseconds(500));
     } catch (const std::exception& e) {
       collie::log().debug("rank {}: looking for rank {}'s blame: {}", g_.rank, with, e.what());
     }

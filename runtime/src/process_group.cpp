@@ -326,8 +326,27 @@ ProcessGroup init(const InitOptions& options) {
       impl->host_cores = usable_cores();
       store.set("world/placement", fmt::format("{} {}", impl->host_ranks, impl->host_cores));
     } else {
-      std::istringstream placement(store.get("world/placement"));
-      placement >> impl->host_ranks >> impl->host_cores;
+      std::string text;
+      const auto context = [&](const std::exception& e) {
+        return fmt::format(
+            "rank {}: reading rank 0's count of the ranks on its machine ('world/placement', "
+            "written as soon as all {} joined): {}; has rank 0 exited?",
+            config.rank, config.world_size, e.what());
+      };
+      try {
+        text = store.get("world/placement");
+      } catch (const TimeoutError& e) {
+        throw TimeoutError(context(e));
+      } catch (const ConnectionError& e) {
+        throw ConnectionError(context(e));
+      }
+      std::istringstream placement(text);
+      if (!(placement >> impl->host_ranks >> impl->host_cores) || impl->host_ranks < 1 ||
+          impl->host_cores < 1)
+        throw Error(fmt::format(
+            "rank {}: the store's 'world/placement' holds '{}', not rank 0's \"<ranks> "
+            "<cores>\": is another program using this store?",
+            config.rank, text));
     }
     // Before any mesh connection opens (they open at the first message).
     transport::set_avoid_pacing_on_this_host(impl->host_ranks <= impl->host_cores);

@@ -19,6 +19,7 @@
 
 #include "call.hpp"
 #include "group.hpp"
+#include "placement.hpp"
 
 namespace collie {
 
@@ -48,7 +49,7 @@ std::string read_line(const std::string& path) {
 std::string kernel_id() {
   char ns[128] = {};
   const auto n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  return read_line("/proc/sys/kernel/random/boot_id") + "/" +
+  return machine_id() + "/" +
          (n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : std::string("?"));
 }
 

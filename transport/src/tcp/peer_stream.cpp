@@ -20,9 +20,8 @@ namespace {
 constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
 constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
-constexpr std::size_t kPhase = 16;
-constexpr std::size_t kPostFlushBytes = 64 * 1024;  // written by post_send() at once            //
-                                                    // the widest element, and malloc's alignment
+constexpr std::size_t kPhase = 16;  // the widest element, and malloc's alignment
+constexpr std::size_t kPostFlushBytes = 64 * 1024;  // written by post_send() at once
 
 }  // namespace
 
