@@ -381,11 +381,15 @@ class Executor {
     std::istringstream in(*blamed);
     if (!(in >> culprit) || culprit < 0 || culprit == peer(g_.rank) || culprit == peer(with))
       return;
+    // What rank `with` said of it (why the culprit failed: its device, a
+    // timeout, a lost host), after the "<culprit> " of the record.
+    std::string said;
+    std::getline(in >> std::ws, said);
     failed_world_rank_ = culprit;
     throw ConnectionError(fmt::format(
         "rank {}: {} failed, as rank {} recorded before it left (its connection to rank {} broke "
-        "after that)",
-        g_.rank, transport_.describe_peer(culprit), with, with));
+        "after that); it said: {}",
+        g_.rank, transport_.describe_peer(culprit), with, with, said));
   }
 
   // Waits for a receive from group rank `from` and checks who sent it. A

@@ -121,6 +121,22 @@ TEST_CASE("bench under collie launch uses the job's ranks, JSON names every cell
   CHECK(std::count(r.out.begin(), r.out.end(), '{') == 3);
 }
 
+TEST_CASE("bench --barrier-each times rooted collectives one iteration at a time") {
+  const auto r = bench({"gather", "--ranks", "3", "-b", "12", "-e", "3K", "-f", "16", "-n", "3",
+                        "-w", "1", "-r", "2", "--barrier-each"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("3 iterations after 1 warm-up, each after a barrier") != std::string::npos);
+  CHECK(r.out.find("# Out of bounds values : 0 OK") != std::string::npos);
+  const auto j = bench({"scatter", "--ranks", "2", "-b", "8", "-e", "8", "-n", "2", "-w", "0",
+                        "--barrier-each", "--json"});
+  INFO(j.out << j.err);
+  REQUIRE(j.exit_code == 0);
+  CHECK(j.out.find("\"barrier_each\": true") != std::string::npos);
+  CHECK(j.out.find("each timed alone, after a barrier") != std::string::npos);
+  CHECK(j.out.find("\"wrong\": 0") != std::string::npos);
+}
+
 TEST_CASE("bench: a wrong element is counted in #wrong and fails the command") {
   const auto r =
       bench({"all_gather", "--ranks", "2", "-b", "8", "-e", "32", "-n", "1", "-w", "0", "--csv"},

@@ -48,6 +48,7 @@ struct Args {
   int iters = 20;
   int warmup = 5;
   int check = 1;
+  bool barrier_each = false;  // a barrier before every timed iteration, outside the timing
   std::string op = "sum";
   std::string dtype = "float32";
   int root = 0;
@@ -225,13 +226,14 @@ struct Printer {
                 pg.size(), host_name().c_str(), how.c_str());
     std::printf(
         "#  dtype %s, op %s, root %d, algorithm %s; sizes %s to %s, %s; %d iterations "
-        "after %d warm-up; check %s\n",
+        "after %d warm-up%s; check %s\n",
         std::string(dtype_name(dtype)).c_str(), std::string(reduce_op_name(op)).c_str(), a.root,
         algos.c_str(), size_label(static_cast<double>(a.min_bytes)).c_str(),
         size_label(static_cast<double>(a.max_bytes)).c_str(),
         a.step_bytes > 0 ? fmt::format("step {} B", a.step_bytes).c_str()
                          : fmt::format("factor {:g}", a.factor).c_str(),
-        a.iters, a.warmup, a.check ? "on" : "off");
+        a.iters, a.warmup, a.barrier_each ? ", each after a barrier" : "",
+        a.check ? "on" : "off");
     if (a.device == "cuda") {
       std::printf(
           "#  buffers in CUDA device memory (%s), staged through pinned host memory; each row "
@@ -352,8 +354,12 @@ struct Printer {
                                   {"iterations", a.iters},
                                   {"warmup", a.warmup},
                                   {"check", a.check},
+                                  {"barrier_each", a.barrier_each},
                                   {"device", a.device},
-                                  {"time", "mean over iterations, maximum across ranks"}};
+                                  {"time", a.barrier_each
+                                               ? "mean over iterations (each timed alone, "
+                                                 "after a barrier), maximum across ranks"
+                                               : "mean over iterations, maximum across ranks"}};
     auto& rows = doc["results"] = nlohmann::ordered_json::array();
     for (const auto& r : results) {
       rows.push_back({{"collective", cs::collective_name(r.collective)},
@@ -475,16 +481,26 @@ struct Bench {
     for (int i = 0; i < a.warmup; ++i)
       prepared.run();
     pg.barrier();
-    const auto start = Clock::now();
+    // Back to back, a rank that finishes early (a rooted collective's
+    // sender) runs ahead into the next iteration; with --barrier-each every
+    // iteration starts together and only the collective itself is timed.
+    Clock::duration timed{};
+    auto start = Clock::now();
     for (int i = 0; i < a.iters; ++i) {
+      if (a.barrier_each) {
+        pg.barrier();
+        start = Clock::now();
+      }
       prepared.run();
+      if (a.barrier_each) timed += Clock::now() - start;
       printer.progress([&] {
         return fmt::format("{} {} {}", cs::collective_name(c),
                            size_label(static_cast<double>(bytes)), r.chosen);
       });
     }
-    const double mine = std::chrono::duration<double, std::micro>(Clock::now() - start).count() /
-                        std::max(a.iters, 1);
+    if (!a.barrier_each) timed = Clock::now() - start;
+    const double mine =
+        std::chrono::duration<double, std::micro>(timed).count() / std::max(a.iters, 1);
     std::size_t wrong = 0;
     if (a.check != 0 && c != Collective::Barrier) {
       prepared.refill();
@@ -694,6 +710,9 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
   cmd->add_option("-n,--iters", args->iters, "Timed iterations per row")->capture_default_str();
   cmd->add_option("-w,--warmup_iters", args->warmup, "Untimed iterations before them")
       ->capture_default_str();
+  cmd->add_flag("--barrier-each", args->barrier_each,
+                "Enter a barrier before every timed iteration and time the collective alone, "
+                "as OSU's benchmarks do (ranks of a rooted collective cannot run ahead)");
   cmd->add_option("-c,--check", args->check, "Check every result (1) or not (0)")
       ->capture_default_str();
   cmd->add_option("-o,--op", args->op, "Reduce op: sum, prod, min, max, avg, band, bor, bxor")
@@ -733,7 +752,9 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "         whole elements per rank; count = size / element size.\n"
       "  time   the mean over the -n timed iterations on each rank (after -w warm-up and a\n"
       "         barrier), taken as the maximum across ranks: the collective is done when\n"
-      "         the slowest rank is done.\n"
+      "         the slowest rank is done. Back to back, the ranks of a rooted\n"
+      "         collective (broadcast, reduce, gather, scatter) may run ahead of the root;\n"
+      "         --barrier-each times each iteration alone, after a barrier.\n"
       "  algbw  size / time (GB/s = 1e9 bytes per second).\n"
       "  busbw  algbw x nccl-tests' bus factor: all_reduce 2(n-1)/n; all_gather,\n"
       "         reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast, reduce 1.\n"
