@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -102,8 +103,10 @@ Score score(const Medians& m, int ranks, const cs::CostModel& model, bool print)
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr,
-                 "usage: %s RANKS RANKS_PER_CORE [--check] FILE.csv...\n"
-                 "  FILE.csv: collie bench all_reduce --csv with several --algo, float32\n",
+                 "usage: %s RANKS RANKS_PER_CORE [--check] [--segment-bytes N] FILE.csv...\n"
+                 "  FILE.csv: collie bench all_reduce --csv with several --algo, float32\n"
+                 "  --segment-bytes: the COLLIE_SEGMENT_BYTES they ran with (default: the\n"
+                 "  runtime's default)\n",
                  argv[0]);
     return 2;
   }
@@ -114,9 +117,12 @@ int main(int argc, char** argv) {
     bool check = false;
     std::vector<std::string> files;
     for (int i = 3; i < argc; ++i) {
-      if (std::string(argv[i]) == "--check")
+      if (std::string(argv[i]) == "--check") {
         check = true;
-      else
+      } else if (std::string(argv[i]) == "--segment-bytes" && i + 1 < argc) {
+        model.segment_bytes = std::stoull(argv[++i]);
+        if (model.segment_bytes == 0) throw std::runtime_error("--segment-bytes: at least 1");
+      } else
         files.push_back(argv[i]);
     }
     const auto medians = read_medians(files);
