@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <netinet/in.h>
@@ -875,6 +876,31 @@ TEST_CASE("tune: a connection between two processes of one host never paces (BBR
     else
       CHECK(after == before);
   }
+}
+
+TEST_CASE("tune: a connection between two processes of one host gets a fixed send buffer",
+          "[mesh]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket client(io), served(io);
+  client.connect(acceptor.local_endpoint());
+  acceptor.accept(served);
+  const auto send_buffer = [](int fd) {
+    int bytes = 0;
+    socklen_t length = sizeof bytes;
+    REQUIRE(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, &length) == 0);
+    return bytes;
+  };
+  const int before = send_buffer(client.native_handle());
+  collie::transport::tcp::tune(client);
+  // Linux doubles what is set (for its own bookkeeping) and clamps it to
+  // net.core.wmem_max.
+  int wmem_max = 0;
+  std::ifstream("/proc/sys/net/core/wmem_max") >> wmem_max;
+  const int expected = 2 * std::min(collie::transport::tcp::kSameHostSendBuffer,
+                                    wmem_max > 0 ? wmem_max : INT32_MAX / 2);
+  INFO("before tune: " << before << " B");
+  CHECK(send_buffer(client.native_handle()) == expected);
 }
 
 TEST_CASE("mesh: a send nobody waits for, right after busy waits, still goes out whole",

@@ -51,8 +51,13 @@ inline constexpr int kKeepIntervalS = 1;
 inline constexpr int kKeepCount = 4;
 inline constexpr std::chrono::seconds kLostAfter{5};
 
+// SO_SNDBUF of a connection between two processes of one host (the kernel
+// doubles it: 512 KiB in all).
+inline constexpr int kSameHostSendBuffer = 256 * 1024;
+
 // The settings of docs/transport.md: TCP_NODELAY, keep-alive probes (above),
-// close-on-exec, non-blocking. Asio opens
+// close-on-exec, non-blocking; between processes of one host, cubic where
+// the host's algorithm is BBR and a fixed send buffer. Asio opens
 // sockets without close-on-exec, so it is set here, right after: a child
 // process a rank starts must not hold a peer's connection open (a dead
 // rank's end-of-stream would never come).
