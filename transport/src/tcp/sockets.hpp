@@ -52,8 +52,8 @@ inline constexpr int kKeepCount = 4;
 inline constexpr std::chrono::seconds kLostAfter{5};
 
 // SO_SNDBUF of a connection between two processes of one host (the kernel
-// doubles it: 512 KiB in all).
-inline constexpr int kSameHostSendBuffer = 256 * 1024;
+// doubles it: 768 KiB in all).
+inline constexpr int kSameHostSendBuffer = 384 * 1024;
 
 // The settings of docs/transport.md: TCP_NODELAY, keep-alive probes (above),
 // close-on-exec, non-blocking; between processes of one host, cubic where
