@@ -388,8 +388,9 @@ class Executor {
     failed_world_rank_ = culprit;
     throw ConnectionError(fmt::format(
         "rank {}: {} failed, as rank {} recorded before it left (its connection to rank {} broke "
-        "after that); it said: {}",
-        g_.rank, transport_.describe_peer(culprit), with, with, said));
+        "after that){}",
+        g_.rank, transport_.describe_peer(culprit), with, with,
+        said.empty() ? "" : "; it said: " + said));
   }
 
   // Waits for a receive from group rank `from` and checks who sent it. A

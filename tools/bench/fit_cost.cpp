@@ -119,9 +119,14 @@ int main(int argc, char** argv) {
     for (int i = 3; i < argc; ++i) {
       if (std::string(argv[i]) == "--check") {
         check = true;
-      } else if (std::string(argv[i]) == "--segment-bytes" && i + 1 < argc) {
-        model.segment_bytes = std::stoull(argv[++i]);
-        if (model.segment_bytes == 0) throw std::runtime_error("--segment-bytes: at least 1");
+      } else if (std::string(argv[i]) == "--segment-bytes") {
+        const char* text = i + 1 < argc ? argv[++i] : "";
+        char* end = nullptr;
+        model.segment_bytes = std::strtoull(text, &end, 10);
+        if (*text == '\0' || *end != '\0' || model.segment_bytes == 0)
+          throw std::runtime_error(std::string("--segment-bytes '") + text +
+                                   "': a whole number of bytes, at least 1 (the "
+                                   "COLLIE_SEGMENT_BYTES the launches ran with)");
       } else
         files.push_back(argv[i]);
     }

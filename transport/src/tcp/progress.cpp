@@ -67,15 +67,14 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
   {
     std::lock_guard lock(table_.mu);
     add_peers(fds, who);
-    // Spinning over one peer: a read that finds nothing costs one system
-    // call, as poll() does, and one that finds the bytes needs no second.
+    // Spinning over one peer: serve it as if poll() had found it ready. A
+    // read that finds nothing costs one system call, as poll() does, and
+    // one that finds the bytes needs no second. (The wake-up fd is left
+    // for the next poll() that sleeps.)
     if (timeout_ms == 0 && fds.size() <= 1 + kDirectPeers) {
-      for (std::size_t i = 1; i < fds.size(); ++i) {
-        auto& p = table_.peer(who[i]);
-        if (fds[i].events & POLLOUT) p.flush();
-        if ((fds[i].events & POLLIN) && p.state == PeerState::Ready && p.fd() == fds[i].fd)
-          p.receive();
-      }
+      for (std::size_t i = 1; i < fds.size(); ++i)
+        fds[i].revents = fds[i].events;
+      service(fds, who);
       return;
     }
   }
