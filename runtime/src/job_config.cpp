@@ -343,6 +343,15 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     config.spin = std::chrono::microseconds(us);
   }
   if (config.spin.count() < 0) throw Error("collie::init: the spin must not be negative");
+  config.transport = options.transport.value_or(lookup("COLLIE_TRANSPORT").value_or("auto"));
+  if (config.transport != "auto" && config.transport != "tcp" && config.transport != "shm") {
+    throw Error(fmt::format(
+        "collie::init: {}='{}': choose auto (shared memory between ranks of one host, TCP "
+        "between hosts), tcp or shm",
+        options.transport ? "the transport option" : "COLLIE_TRANSPORT", config.transport));
+  }
+  if (auto text = lookup("COLLIE_SHM_SINGLE_COPY"))
+    config.shm_single_copy_from = parse_bytes(*text, "COLLIE_SHM_SINGLE_COPY");
   config.trace_dir = options.trace_dir.value_or(lookup("COLLIE_TRACE").value_or(""));
   return config;
 }

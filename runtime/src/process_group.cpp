@@ -267,6 +267,8 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.timeout = config.timeout;
   transport_options.listen_address = impl->advertised_host;
   transport_options.spin = config.spin;
+  transport_options.backend = config.transport;
+  transport_options.single_copy_from = config.shm_single_copy_from;
   // Each rank is claimed once per run: a second process with the same rank
   // (another job on the same store by mistake) fails here, at once, instead
   // of overwriting this job's keys.
@@ -297,12 +299,15 @@ ProcessGroup init(const InitOptions& options) {
   if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
       config.world_size > 1)
     store.set(fmt::format("stall/proc/{}", config.rank), process_identity());
-  impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
   // How many ranks share each machine, for Auto's cost model: counted
   // before the barrier, read by rank 0 after it and passed on.
   const std::string machine_key = "world/machine/" + machine_id();
-  if (config.world_size > 1) store.add(machine_key, 1);
   try {
+    // (Opening the transport waits for every rank to say which host it is
+    // on, to choose shared memory or TCP per peer: a rank that never comes
+    // is named here as at the barrier.)
+    impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
+    if (config.world_size > 1) store.add(machine_key, 1);
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format(

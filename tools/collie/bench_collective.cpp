@@ -176,6 +176,7 @@ struct Printer {
   int ranks;
   DataType dtype;
   ReduceOp op;
+  std::string transport;  // rank 0's description of its peers' backends
   std::size_t algo_width = 4;
   bool tty_progress = false;
   std::size_t rows_total = 0;
@@ -234,6 +235,7 @@ struct Printer {
                          : fmt::format("factor {:g}", a.factor).c_str(),
         a.iters, a.warmup, a.barrier_each ? ", each after a barrier" : "",
         a.check ? "on" : "off");
+    std::printf("#  transport (rank 0's peers): %s\n", transport.c_str());
     if (a.device == "cuda") {
       std::printf(
           "#  buffers in CUDA device memory (%s), staged through pinned host memory; each row "
@@ -348,6 +350,7 @@ struct Printer {
                                   {"benchmark", a.name},
                                   {"host", host_name()},
                                   {"ranks", ranks},
+                                  {"transport", transport},
                                   {"dtype", dtype_name(dtype)},
                                   {"op", reduce_op_name(op)},
                                   {"root", a.root},
@@ -649,7 +652,7 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
     if (a.root < 0 || a.root >= pg.size())
       throw Error(
           fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
-    Printer printer{a, pg.size(), plan.dtype, plan.op};
+    Printer printer{a, pg.size(), plan.dtype, plan.op, pg.describe_transport()};
     printer.tty_progress = a.progress && pg.rank() == 0 && isatty(STDERR_FILENO) != 0;
     printer.algo_width = algo_column_width(plan);
     for (const auto& [c, algos] : plan.runs) {

@@ -28,6 +28,10 @@
 // broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
 // a number of bytes, or with a K or M suffix; the same on every rank),
 // COLLIE_SPIN_US (microseconds a wait polls before it sleeps, default 50),
+// COLLIE_TRANSPORT (auto, tcp or shm: what carries messages between ranks
+// of one host; default auto, shared memory), COLLIE_SHM_SINGLE_COPY (shared
+// memory: messages from this size on are read with process_vm_readv, one
+// copy; default 0, never),
 // COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
 // to pinned memory whole, larger ones a segment at a time; default 4 MiB),
 // COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE, a file holding it),
@@ -60,6 +64,7 @@ struct InitOptions {
   std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
   std::optional<std::size_t> stage_whole_bytes;      // overrides COLLIE_STAGE_WHOLE_BYTES
   std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
+  std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
   std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
 };
@@ -94,6 +99,14 @@ struct JobConfig {
   // How long a wait polls its sockets (yielding the CPU between polls)
   // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.
   std::chrono::microseconds spin{50};
+  // What carries messages between ranks of one host (COLLIE_TRANSPORT):
+  // "auto" (shared memory), "tcp" or "shm" (shared memory, and every rank
+  // must be on this host). Between hosts it is always TCP.
+  std::string transport = "auto";
+  // Shared memory: messages from this size on are read with one copy
+  // straight from the sender's memory (COLLIE_SHM_SINGLE_COPY, a size; 0,
+  // the default: never).
+  std::size_t shm_single_copy_from = 0;
   // Where every rank writes its Chrome trace (COLLIE_TRACE); empty: no trace.
   std::string trace_dir;
   // How long a call waits before the ranks are asked who holds it up

@@ -74,6 +74,18 @@ struct TransportOptions {
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};  // per accepted socket
   std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
   std::chrono::microseconds spin{50};                         // busy polling before a wait sleeps
+  // Which backend serves which peer (open_transport(), open.hpp): "auto"
+  // (shared memory between ranks of one host, TCP between hosts), "tcp"
+  // (TCP for every peer) or "shm" (shared memory for every peer: all ranks
+  // must share this host).
+  std::string backend = "auto";
+  std::string host_id;  // this host as ranks tell hosts apart; empty: host_identity() (shm.hpp)
+  // Shared memory: messages of at least this many bytes are read by the
+  // receiver straight from the sender's memory (process_vm_readv, one copy)
+  // where the kernel permits it; 0: never, every message goes through the
+  // ring (two copies, by both processes at once: faster on the machines
+  // measured, docs/PERFORMANCE.md).
+  std::size_t single_copy_from = 0;
 };
 
 // One send or receive in flight. A backend derives its own; callers hold it
