@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <filesystem>
+#include <set>
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -38,13 +40,19 @@ RunResult launch(int ranks, const std::vector<std::string>& program,
   return collie::test::launch_ranks(kCollie, ranks, program, env, 280s);
 }
 
+// The backends between the processes of one host: each test that takes
+// `transport` runs on both.
+#define TRANSPORTS GENERATE(as<std::string>{}, "tcp", "shm")
+
 }  // namespace
 
 TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8", "[collective][launch]") {
+  const std::string transport = TRANSPORTS;
   for (int world : {1, 2, 3, 4, 5, 7, 8}) {
-    INFO("world " << world);
+    INFO("world " << world << ", transport " << transport);
     // 1 KiB segments: the prime-sized cases cross several segments.
-    const auto r = launch(world, {kWorker, "matrix", kMatrix}, {"COLLIE_SEGMENT_BYTES=1024"});
+    const auto r = launch(world, {kWorker, "matrix", kMatrix},
+                          {"COLLIE_SEGMENT_BYTES=1024", "COLLIE_TRANSPORT=" + transport});
     INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
     REQUIRE_FALSE(r.timed_out);
     REQUIRE(r.exit_code == 0);
@@ -53,10 +61,55 @@ TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8", "[collect
   }
 }
 
+namespace {
+
+// What /dev/shm holds now (POSIX shared memory: collie leaves nothing there).
+std::set<std::string> dev_shm() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    names.insert(e.path().filename().string());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs at once",
+          "[collective][launch][shm]") {
+  // Two jobs of 4 ranks at once, each as two "hosts" of two ranks
+  // (COLLIE_HOST_ID keeps them apart): every collective and algorithm
+  // crosses both backends, and the jobs' mailboxes never mix.
+  const auto before = dev_shm();
+  const std::vector<std::string> program = {
+      "/bin/sh", "-c", "COLLIE_HOST_ID=node$((RANK / 2)) exec \"$0\" matrix smoke", kWorker};
+  std::vector<std::unique_ptr<Subprocess>> jobs;
+  for (int j = 0; j < 2; ++j) {
+    std::vector<std::string> argv = {kCollie, "launch", "-n", "4", "--"};
+    argv.insert(argv.end(), program.begin(), program.end());
+    jobs.push_back(std::make_unique<Subprocess>(argv, std::vector<std::string>{
+                                                          "COLLIE_SEGMENT_BYTES=1024"}));
+  }
+  for (auto& job : jobs) {
+    const auto end = job->wait(280s);
+    REQUIRE(end);
+    INFO("stdout:\n" << end->out << "\nstderr:\n" << end->err);
+    CHECK(end->exit_code == 0);
+    CHECK_THAT(end->out, Catch::Contains("rank 0: matrix ok (") &&
+                             Catch::Contains("(ranks 2-3); shm (ranks 0-1))"));
+    CHECK_THAT(end->out, Catch::Contains("rank 3: matrix ok (") &&
+                             Catch::Contains("(ranks 0-1); shm (ranks 2-3))"));
+    for (int rank = 1; rank < 3; ++rank)
+      CHECK_THAT(end->out, Catch::Contains("rank " + std::to_string(rank) + ": matrix ok ("));
+  }
+  CHECK(dev_shm() == before);
+}
+
 TEST_CASE("a rank killed mid-collective: the others fail within a second, naming it",
           "[collective][launch]") {
   // Four processes on a store of the test's own (collie launch would stop
   // the others as soon as one dies: the point is what the survivors see).
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
   collie::test::StoreFixture store;
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int rank = 0; rank < 4; ++rank) {
@@ -65,8 +118,10 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
         std::vector<std::string>{"MASTER_ADDR=127.0.0.1",
                                  "MASTER_PORT=" + std::to_string(store.server.port()),
                                  "WORLD_SIZE=4", "RANK=" + std::to_string(rank),
-                                 "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off"}));
+                                 "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off",
+                                 "COLLIE_TRANSPORT=" + transport}));
   }
+  const auto shm_before = dev_shm();
   REQUIRE(ranks[2]->read_line(60s) == "rank 2: dying");
   const auto died = ranks[2]->wait(30s);
   REQUIRE(died);
@@ -87,10 +142,14 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
     REQUIRE(end);
     CHECK(end->exit_code == 0);
   }
+  CHECK(dev_shm() == shm_before);  // nothing left behind by the killed rank either
 }
 
 TEST_CASE("a mismatch between processes: MismatchError names both calls", "[collective][launch]") {
-  const auto r = launch(3, {kWorker, "mismatch"}, {"COLLIE_LOG_LEVEL=off", "COLLIE_TIMEOUT=20"});
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  const auto r = launch(3, {kWorker, "mismatch"},
+                        {"COLLIE_LOG_LEVEL=off", "COLLIE_TIMEOUT=20", "COLLIE_TRANSPORT=" + transport});
   INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   REQUIRE_FALSE(r.timed_out);
   CHECK_THAT(r.out, Catch::Contains("[rank 1] rank 1: MismatchError: ") &&
@@ -335,8 +394,9 @@ TEST_CASE("survivors that exit at once after a death still name the dead rank, n
   // Five ranks; rank 2 dies mid-collective; each survivor exits the moment
   // it has its error (as an uncaught exception would). A survivor that
   // hears of it through one that has left names rank 2 all the same.
+  const std::string transport = TRANSPORTS;
   for (int attempt = 0; attempt < repeats(6, 2); ++attempt) {
-    INFO("attempt " << attempt);
+    INFO("attempt " << attempt << ", transport " << transport);
     collie::test::StoreFixture store;
     std::vector<std::unique_ptr<Subprocess>> ranks;
     for (int rank = 0; rank < 5; ++rank) {
@@ -345,7 +405,8 @@ TEST_CASE("survivors that exit at once after a death still name the dead rank, n
           std::vector<std::string>{"MASTER_ADDR=127.0.0.1",
                                    "MASTER_PORT=" + std::to_string(store.server.port()),
                                    "WORLD_SIZE=5", "RANK=" + std::to_string(rank),
-                                   "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off"}));
+                                   "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off",
+                                   "COLLIE_TRANSPORT=" + transport}));
     }
     REQUIRE(ranks[2]->read_line(60s) == "rank 2: dying");
     for (int rank : {0, 1, 3, 4}) {

@@ -68,7 +68,8 @@ int matrix(collie::ProcessGroup& pg, bool full) {
       return 1;
     }
   }
-  std::printf("rank %d: matrix ok (%zu cases)\n", pg.rank(), cases.size());
+  std::printf("rank %d: matrix ok (%zu cases; transport: %s)\n", pg.rank(), cases.size(),
+              pg.describe_transport().c_str());
   return 0;
 }
 

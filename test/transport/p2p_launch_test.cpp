@@ -29,8 +29,13 @@ const std::string kCollie = COLLIE_CLI_PATH;
 const std::string kWorker = COLLIE_P2P_WORKER_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 
-RunResult launch(int ranks, const std::vector<std::string>& program) {
-  return collie::test::launch_ranks(kCollie, ranks, program);
+// The backends between the processes of one host: each test that takes
+// `transport` runs on both.
+#define TRANSPORTS GENERATE(as<std::string>{}, "tcp", "shm")
+
+RunResult launch(int ranks, const std::vector<std::string>& program,
+                 const std::string& transport = "auto") {
+  return collie::test::launch_ranks(kCollie, ranks, program, {"COLLIE_TRANSPORT=" + transport});
 }
 
 void require_ok(const RunResult& r, int ranks, const std::string& scenario) {
@@ -63,24 +68,34 @@ TEST_CASE("p2p examples print what the tutorials print", "[p2p][launch]") {
 
 TEST_CASE("p2p ping-pong from 0 B to 1 MiB in every dtype and 64 MiB in float64, between processes",
           "[p2p][launch]") {
-  require_ok(launch(2, {kWorker, "pingpong"}), 2, "pingpong");
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  require_ok(launch(2, {kWorker, "pingpong"}, transport), 2, "pingpong");
 }
 
 TEST_CASE("p2p tags interleaved and received out of order, between processes", "[p2p][launch]") {
-  require_ok(launch(2, {kWorker, "tags"}), 2, "tags");
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  require_ok(launch(2, {kWorker, "tags"}, transport), 2, "tags");
 }
 
 TEST_CASE("p2p 64 MiB both ways at once, between processes", "[p2p][launch]") {
-  require_ok(launch(2, {kWorker, "bidirectional"}), 2, "bidirectional");
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  require_ok(launch(2, {kWorker, "bidirectional"}, transport), 2, "bidirectional");
 }
 
 TEST_CASE("p2p 8 ranks each send to all others", "[p2p][launch]") {
-  require_ok(launch(8, {kWorker, "all_to_all"}), 8, "all_to_all");
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  require_ok(launch(8, {kWorker, "all_to_all"}, transport), 8, "all_to_all");
 }
 
 TEST_CASE("p2p odd world sizes and a world of one", "[p2p][launch]") {
-  require_ok(launch(1, {kWorker, "all_to_all"}), 1, "all_to_all");
-  require_ok(launch(3, {kWorker, "all_to_all"}), 3, "all_to_all");
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
+  require_ok(launch(1, {kWorker, "all_to_all"}, transport), 1, "all_to_all");
+  require_ok(launch(3, {kWorker, "all_to_all"}, transport), 3, "all_to_all");
 }
 
 TEST_CASE("p2p stranger at a rank's port is refused and the job goes on", "[p2p][launch]") {
@@ -160,12 +175,15 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
           "[p2p][launch]") {
   // Started by hand, not by `collie launch`, which would stop the survivor
   // as soon as the victim died: the point is what the survivor sees.
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
   collie::test::StoreFixture store;
   auto env = [&](int rank) {
     return std::vector<std::string>{
         "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(store.server.port()),
         "WORLD_SIZE=2",          "RANK=" + std::to_string(rank),
-        "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off"};
+        "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off",
+        "COLLIE_TRANSPORT=" + transport};
   };
   Subprocess survivor({kWorker, "victim"}, env(0));
   Subprocess victim({kWorker, "victim"}, env(1));
@@ -177,8 +195,12 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
   REQUIRE(seen);
   CHECK_THAT(*seen, Catch::StartsWith("ConnectionError after") &&
                         Catch::Contains("recv from rank 1 at 127.0.0.1:") &&
-                        Catch::Contains("closed the connection") &&
                         Catch::Contains("of 67108864 bytes received"));
+  if (transport == "tcp")
+    CHECK_THAT(*seen, Catch::Contains("closed the connection"));
+  else
+    CHECK_THAT(*seen, Catch::Contains("(shared memory)") &&
+                          Catch::Contains("its process ended (it exited or was killed)"));
   const auto end = survivor.wait(10s);
   REQUIRE(end);
   CHECK(end->exit_code == 0);
@@ -194,9 +216,11 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
                                             "--bandwidth-iters",
                                             "4",
                                             "--json"};
+  const std::string transport = TRANSPORTS;
+  INFO("transport " << transport);
   std::vector<std::string> alone = {kCollie, "bench", "p2p"};
   alone.insert(alone.end(), options.begin(), options.end());
-  auto r = run(alone, {}, {}, 60s);
+  auto r = run(alone, {"COLLIE_TRANSPORT=" + transport}, {}, 60s);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   for (const char* name :
@@ -211,11 +235,12 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
   CHECK(doc.at("bandwidth_gb_per_s").size() == 2);
   for (const auto& b : doc.at("bandwidth_gb_per_s"))
     CHECK(b.at("gb_per_s").get<double>() > 0);
-  CHECK_THAT(doc.at("transport").get<std::string>(), Catch::StartsWith("tcp on "));
+  CHECK_THAT(doc.at("transport").get<std::string>(),
+             Catch::StartsWith(transport == "tcp" ? "tcp on " : "shm (ranks 0-1)"));
 
   std::vector<std::string> program = {kCollie, "bench", "p2p"};
   program.insert(program.end(), options.begin(), options.end());
-  r = launch(3, program);
+  r = launch(3, program, transport);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("[rank 0] {\"collie\"") && Catch::Contains("\"ranks\": 3"));

@@ -1,6 +1,8 @@
-// The TCP transport (the peer mesh), in one process: each rank is a
-// TcpTransport driven by its own thread, all meeting through one store
-// server. Multi-process tests through `collie launch` are in
+// The transport's contract on both backends, in one process: each rank is a
+// TcpTransport or a ShmTransport (the tests that take `backend` run on
+// both) driven by its own thread, all meeting through one store server;
+// and what only TCP has (connections, handshakes, strangers, socket
+// options). Multi-process tests through `collie launch` are in
 // p2p_launch_test.cpp.
 #include <algorithm>
 #include <arpa/inet.h>
@@ -25,6 +27,7 @@
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/store/prefix_store.hpp>
+#include <collie/transport/shm.hpp>
 #include <collie/transport/tcp.hpp>
 
 #include "support/log_capture.hpp"
@@ -38,15 +41,23 @@
 using namespace std::chrono_literals;
 using Mesh = collie::transport::TcpTransport;
 using MeshOptions = collie::transport::TransportOptions;
+using Transport = collie::transport::Transport;
 using collie::test::expect;
 using collie::transport::RequestPtr;
 
 namespace {
 
-// n meshes of one group, each with its own store client.
+// The backends every contract test runs on.
+#define BACKENDS GENERATE(as<std::string>{}, "tcp", "shm")
+
+// n transports of one group (TCP, or shared memory between all of them),
+// each with its own store client.
 struct Cluster {
-  explicit Cluster(int n, const std::function<void(MeshOptions&)>& tweak = {}) {
+  explicit Cluster(int n, const std::function<void(MeshOptions&)>& tweak = {},
+                   const std::string& backend = "tcp") {
     const auto id = collie::crypto::random_u64();
+    std::vector<int> all(static_cast<std::size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
     for (int r = 0; r < n; ++r) {
       MeshOptions o;
       o.rank = r;
@@ -54,10 +65,17 @@ struct Cluster {
       o.group_id = id;
       o.timeout = 30s;
       if (tweak) tweak(o);
-      meshes.push_back(std::make_unique<Mesh>(fixture.shared_client(), o));
+      if (backend == "shm")
+        meshes.push_back(
+            std::make_shared<collie::transport::ShmTransport>(fixture.shared_client(), o, all));
+      else
+        meshes.push_back(std::make_shared<Mesh>(fixture.shared_client(), o));
     }
   }
-  Mesh& operator[](int r) { return *meshes[static_cast<std::size_t>(r)]; }
+  Cluster(int n, const std::string& backend) : Cluster(n, {}, backend) {}
+  Transport& operator[](int r) { return *meshes[static_cast<std::size_t>(r)]; }
+  // The TCP backend's own face (for the TCP-only tests).
+  Mesh& tcp(int r) { return dynamic_cast<Mesh&>(*meshes[static_cast<std::size_t>(r)]); }
   int size() const { return static_cast<int>(meshes.size()); }
 
   // Runs body(rank) on one thread per rank; rethrows the first error here,
@@ -71,7 +89,7 @@ struct Cluster {
   }
 
   collie::test::StoreFixture fixture;
-  std::vector<std::unique_ptr<Mesh>> meshes;
+  std::vector<std::shared_ptr<Transport>> meshes;
 };
 
 // Bytes that depend on who sent them, the tag and the position.
@@ -83,7 +101,7 @@ std::vector<std::uint8_t> pattern(std::size_t n, int from, std::uint64_t tag) {
   return v;
 }
 
-void send(Mesh& m, int peer, std::uint64_t tag, const std::vector<std::uint8_t>& v) {
+void send(Transport& m, int peer, std::uint64_t tag, const std::vector<std::uint8_t>& v) {
   m.wait(m.isend(peer, tag, v.data(), v.size()));
 }
 
@@ -93,7 +111,7 @@ std::uint16_t port_of(const Mesh& m) {
   return static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
 }
 
-std::vector<std::uint8_t> recv(Mesh& m, int peer, std::uint64_t tag, std::size_t n) {
+std::vector<std::uint8_t> recv(Transport& m, int peer, std::uint64_t tag, std::size_t n) {
   std::vector<std::uint8_t> v(n, 0xEE);
   m.wait(m.irecv(peer, tag, v.data(), v.size()));
   return v;
@@ -102,7 +120,9 @@ std::vector<std::uint8_t> recv(Mesh& m, int peer, std::uint64_t tag, std::size_t
 }  // namespace
 
 TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   const std::vector<std::size_t> sizes = {0,    1,    7,     31,      32,           33,
                                           4095, 4096, 65537, 1 << 20, (3 << 20) + 5};
   c.run([&](int r) {
@@ -118,12 +138,16 @@ TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
       }
     }
   });
-  CHECK(c[0].connection_count() == 1);
-  CHECK(c[1].connection_count() == 1);
+  if (backend == "tcp") {
+    CHECK(c.tcp(0).connection_count() == 1);
+    CHECK(c.tcp(1).connection_count() == 1);
+  }
 }
 
 TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   constexpr int kTags = 40;
   constexpr int kPerTag = 5;
   c.run([&](int r) {
@@ -173,7 +197,9 @@ TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh
 }
 
 TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]") {
-  Cluster c(1);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(1, backend);
   auto& m = c[0];
   const auto a = pattern(1000, 0, 1);
   send(m, 0, 1, a);  // buffered
@@ -186,11 +212,13 @@ TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]
   CHECK(out == a);
   send(m, 0, 3, {});
   CHECK(recv(m, 0, 3, 0).empty());
-  CHECK(c[0].connection_count() == 0);
+  if (backend == "tcp") CHECK(c.tcp(0).connection_count() == 0);
 }
 
 TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   std::string error;
   c.run([&](int r) {
     auto& m = c[r];
@@ -212,9 +240,11 @@ TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on
 }
 
 TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
   const std::size_t n = std::size_t{64} << 20;
   SECTION("blocking send, then receive, on both ranks") {
-    Cluster c(2);
+    Cluster c(2, backend);
     c.run([&](int r) {
       auto& m = c[r];
       std::vector<std::uint8_t> out(n, 1), in(n, 0);
@@ -226,7 +256,7 @@ TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
     });
   }
   SECTION("isend and irecv with a small unexpected-message queue") {
-    Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 1 << 20; });
+    Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 1 << 20; }, backend);
     c.run([&](int r) {
       auto& m = c[r];
       std::vector<std::uint8_t> out(n, static_cast<std::uint8_t>(r + 1)), in(n, 0);
@@ -242,8 +272,10 @@ TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
 }
 
 TEST_CASE("mesh pauses a peer when the unexpected queue is full, and resumes", "[mesh]") {
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
   // Room for one 256 KiB message: the second one waits in the kernel.
-  Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 300 * 1024; });
+  Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 300 * 1024; }, backend);
   constexpr int kMessages = 8;
   const std::size_t n = 256 * 1024;
   std::string stuck;
@@ -293,7 +325,7 @@ TEST_CASE("mesh connects lazily: a ring opens two connections per rank", "[mesh]
     m.wait(s);
   });
   for (int r = 0; r < c.size(); ++r)
-    CHECK(c[r].connection_count() == 2);
+    CHECK(c.tcp(r).connection_count() == 2);
 }
 
 TEST_CASE("mesh: two ranks connecting to each other at once end with one connection", "[mesh]") {
@@ -306,13 +338,15 @@ TEST_CASE("mesh: two ranks connecting to each other at once end with one connect
       expect(recv(m, 1 - r, 0, 64) == pattern(64, 1 - r, 0), "payload");
       m.wait(s);
     });
-    CHECK(c[0].connection_count() == 1);
-    CHECK(c[1].connection_count() == 1);
+    CHECK(c.tcp(0).connection_count() == 1);
+    CHECK(c.tcp(1).connection_count() == 1);
   }
 }
 
 TEST_CASE("mesh: 8 ranks each send to all others, from several threads", "[mesh]") {
-  Cluster c(8);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(8, backend);
   c.run([&](int r) {
     auto& m = c[r];
     const int n = c.size();
@@ -342,7 +376,9 @@ TEST_CASE("mesh: 8 ranks each send to all others, from several threads", "[mesh]
 }
 
 TEST_CASE("mesh: a peer that goes away fails pending and later operations at once", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   std::vector<std::uint8_t> in(1 << 20);
   // Connected and working first.
   c.run([&](int r) {
@@ -362,9 +398,13 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
   }
   const auto took = std::chrono::steady_clock::now() - closed_at;
   CHECK(took < 1s);
-  CHECK_THAT(error, Catch::Contains("rank 1 at 127.0.0.1:") && Catch::Contains("recv") &&
-                        Catch::Contains("closed the connection") &&
+  CHECK_THAT(error, Catch::Contains("rank 1") && Catch::Contains("recv") &&
                         Catch::Contains("0 of 1048576 bytes received"));
+  if (backend == "tcp")
+    CHECK_THAT(error, Catch::Contains("rank 1 at 127.0.0.1:") &&
+                          Catch::Contains("closed the connection"));
+  else
+    CHECK_THAT(error, Catch::Contains("rank 1 (shared memory) closed its transport"));
   // Later operations fail at once too.
   const auto out = pattern(5, 0, 0);
   CHECK_THROWS_AS(c[0].wait(c[0].isend(1, 0, out.data(), out.size()), 20s),
@@ -372,7 +412,9 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
 }
 
 TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the bytes", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   std::vector<std::uint8_t> in(8);
   // rank 1 never sends with tag 4.
   auto r = c[0].irecv(1, 4, in.data(), in.size());
@@ -395,7 +437,7 @@ TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the b
 
 TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
-  const auto port = port_of(c[0]);
+  const auto port = port_of(c.tcp(0));
   namespace wire = collie::transport::tcp::wire;
 
   SECTION("random bytes") {
@@ -427,13 +469,13 @@ TEST_CASE("mesh refuses strangers and keeps working", "[mesh]") {
     for (const auto& k : cases) {
       collie::test::RawConnection raw(port);
       const auto answer = collie::test::send_mesh_hello(
-          raw, c[0].options().group_id + k.group_offset, 1, k.to, 2, k.token, 5s);
+          raw, c.tcp(0).options().group_id + k.group_offset, 1, k.to, 2, k.token, 5s);
       REQUIRE(answer);
       CHECK(answer->verdict == wire::Verdict::Refused);
       const std::string& told = answer->reason;
       CHECK_THAT(told, Catch::Contains(k.reason));
       // Nothing a stranger could use: the group's id, its size, this rank.
-      CHECK_THAT(told, !Catch::Contains(fmt::format("{:016x}", c[0].options().group_id)) &&
+      CHECK_THAT(told, !Catch::Contains(fmt::format("{:016x}", c.tcp(0).options().group_id)) &&
                            !Catch::Contains("world size") && !Catch::Contains("rank 0"));
       CHECK(raw.closed_by_peer(5s));
     }
@@ -465,11 +507,11 @@ TEST_CASE("mesh: a second hello for a connected rank is refused, even with the t
     else
       expect(recv(c[0], 1, 0, 10) == pattern(10, 1, 0), "before");
   });
-  const auto port = port_of(c[0]);
+  const auto port = port_of(c.tcp(0));
   // An insider (it has the token) claims to be rank 1 again.
   collie::test::RawConnection raw(port);
   const auto answer =
-      collie::test::send_mesh_hello(raw, c[0].options().group_id, 1, 0, 2, "secret", 5s);
+      collie::test::send_mesh_hello(raw, c.tcp(0).options().group_id, 1, 0, 2, "secret", 5s);
   REQUIRE(answer);
   CHECK(answer->verdict == wire::Verdict::Duplicate);
   CHECK(raw.closed_by_peer(5s));
@@ -510,7 +552,9 @@ TEST_CASE("mesh: a rank with another token cannot connect, and says why", "[mesh
 }
 
 TEST_CASE("mesh: many threads share one mesh", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   constexpr int kThreads = 4;
   constexpr int kMessages = 200;
   c.run([&](int r) {
@@ -562,7 +606,9 @@ struct Consumed {
 }  // namespace
 
 TEST_CASE("mesh irecv_consume hands the payload over in order, posted before or after", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   const std::vector<std::size_t> sizes = {0, 1, 4095, 4096, 65536, 65537, (1 << 20) + 3};
   std::vector<Consumed> early(sizes.size()), late(sizes.size());
   c.run([&](int r) {
@@ -600,11 +646,13 @@ TEST_CASE("mesh irecv_consume hands the payload over in order, posted before or 
 
 TEST_CASE("mesh irecv_consume keeps elements aligned: byte o of the payload at an address o mod 16",
           "[mesh]") {
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
   // A piece may end mid-element; the next must not shift the rest of the
   // message off its alignment (the reduce kernels read whole elements).
   // The first piece follows the header wherever the stream put it; every
   // later one is read for the receive, at its phase.
-  Cluster c(2);
+  Cluster c(2, backend);
   constexpr std::size_t kBytes = (8 << 20) + 8;
   std::vector<std::pair<std::uintptr_t, std::size_t>> pieces;  // address, offset
   c.run([&](int r) {
@@ -629,7 +677,9 @@ TEST_CASE("mesh irecv_consume keeps elements aligned: byte o of the payload at a
 
 TEST_CASE("mesh claim_progress: claims nest, and once dropped, sends finish with nobody waiting",
           "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   constexpr std::size_t kBytes = 32 << 20;  // more than the sockets' buffers hold
   bool finished_alone = false, intact = false;
   c.run([&](int r) {
@@ -662,7 +712,9 @@ TEST_CASE("mesh claim_progress: claims nest, and once dropped, sends finish with
 }
 
 TEST_CASE("mesh irecv_consume reduces straight from the arriving bytes", "[mesh]") {
-  Cluster c(2);
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
+  Cluster c(2, backend);
   constexpr std::size_t kCount = (3 << 20) / sizeof(std::int32_t) + 7;
   std::vector<std::int32_t> mine(kCount), theirs(kCount);
   for (std::size_t i = 0; i < kCount; ++i) {
@@ -701,8 +753,10 @@ TEST_CASE("mesh irecv_consume reduces straight from the arriving bytes", "[mesh]
 }
 
 TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that throws", "[mesh]") {
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
   SECTION("to itself, before and after the send") {
-    Cluster c(1);
+    Cluster c(1, backend);
     auto& m = c[0];
     const auto a = pattern(5000, 0, 1);
     Consumed before, after;
@@ -717,7 +771,7 @@ TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that thr
     CHECK(after.bytes == a);
   }
   SECTION("between two ranks") {
-    Cluster c(2);
+    Cluster c(2, backend);
     std::string wrong_size, threw;
     Consumed next;
     c.run([&](int r) {
@@ -765,7 +819,7 @@ TEST_CASE("mesh sockets are close-on-exec: a rank's child never holds a peer's c
   // may have the same port number on another address.
   std::set<std::pair<std::string, int>> ports;
   for (int r = 0; r < 2; ++r) {
-    const auto address = c[r].address();
+    const auto address = c.tcp(r).address();
     ports.emplace(address.substr(0, address.rfind(':')),
                   std::stoi(address.substr(address.rfind(':') + 1)));
   }
@@ -803,9 +857,9 @@ TEST_CASE("mesh: a receive that times out half-way drops the rest, and the peer 
   Cluster c(2, [](MeshOptions& o) { o.token = "secret"; });
   namespace wire = collie::transport::tcp::wire;
   // Rank 1, by hand: 100 bytes of a 1000-byte message, then nothing.
-  collie::test::RawConnection raw(port_of(c[0]));
+  collie::test::RawConnection raw(port_of(c.tcp(0)));
   const auto answer =
-      collie::test::send_mesh_hello(raw, c[0].options().group_id, 1, 0, 2, "secret", 5s);
+      collie::test::send_mesh_hello(raw, c.tcp(0).options().group_id, 1, 0, 2, "secret", 5s);
   REQUIRE(answer);
   REQUIRE(answer->verdict == wire::Verdict::Accepted);
   auto message = [](std::uint64_t tag, std::uint64_t sequence, const std::vector<std::uint8_t>& v,
@@ -905,10 +959,12 @@ TEST_CASE("tune: a connection between two processes of one host gets a fixed sen
 
 TEST_CASE("mesh: a send nobody waits for, right after busy waits, still goes out whole",
           "[mesh]") {
+  const std::string backend = BACKENDS;
+  INFO("backend " << backend);
   // The background thread leaves the sockets to waiting callers while their
   // requests keep finishing (progress.cpp, kQuiet); a send posted then, that
   // its sender never waits for, must still be written by it.
-  Cluster c(2);
+  Cluster c(2, backend);
   const std::size_t n = std::size_t{8} << 20;
   std::atomic<bool> received{false};
   c.run([&](int r) {

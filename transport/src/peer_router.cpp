@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -83,17 +85,36 @@ int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::mill
   for (const auto& r : requests)
     one = one && &answering(r) == &first;
   if (one) return first.wait_any(requests, timeout);
-  // Across backends: each in turn, briefly, until the time is up.
-  const auto until = std::chrono::steady_clock::now() + timeout;
+  // Across backends: each moves what is ready for its own requests, in
+  // turn (a wait with no time left polls once); after a while of that, each
+  // waits a millisecond at a time, until the time is up.
+  using Clock = std::chrono::steady_clock;
+  const auto began = Clock::now();
+  const auto until = began + timeout;
+  std::vector<std::pair<Transport*, std::vector<std::size_t>>> by_backend;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Transport* b = &answering(requests[i]);
+    auto it = std::find_if(by_backend.begin(), by_backend.end(),
+                           [b](const auto& entry) { return entry.first == b; });
+    if (it == by_backend.end()) it = by_backend.insert(by_backend.end(), {b, {}});
+    it->second.push_back(i);
+  }
+  std::vector<RequestPtr> subset;
   for (;;) {
-    for (std::size_t i = 0; i < requests.size(); ++i)
-      if (answering(requests[i]).test(requests[i])) return static_cast<int>(i);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return -1;
-    const auto& r = requests.front();
-    if (answering(r).wait_any(std::span(&r, 1), std::min(left, std::chrono::milliseconds(1))) == 0)
-      return 0;
+    const auto now = Clock::now();
+    const bool spinning = now - began < std::chrono::microseconds(200);
+    for (auto& [b, indices] : by_backend) {
+      subset.clear();
+      for (std::size_t i : indices)
+        subset.push_back(requests[i]);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      const auto slice =
+          spinning ? std::chrono::milliseconds(0)
+                   : std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(1));
+      if (const int k = b->wait_any(subset, slice); k >= 0)
+        return static_cast<int>(indices[static_cast<std::size_t>(k)]);
+    }
+    if (Clock::now() >= until) return -1;
   }
 }
 
@@ -130,11 +151,18 @@ bool PeerRouter::any_queued() const {
 }
 
 std::shared_ptr<void> PeerRouter::claim_progress() {
-  if (backends_.size() == 1) return backends_.front()->claim_progress();  // no allocation of ours
-  auto claims = std::make_shared<std::vector<std::shared_ptr<void>>>();
-  for (const auto& b : backends_)
-    if (auto c = b->claim_progress()) claims->push_back(std::move(c));
-  return claims;
+  // One backend in use: its claim. Several: none. A caller waits on one
+  // backend at a time, and a claim would keep the others' threads from
+  // moving their data meanwhile: a send to a TCP peer, half written while
+  // the caller waits for a shared-memory one, could then hold up the
+  // world.
+  std::size_t used = backends_.size();
+  for (std::size_t b = 0; b < backends_.size(); ++b) {
+    if (std::find(backend_of_.begin(), backend_of_.end(), b) == backend_of_.end()) continue;
+    if (used != backends_.size()) return {};
+    used = b;
+  }
+  return used < backends_.size() ? backends_[used]->claim_progress() : nullptr;
 }
 
 std::string PeerRouter::describe_peer(int peer) const {

@@ -444,12 +444,17 @@ struct ShmTransport::Impl {
     // the mailbox opened next is another's, and its secret differs.
     p.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0));
     if (p.pidfd < 0)
-      return fmt::format("its process (pid {}) is not there ({}): has it exited?", pid,
+      return fmt::format("its process ended (it exited or was killed; pid {}: {})", pid,
                          std::strerror(errno));
     const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
     const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f < 0 && (errno == ENOENT || errno == ESRCH))
-      return fmt::format("it has closed its transport or exited (its mailbox {} is gone)", path);
+    if (f < 0 && (errno == ENOENT || errno == ESRCH)) {
+      // A process that is ending has closed its files before its pidfd
+      // says it exited: give it a moment to tell the two apart.
+      pollfd exited{p.pidfd, POLLIN, 0};
+      if (::poll(&exited, 1, 200) > 0) return "its process ended (it exited or was killed)";
+      return fmt::format("it has closed its transport (its mailbox {} is gone)", path);
+    }
     if (f < 0)
       return fmt::format(
           "cannot open its mailbox {} ({}): ranks of one host must run as the same user in the "
@@ -1038,11 +1043,15 @@ struct ShmTransport::Impl {
     auto spin_until = began + options.spin;
     const auto spin_limit = began + std::max<Clock::duration>(options.spin, kSharedSpin);
     auto next_check = began + kLivenessEvery;
+    // A wait with no time left still moves what is ready, once (a caller
+    // that waits on several backends in turn polls each so).
+    bool once = deadline <= began;
     while (!finished()) {
       auto now = Clock::now();
-      if (now >= deadline || waits_interrupted() != 0) break;
+      if ((now >= deadline && !once) || waits_interrupted() != 0) break;
       std::unique_lock drive_lock(drive_mu, std::try_to_lock);
       if (!drive_lock.owns_lock()) {
+        if (once) break;  // another thread drives
         std::unique_lock lock(done_mu);
         done_cv.wait_for(lock, 1ms);
         continue;
@@ -1056,7 +1065,7 @@ struct ShmTransport::Impl {
           check_liveness();
         }
       }
-      if (finished()) break;
+      if (finished() || once) break;
       if (moved) {
         spin_until = std::max(spin_until, Clock::now() + options.spin);
         continue;

@@ -106,14 +106,19 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
     // transport.)
     static thread_local std::vector<pollfd> fds;
     static thread_local std::vector<int> who;
+    // A wait with no time left still moves what is ready, once (a caller
+    // that waits on several backends in turn polls each so).
+    bool once = deadline <= began;
     while (!finished()) {
       auto now = Clock::now();
-      if (now >= deadline || waits_interrupted() != 0) break;
+      if ((now >= deadline && !once) || waits_interrupted() != 0) break;
       std::unique_lock drive(drive_mu, std::try_to_lock);
       if (drive.owns_lock()) {
-        while (!finished() && (now = Clock::now()) < deadline && waits_interrupted() == 0) {
+        while (!finished() && ((now = Clock::now()) < deadline || once) &&
+               waits_interrupted() == 0) {
           int ms = 0;
-          if (now >= spin_until) ms = std::clamp(remaining_ms(deadline), 1, 50);
+          if (now >= spin_until && !once) ms = std::clamp(remaining_ms(deadline), 1, 50);
+          once = false;
           drive_once(ms, fds, who);
           // Spinning, let a thread waiting for this CPU run: on a busy host
           // it may be the one that sends what this wait is for.
@@ -134,6 +139,7 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
           }
         }
       } else {
+        if (once) break;  // another thread drives
         std::unique_lock lock(table_.done_mu);
         table_.done_cv.wait_for(lock, 1ms);
       }
