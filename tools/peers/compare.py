@@ -3,6 +3,11 @@
 and iperf-RUN.{out,in}.json) side by side, as a Markdown table.
 
   tools/peers/compare.py DIR all_reduce 2
+  tools/peers/compare.py --shm DIR all_reduce 2
+
+With --shm: collie on shared memory (collieshm) against Open MPI's shared
+memory (mpishm), Open MPI over TCP (mpi), the better of the two, and
+collie over TCP (collie); ratios are the other's time over collie's.
 
 Ratios are the peer's time over collie's (above 1: collie is faster; for
 sizes of 64 KiB and more that is also collie's busbw over the peer's).
@@ -15,9 +20,11 @@ collie's figure is the in-place row, as the peers'.
 """
 import collections, csv, glob, json, os, statistics, sys
 
-folder, collective, ranks = sys.argv[1], sys.argv[2], sys.argv[3]
+shm = "--shm" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--shm"]
+folder, collective, ranks = args[0], args[1], args[2]
 med, launches = {}, {}
-for system in ("collie", "mpi", "torch"):
+for system in ("collie", "mpi", "torch", "collieshm", "mpishm"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
     launches[system] = len(paths)
@@ -32,6 +39,25 @@ for system in ("collie", "mpi", "torch"):
                 times[size].append(float(row["time_us"]))
                 bws[size].append(float(row["busbw_gbps"]))
     med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s])) for s in times}
+
+if shm:
+    print(f"launches: collie shm {launches['collieshm']}, Open MPI shm {launches['mpishm']}, "
+          f"Open MPI tcp {launches['mpi']}, collie tcp {launches['collie']}")
+    print()
+    print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s_ in sorted(set(med["collieshm"]) | set(med["mpishm"])):
+        c = med["collieshm"].get(s_)
+        def time(x):
+            return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
+        def ratio(x):
+            return f"{x[0] / c[0]:.2f}x" if x and c and c[0] > 0 else "-"
+        m, t, ct = med["mpishm"].get(s_), med["mpi"].get(s_), med["collie"].get(s_)
+        best = min((x for x in (m, t) if x), key=lambda x: x[0], default=None)
+        size = f"{s_ >> 20} MiB" if s_ >= 1 << 20 else f"{s_ >> 10} KiB" if s_ >= 1 << 10 else f"{s_} B"
+        bw = f"{c[1]:.3f}" if c else "-"
+        print(f"| {size} | {time(c)} | {bw} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} | {ratio(best)} | {time(ct)} | {ratio(ct)} |")
+    sys.exit(0)
 
 streams = []
 for path in glob.glob(os.path.join(folder, "iperf-*.out.json")):

@@ -5,10 +5,14 @@
 # all_reduce), one sweep of each system in turn, sizes 8 B to MAXBYTES
 # (default 64M) by FACTOR (default 2), float32 sum, 20 timed iterations
 # after 5 warm-up:
-#   collie     collie bench (COLLIE: the binary, default build/release/bin/collie)
+#   collie     collie bench over TCP (COLLIE_TRANSPORT=tcp; COLLIE: the binary,
+#              default build/release/bin/collie)
 #   mpi        Open MPI over TCP (ob1 + the tcp btl on loopback: no shared memory)
 #   torch      torch.distributed's gloo backend (Debian's python3-torch)
-# SYSTEMS picks some (default "collie mpi torch"). Each run also measures
+#   collieshm  collie bench with its default transport: shared memory on one host
+#   mpishm     Open MPI with its defaults on one host (shared memory: vader + CMA)
+# SYSTEMS picks some (default "collie mpi torch"; for shared memory,
+# SYSTEMS="collieshm mpishm mpi collie" and compare.py --shm). Each run also measures
 # the TCP limit of this host: two iperf3 streams at once, one each way
 # (iperf-RUN.json), which compare.py reads. Every system times the same way:
 # the mean over the iterations on each rank, the maximum across ranks.
@@ -27,7 +31,7 @@ collie=${COLLIE:-build/release/bin/collie}
 max=$(numfmt --from=iec "$maxbytes")
 mkdir -p "$out"
 has() { [[ " $systems " == *" $1 "* ]]; }
-if has mpi; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c; fi
+if has mpi || has mpishm; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c; fi
 
 # Two iperf3 streams at once, one each way, as an all_reduce moves bytes
 # both ways: each carries what one rank can send while it also receives.
@@ -49,8 +53,16 @@ for r in $(seq "$runs"); do
   for n in $ranks; do
     for c in $collectives; do
       if has collie; then
-        "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 --csv \
-          > "$out/collie-$c-$n-$r.csv"
+        COLLIE_TRANSPORT=tcp "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" \
+          -n 20 -w 5 --csv > "$out/collie-$c-$n-$r.csv"
+      fi
+      if has collieshm; then
+        COLLIE_TRANSPORT=shm "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" \
+          -n 20 -w 5 --csv > "$out/collieshm-$c-$n-$r.csv"
+      fi
+      if has mpishm; then
+        mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_bench" "$c" 8 "$max" \
+          "$factor" 20 5 > "$out/mpishm-$c-$n-$r.csv"
       fi
       if has mpi; then
         mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 --mca btl tcp,self \
