@@ -134,6 +134,21 @@ void ring_bell(MailboxHeader& h) {
   futex_wake(h.bell);
 }
 
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
 std::string plural_bytes(std::size_t n) {
   return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
 }
@@ -279,6 +294,7 @@ struct ShmTransport::Impl {
   std::atomic<std::size_t> queued_count{0};
   std::size_t held = 0;  // unexpected bytes held (mu)
   std::atomic<bool> stopping{false};
+  bool crowded = false;  // more ranks on this host than cores: waits yield
   std::thread background;
   Clock::time_point next_liveness{};
 
@@ -1040,14 +1056,16 @@ struct ShmTransport::Impl {
       ~Leave() { --w; }
     } leave{waiters};
     const auto began = Clock::now();
+    auto now = began;
     auto spin_until = began + options.spin;
     const auto spin_limit = began + std::max<Clock::duration>(options.spin, kSharedSpin);
     auto next_check = began + kLivenessEvery;
     // A wait with no time left still moves what is ready, once (a caller
     // that waits on several backends in turn polls each so).
     bool once = deadline <= began;
+    unsigned turn = 0;
     while (!finished()) {
-      auto now = Clock::now();
+      now = Clock::now();
       if ((now >= deadline && !once) || waits_interrupted() != 0) break;
       std::unique_lock drive_lock(drive_mu, std::try_to_lock);
       if (!drive_lock.owns_lock()) {
@@ -1056,29 +1074,40 @@ struct ShmTransport::Impl {
         done_cv.wait_for(lock, 1ms);
         continue;
       }
-      bool moved = false;
-      {
-        std::lock_guard lock(mu);
-        moved = progress_all();
-        if (now >= next_check) {
-          next_check = now + kLivenessEvery;
-          check_liveness();
+      // Spinning: reading the rings costs a few loads, so the turn is
+      // short. Where every rank of the host has a core, it neither yields
+      // nor reads the clock every turn (both cost more than the turn);
+      // where ranks outnumber cores, it yields each turn so that the rank
+      // it waits for runs.
+      for (;;) {
+        bool moved = false;
+        {
+          std::lock_guard lock(mu);
+          moved = progress_all();
+          if (now >= next_check) {
+            next_check = now + kLivenessEvery;
+            check_liveness();
+          }
+        }
+        if (finished() || once) return finished();
+        if (moved) {
+          spin_until = std::max(spin_until, now + options.spin);
+        } else if (crowded) {
+          sched_yield();
+          const auto after = Clock::now();
+          if (after - now > kYieldedAfter)
+            spin_until = std::min(spin_limit, std::max(spin_until, after + options.spin));
+          now = after;
+        } else {
+          cpu_relax();
+        }
+        if (crowded || (++turn & 15) == 0) {
+          if (!crowded) now = Clock::now();
+          if (now >= deadline || waits_interrupted() != 0) return finished();
+          if (now >= spin_until) break;
         }
       }
-      if (finished() || once) break;
-      if (moved) {
-        spin_until = std::max(spin_until, Clock::now() + options.spin);
-        continue;
-      }
       now = Clock::now();
-      if (now < spin_until) {
-        const auto before = now;
-        sched_yield();
-        const auto after = Clock::now();
-        if (after - before > kYieldedAfter)
-          spin_until = std::min(spin_limit, std::max(spin_until, after + options.spin));
-        continue;
-      }
       const auto until = std::min({deadline, next_check});
       if (until > now) {
         drive_lock.unlock();
@@ -1199,6 +1228,7 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.local = std::binary_search(m.local.begin(), m.local.end(), r);
     p.slot = m.slot_of(r);
   }
+  m.crowded = static_cast<int>(m.local.size()) > usable_cores();
   m.make_mailbox();
   for (int r : m.local) {
     if (r == m.options.rank) continue;
