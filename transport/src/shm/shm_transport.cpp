@@ -690,7 +690,9 @@ struct ShmTransport::Impl {
       p.in_tail += n;
       p.in->tail.store(p.in_tail, std::memory_order_release);
       read = true;
-      if (p.read_done >= padded) finish_message(p);
+      // A receive done: its waiter may post the next before this pass
+      // reads on (a message with no receive yet is copied twice).
+      if (p.read_done >= padded && finish_message(p)) break;
     }
     if (read) {
       p.in->tail.store(p.in_tail, std::memory_order_release);
@@ -865,17 +867,21 @@ struct ShmTransport::Impl {
     }
   }
 
-  void finish_message(Peer& p) {
+  // Finishes the message being read; true if a receive completed.
+  bool finish_message(Peer& p) {
     p.reading = false;
+    bool received = false;
     if (p.target) {
       p.target->moved = p.length;
       complete(*p.target);
       p.target.reset();
+      received = true;
     }
     if (p.queued) {
       p.queued->arrived = p.length;
       p.queued.reset();
     }
+    return received;
   }
 
   // Posts a receive, taking a message already here (mu held).
