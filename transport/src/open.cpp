@@ -6,6 +6,7 @@
 
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
+#include <collie/log.hpp>
 #include <collie/transport/peer_router.hpp>
 #include <collie/transport/shm.hpp>
 #include <collie/transport/tcp.hpp>
@@ -56,7 +57,16 @@ std::shared_ptr<Transport> open_transport(std::shared_ptr<store::Store> store,
   }
   auto tcp = std::make_shared<TcpTransport>(store, options);
   if (options.backend == "tcp" || options.world_size == 1) return tcp;
-  const std::string me = options.host_id.empty() ? host_identity() : options.host_id;
+  std::string me = options.host_id.empty() ? host_identity() : options.host_id;
+  if (const auto why = shared_memory_unusable(); !why.empty()) {
+    if (options.backend == "shm")
+      throw Error(fmt::format("rank {}: the transport is shm (COLLIE_TRANSPORT), but this process "
+                              "cannot share memory with its peers: {}",
+                              options.rank, why));
+    collie::log().info("rank {}: no shared memory ({}): every peer is reached over TCP",
+                       options.rank, why);
+    me += fmt::format(" (rank {} without shared memory)", options.rank);  // matches no one
+  }
   store->set(fmt::format("{}/host/{}", options.group, options.rank), me);
   const auto hosts = host_identities(*store, options);
   std::vector<int> local;

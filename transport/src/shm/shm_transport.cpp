@@ -1218,6 +1218,34 @@ struct ShmTransport::Impl {
   }
 };
 
+std::string shared_memory_unusable() {
+  const int fd = ::memfd_create("collie-shm-probe", MFD_CLOEXEC);
+  if (fd < 0) return fmt::format("memfd_create failed: {}", std::strerror(errno));
+  std::string why;
+  if (::ftruncate(fd, static_cast<off_t>(kPage)) != 0) {
+    why = fmt::format("a memory file cannot be sized: {}", std::strerror(errno));
+  } else if (const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+             pidfd < 0) {
+    why = fmt::format("pidfd_open failed: {}", std::strerror(errno));
+  } else {
+    ::close(pidfd);
+    const std::string path = fmt::format("/proc/{}/fd/{}", ::getpid(), fd);
+    const int again = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (again < 0) {
+      why = fmt::format("{} cannot be opened: {}", path, std::strerror(errno));
+    } else {
+      void* m = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0);
+      if (m == MAP_FAILED)
+        why = fmt::format("a memory file cannot be mapped: {}", std::strerror(errno));
+      else
+        ::munmap(m, kPage);
+      ::close(again);
+    }
+  }
+  ::close(fd);
+  return why;
+}
+
 std::string host_identity() {
   if (const char* forced = std::getenv("COLLIE_HOST_ID"); forced && *forced) return forced;
   std::string boot = read_line("/proc/sys/kernel/random/boot_id");

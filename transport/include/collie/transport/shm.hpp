@@ -100,4 +100,11 @@ class ShmTransport final : public Transport {
 // it (to keep ranks of one host apart, for tests).
 std::string host_identity();
 
+// Why this process cannot use the shared-memory backend (no memfd_create
+// or pidfd_open, /proc not mounted or not readable, a seccomp profile that
+// forbids them), or "" when it can. open_transport() asks before it
+// publishes a host identity: a rank that cannot is alone on its "host",
+// and its peers reach it over TCP.
+std::string shared_memory_unusable();
+
 }  // namespace collie::transport
