@@ -361,6 +361,7 @@ ProcessGroup init(const InitOptions& options) {
   if (config.world_size <= 4096) impl->transport->prefetch();
   collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
                       impl->transport->describe());
+  if (impl->tracer) impl->tracer->label("transport: " + impl->transport->describe());
   auto group = std::make_shared<ProcessGroup::Impl>();
   group->world = std::move(impl);
   group->name = "world";

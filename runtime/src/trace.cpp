@@ -111,6 +111,21 @@ void Tracer::event(Kind kind, Clock::time_point begin, Clock::time_point end, st
   push(Record{kind, reduce, peer, step, tid, since_start(begin), since_start(end), bytes, 0});
 }
 
+void Tracer::label(const std::string& text) {
+  std::string escaped;
+  for (char c : text) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+  }
+  std::lock_guard lock(mu_);
+  flush_locked();  // what came before stays before
+  fmt::print(file_, "{}{{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":{},\"tid\":0,"
+             "\"args\":{{\"labels\":\"{}\"}}}}",
+             first_ ? "" : ",\n", rank_, escaped);
+  first_ = false;
+  std::fflush(file_);
+}
+
 void Tracer::flush_locked() {
   fmt::memory_buffer out;
   auto it = std::back_inserter(out);

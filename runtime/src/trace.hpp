@@ -9,6 +9,7 @@
 //               segment's arrival and reduction (peer, bytes, combine)
 //       reduce  one segment reduced into the buffer (bytes)
 //     wait sends  until the step's sends have left
+// and a label per rank: the transport that carries its messages.
 // Events are recorded as fixed-size records (no formatting, no allocation
 // once the buffer has grown) and written out every 64 Ki events and when the
 // world goes away. Off, the runtime pays one pointer test per event site.
@@ -63,6 +64,11 @@ class Tracer {
   // reduce: for a receive, whether it reduces.
   void event(Kind kind, Clock::time_point begin, Clock::time_point end, std::uint32_t step,
              int peer, std::uint64_t bytes, bool reduce = false);
+
+  // A line beside the rank's name in the viewer (a "process_labels"
+  // metadata event), such as the transport that carries its messages.
+  // Quotes and backslashes in `text` are escaped.
+  void label(const std::string& text);
 
   const std::string& path() const { return path_; }
 

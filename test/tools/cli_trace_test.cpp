@@ -72,9 +72,12 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
   // start with them).
   std::map<std::pair<int, int>, std::vector<Span>> threads;
   std::set<int> ranks_named;
+  std::map<int, std::string> labels;  // each rank's transport
   for (const auto& e : merged["traceEvents"]) {
     if (e["ph"] == "M") {
       if (e["name"] == "process_name") ranks_named.insert(e["pid"].get<int>());
+      if (e["name"] == "process_labels")
+        labels[e["pid"].get<int>()] = e["args"]["labels"].get<std::string>();
       continue;
     }
     REQUIRE(e["ph"] == "X");
@@ -84,6 +87,9 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
         Span{e["name"], e["cat"], ts, ts + dur, e["args"]});
   }
   REQUIRE(ranks_named == std::set<int>{0, 1, 2, 3});
+  // Each rank says what carries its messages: all four share this host.
+  for (int r = 0; r < 4; ++r)
+    CHECK(labels[r] == "transport: shm (ranks 0-3)");
   const std::map<std::string, int> depth = {{"collective", 0}, {"step", 1},   {"send", 2},
                                             {"recv", 2},       {"copy", 2},   {"wait sends", 2},
                                             {"reduce", 3}};
