@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
       "  COLLIE_STORE_TOKEN_FILE   a file holding it, when COLLIE_STORE_TOKEN is unset\n"
       "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
       "  COLLIE_TRACE              a directory: every rank writes a Chrome trace there\n"
+      "  COLLIE_TRANSPORT          between ranks of one host: auto (shared memory, the default),\n"
+      "                            tcp, or shm (every rank on this host); between hosts, TCP\n"
       "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
   collie::cli::add_launch_command(app);
   collie::cli::add_store_command(app);
