@@ -290,6 +290,32 @@ TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with 
   }
 }
 
+TEST_CASE("COLLIE_TRANSPORT and COLLIE_SHM_SINGLE_COPY choose what carries messages on one host",
+          "[init]") {
+  const std::map<std::string, std::string> job{
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  CHECK(resolve(job).transport == "auto");
+  CHECK(resolve(job).shm_single_copy_from == 0);
+  auto with = job;
+  for (const char* name : {"tcp", "shm", "auto"}) {
+    with["COLLIE_TRANSPORT"] = name;
+    CHECK(resolve(with).transport == name);
+  }
+  InitOptions options;
+  options.transport = "tcp";
+  CHECK(resolve(with, options).transport == "tcp");
+  with["COLLIE_TRANSPORT"] = "rdma";
+  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_TRANSPORT='rdma'") &&
+                                       Catch::Contains("choose auto"));
+  options.transport = "udp";
+  CHECK_THROWS_WITH(resolve(job, options), Catch::Contains("the transport option='udp'"));
+  with = job;
+  with["COLLIE_SHM_SINGLE_COPY"] = "256K";
+  CHECK(resolve(with).shm_single_copy_from == 256 * 1024);
+  with["COLLIE_SHM_SINGLE_COPY"] = "lots";
+  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_SINGLE_COPY"));
+}
+
 TEST_CASE("COLLIE_TRACE names the trace directory, InitOptions::trace_dir overrides it", "[init]") {
   const std::map<std::string, std::string> job{
       {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
