@@ -36,6 +36,7 @@
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
+#include "../request_failure.hpp"
 #include "../tcp/tag_queues.hpp"
 
 namespace collie::transport {
@@ -160,10 +161,6 @@ void populate(std::byte* ring, std::size_t bytes) {
     reinterpret_cast<volatile std::uint8_t*>(ring)[at] = 0;
 }
 
-std::string plural_bytes(std::size_t n) {
-  return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
-}
-
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
@@ -180,9 +177,6 @@ std::string namespace_of(const char* path) {
   const auto n = ::readlink(path, buf, sizeof buf - 1);
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
 }
-
-enum class State : int { Pending = 0, Done = 1, Failed = 2 };
-enum class ErrorKind { None, Connection, Protocol, Request, Timeout };
 
 struct ShmRequest final : Request {
   ShmRequest(int peer_rank, bool send, Tag request_tag, std::byte* buffer, std::size_t size,
@@ -1414,19 +1408,8 @@ void ShmTransport::wait(const RequestPtr& request, std::optional<std::chrono::mi
       }
     }
   }
-  if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed)) {
-    switch (r.error_kind) {
-      case ErrorKind::Timeout:
-        if (interrupted) throw InterruptedError(r.error);
-        throw TimeoutError(r.error);
-      case ErrorKind::Protocol:
-        throw ProtocolError(r.error);
-      case ErrorKind::Request:
-        throw RequestError(r.error);
-      default:
-        throw ConnectionError(r.error);
-    }
-  }
+  if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed))
+    throw_failure(r.error_kind, r.error, interrupted);
 }
 
 bool ShmTransport::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {

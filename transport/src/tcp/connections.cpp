@@ -4,10 +4,6 @@
 
 namespace collie::transport::tcp {
 
-std::string plural_bytes(std::size_t n) {
-  return fmt::format("{} byte{}", n, n == 1 ? "" : "s");
-}
-
 Connections::Connections(const TransportOptions& options)
     : opt(options), pool(options.max_unexpected_bytes) {
   peers.reserve(static_cast<std::size_t>(options.world_size));

@@ -83,6 +83,6 @@ class Connections {
   std::string progress_text(const TcpRequest& r) const;
 };
 
-std::string plural_bytes(std::size_t n);
+using transport::plural_bytes;
 
 }  // namespace collie::transport::tcp

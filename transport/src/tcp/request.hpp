@@ -15,14 +15,15 @@
 
 #include <collie/transport/transport.hpp>
 
+#include "../request_failure.hpp"
 #include "wire.hpp"
 
 namespace collie::transport::tcp {
 
-enum class State : int { Pending = 0, Done = 1, Failed = 2 };
+using transport::State;
 
 // Which exception a failed request throws.
-enum class ErrorKind { None, Connection, Protocol, Request, Timeout };
+using transport::ErrorKind;
 
 struct TcpRequest final : Request {
   TcpRequest(int peer_rank, bool send, Tag request_tag, std::byte* buffer, std::size_t size,

@@ -328,19 +328,8 @@ void TcpTransport::wait(const RequestPtr& request,
       }
     }
   }
-  if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed)) {
-    switch (r.error_kind) {
-      case ErrorKind::Timeout:
-        if (interrupted) throw InterruptedError(r.error);
-        throw TimeoutError(r.error);
-      case ErrorKind::Protocol:
-        throw ProtocolError(r.error);
-      case ErrorKind::Request:
-        throw RequestError(r.error);
-      default:
-        throw ConnectionError(r.error);
-    }
-  }
+  if (r.state.load(std::memory_order_acquire) == static_cast<int>(State::Failed))
+    throw_failure(r.error_kind, r.error, interrupted);
 }
 
 bool TcpTransport::test(const RequestPtr& request) const {
