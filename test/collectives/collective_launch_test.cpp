@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/store_fixture.hpp"
+#include "support/shm_skip.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
@@ -48,6 +49,7 @@ RunResult launch(int ranks, const std::vector<std::string>& program,
 
 TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8", "[collective][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   for (int world : {1, 2, 3, 4, 5, 7, 8}) {
     INFO("world " << world << ", transport " << transport);
     // 1 KiB segments: the prime-sized cases cross several segments.
@@ -76,6 +78,7 @@ std::set<std::string> dev_shm() {
 
 TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs at once",
           "[collective][launch][shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   // Two jobs of 4 ranks at once, each as two "hosts" of two ranks
   // (COLLIE_HOST_ID keeps them apart): every collective and algorithm
   // crosses both backends, and the jobs' mailboxes never mix.
@@ -109,6 +112,7 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
   // Four processes on a store of the test's own (collie launch would stop
   // the others as soon as one dies: the point is what the survivors see).
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   collie::test::StoreFixture store;
   std::vector<std::unique_ptr<Subprocess>> ranks;
@@ -147,6 +151,7 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
 
 TEST_CASE("a mismatch between processes: MismatchError names both calls", "[collective][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   const auto r = launch(3, {kWorker, "mismatch"},
                         {"COLLIE_LOG_LEVEL=off", "COLLIE_TIMEOUT=20", "COLLIE_TRANSPORT=" + transport});
@@ -395,6 +400,7 @@ TEST_CASE("survivors that exit at once after a death still name the dead rank, n
   // it has its error (as an uncaught exception would). A survivor that
   // hears of it through one that has left names rank 2 all the same.
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   for (int attempt = 0; attempt < repeats(6, 2); ++attempt) {
     INFO("attempt " << attempt << ", transport " << transport);
     collie::test::StoreFixture store;

@@ -14,6 +14,7 @@
 #include "support/mesh_hello.hpp"
 #include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/shm_skip.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
 #include "tcp/wire.hpp"
@@ -69,30 +70,35 @@ TEST_CASE("p2p examples print what the tutorials print", "[p2p][launch]") {
 TEST_CASE("p2p ping-pong from 0 B to 1 MiB in every dtype and 64 MiB in float64, between processes",
           "[p2p][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   require_ok(launch(2, {kWorker, "pingpong"}, transport), 2, "pingpong");
 }
 
 TEST_CASE("p2p tags interleaved and received out of order, between processes", "[p2p][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   require_ok(launch(2, {kWorker, "tags"}, transport), 2, "tags");
 }
 
 TEST_CASE("p2p 64 MiB both ways at once, between processes", "[p2p][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   require_ok(launch(2, {kWorker, "bidirectional"}, transport), 2, "bidirectional");
 }
 
 TEST_CASE("p2p 8 ranks each send to all others", "[p2p][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   require_ok(launch(8, {kWorker, "all_to_all"}, transport), 8, "all_to_all");
 }
 
 TEST_CASE("p2p odd world sizes and a world of one", "[p2p][launch]") {
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   require_ok(launch(1, {kWorker, "all_to_all"}, transport), 1, "all_to_all");
   require_ok(launch(3, {kWorker, "all_to_all"}, transport), 3, "all_to_all");
@@ -176,6 +182,7 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
   // Started by hand, not by `collie launch`, which would stop the survivor
   // as soon as the victim died: the point is what the survivor sees.
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   collie::test::StoreFixture store;
   auto env = [&](int rank) {
@@ -217,6 +224,7 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
                                             "4",
                                             "--json"};
   const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
   std::vector<std::string> alone = {kCollie, "bench", "p2p"};
   alone.insert(alone.end(), options.begin(), options.end());

@@ -20,6 +20,7 @@
 #include <collie/transport/open.hpp>
 #include <collie/transport/shm.hpp>
 
+#include "support/shm_skip.hpp"
 #include "support/store_fixture.hpp"
 
 using namespace std::chrono_literals;
@@ -55,6 +56,7 @@ Record record_of(collie::store::Store& store, int rank) {
 
 TEST_CASE("shm: a rank's mailbox is an anonymous file of mode 0600, nowhere in /dev/shm",
           "[shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   collie::test::StoreFixture fixture;
   ShmTransport t(fixture.shared_client(), options(0, 2, 1), {0, 1});
   const auto r = record_of(*fixture.shared_client(), 0);
@@ -78,6 +80,7 @@ TEST_CASE("shm: a rank's mailbox is an anonymous file of mode 0600, nowhere in /
 }
 
 TEST_CASE("shm: a forged mailbox record is refused, naming the rank", "[shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   collie::test::StoreFixture fixture;
   auto store = fixture.shared_client();
   const auto id = collie::crypto::random_u64();
@@ -99,6 +102,7 @@ TEST_CASE("shm: a forged mailbox record is refused, naming the rank", "[shm]") {
 }
 
 TEST_CASE("shm: a process of another user cannot open a rank's mailbox", "[shm][security]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   if (::geteuid() != 0) {
     WARN("skipped: needs root, to run the stranger as another user (nobody)");
     return;
@@ -127,6 +131,7 @@ TEST_CASE("shm: a process of another user cannot open a rank's mailbox", "[shm][
 
 TEST_CASE("open_transport: shared memory between ranks of one host, TCP between hosts",
           "[shm][router]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   // Four ranks; ranks 0 and 1 say they are on host "a", 2 and 3 on "b".
   collie::test::StoreFixture fixture;
   const auto id = collie::crypto::random_u64();
@@ -173,6 +178,7 @@ TEST_CASE("open_transport: shared memory between ranks of one host, TCP between 
 }
 
 TEST_CASE("open_transport: shm forced with a rank on another host says which", "[shm][router]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   collie::test::StoreFixture fixture;
   const auto id = collie::crypto::random_u64();
   std::vector<std::future<std::string>> opening;

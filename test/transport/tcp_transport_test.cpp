@@ -32,6 +32,7 @@
 
 #include "support/log_capture.hpp"
 #include "support/mesh_hello.hpp"
+#include "support/shm_skip.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
@@ -121,6 +122,7 @@ std::vector<std::uint8_t> recv(Transport& m, int peer, std::uint64_t tag, std::s
 
 TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   const std::vector<std::size_t> sizes = {0,    1,    7,     31,      32,           33,
@@ -146,6 +148,7 @@ TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
 
 TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   constexpr int kTags = 40;
@@ -198,6 +201,7 @@ TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh
 
 TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(1, backend);
   auto& m = c[0];
@@ -217,6 +221,7 @@ TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]
 
 TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   std::string error;
@@ -241,6 +246,7 @@ TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on
 
 TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   const std::size_t n = std::size_t{64} << 20;
   SECTION("blocking send, then receive, on both ranks") {
@@ -273,6 +279,7 @@ TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
 
 TEST_CASE("mesh pauses a peer when the unexpected queue is full, and resumes", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   // Room for one 256 KiB message: the second one waits in the kernel.
   Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 300 * 1024; }, backend);
@@ -345,6 +352,7 @@ TEST_CASE("mesh: two ranks connecting to each other at once end with one connect
 
 TEST_CASE("mesh: 8 ranks each send to all others, from several threads", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(8, backend);
   c.run([&](int r) {
@@ -377,6 +385,7 @@ TEST_CASE("mesh: 8 ranks each send to all others, from several threads", "[mesh]
 
 TEST_CASE("mesh: a peer that goes away fails pending and later operations at once", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   std::vector<std::uint8_t> in(1 << 20);
@@ -413,6 +422,7 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
 
 TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the bytes", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   std::vector<std::uint8_t> in(8);
@@ -553,6 +563,7 @@ TEST_CASE("mesh: a rank with another token cannot connect, and says why", "[mesh
 
 TEST_CASE("mesh: many threads share one mesh", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   constexpr int kThreads = 4;
@@ -607,6 +618,7 @@ struct Consumed {
 
 TEST_CASE("mesh irecv_consume hands the payload over in order, posted before or after", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   const std::vector<std::size_t> sizes = {0, 1, 4095, 4096, 65536, 65537, (1 << 20) + 3};
@@ -647,6 +659,7 @@ TEST_CASE("mesh irecv_consume hands the payload over in order, posted before or 
 TEST_CASE("mesh irecv_consume keeps elements aligned: byte o of the payload at an address o mod 16",
           "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   // A piece may end mid-element; the next must not shift the rest of the
   // message off its alignment (the reduce kernels read whole elements).
@@ -678,6 +691,7 @@ TEST_CASE("mesh irecv_consume keeps elements aligned: byte o of the payload at a
 TEST_CASE("mesh claim_progress: claims nest, and once dropped, sends finish with nobody waiting",
           "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   constexpr std::size_t kBytes = 32 << 20;  // more than the sockets' buffers hold
@@ -713,6 +727,7 @@ TEST_CASE("mesh claim_progress: claims nest, and once dropped, sends finish with
 
 TEST_CASE("mesh irecv_consume reduces straight from the arriving bytes", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   Cluster c(2, backend);
   constexpr std::size_t kCount = (3 << 20) / sizeof(std::int32_t) + 7;
@@ -754,6 +769,7 @@ TEST_CASE("mesh irecv_consume reduces straight from the arriving bytes", "[mesh]
 
 TEST_CASE("mesh irecv_consume from itself, a wrong size, and a consumer that throws", "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   SECTION("to itself, before and after the send") {
     Cluster c(1, backend);
@@ -960,6 +976,7 @@ TEST_CASE("tune: a connection between two processes of one host gets a fixed sen
 TEST_CASE("mesh: a send nobody waits for, right after busy waits, still goes out whole",
           "[mesh]") {
   const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
   INFO("backend " << backend);
   // The background thread leaves the sockets to waiting callers while their
   // requests keep finishing (progress.cpp, kQuiet); a send posted then, that
