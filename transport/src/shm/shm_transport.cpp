@@ -53,10 +53,11 @@ constexpr std::size_t kHeaderBytes = 64;  // a message's header in the ring (32 
 // Bytes a sender copies before it publishes them: the receiver copies out
 // one piece while the sender copies in the next.
 constexpr std::size_t kPiece = 32 * 1024;
-// Each ring; a multiple of kLine. Small enough that a ring stays in cache
-// while both sides copy through it: 512 KiB moved 4.3-8.2 GB/s one way
-// here, 1 MiB 1.2-4.8 (docs/PERFORMANCE.md).
-constexpr std::size_t kRingBytes = std::size_t{512} << 10;
+// Each ring; a multiple of kLine. Both sides copy through it at once: 1 MiB
+// moved 6.3-9.7 GB/s one way here, 512 KiB 4.7-5.1, 2 and 4 MiB 3.3-7.8,
+// and made 2-rank all_reduce 25-35% faster than 512 KiB from 1 to 8 MiB
+// (docs/PERFORMANCE.md).
+constexpr std::size_t kRingBytes = std::size_t{1} << 20;
 // What one process_vm_readv reads at most (the lock is held meanwhile).
 constexpr std::size_t kRemoteChunk = 1 << 20;
 // Header words: tag, sequence, length, fingerprint, kind, address.
