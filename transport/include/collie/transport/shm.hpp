@@ -18,9 +18,9 @@
 //
 // Rings. A message is a 64-byte header (tag, sequence, length, fingerprint)
 // and its payload, padded to 64 bytes, written by the sender into its ring
-// in the receiver's mailbox and read out by the receiver: two copies, by
-// the two processes at once, in pieces of at most 64 KiB so that the
-// receiver copies out while the sender copies in. A receive that reduces
+// (1 MiB) in the receiver's mailbox and read out by the receiver: two
+// copies, by the two processes at once, in pieces of at most 32 KiB so
+// that the receiver copies out while the sender copies in. A receive that reduces
 // (irecv_consume) reads the payload where the sender put it: one copy.
 // Matching, ordering, size mismatches, fingerprints and the bounded
 // unexpected-message queue work as over TCP (transport.hpp): a message
