@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/crypto.hpp>
 #include <collie/duration.hpp>
@@ -36,7 +37,7 @@
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
-#include "../request_failure.hpp"
+#include "../request_state.hpp"
 #include "../tcp/tag_queues.hpp"
 
 namespace collie::transport {
@@ -179,29 +180,7 @@ std::string namespace_of(const char* path) {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("?");
 }
 
-struct ShmRequest final : Request {
-  ShmRequest(int peer_rank, bool send, Tag request_tag, std::byte* buffer, std::size_t size,
-             std::uint64_t print)
-      : Request(peer_rank),
-        is_send(send),
-        tag(request_tag),
-        data(buffer),
-        bytes(size),
-        fingerprint(print) {}
-  bool pending() const {
-    return state.load(std::memory_order_acquire) == static_cast<int>(State::Pending);
-  }
-  const bool is_send;
-  const Tag tag;
-  std::byte* const data;
-  const std::size_t bytes;
-  Consumer consume;
-  std::uint64_t fingerprint;
-  std::atomic<int> state{static_cast<int>(State::Pending)};
-  std::size_t moved = 0;
-  ErrorKind error_kind = ErrorKind::None;
-  std::string error;
-};
+using ShmRequest = RequestState;  // nothing of its own beyond what every request has
 using ShmRequestPtr = std::shared_ptr<ShmRequest>;
 
 // A message that came before its receive.
@@ -273,6 +252,7 @@ struct Peer {
   std::uint64_t acks_given = 0;  // single-copy messages read whole
   ShmRequestPtr target;       // the receive it goes to, or
   QueuedPtr queued;           // the queue entry, or neither: dropped
+  Tag reading_tag = 0;        // its tag
   // Why it failed.
   ErrorKind failure_kind = ErrorKind::Connection;
   std::string failure;
@@ -316,13 +296,7 @@ struct ShmTransport::Impl {
     return fmt::format("rank {} (shared memory)", rank);
   }
   std::string describe_request(const ShmRequest& r) const {
-    return fmt::format("rank {}: {} {} {} (tag {}, {})", options.rank, r.is_send ? "send" : "recv",
-                       r.is_send ? "to" : "from", describe_peer(r.peer()), r.tag,
-                       plural_bytes(r.bytes));
-  }
-  std::string progress_text(const ShmRequest& r) const {
-    return fmt::format("{} of {} {}", r.moved, plural_bytes(r.bytes),
-                       r.is_send ? "sent" : "received");
+    return request_text(options.rank, r, describe_peer(r.peer()));
   }
 
   // ---- finishing requests (mu held) ----
@@ -339,16 +313,12 @@ struct ShmTransport::Impl {
     done_cv.notify_all();
   }
   void fail_for_peer(ShmRequest& r, ErrorKind kind, const std::string& reason) {
-    fail(r, kind,
-         fmt::format("{} failed: {} ({})", describe_request(r), reason, progress_text(r)));
+    fail(r, kind, fmt::format("{} failed: {} ({})", describe_request(r), reason, progress_text(r)));
   }
   void fail_size_mismatch(ShmRequest& r, std::size_t sent, std::uint64_t print) {
     r.fingerprint = print;
     fail(r, ErrorKind::Request,
-         fmt::format("{} failed: {} sent a message of {} with this tag; the receive expected {} "
-                     "(the message was dropped)",
-                     describe_request(r), describe_peer(r.peer()), plural_bytes(sent),
-                     plural_bytes(r.bytes)));
+         size_mismatch_text(describe_request(r), describe_peer(r.peer()), sent, r.bytes));
   }
 
   // Fails the peer: every pending and later operation with it.
@@ -369,7 +339,7 @@ struct ShmTransport::Impl {
     if (p.target) fail_for_peer(*p.target, kind, reason);
     p.target.reset();
     if (p.queued) {  // a message it never finished: not deliverable
-      p.unexpected.erase(tag_of_queued(p), p.queued);
+      p.unexpected.erase(p.reading_tag, p.queued);
       held -= p.queued->data.size();
       --queued_count;
       p.queued.reset();
@@ -378,8 +348,6 @@ struct ShmTransport::Impl {
     if (p.rank != options.rank && p.pid > 0)
       collie::log().debug("rank {}: {}", options.rank, reason);
   }
-  std::vector<Tag> reading_tag;  // per peer: the tag of the message being read
-  Tag tag_of_queued(const Peer& p) const { return reading_tag[static_cast<std::size_t>(p.rank)]; }
 
   // ---- set-up ----
   void make_mailbox() {
@@ -548,12 +516,18 @@ struct ShmTransport::Impl {
                                     local.begin());
   }
 
-  // Makes sure the peer is Ready or Failed (mu not held).
+  // The peer's mailbox cannot be reached (mu held): what it wrote into this
+  // rank's ring is still read, then its receives fail (check_liveness).
+  void depart(Peer& p, const std::string& why) {
+    p.state = PeerState::Departed;
+    p.failure_kind = ErrorKind::Connection;
+    p.failure = fmt::format("no shared memory with {}: {}", describe_peer(p.rank), why);
+    attached.push_back(p.rank);
+  }
+
+  // Attaches to the peer, found Unattached (mu not held): it ends Ready or
+  // Departed.
   void ensure_attached(int rank) {
-    {
-      std::lock_guard lock(mu);
-      if (peer(rank).state != PeerState::Unattached) return;
-    }
     std::string error;
     const auto record = find_record(rank, Clock::now() + options.timeout, error);
     std::lock_guard lock(mu);
@@ -561,15 +535,28 @@ struct ShmTransport::Impl {
     if (p.state != PeerState::Unattached) return;
     if (error.empty()) error = attach(p, record);
     if (!error.empty()) {
-      // Its messages already in this rank's ring are still read; then its
-      // receives fail (check_liveness).
-      p.state = PeerState::Departed;
-      p.failure_kind = ErrorKind::Connection;
-      p.failure = fmt::format("no shared memory with {}: {}", describe_peer(rank), error);
-      attached.push_back(rank);
+      depart(p, error);
       return;
     }
     collie::log().debug("rank {}: attached to {}", options.rank, describe_peer(rank));
+  }
+
+  // The lock a send or receive with `rank` is posted under, taken once
+  // the peer is attached (or departed, or failed). Throws for a rank this
+  // backend does not serve.
+  std::unique_lock<std::mutex> lock_reached(int rank, std::string_view op) {
+    std::unique_lock lock(mu);
+    if (rank == options.rank) return lock;
+    if (!peer(rank).local)
+      throw Error(fmt::format("rank {}: {} rank {}: it is not on this host, and shared memory "
+                              "reaches only the ranks of this host ({})",
+                              options.rank, op, rank, fmt::join(local, ", ")));
+    if (peer(rank).state == PeerState::Unattached) {
+      lock.unlock();  // the store and /proc, outside the lock
+      ensure_attached(rank);
+      lock.lock();
+    }
+    return lock;
   }
 
   // ---- the data path (mu held) ----
@@ -709,12 +696,7 @@ struct ShmTransport::Impl {
       // A sender this rank has not attached to yet: attach now (its record
       // is known after prefetch()), so that it is woken when it waits for room.
       if (!p.theirs && p.state == PeerState::Unattached && !p.published.empty()) {
-        if (const auto error = attach(p, p.published); !error.empty()) {
-          p.state = PeerState::Departed;
-          p.failure_kind = ErrorKind::Connection;
-          p.failure = fmt::format("no shared memory with {}: {}", describe_peer(p.rank), error);
-          attached.push_back(p.rank);
-        }
+        if (const auto error = attach(p, p.published); !error.empty()) depart(p, error);
       }
       if (p.theirs) ring_bell(p.theirs->header());
     }
@@ -840,7 +822,7 @@ struct ShmTransport::Impl {
     }
     p.paused = false;
     ++p.recv_seq;
-    reading_tag[static_cast<std::size_t>(p.rank)] = tag;
+    p.reading_tag = tag;
     p.in_tail += kHeaderBytes;
     p.reading = true;
     p.length = length;
@@ -1080,8 +1062,8 @@ struct ShmTransport::Impl {
     // that waits on several backends in turn polls each so).
     bool once = deadline <= began;
     unsigned turn = 0;
-    while (!finished()) {
-      now = Clock::now();
+    for (bool first = true; !finished(); first = false) {
+      if (!first) now = Clock::now();
       if ((now >= deadline && !once) || waits_interrupted() != 0) break;
       std::unique_lock drive_lock(drive_mu, std::try_to_lock);
       if (!drive_lock.owns_lock()) {
@@ -1175,17 +1157,9 @@ struct ShmTransport::Impl {
   void time_out(const RequestPtr& request, std::chrono::milliseconds limit, int signal) {
     auto& r = of(request);
     auto& p = peer(r.peer());
-    std::string why =
-        signal != 0
-            ? fmt::format("{} was interrupted: the process was asked to stop ({}) ({})",
-                          describe_request(r), signal_name(signal), progress_text(r))
-            : fmt::format("{} timed out{} ({})", describe_request(r),
-                          limit.count() > 0 ? " after " + describe_duration(limit) : std::string(),
-                          progress_text(r));
+    std::string why = timeout_text(describe_request(r), progress_text(r), limit, signal);
     if (!r.is_send && p.paused)
-      why += fmt::format(
-          "; reads from {} are paused: the unexpected-message queue is full ({} held, limit {})",
-          describe_peer(r.peer()), plural_bytes(held), plural_bytes(options.max_unexpected_bytes));
+      why += paused_text(describe_peer(r.peer()), held, options.max_unexpected_bytes);
     auto self = std::static_pointer_cast<ShmRequest>(request);
     bool half_way_send = false;
     if (r.is_send) {
@@ -1269,10 +1243,8 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
   m.options = std::move(options);
   m.store = std::move(store);
   m.local = std::move(local);
-  if (advertised.find(' ') != std::string::npos || advertised.empty()) advertised = "-";
-  m.advertised = std::move(advertised);
+  m.advertised = std::move(advertised);  // "host:port": no spaces (record() writes "-" for none)
   m.peers.resize(static_cast<std::size_t>(m.options.world_size));
-  m.reading_tag.assign(m.peers.size(), 0);
   for (int r = 0; r < m.options.world_size; ++r) {
     auto& p = m.peer(r);
     p.rank = r;
@@ -1338,17 +1310,11 @@ RequestPtr ShmTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   auto r = std::make_shared<ShmRequest>(
       peer, true, tag, const_cast<std::byte*>(static_cast<const std::byte*>(data)), bytes,
       fingerprint);
+  const auto lock = m.lock_reached(peer, "send to");
   if (peer == m.options.rank) {
-    std::lock_guard lock(m.mu);
     m.send_to_self(*r);
     return r;
   }
-  if (!m.peer(peer).local)
-    throw Error(fmt::format("rank {}: send to rank {}: it is not on this host: shared memory "
-                            "cannot reach it",
-                            m.options.rank, peer));
-  m.ensure_attached(peer);
-  std::lock_guard lock(m.mu);
   auto& p = m.peer(peer);
   if (p.state != PeerState::Ready) {
     m.fail_for_peer(*r, p.failure_kind, p.failure);
@@ -1362,18 +1328,11 @@ RequestPtr ShmTransport::isend(int peer, Tag tag, const void* data, std::size_t 
 RequestPtr ShmTransport::post(int peer, Tag tag, std::byte* data, std::size_t bytes,
                               Consumer consume) {
   auto& m = *impl_;
-  check_peer(m.options.rank, m.options.world_size, peer,
-             consume ? "irecv_consume from" : "recv from");
+  const char* op = consume ? "irecv_consume from" : "recv from";
+  check_peer(m.options.rank, m.options.world_size, peer, op);
   auto r = std::make_shared<ShmRequest>(peer, false, tag, data, bytes, 0);
   r->consume = std::move(consume);
-  if (peer != m.options.rank) {
-    if (!m.peer(peer).local)
-      throw Error(fmt::format("rank {}: recv from rank {}: it is not on this host: shared "
-                              "memory cannot reach it",
-                              m.options.rank, peer));
-    m.ensure_attached(peer);
-  }
-  std::lock_guard lock(m.mu);
+  const auto lock = m.lock_reached(peer, op);
   auto& p = m.peer(peer);
   m.post_recv(p, r);
   if (r->pending() && p.state == PeerState::Failed) m.fail_for_peer(*r, p.failure_kind, p.failure);

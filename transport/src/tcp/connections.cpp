@@ -36,10 +36,7 @@ void Connections::fail_for_peer(TcpRequest& r, ErrorKind kind, const std::string
 void Connections::fail_size_mismatch(TcpRequest& r, std::size_t sent, std::uint64_t fingerprint) {
   r.fingerprint = fingerprint;
   fail(r, ErrorKind::Request,
-       fmt::format("{} failed: {} sent a message of {} with this tag; the receive expected {} "
-                   "(the message was dropped)",
-                   describe_request(r), describe_peer(r.peer()), plural_bytes(sent),
-                   plural_bytes(r.bytes)));
+       size_mismatch_text(describe_request(r), describe_peer(r.peer()), sent, r.bytes));
 }
 
 void Connections::resume_paused() {
@@ -80,14 +77,11 @@ std::string Connections::describe_peer(int rank) const {
 }
 
 std::string Connections::describe_request(const TcpRequest& r) const {
-  return fmt::format("rank {}: {} {} {} (tag {}, {})", opt.rank, r.is_send ? "send" : "recv",
-                     r.is_send ? "to" : "from", describe_peer(r.peer()), r.tag,
-                     plural_bytes(r.bytes));
+  return request_text(opt.rank, r, describe_peer(r.peer()));
 }
 
 std::string Connections::progress_text(const TcpRequest& r) const {
-  return fmt::format("{} of {} {}", r.moved, plural_bytes(r.bytes),
-                     r.is_send ? "sent" : "received");
+  return transport::progress_text(r);
 }
 
 }  // namespace collie::transport::tcp

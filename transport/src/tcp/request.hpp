@@ -15,44 +15,21 @@
 
 #include <collie/transport/transport.hpp>
 
-#include "../request_failure.hpp"
+#include "../request_state.hpp"
 #include "wire.hpp"
 
 namespace collie::transport::tcp {
 
+using transport::ErrorKind;
 using transport::State;
 
-// Which exception a failed request throws.
-using transport::ErrorKind;
-
-struct TcpRequest final : Request {
-  TcpRequest(int peer_rank, bool send, Tag request_tag, std::byte* buffer, std::size_t size,
-             std::uint64_t print)
-      : Request(peer_rank),
-        is_send(send),
-        tag(request_tag),
-        data(buffer),
-        bytes(size),
-        fingerprint(print) {}
-
-  bool pending() const {
-    return state.load(std::memory_order_acquire) == static_cast<int>(State::Pending);
-  }
-
-  const bool is_send;
-  const Tag tag;
-  std::byte* const data;  // null for a consuming receive
-  const std::size_t bytes;
-  Consumer consume;               // a receive that hands its payload over instead of copying it
-  std::uint64_t fingerprint = 0;  // send: attached; receive: the sender's
-  std::atomic<int> state{static_cast<int>(State::Pending)};
+// A TCP request adds where its header stands on the wire.
+struct TcpRequest final : RequestState {
+  using RequestState::RequestState;
   // Guarded by the table's lock.
-  std::size_t moved = 0;  // payload bytes
   bool header_built = false;
   std::size_t header_sent = 0;
   std::array<std::uint8_t, wire::kHeaderBytes> header{};
-  ErrorKind error_kind = ErrorKind::None;
-  std::string error;
 };
 using TcpRequestPtr = std::shared_ptr<TcpRequest>;
 

@@ -145,18 +145,10 @@ struct TcpTransport::Impl {
     // A caller that waited in slices (the executor) makes its last wait
     // with no time left: it says itself how long it waited in all.
     std::string why =
-        signal != 0
-            ? fmt::format("{} was interrupted: the process was asked to stop ({}) ({})",
-                          table.describe_request(r), signal_name(signal), table.progress_text(r))
-            : fmt::format("{} timed out{} ({})", table.describe_request(r),
-                          limit.count() > 0 ? " after " + describe_duration(limit) : std::string(),
-                          table.progress_text(r));
+        timeout_text(table.describe_request(r), table.progress_text(r), limit, signal);
     if (p.state == PeerState::Connecting) why += "; the connection is still being set up";
     if (!r.is_send && p.rx == Rx::Paused)
-      why += fmt::format(
-          "; reads from {} are paused: the unexpected-message queue is full ({} held, limit {})",
-          table.describe_peer(r.peer()), plural_bytes(table.pool.held()),
-          plural_bytes(table.pool.limit()));
+      why += paused_text(table.describe_peer(r.peer()), table.pool.held(), table.pool.limit());
     const bool untouched = p.withdraw(std::static_pointer_cast<TcpRequest>(request));
     table.fail(r, ErrorKind::Timeout, why);
     if (!untouched) {  // a send half-way (a receive's rest is dropped)
