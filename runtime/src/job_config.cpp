@@ -352,6 +352,14 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   }
   if (auto text = lookup("COLLIE_SHM_SINGLE_COPY"))
     config.shm_single_copy_from = parse_bytes(*text, "COLLIE_SHM_SINGLE_COPY");
+  config.shm_stores = lookup("COLLIE_SHM_STORES").value_or("auto");
+  if (config.shm_stores != "auto" && config.shm_stores != "cached" &&
+      config.shm_stores != "streaming") {
+    throw Error(fmt::format(
+        "collie::init: COLLIE_SHM_STORES='{}': choose auto (whichever measures faster), cached "
+        "or streaming (non-temporal)",
+        config.shm_stores));
+  }
   config.trace_dir = options.trace_dir.value_or(lookup("COLLIE_TRACE").value_or(""));
   return config;
 }

@@ -269,6 +269,7 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.spin = config.spin;
   transport_options.backend = config.transport;
   transport_options.single_copy_from = config.shm_single_copy_from;
+  transport_options.ring_stores = config.shm_stores;
   // Each rank is claimed once per run: a second process with the same rank
   // (another job on the same store by mistake) fails here, at once, instead
   // of overwriting this job's keys.

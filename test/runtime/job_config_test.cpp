@@ -290,7 +290,7 @@ TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with 
   }
 }
 
-TEST_CASE("COLLIE_TRANSPORT and COLLIE_SHM_SINGLE_COPY choose what carries messages on one host",
+TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose what carries messages on one host",
           "[init]") {
   const std::map<std::string, std::string> job{
       {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
@@ -314,6 +314,15 @@ TEST_CASE("COLLIE_TRANSPORT and COLLIE_SHM_SINGLE_COPY choose what carries messa
   CHECK(resolve(with).shm_single_copy_from == 256 * 1024);
   with["COLLIE_SHM_SINGLE_COPY"] = "lots";
   CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_SINGLE_COPY"));
+  CHECK(resolve(job).shm_stores == "auto");
+  with = job;
+  for (const char* name : {"cached", "streaming", "auto"}) {
+    with["COLLIE_SHM_STORES"] = name;
+    CHECK(resolve(with).shm_stores == name);
+  }
+  with["COLLIE_SHM_STORES"] = "fast";
+  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_STORES='fast'") &&
+                                       Catch::Contains("choose auto"));
 }
 
 TEST_CASE("COLLIE_TRACE names the trace directory, InitOptions::trace_dir overrides it", "[init]") {

@@ -101,6 +101,16 @@ TEST_CASE("shm: a forged mailbox record is refused, naming the rank", "[shm]") {
                         Catch::Contains("is not its mailbox for this group"));
 }
 
+TEST_CASE("shm: ring stores other than auto, cached and streaming are refused, naming them",
+          "[shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
+  collie::test::StoreFixture fixture;
+  auto o = options(0, 1, collie::crypto::random_u64());
+  o.ring_stores = "fast";
+  CHECK_THROWS_WITH(ShmTransport(fixture.shared_client(), o, {0}),
+                    Catch::Contains("ring stores 'fast'") && Catch::Contains("choose auto"));
+}
+
 TEST_CASE("shm: a process of another user cannot open a rank's mailbox", "[shm][security]") {
   COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   if (::geteuid() != 0) {
@@ -139,7 +149,7 @@ TEST_CASE("open_transport: shared memory between ranks of one host, TCP between 
   for (int r = 0; r < 4; ++r) {
     opening.push_back(std::async(std::launch::async, [&, r] {
       auto o = options(r, 4, id);
-      o.host_id = r < 2 ? "a" : "b";
+      o.host_id.assign(1, r < 2 ? 'a' : 'b');
       return collie::transport::open_transport(fixture.shared_client(), o);
     }));
   }

@@ -123,10 +123,14 @@ std::vector<std::uint8_t> recv(Transport& m, int peer, std::uint64_t tag, std::s
 TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
   const std::string backend = BACKENDS;
   COLLIE_SKIP_WITHOUT_SHM(backend);
-  INFO("backend " << backend);
-  Cluster c(2, backend);
-  const std::vector<std::size_t> sizes = {0,    1,    7,     31,      32,           33,
-                                          4095, 4096, 65537, 1 << 20, (3 << 20) + 5};
+  // Shared memory: with each way of storing into a ring (ring_copy.hpp).
+  const std::string stores =
+      backend == "shm" ? GENERATE(as<std::string>{}, "auto", "cached", "streaming") : "";
+  INFO("backend " << backend << " " << stores);
+  Cluster c(2, [&](MeshOptions& o) { o.ring_stores = stores.empty() ? "auto" : stores; }, backend);
+  const std::vector<std::size_t> sizes = {0,     1,     7,       31,          32,
+                                          33,    4095,  4096,    8191,        8193,
+                                          65537, 1 << 20, (3 << 20) + 5, (9 << 20) + 17};
   c.run([&](int r) {
     auto& m = c[r];
     for (std::size_t n : sizes) {

@@ -31,7 +31,8 @@
 // COLLIE_TRANSPORT (auto, tcp or shm: what carries messages between ranks
 // of one host; default auto, shared memory), COLLIE_SHM_SINGLE_COPY (shared
 // memory: messages from this size on are read with process_vm_readv, one
-// copy; default 0, never),
+// copy; default 0, never), COLLIE_SHM_STORES (shared memory: auto, cached
+// or streaming stores into a ring; default auto),
 // COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
 // to pinned memory whole, larger ones a segment at a time; default 4 MiB),
 // COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE, a file holding it),
@@ -107,6 +108,10 @@ struct JobConfig {
   // straight from the sender's memory (COLLIE_SHM_SINGLE_COPY, a size; 0,
   // the default: never).
   std::size_t shm_single_copy_from = 0;
+  // Shared memory: how a sender stores a message into a ring
+  // (COLLIE_SHM_STORES): "auto" (ordinary or non-temporal stores, whichever
+  // measures faster while the job runs), "cached" or "streaming".
+  std::string shm_stores = "auto";
   // Where every rank writes its Chrome trace (COLLIE_TRACE); empty: no trace.
   std::string trace_dir;
   // How long a call waits before the ranks are asked who holds it up

@@ -39,6 +39,7 @@
 
 #include "../request_state.hpp"
 #include "../tcp/tag_queues.hpp"
+#include "ring_copy.hpp"
 
 namespace collie::transport {
 
@@ -235,6 +236,7 @@ struct Peer {
   std::deque<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
   std::uint64_t acks_seen = 0;
   std::uint64_t send_seq = 0;
+  shm::RingCopier copier;  // ordinary or non-temporal stores, by what they cost
   // Receiving: its ring in my mailbox.
   RingCursors* in = nullptr;
   std::byte* in_ring = nullptr;
@@ -632,7 +634,7 @@ struct ShmTransport::Impl {
           std::memcpy(dst + done, h.data() + pos, k);
         } else if (pos < kHeaderBytes + r.bytes) {
           k = std::min(span - done, kHeaderBytes + r.bytes - pos);
-          std::memcpy(dst + done, r.data + (pos - kHeaderBytes), k);
+          p.copier.copy(dst + done, r.data + (pos - kHeaderBytes), k);
         } else {
           k = span - done;  // padding: its contents do not matter
         }
@@ -1244,9 +1246,19 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
   m.store = std::move(store);
   m.local = std::move(local);
   m.advertised = std::move(advertised);  // "host:port": no spaces (record() writes "-" for none)
+  shm::Stores stores = shm::Stores::Auto;
+  if (m.options.ring_stores == "cached") {
+    stores = shm::Stores::Cached;
+  } else if (m.options.ring_stores == "streaming") {
+    stores = shm::Stores::Streaming;
+  } else if (m.options.ring_stores != "auto") {
+    throw Error(fmt::format(
+        "shared memory: ring stores '{}': choose auto, cached or streaming", m.options.ring_stores));
+  }
   m.peers.resize(static_cast<std::size_t>(m.options.world_size));
   for (int r = 0; r < m.options.world_size; ++r) {
     auto& p = m.peer(r);
+    p.copier = shm::RingCopier(stores);
     p.rank = r;
     p.local = std::binary_search(m.local.begin(), m.local.end(), r);
     p.slot = m.slot_of(r);

@@ -86,6 +86,11 @@ struct TransportOptions {
   // ring (two copies, by both processes at once: faster on the machines
   // measured, docs/PERFORMANCE.md).
   std::size_t single_copy_from = 0;
+  // Shared memory: how a sender stores messages into a ring: "auto"
+  // (ordinary or non-temporal stores, whichever has been faster lately:
+  // it depends on whether the two cores share a cache), "cached" or
+  // "streaming" (non-temporal).
+  std::string ring_stores = "auto";
 };
 
 // One send or receive in flight. A backend derives its own; callers hold it
