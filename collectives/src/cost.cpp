@@ -87,6 +87,17 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   return cost;
 }
 
+CostModel shared_memory_cost_model(double crowding) {
+  CostModel m;
+  m.crowding = crowding;
+  m.alpha = crowding > 1 ? 5e-6 : 0.4e-6;
+  m.beta = 1 / 6e9;
+  m.delta = 0.3e-6;
+  m.work_per_segment = 0.5e-6;
+  m.work_per_byte = 0.1e-9;
+  return m;
+}
+
 int pieces_for(std::size_t bytes, std::size_t segment_bytes) {
   const std::size_t p = (bytes + segment_bytes - 1) / segment_bytes;
   return static_cast<int>(std::clamp<std::size_t>(p, 1, 1024));

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -28,6 +29,23 @@ void check_tag(int tag, int rank, const char* op, int peer) {
     throw Error(fmt::format("rank {}: {} rank {}: tag {} is negative; tags are 0 to 2^31 - 1", rank,
                             op, peer, tag));
   }
+}
+
+// The cost model Auto picks with in a group of these world ranks: the
+// shared-memory one when this rank reaches every other member through
+// shared memory (then every member does: they share one host), else the
+// TCP one; crowding as counted on this host.
+collectives::CostModel cost_model_for(const World& world, const std::vector<int>& members) {
+  const double crowded =
+      crowding(world.host_ranks, world.host_cores, static_cast<int>(members.size()));
+  const int self = world.config.rank;
+  const bool shared = std::all_of(members.begin(), members.end(), [&](int r) {
+    return r == self || world.transport->shares_memory_with(r);
+  });
+  if (shared) return collectives::shared_memory_cost_model(crowded);
+  collectives::CostModel m;
+  m.crowding = crowded;
+  return m;
 }
 
 // The address peers should use to reach this rank.
@@ -220,9 +238,6 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   if (ranks.empty()) throw Error("new_group: a group needs at least one rank");
   auto child = std::make_shared<Impl>();
   child->world = parent.world;
-  child->cost_model = parent.cost_model;
-  child->cost_model.crowding =
-      crowding(parent.world->host_ranks, parent.world->host_cores, static_cast<int>(ranks.size()));
   const std::uint32_t index = ++parent.children;
   // The same on every rank that makes the same calls: a mix of the parent's
   // slot and this child's index (23 bits; 0 is the world's).
@@ -235,6 +250,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
     child->members.push_back(parent.members[static_cast<std::size_t>(ranks[i])]);
     if (ranks[i] == parent.rank) child->rank = static_cast<int>(i);
   }
+  child->cost_model = cost_model_for(*child->world, child->members);
   child->name = fmt::format("group {} [{}]", index, fmt::join(child->members, ", "));
   if (auto* tracer = child->world->tracer.get()) child->trace_group = tracer->group_id(child->name);
   child->enlist();
@@ -368,10 +384,9 @@ ProcessGroup init(const InitOptions& options) {
   group->name = "world";
   if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
   group->rank = config.rank;
-  group->cost_model.crowding =
-      crowding(group->world->host_ranks, group->world->host_cores, config.world_size);
   for (int r = 0; r < config.world_size; ++r)
     group->members.push_back(r);
+  group->cost_model = cost_model_for(*group->world, group->members);
   group->enlist();
   auto& world = *group->world;
   if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&

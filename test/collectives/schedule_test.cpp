@@ -338,6 +338,26 @@ TEST_CASE("cost model: a crowded host bounds the time by its ranks' work", "[sch
     CHECK(pick(bytes, crowded) == Algorithm::Ring);
   CHECK(pick(64 << 10, m) != Algorithm::Tree);
   CHECK(pick(16 << 20, m) == Algorithm::HalvingDoubling);
+  // Shared memory (measured, docs/PERFORMANCE.md): on 4 ranks on 2 cores a
+  // step costs a switch between processes, so recursive doubling's 2 steps
+  // beat the tree's 4 for small buffers; halving-doubling in the middle;
+  // the ring for large ones. With a core per rank, 2 ranks: recursive
+  // doubling, then the ring.
+  const auto shm = shared_memory_cost_model(2);
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{512}, std::size_t{8} << 10})
+    CHECK(pick(bytes, shm) == Algorithm::RecursiveDoubling);
+  for (std::size_t bytes : {std::size_t{32} << 10, std::size_t{512} << 10})
+    CHECK(pick(bytes, shm) == Algorithm::HalvingDoubling);
+  for (std::size_t bytes : {std::size_t{2} << 20, std::size_t{64} << 20})
+    CHECK(pick(bytes, shm) == Algorithm::Ring);
+  CHECK(pick(8, crowded) == Algorithm::Tree);  // TCP, for contrast
+  const auto shm2 = shared_memory_cost_model(1);
+  CHECK(shm2.alpha < shm.alpha);
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{32} << 10})
+    CHECK(auto_algorithm(Collective::AllReduce, 2, bytes / 4, 4, segment, shm2) ==
+          Algorithm::RecursiveDoubling);
+  for (std::size_t bytes : {std::size_t{128} << 10, std::size_t{64} << 20})
+    CHECK(auto_algorithm(Collective::AllReduce, 2, bytes / 4, 4, segment, shm2) == Algorithm::Ring);
   // Fitted to all_reduce alone: the other collectives cost the same crowded.
   for (auto c : {Collective::ReduceScatter, Collective::AllGather, Collective::Broadcast}) {
     for (auto a : algorithms_for(c)) {

@@ -16,6 +16,7 @@
 
 #include "collective_check.hpp"
 #include "placement.hpp"
+#include "support/shm_skip.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -263,10 +264,19 @@ TEST_CASE("Auto counts the ranks that share a machine's cores, alike on every ra
   CHECK(cores <= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   CHECK(collie::machine_id() == collie::machine_id());
   // Ranks as threads of one process: all on this machine. Every rank
-  // picks what the model with this machine's crowding picks, for the
-  // world and for a group of two.
+  // picks what the model of its transport (shared memory's when the whole
+  // group shares it, collectives/cost.hpp) with this machine's crowding
+  // picks, for the world and for a group of two.
+  const std::string transport = GENERATE(as<std::string>{}, "tcp", "shm");
+  COLLIE_SKIP_WITHOUT_SHM(transport);
+  const auto model_of = [&](double crowding) {
+    if (transport == "shm") return collie::collectives::shared_memory_cost_model(crowding);
+    collie::collectives::CostModel m;
+    m.crowding = crowding;
+    return m;
+  };
   for (int world : {3, 4}) {
-    INFO("world " << world);
+    INFO("world " << world << ", " << transport);
     std::vector<std::vector<collie::Algorithm>> picks(static_cast<std::size_t>(world));
     const std::vector<std::size_t> sizes = {64, 64 << 10, 256 << 10, 1 << 20, 16 << 20};
     const std::size_t segment = std::size_t{256} << 10;  // this file's run_ranks sets 1 KiB
@@ -282,20 +292,21 @@ TEST_CASE("Auto counts the ranks that share a machine's cores, alike on every ra
             mine.push_back(pair.choose_algorithm(collie::Collective::AllReduce,
                                                  collie::DataType::Float32, (16 << 20) / 4));
         },
-        std::chrono::seconds(30), [&](collie::InitOptions& o) { o.segment_bytes = segment; });
+        std::chrono::seconds(30), [&](collie::InitOptions& o) {
+          o.segment_bytes = segment;
+          o.transport = transport;
+        });
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       INFO("bytes " << sizes[i]);
-      collie::collectives::CostModel model;
-      model.crowding = static_cast<double>(world) / cores;
       const auto expected = collie::collectives::auto_algorithm(
-          collie::collectives::Collective::AllReduce, world, sizes[i] / 4, 4, segment, model);
+          collie::collectives::Collective::AllReduce, world, sizes[i] / 4, 4, segment,
+          model_of(static_cast<double>(world) / cores));
       for (int r = 0; r < world; ++r)
         CHECK(picks[static_cast<std::size_t>(r)][i] == expected);
     }
-    collie::collectives::CostModel pair_model;
-    pair_model.crowding = 2.0 / cores;
     const auto pair_expected = collie::collectives::auto_algorithm(
-        collie::collectives::Collective::AllReduce, 2, (16 << 20) / 4, 4, segment, pair_model);
+        collie::collectives::Collective::AllReduce, 2, (16 << 20) / 4, 4, segment,
+        model_of(2.0 / cores));
     CHECK(picks[0].back() == pair_expected);
     CHECK(picks[1].back() == pair_expected);
   }

@@ -14,6 +14,8 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+
+#include <collie/collectives/cost.hpp>
 #include <nlohmann/json.hpp>
 
 #include "support/scratch_dir.hpp"
@@ -183,6 +185,33 @@ TEST_CASE("explain --cores: ranks that outnumber a machine's cores change the co
   const auto bad = explain({"all_reduce", "--cores", "-1"});
   CHECK(bad.exit_code == 1);
   CHECK(bad.err.find("--cores -1") != std::string::npos);
+}
+
+TEST_CASE("explain --transport shm: shared memory's model, as the runtime's on one host",
+          "[explain]") {
+  // 4 ranks on 2 cores, 8 B: over TCP the tree (the crowded-host bound);
+  // through shared memory a step costs a switch, and recursive doubling
+  // takes 2 steps to the tree's 4.
+  const auto shm = explain({"all_reduce", "--ranks", "4", "--count", "2", "--cores", "2",
+                            "--transport", "shm", "--compare", "--format", "json"});
+  REQUIRE(shm.exit_code == 0);
+  const auto doc = nlohmann::json::parse(shm.out);
+  CHECK(doc["auto"] == "recursive_doubling");
+  CHECK(doc["cost"]["model"]["transport"] == "shm");
+  CHECK(doc["cost"]["model"]["alpha_seconds"].get<double>() ==
+        collie::collectives::shared_memory_cost_model(2).alpha);
+  const auto tcp = explain({"all_reduce", "--ranks", "4", "--count", "2", "--cores", "2",
+                            "--compare", "--format", "json"});
+  REQUIRE(tcp.exit_code == 0);
+  const auto doc1 = nlohmann::json::parse(tcp.out);
+  CHECK(doc1["auto"] == "tree");
+  CHECK(doc1["cost"]["model"]["transport"] == "tcp");
+  const auto text = explain({"all_reduce", "--ranks", "2", "--transport", "shm"});
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("shared memory: alpha 0.4 us per message") != std::string::npos);
+  const auto bad = explain({"all_reduce", "--transport", "rdma"});
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("rdma") != std::string::npos);
 }
 
 TEST_CASE("explain: more than 8 ranks are summarised, --full shows them all", "[explain]") {

@@ -81,8 +81,10 @@ ordered_json cost_json(const CostLine& c) {
           {"bytes", c.cost.rank_bytes}};
 }
 
-ordered_json model_json(const cs::CostModel& m) {
-  return {{"alpha_seconds", m.alpha},
+ordered_json model_json(const Request& r) {
+  const auto& m = r.model;
+  return {{"transport", r.shared_memory ? "shm" : "tcp"},
+          {"alpha_seconds", m.alpha},
           {"beta_seconds_per_byte", m.beta},
           {"gamma_seconds_per_byte", m.gamma},
           {"delta_seconds", m.delta},
@@ -203,11 +205,12 @@ std::string state_table(const Request& req, const std::vector<cs::RunBuffer>& st
   return out;
 }
 
-std::string model_words(const cs::CostModel& m) {
+std::string model_words(const Request& r) {
+  const auto& m = r.model;
   auto words =
-      fmt::format("alpha {} per message, beta {:.3g} GB/s per link,\n  gamma {:.3g} GB/s "
+      fmt::format("{}alpha {} per message, beta {:.3g} GB/s per link,\n  gamma {:.3g} GB/s "
                   "reduced, delta {} per message posted",
-                  time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma, time_label(m.delta));
+                  r.shared_memory ? "shared memory: " : "", time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma, time_label(m.delta));
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
   return words;
@@ -340,7 +343,7 @@ ordered_json to_json(const Request& r, const Run& run, bool compare) {
   }
   doc["steps"] = steps;
   ordered_json cost = cost_json(cost_of(r, r.algorithm));
-  cost["model"] = model_json(r.model);
+  cost["model"] = model_json(r);
   doc["cost"] = cost;
   if (compare) {
     doc["compare"] = compare_json(r);
@@ -426,7 +429,7 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
   }
 
   const auto cost = cost_of(r, r.algorithm);
-  out += "\n" + style.bold("cost") + fmt::format(" (the alpha-beta model: {})\n", model_words(r.model));
+  out += "\n" + style.bold("cost") + fmt::format(" (the alpha-beta model: {})\n", model_words(r));
   out += fmt::format("  {} step{}; modelled time {} (latency terms alone {},\n  bandwidth and "
                      "reduce terms alone {})\n",
                      cost.cost.steps, cost.cost.steps == 1 ? "" : "s", time_label(cost.cost.seconds),
@@ -459,7 +462,7 @@ std::string compare_text(const Request& r) {
   const auto chosen = cs::auto_algorithm(r.collective, r.shape.world, r.shape.count,
                                          r.element_bytes, r.segment_bytes, r.model);
   std::string out = fmt::format("{}: every algorithm, on the alpha-beta model\n  ({})\n\n",
-                                request_words(r), model_words(r.model));
+                                request_words(r), model_words(r));
   out += fmt::format("  {:<20} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11}\n", "algorithm", "steps",
                      "messages/rank", "bytes/rank", "time", "latency", "bandwidth");
   for (auto a : cs::algorithms_for(r.collective)) {

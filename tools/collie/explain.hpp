@@ -24,6 +24,7 @@ struct Request {
   std::size_t element_bytes = 4;
   std::size_t segment_bytes = 0;
   cs::CostModel model;
+  bool shared_memory = false;  // the model is shared memory's (--transport shm)
 };
 
 // One algorithm's cost, as the summary and --compare show it.

@@ -36,6 +36,7 @@ struct ExplainArgs {
   std::string color = "auto";
   bool full = false;
   int cores = 0;  // 0: every rank has a core of its own
+  std::string transport = "tcp";
 };
 
 std::string collective_list() {
@@ -79,11 +80,14 @@ explain::Request resolve(const ExplainArgs& a) {
     throw Error(fmt::format("explain: --segment-bytes {}: at least 1024, as COLLIE_SEGMENT_BYTES",
                             a.segment_bytes));
   r.segment_bytes = a.segment_bytes;
-  r.model.segment_bytes = a.segment_bytes;
   if (a.cores < 0)
     throw Error(
         fmt::format("explain: --cores {}: a number of cores, or 0 for one per rank", a.cores));
-  if (a.cores > 0) r.model.crowding = static_cast<double>(a.ranks) / a.cores;
+  const double crowding = a.cores > 0 ? static_cast<double>(a.ranks) / a.cores : 1.0;
+  r.shared_memory = a.transport == "shm";
+  if (r.shared_memory) r.model = cs::shared_memory_cost_model(crowding);
+  r.model.crowding = crowding;
+  r.model.segment_bytes = a.segment_bytes;
   // Default count: one element per rank's chunk of a buffer collective, one
   // per block of a blocked one.
   std::size_t count = a.count;
@@ -185,6 +189,12 @@ void add_explain_command(CLI::App& app) {
                   "Cores of the one machine all --ranks run on, as the runtime counts them "
                   "(0: a core per rank). Fewer cores than ranks: all_reduce's cost, and "
                   "Auto's pick, add the crowded-host bound of docs/algorithms.md");
+  cmd->add_option("--transport", args->transport,
+                  "What carries the messages, for the cost and Auto's pick: tcp, or shm (every "
+                  "rank on one host, through shared memory: the runtime's model when every rank "
+                  "of the group shares its host)")
+      ->check(CLI::IsMember({"tcp", "shm"}))
+      ->capture_default_str();
   cmd->add_option("-f,--format", args->format,
                   "text (for the terminal), json (schedule and every step's state, for other "
                   "tools) or html (one self-contained animated page)")

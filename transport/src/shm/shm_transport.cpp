@@ -1452,6 +1452,10 @@ std::shared_ptr<void> ShmTransport::claim_progress() {
   return std::shared_ptr<void>(w, [](std::atomic<int>* x) { --*x; });
 }
 
+bool ShmTransport::shares_memory_with(int peer) const {
+  return std::binary_search(impl_->local.begin(), impl_->local.end(), peer);
+}
+
 std::string ShmTransport::describe_peer(int peer) const {
   if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);
   std::lock_guard lock(impl_->mu);

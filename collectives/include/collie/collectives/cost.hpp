@@ -52,6 +52,17 @@ struct CostModel {
   std::size_t segment_bytes = 1 << 18;  // COLLIE_SEGMENT_BYTES (auto_algorithm sets it)
 };
 
+// The model for a group whose every member is reached through shared
+// memory (all on one host; docs/PERFORMANCE.md, "What Auto picks on shared
+// memory"). A message there costs 0.35 us one way where every rank has a
+// core; where ranks outnumber cores it costs a switch to the rank that
+// sends it, measured as 5 us a step (recursive doubling's 2 steps on 4
+// ranks on 2 cores took 11.8 us, a tree's 4 steps 19.8), and a rank's work
+// per message is what the runtime does, not system calls. Links move
+// 6 GB/s (a copy in, a copy out, by two cores at once); gamma is the
+// same kernels'.
+CostModel shared_memory_cost_model(double crowding);
+
 struct Cost {
   double seconds = 0;                      // the model's time: when the last rank finishes
   std::size_t steps = 0;                   // the most steps any rank takes

@@ -53,6 +53,7 @@ class PeerRouter final : public Transport {
   // Each backend with the ranks it serves: "tcp on 10.0.0.4:41234 (ranks
   // 2-7); shm (ranks 0-1)".
   std::string describe() const override;
+  bool shares_memory_with(int peer) const override;
   void prefetch() override;
 
  private:

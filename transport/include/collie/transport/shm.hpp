@@ -83,6 +83,7 @@ class ShmTransport final : public Transport {
   bool any_queued() const override;
   std::shared_ptr<void> claim_progress() override;
   std::string describe_peer(int peer) const override;  // "rank 3 (pid 1234, shm)"
+  bool shares_memory_with(int peer) const override;     // the ranks it serves
   std::string describe() const override;               // "shm"
   void prefetch() override;
 

@@ -205,6 +205,11 @@ class Transport {
   // "tcp on 10.0.0.4:41234".
   virtual std::string describe() const = 0;
 
+  // Whether messages to `peer` go through memory shared with it (and so
+  // cost what shared memory costs: the runtime's cost model). Both ranks
+  // of a pair answer alike.
+  virtual bool shares_memory_with(int /*peer*/) const { return false; }
+
   // Reads from the store now everything later connections need (every
   // rank's address), waiting for ranks that have not published yet, so that
   // the transport needs the store no more: rank 0 may host it and exit first.
