@@ -344,7 +344,7 @@ TEST_CASE("cost model: a crowded host bounds the time by its ranks' work", "[sch
   // the ring for large ones. With a core per rank, 2 ranks: recursive
   // doubling, then the ring.
   const auto shm = shared_memory_cost_model(2);
-  for (std::size_t bytes : {std::size_t{8}, std::size_t{512}, std::size_t{8} << 10})
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{512}, std::size_t{16} << 10})
     CHECK(pick(bytes, shm) == Algorithm::RecursiveDoubling);
   for (std::size_t bytes : {std::size_t{32} << 10, std::size_t{512} << 10})
     CHECK(pick(bytes, shm) == Algorithm::HalvingDoubling);

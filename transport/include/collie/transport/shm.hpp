@@ -21,7 +21,11 @@
 // (1 MiB) in the receiver's mailbox and read out by the receiver: two
 // copies, by the two processes at once, in pieces of at most 32 KiB so
 // that the receiver copies out while the sender copies in. A receive that reduces
-// (irecv_consume) reads the payload where the sender put it: one copy.
+// (irecv_consume) reads the payload where the sender put it: one copy. The
+// sender stores with ordinary or non-temporal stores, whichever it
+// measures faster (they differ by 10x between cores that share a cache and
+// cores that do not; TransportOptions::ring_stores), and a plain receive
+// of 8 MiB or more stores into its destination around the caches.
 // Matching, ordering, size mismatches, fingerprints and the bounded
 // unexpected-message queue work as over TCP (transport.hpp): a message
 // that does not fit the queue stays in the ring, and the sender waits for
