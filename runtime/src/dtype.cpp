@@ -62,6 +62,14 @@ std::string_view dtype_name(DataType type) {
       return "float32";
     case DataType::Float64:
       return "float64";
+    case DataType::Int16:
+      return "int16";
+    case DataType::UInt16:
+      return "uint16";
+    case DataType::UInt32:
+      return "uint32";
+    case DataType::UInt64:
+      return "uint64";
   }
   return "unknown";
 }
@@ -77,7 +85,9 @@ std::optional<DataType> parse_dtype(std::string_view name) {
       {"bf16", DataType::BFloat16},     {"float32", DataType::Float32},
       {"float", DataType::Float32},     {"fp32", DataType::Float32},
       {"float64", DataType::Float64},   {"double", DataType::Float64},
-      {"fp64", DataType::Float64}};
+      {"fp64", DataType::Float64},      {"int16", DataType::Int16},
+      {"short", DataType::Int16},       {"uint16", DataType::UInt16},
+      {"uint32", DataType::UInt32},     {"uint64", DataType::UInt64}};
   for (const auto& [n, t] : kNames)
     if (n == name) return t;
   return std::nullopt;
@@ -88,13 +98,17 @@ std::size_t dtype_size(DataType type) {
     case DataType::Int8:
     case DataType::UInt8:
       return 1;
+    case DataType::Int16:
+    case DataType::UInt16:
     case DataType::Float16:
     case DataType::BFloat16:
       return 2;
     case DataType::Int32:
+    case DataType::UInt32:
     case DataType::Float32:
       return 4;
     case DataType::Int64:
+    case DataType::UInt64:
     case DataType::Float64:
       return 8;
   }

@@ -75,7 +75,7 @@ bool supports(DataType type, ReduceOp op) {
 void check_supported(DataType type, ReduceOp op) {
   if (!supports(type, op)) {
     throw Error(fmt::format("reduce op {} is not defined on {}: bitwise ops take integer dtypes "
-                            "(int8, uint8, int32, int64)",
+                            "(int8, uint8, int16, uint16, int32, uint32, int64, uint64)",
                             reduce_op_name(op), dtype_name(type)));
   }
 }
@@ -334,6 +334,14 @@ inline void dispatch(DataType type, ReduceOp op, void* acc, const void* in, std:
     case DataType::Float16:
     case DataType::BFloat16:
       return run_half<F16>(type, op, acc, in, n);
+    case DataType::Int16:
+      return run_arith<std::int16_t>(op, acc, in, n);
+    case DataType::UInt16:
+      return run_arith<std::uint16_t>(op, acc, in, n);
+    case DataType::UInt32:
+      return run_arith<std::uint32_t>(op, acc, in, n);
+    case DataType::UInt64:
+      return run_arith<std::uint64_t>(op, acc, in, n);
   }
 }
 
@@ -421,6 +429,14 @@ void finish_average(DataType type, void* data, std::size_t count, int group_size
       return divide<float>(data, count, group_size);
     case DataType::Float64:
       return divide<double>(data, count, group_size);
+    case DataType::Int16:
+      return divide<std::int16_t>(data, count, group_size);
+    case DataType::UInt16:
+      return divide<std::uint16_t>(data, count, group_size);
+    case DataType::UInt32:
+      return divide<std::uint32_t>(data, count, group_size);
+    case DataType::UInt64:
+      return divide<std::uint64_t>(data, count, group_size);
   }
 }
 

@@ -31,10 +31,10 @@ T int_ref(ReduceOp op, T a, T b) {
       return static_cast<T>(static_cast<std::uint64_t>(x) + static_cast<std::uint64_t>(y));
     case ReduceOp::Product:
       return static_cast<T>(static_cast<std::uint64_t>(x) * static_cast<std::uint64_t>(y));
-    case ReduceOp::Min:
-      return static_cast<T>(std::min(x, y));
+    case ReduceOp::Min:  // in T: a uint64 above 2^63 is not negative
+      return std::min(a, b);
     case ReduceOp::Max:
-      return static_cast<T>(std::max(x, y));
+      return std::max(a, b);
     case ReduceOp::BitwiseAnd:
       return static_cast<T>(x & y);
     case ReduceOp::BitwiseOr:
@@ -64,8 +64,9 @@ void check_ints(DataType type) {
   const std::size_t n = 1031;  // not a multiple of any vector width
   std::vector<T> a(n), b(n);
   for (std::size_t i = 0; i < n; ++i) {
-    a[i] = static_cast<T>(i * 2654435761u + 12345);  // every bit pattern, wrapping
-    b[i] = static_cast<T>(i * 40503u + 977);
+    // Every bit pattern, the top bit of 64-bit integers included, wrapping.
+    a[i] = static_cast<T>((i * 0x9E3779B97F4A7C15ull) ^ 12345u);
+    b[i] = static_cast<T>(i * 0xC2B2AE3D27D4EB4Full + 977u);
   }
   for (auto op : kOps) {
     INFO(collie::dtype_name(type) << " " << collie::reduce_op_name(op));
@@ -131,8 +132,12 @@ TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's compl
           "[reduce]") {
   check_ints<std::int8_t>(DataType::Int8);
   check_ints<std::uint8_t>(DataType::UInt8);
+  check_ints<std::int16_t>(DataType::Int16);
+  check_ints<std::uint16_t>(DataType::UInt16);
   check_ints<std::int32_t>(DataType::Int32);
+  check_ints<std::uint32_t>(DataType::UInt32);
   check_ints<std::int64_t>(DataType::Int64);
+  check_ints<std::uint64_t>(DataType::UInt64);
 }
 
 TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating", "[reduce]") {
@@ -150,7 +155,7 @@ TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
   CHECK_FALSE(collie::parse_reduce_op("mean").has_value());
   CHECK_THROWS_WITH(collie::check_supported(DataType::BFloat16, ReduceOp::BitwiseXor),
                     "reduce op bxor is not defined on bfloat16: bitwise ops take integer dtypes "
-                    "(int8, uint8, int32, int64)");
+                    "(int8, uint8, int16, uint16, int32, uint32, int64, uint64)");
   // Averages: integers truncate toward zero; float16 divides before the sum.
   std::vector<std::int32_t> v = {-7, 7, 9, -1};
   collie::finish_average(DataType::Int32, v.data(), v.size(), 2);
@@ -160,6 +165,12 @@ TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
   collie::finish_average(DataType::Float16, h.data(), h.size(), 4);
   for (auto x : h)
     CHECK(static_cast<float>(x) == 15000.0f);
+  std::vector<std::uint64_t> u = {15, 16, 0xFFFFFFFFFFFFFFFEull};
+  collie::finish_average(DataType::UInt64, u.data(), u.size(), 2);
+  CHECK(u == std::vector<std::uint64_t>{7, 8, 0x7FFFFFFFFFFFFFFFull});
+  std::vector<std::int16_t> s16 = {-7, 7};
+  collie::finish_average(DataType::Int16, s16.data(), s16.size(), 2);
+  CHECK(s16 == std::vector<std::int16_t>{-3, 3});
   std::vector<double> d = {3.0, -1.5};
   collie::prescale_average(DataType::Float64, d.data(), d.size(), 3);
   collie::finish_average(DataType::Float64, d.data(), d.size(), 3);

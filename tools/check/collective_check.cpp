@@ -18,7 +18,8 @@ bool is_float(DataType t) {
          t == DataType::Float64;
 }
 bool is_signed(DataType t) {
-  return t != DataType::UInt8;
+  return t != DataType::UInt8 && t != DataType::UInt16 && t != DataType::UInt32 &&
+         t != DataType::UInt64;
 }
 
 // The value rank `r` contributes at element i, as a double (exact in every dtype).
@@ -84,8 +85,16 @@ double combine(const CollectiveCase& c, int n, ValueOf value_of) {
           return static_cast<std::int8_t>(x);
         case DataType::UInt8:
           return static_cast<std::uint8_t>(x);
+        case DataType::Int16:
+          return static_cast<std::int16_t>(x);
+        case DataType::UInt16:
+          return static_cast<std::uint16_t>(x);
         case DataType::Int32:
           return static_cast<std::int32_t>(x);
+        case DataType::UInt32:
+          return static_cast<double>(static_cast<std::uint32_t>(x));
+        case DataType::UInt64:
+          return static_cast<double>(static_cast<std::uint64_t>(x));
         default:
           return static_cast<double>(x);
       }
@@ -415,6 +424,14 @@ std::unique_ptr<PreparedCase::Impl> make_typed(ProcessGroup& pg, const Collectiv
       return std::make_unique<Typed<float>>(pg, c, d);
     case DataType::Float64:
       return std::make_unique<Typed<double>>(pg, c, d);
+    case DataType::Int16:
+      return std::make_unique<Typed<std::int16_t>>(pg, c, d);
+    case DataType::UInt16:
+      return std::make_unique<Typed<std::uint16_t>>(pg, c, d);
+    case DataType::UInt32:
+      return std::make_unique<Typed<std::uint32_t>>(pg, c, d);
+    case DataType::UInt64:
+      return std::make_unique<Typed<std::uint64_t>>(pg, c, d);
   }
   throw Error("unknown dtype");
 }

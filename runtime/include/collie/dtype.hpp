@@ -1,6 +1,7 @@
 // The element types collie moves and reduces.
 //
-// int8, uint8, int32, int64, float16, bfloat16, float32, float64. The two
+// int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16,
+// bfloat16, float32, float64. The two
 // 16-bit float types are plain storage structs (collie::float16,
 // collie::bfloat16) with conversions to and from float that round to the
 // nearest representable value, ties to even, as IEEE 754 does.
@@ -23,7 +24,12 @@ enum class DataType : std::uint8_t {
   Float16,
   BFloat16,
   Float32,
-  Float64
+  Float64,
+  // Added later: at the end, so that the values above keep their numbers.
+  Int16,
+  UInt16,
+  UInt32,
+  UInt64
 };
 
 // IEEE 754 binary16: 1 sign, 5 exponent, 10 fraction bits.
@@ -62,10 +68,18 @@ constexpr DataType dtype_of() {
     return DataType::Int8;
   else if constexpr (std::is_same_v<T, std::uint8_t>)
     return DataType::UInt8;
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return DataType::Int16;
+  else if constexpr (std::is_same_v<T, std::uint16_t>)
+    return DataType::UInt16;
   else if constexpr (std::is_same_v<T, std::int32_t>)
     return DataType::Int32;
+  else if constexpr (std::is_same_v<T, std::uint32_t>)
+    return DataType::UInt32;
   else if constexpr (std::is_same_v<T, std::int64_t>)
     return DataType::Int64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return DataType::UInt64;
   else if constexpr (std::is_same_v<T, float16>)
     return DataType::Float16;
   else if constexpr (std::is_same_v<T, bfloat16>)
@@ -88,10 +102,11 @@ std::string_view dtype_name(DataType type);
 // The dtype named `name`: collie's names, and the ones NCCL and torch use
 // ("float", "half", "double", "bf16", "int", "char", "long", ...).
 std::optional<DataType> parse_dtype(std::string_view name);
-// Every dtype, in declaration order.
-inline constexpr DataType kDataTypes[] = {DataType::Int8,    DataType::UInt8,    DataType::Int32,
-                                          DataType::Int64,   DataType::Float16,  DataType::BFloat16,
-                                          DataType::Float32, DataType::Float64};
+// Every dtype: the integers by width, then the floats.
+inline constexpr DataType kDataTypes[] = {
+    DataType::Int8,   DataType::UInt8,   DataType::Int16,   DataType::UInt16,
+    DataType::Int32,  DataType::UInt32,  DataType::Int64,   DataType::UInt64,
+    DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
 // Bytes per element.
 std::size_t dtype_size(DataType type);
 
