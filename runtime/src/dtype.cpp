@@ -70,6 +70,8 @@ std::string_view dtype_name(DataType type) {
       return "uint32";
     case DataType::UInt64:
       return "uint64";
+    case DataType::Bool:
+      return "bool";
   }
   return "unknown";
 }
@@ -87,7 +89,8 @@ std::optional<DataType> parse_dtype(std::string_view name) {
       {"float64", DataType::Float64},   {"double", DataType::Float64},
       {"fp64", DataType::Float64},      {"int16", DataType::Int16},
       {"short", DataType::Int16},       {"uint16", DataType::UInt16},
-      {"uint32", DataType::UInt32},     {"uint64", DataType::UInt64}};
+      {"uint32", DataType::UInt32},     {"uint64", DataType::UInt64},
+      {"bool", DataType::Bool}};
   for (const auto& [n, t] : kNames)
     if (n == name) return t;
   return std::nullopt;
@@ -95,6 +98,7 @@ std::optional<DataType> parse_dtype(std::string_view name) {
 
 std::size_t dtype_size(DataType type) {
   switch (type) {
+    case DataType::Bool:
     case DataType::Int8:
     case DataType::UInt8:
       return 1;

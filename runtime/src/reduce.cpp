@@ -69,10 +69,16 @@ bool is_float(DataType type) {
 }  // namespace
 
 bool supports(DataType type, ReduceOp op) {
+  if (type == DataType::Bool) return op != ReduceOp::Avg;
   return !(is_bitwise(op) && is_float(type));
 }
 
 void check_supported(DataType type, ReduceOp op) {
+  if (type == DataType::Bool && op == ReduceOp::Avg) {
+    throw Error(
+        "reduce op avg is not defined on bool: bool reduces logically (sum and max are or, "
+        "product and min are and)");
+  }
   if (!supports(type, op)) {
     throw Error(fmt::format("reduce op {} is not defined on {}: bitwise ops take integer dtypes "
                             "(int8, uint8, int16, uint16, int32, uint32, int64, uint64)",
@@ -137,6 +143,23 @@ struct Or {
 template <class T>
 struct Xor {
   T operator()(T a, T b) const { return static_cast<T>(a ^ b); }
+};
+
+// bool: on its bytes (unsigned char may read any object), 0 or 1 out.
+struct LogicalOr {
+  std::uint8_t operator()(std::uint8_t a, std::uint8_t b) const {
+    return static_cast<std::uint8_t>((a != 0) | (b != 0));
+  }
+};
+struct LogicalAnd {
+  std::uint8_t operator()(std::uint8_t a, std::uint8_t b) const {
+    return static_cast<std::uint8_t>((a != 0) & (b != 0));
+  }
+};
+struct LogicalXor {
+  std::uint8_t operator()(std::uint8_t a, std::uint8_t b) const {
+    return static_cast<std::uint8_t>((a != 0) ^ (b != 0));
+  }
 };
 
 template <class T, class F>
@@ -316,9 +339,30 @@ inline void run_half(DataType type, ReduceOp op, void* acc, const void* in, std:
   }
 }
 
+inline void run_bool(ReduceOp op, void* acc_bytes, const void* in_bytes, std::size_t n) {
+  auto* acc = static_cast<unsigned char*>(acc_bytes);
+  const auto* in = static_cast<const unsigned char*>(in_bytes);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Max:
+    case ReduceOp::BitwiseOr:
+      return combine(acc, in, n, LogicalOr{});
+    case ReduceOp::Product:
+    case ReduceOp::Min:
+    case ReduceOp::BitwiseAnd:
+      return combine(acc, in, n, LogicalAnd{});
+    case ReduceOp::BitwiseXor:
+      return combine(acc, in, n, LogicalXor{});
+    case ReduceOp::Avg:
+      return;  // refused by check_supported
+  }
+}
+
 template <class F16>
 inline void dispatch(DataType type, ReduceOp op, void* acc, const void* in, std::size_t n) {
   switch (type) {
+    case DataType::Bool:
+      return run_bool(op, acc, in, n);
     case DataType::Int8:
       return run_arith<std::int8_t>(op, acc, in, n);
     case DataType::UInt8:
@@ -408,6 +452,8 @@ void prescale_average(DataType type, void* data, std::size_t count, int group_si
 void finish_average(DataType type, void* data, std::size_t count, int group_size) {
   if (group_size <= 1) return;
   switch (type) {
+    case DataType::Bool:
+      return;  // avg is not defined on bool
     case DataType::Int8:
       return divide<std::int8_t>(data, count, group_size);
     case DataType::UInt8:

@@ -140,6 +140,49 @@ TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's compl
   check_ints<std::uint64_t>(DataType::UInt64);
 }
 
+TEST_CASE("reduce kernels: bool reduces logically, any nonzero byte true, 0 or 1 out",
+          "[reduce]") {
+  const std::size_t n = 1031;
+  // Bytes, as they arrive from another rank: 0, 1, and other nonzero ones.
+  std::vector<std::uint8_t> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<std::uint8_t>(i % 3 == 0 ? 0 : (i % 7 == 1 ? 2 : 1));
+    b[i] = static_cast<std::uint8_t>(i % 5 < 2 ? 0 : (i % 11 == 3 ? 0x80 : 1));
+  }
+  for (auto op : kOps) {
+    INFO("bool " << collie::reduce_op_name(op));
+    auto acc = a;
+    if (op == ReduceOp::Avg) {
+      CHECK_FALSE(collie::supports(DataType::Bool, op));
+      CHECK_THROWS_WITH(collie::reduce(DataType::Bool, op, acc.data(), b.data(), n),
+                        Catch::Contains("avg is not defined on bool"));
+      continue;
+    }
+    CHECK(collie::supports(DataType::Bool, op));
+    collie::reduce(DataType::Bool, op, acc.data(), b.data(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool x = a[i] != 0, y = b[i] != 0;
+      bool want = false;
+      switch (op) {
+        case ReduceOp::Sum:
+        case ReduceOp::Max:
+        case ReduceOp::BitwiseOr:
+          want = x || y;
+          break;
+        case ReduceOp::Product:
+        case ReduceOp::Min:
+        case ReduceOp::BitwiseAnd:
+          want = x && y;
+          break;
+        default:
+          want = x != y;
+          break;
+      }
+      REQUIRE(acc[i] == (want ? 1 : 0));
+    }
+  }
+}
+
 TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating", "[reduce]") {
   check_floats<float>(DataType::Float32);
   check_floats<double>(DataType::Float64);

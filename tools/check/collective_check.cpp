@@ -19,12 +19,13 @@ bool is_float(DataType t) {
 }
 bool is_signed(DataType t) {
   return t != DataType::UInt8 && t != DataType::UInt16 && t != DataType::UInt32 &&
-         t != DataType::UInt64;
+         t != DataType::UInt64 && t != DataType::Bool;
 }
 
 // The value rank `r` contributes at element i, as a double (exact in every dtype).
 double value(const CollectiveCase& c, int r, std::size_t i) {
   const auto k = static_cast<long long>(i);
+  if (c.dtype == DataType::Bool) return (r * 5 + k * 7) % 4 != 0 ? 1 : 0;  // mostly true
   switch (c.op) {
     case ReduceOp::Product:  // stays small: 1 or 2 (or 0.5, -1)
       if (is_float(c.dtype)) return (r + k) % 3 == 0 ? 2.0 : ((r + k) % 3 == 1 ? 0.5 : 1.0);
@@ -79,8 +80,12 @@ double combine(const CollectiveCase& c, int n, ValueOf value_of) {
           break;
       }
     }
+    // bool: 0 and 1 summed, multiplied, compared or combined bit by bit,
+    // then any nonzero is true: or, and, and xor as bool reduces them.
     auto narrow = [&](std::int64_t x) -> double {
       switch (c.dtype) {
+        case DataType::Bool:
+          return x != 0 ? 1 : 0;
         case DataType::Int8:
           return static_cast<std::int8_t>(x);
         case DataType::UInt8:
@@ -147,6 +152,27 @@ double tolerance(const CollectiveCase& c, double want, int world) {
       return scale * 1e-14;
   }
 }
+
+// A contiguous array of T: std::vector, but for bool (whose std::vector
+// is a bitset with no data()) an array of bool.
+class BoolArray {
+ public:
+  void resize(std::size_t n) {
+    data_ = std::make_unique<bool[]>(n);
+    size_ = n;
+  }
+  std::size_t size() const { return size_; }
+  bool* data() const { return data_.get(); }
+  bool* begin() const { return data_.get(); }
+  bool* end() const { return data_.get() + size_; }
+  bool& operator[](std::size_t i) const { return data_[i]; }
+
+ private:
+  std::unique_ptr<bool[]> data_ = std::make_unique<bool[]>(0);
+  std::size_t size_ = 0;
+};
+template <class T>
+using Array = std::conditional_t<std::is_same_v<T, bool>, BoolArray, std::vector<T>>;
 
 template <class T>
 T to(double v) {
@@ -235,6 +261,14 @@ class Typed final : public PreparedCase::Impl {
         output_[i] = to<T>(value(c_, me_, i));
     } else {
       std::fill(output_.begin(), output_.end(), to<T>(99));
+      if constexpr (std::is_same_v<T, bool>) {
+        // bool has no value apart: every result element starts as the
+        // opposite of what it must become, so one left unwritten shows.
+        if (!result_in_input()) {
+          for (std::size_t i = 0; i < std::min(result_count(), output_.size()); ++i)
+            output_[i] = reference(i) == 0;
+        }
+      }
     }
     if (dev_in_ != nullptr) device_->upload(dev_in_, input_.data(), input_.size() * sizeof(T));
     if (dev_out_ != nullptr) device_->upload(dev_out_, output_.data(), output_.size() * sizeof(T));
@@ -316,7 +350,7 @@ class Typed final : public PreparedCase::Impl {
   void spoil() override {
     from_device();
     auto& got = result_in_input() ? input_ : output_;
-    if (result_count() > 0) got[0] = to<T>(from(got[0]) + 1);
+    if (result_count() > 0) got[0] = to<T>(std::is_same_v<T, bool> ? 1 - from(got[0]) : from(got[0]) + 1);
   }
 
   std::size_t check(std::string& first) const override {
@@ -402,7 +436,7 @@ class Typed final : public PreparedCase::Impl {
   void* dev_in_ = nullptr;  // the device buffers, where the case has them
   void* dev_out_ = nullptr;
   // The host buffers, or the host mirrors of the device ones.
-  mutable std::vector<T> input_, output_;
+  mutable Array<T> input_, output_;
 };
 
 std::unique_ptr<PreparedCase::Impl> make_typed(ProcessGroup& pg, const CollectiveCase& c,
@@ -432,6 +466,8 @@ std::unique_ptr<PreparedCase::Impl> make_typed(ProcessGroup& pg, const Collectiv
       return std::make_unique<Typed<std::uint32_t>>(pg, c, d);
     case DataType::UInt64:
       return std::make_unique<Typed<std::uint64_t>>(pg, c, d);
+    case DataType::Bool:
+      return std::make_unique<Typed<bool>>(pg, c, d);
   }
   throw Error("unknown dtype");
 }

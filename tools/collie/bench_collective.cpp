@@ -721,8 +721,8 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
   cmd->add_option("-o,--op", args->op, "Reduce op: sum, prod, min, max, avg, band, bor, bxor")
       ->capture_default_str();
   cmd->add_option("-d,--datatype", args->dtype,
-                  "int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, bfloat16, "
-                  "float32, float64 (or float, half, double, short...)")
+                  "bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, "
+                  "bfloat16, float32, float64 (or float, half, double, short...)")
       ->capture_default_str();
   cmd->add_option("-r,--root", args->root, "Root rank (broadcast, reduce, gather, scatter)")
       ->capture_default_str();

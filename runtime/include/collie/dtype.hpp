@@ -1,7 +1,8 @@
 // The element types collie moves and reduces.
 //
-// int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16,
-// bfloat16, float32, float64. The two
+// bool, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16,
+// bfloat16, float32, float64. bool is a byte, 0 or 1 (C++'s bool), and
+// reduces logically (reduce.hpp). The two
 // 16-bit float types are plain storage structs (collie::float16,
 // collie::bfloat16) with conversions to and from float that round to the
 // nearest representable value, ties to even, as IEEE 754 does.
@@ -29,7 +30,8 @@ enum class DataType : std::uint8_t {
   Int16,
   UInt16,
   UInt32,
-  UInt64
+  UInt64,
+  Bool
 };
 
 // IEEE 754 binary16: 1 sign, 5 exponent, 10 fraction bits.
@@ -64,7 +66,9 @@ struct bfloat16 {
 namespace detail {
 template <class T>
 constexpr DataType dtype_of() {
-  if constexpr (std::is_same_v<T, std::int8_t>)
+  if constexpr (std::is_same_v<T, bool>)
+    return DataType::Bool;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
     return DataType::Int8;
   else if constexpr (std::is_same_v<T, std::uint8_t>)
     return DataType::UInt8;
@@ -104,7 +108,7 @@ std::string_view dtype_name(DataType type);
 std::optional<DataType> parse_dtype(std::string_view name);
 // Every dtype: the integers by width, then the floats.
 inline constexpr DataType kDataTypes[] = {
-    DataType::Int8,   DataType::UInt8,   DataType::Int16,   DataType::UInt16,
+    DataType::Bool,   DataType::Int8,   DataType::UInt8,   DataType::Int16,   DataType::UInt16,
     DataType::Int32,  DataType::UInt32,  DataType::Int64,   DataType::UInt64,
     DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
 // Bytes per element.

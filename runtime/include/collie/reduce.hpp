@@ -1,8 +1,11 @@
 // Reduction operators and the kernels that apply them.
 //
-// Sum, Product, Min, Max and Avg work on every dtype; BitwiseAnd/Or/Xor on
-// the integer dtypes only (a bitwise op on a float type is an Error naming
-// both). Semantics, element by element:
+// Sum, Product, Min, Max and Avg work on every dtype but bool; BitwiseAnd/
+// Or/Xor on the integer dtypes and bool (a bitwise op on a float type, or
+// avg on bool, is an Error naming both). Semantics, element by element:
+// - bool is logical, as torch.distributed and NCCL reduce it: sum, max and
+//   bor are or; product, min and band are and; bxor is xor. Any nonzero
+//   byte counts as true; results are 0 or 1.
 // - Integers wrap around on overflow (two's complement), never undefined.
 //   Avg on integers is the sum divided by the group size, truncated toward
 //   zero, the sum itself wrapping as for Sum.
