@@ -2,6 +2,7 @@
 #include <deque>
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <map>
 #endif
 #include <cmath>
 #include <fstream>
@@ -33,6 +34,7 @@
 #include "frame_queue.hpp"
 #include "key_value_state.hpp"
 #include "protocol.hpp"
+#include "torch_dialect.hpp"
 
 namespace collie::store {
 
@@ -266,15 +268,17 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                   fmt::format("no complete handshake within {} ms",
                               self->server_.options().handshake_timeout.count()));
     });
-    asio::async_read(socket_, asio::buffer(hello_in_),
+    // One byte first: collie's hello, or (with torch_clients) a torch query.
+    asio::async_read(socket_, asio::buffer(hello_in_.data(), 1),
                      [self = shared_from_this()](std::error_code ec, std::size_t) {
                        if (ec) return self->lost(ec);
-                       self->on_client_hello();
+                       self->on_first_byte();
                      });
   }
 
   void deliver(std::vector<std::uint8_t> frame) override {
     if (phase_ == Phase::Closed) return;
+    if (phase_ == Phase::Torch) return torch_reply(frame);
     server_.budget().take(frame.size());
     out_.push(std::move(frame));
     write();
@@ -282,6 +286,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void deliver_pieces(std::vector<Piece> pieces) override {
     if (phase_ == Phase::Closed) return;
+    if (phase_ == Phase::Torch) return ReplyTarget::deliver_pieces(std::move(pieces));
     for (auto& piece : pieces) {
       server_.budget().take(piece.owned_size());
       out_.push(std::move(piece));
@@ -291,7 +296,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void close(spdlog::level::level_enum level, std::string_view reason) {
     if (phase_ == Phase::Closed) return;
-    const bool was_ready = phase_ == Phase::Ready;
+    const bool was_ready = phase_ == Phase::Ready || phase_ == Phase::Torch;
     phase_ = Phase::Closed;
     if (level >= spdlog::level::info) {
       server_.address_log().log(
@@ -308,12 +313,15 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     in_.drop();
     in_.release();
     account_input();
+    server_.budget().give(torch_counted_);
+    torch_counted_ = 0;
+    torch_in_ = {};
     server_.maybe_trim();
     server_.remove(shared_from_this());  // may be the last reference: nothing after this
   }
 
  private:
-  enum class Phase { Hello, Proof, Ready, Closed };
+  enum class Phase { Hello, Proof, Ready, Torch, Closed };
 
   void lost(std::error_code ec) {
     if (phase_ == Phase::Closed) return;
@@ -325,6 +333,24 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     }
     close(phase_ == Phase::Ready ? spdlog::level::debug : spdlog::level::info,
           ec == asio::error::eof ? std::string("the client disconnected") : ec.message());
+  }
+
+  void on_first_byte() {
+    if (hello_in_[0] != static_cast<std::uint8_t>(wire::kMagic >> 24)) {
+      if (server_.options().torch_clients) return start_torch();
+      return close(spdlog::level::warn,
+                   fmt::format("refused: not a collie store client (its first byte is 0x{:02x}, "
+                               "not 0x{:02x} as collie's magic){}",
+                               hello_in_[0], wire::kMagic >> 24,
+                               hello_in_[0] <= 13 ? "; a torch TCPStore client? The server "
+                                                    "serves those with --torch"
+                                                  : ""));
+    }
+    asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, hello_in_.size() - 1),
+                     [self = shared_from_this()](std::error_code ec, std::size_t) {
+                       if (ec) return self->lost(ec);
+                       self->on_client_hello();
+                     });
   }
 
   void on_client_hello() {
@@ -427,6 +453,256 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     last_activity_ = Clock::now();
     arm_idle_timer(server_.options().idle_timeout);
     read();
+  }
+
+
+  // --- torch's TCPStore clients (torch_dialect.hpp) ---------------------------
+  //
+  // Each query becomes the collie request that does the same on the same
+  // keys; its reply comes back through deliver() and is rewritten in
+  // torch's form. torch's protocol has no error replies: a query the store
+  // refuses (a limit, the memory budget, a counter that is not a number)
+  // closes the connection, and the log says why.
+
+  void start_torch() {
+    if (refusal_) {
+      return close(spdlog::level::info,
+                   "refused a torch TCPStore client: the server is at a connection limit");
+    }
+    phase_ = Phase::Torch;
+    torch_in_.push_back(hello_in_[0]);
+    torch_account();
+    std::error_code ignored;
+    socket_.non_blocking(true, ignored);
+    torch_process();
+  }
+
+  void torch_read() {
+    if (reading_ || phase_ != Phase::Torch) return;
+    reading_ = true;
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](std::error_code ec) {
+      self->reading_ = false;
+      if (self->phase_ != Phase::Torch) return;
+      if (ec) return self->lost(ec);
+      self->torch_receive();
+    });
+  }
+
+  void torch_receive() {
+    std::array<std::uint8_t, 65536> chunk;
+    std::error_code ec;
+    const std::size_t n = socket_.read_some(asio::buffer(chunk), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return torch_read();
+    if (ec) return lost(ec);
+    torch_in_.insert(torch_in_.end(), chunk.begin(),
+                     chunk.begin() + static_cast<std::ptrdiff_t>(n));
+    torch_account();
+    torch_process();
+  }
+
+  // Keeps the memory budget up to date with what the torch buffer holds.
+  void torch_account() {
+    const std::size_t hold = torch_in_.capacity();
+    if (hold > torch_counted_) {
+      server_.budget().take(hold - torch_counted_);
+    } else {
+      server_.budget().give(torch_counted_ - hold);
+    }
+    torch_counted_ = hold;
+  }
+
+  void torch_process() {
+    const auto& limits = server_.options().limits;
+    while (phase_ == Phase::Torch && !close_after_write_) {
+      // Replies pile up: its client sends without reading. Wait for it.
+      if (out_.bytes() > std::max<std::size_t>(limits.max_message_bytes, 1 << 20)) return;
+      if (!dialect_) {
+        switch (torch::classify(torch_in_)) {
+          case torch::Opening::NeedMore:
+            return torch_read();
+          case torch::Opening::TorchV1:
+            dialect_ = torch::Dialect::V1;
+            break;
+          case torch::Opening::TorchV2:
+            dialect_ = torch::Dialect::V2;
+            break;
+          default:
+            return close(spdlog::level::warn,
+                         fmt::format("refused: neither a collie store client nor a torch "
+                                     "TCPStore client (its first byte is 0x{:02x})",
+                                     torch_in_[0]));
+        }
+        handshake_timer_.cancel();
+        log().debug("store: {} is a torch TCPStore client (torch {})", peer_,
+                    *dialect_ == torch::Dialect::V1 ? "1.x" : "2.x");
+      }
+      if (torch_in_.empty()) {
+        torch_in_ = {};
+        torch_account();
+        return torch_read();
+      }
+      torch::Query query;
+      const auto parsed = torch::parse(*dialect_, torch_in_, limits, query);
+      if (parsed.result == torch::Parse::NeedMore) return torch_read();
+      if (parsed.result != torch::Parse::Done)
+        return close(spdlog::level::warn, "refused a torch TCPStore query: " + parsed.error);
+      torch_in_.erase(torch_in_.begin(),
+                      torch_in_.begin() + static_cast<std::ptrdiff_t>(parsed.used));
+      torch_handle(query);
+    }
+  }
+
+  void torch_handle(const torch::Query& q) {
+    if (q.command == torch::Command::Validate) {
+      if (q.word != torch::kValidateMagic)
+        close(spdlog::level::warn, "refused: a torch VALIDATE with the wrong magic");
+      return;
+    }
+    if (q.command == torch::Command::Ping) {
+      std::vector<std::uint8_t> reply;
+      torch::put_u32(reply, q.word);
+      return torch_send(std::move(reply));
+    }
+    if (q.command == torch::Command::WatchKey) {
+      return close(spdlog::level::warn,
+                   "refused torch's WATCH_KEY: collie's store does not call back on key "
+                   "changes");
+    }
+    if (q.command == torch::Command::CancelWait) {
+      server_.state().forget(*this);
+      for (auto it = torch_pending_.begin(); it != torch_pending_.end();) {
+        it = it->second.command == torch::Command::Wait ? torch_pending_.erase(it)
+                                                        : std::next(it);
+      }
+      return torch_send({torch::kWaitCanceled});
+    }
+    wire::Request r;
+    r.id = ++torch_next_id_;
+    for (const auto& k : q.keys)
+      r.keys.emplace_back(k);
+    for (const auto& v : q.values)
+      r.values.emplace_back(v);
+    switch (q.command) {
+      case torch::Command::Set:
+        r.op = wire::Op::Set;
+        break;
+      case torch::Command::Append:
+        r.op = wire::Op::Append;
+        break;
+      case torch::Command::CompareSet:
+        r.op = wire::Op::CompareSet;
+        break;
+      case torch::Command::Get:
+        r.op = wire::Op::Get;
+        break;
+      case torch::Command::Add:
+        r.op = wire::Op::Add;
+        r.delta = q.number;
+        break;
+      case torch::Command::Check:
+        r.op = wire::Op::Check;
+        break;
+      case torch::Command::Wait:
+        r.op = wire::Op::Wait;
+        break;
+      case torch::Command::NumKeys:
+        r.op = wire::Op::CountKeys;
+        r.keys.emplace_back();  // no prefix: every key
+        break;
+      case torch::Command::Delete:
+        r.op = wire::Op::Delete;
+        break;
+      case torch::Command::MultiGet:
+        r.op = wire::Op::MultiGet;
+        break;
+      case torch::Command::MultiSet:
+        r.op = wire::Op::MultiSet;
+        break;
+      default:
+        return;
+    }
+    // An empty list: torch's server answers at once, and so does this one.
+    if (r.keys.empty()) {
+      if (r.op == wire::Op::Check) return torch_send({torch::kCheckReady});
+      if (r.op == wire::Op::Wait) return torch_send({torch::kStopWaiting});
+      if (r.op == wire::Op::MultiGet || r.op == wire::Op::MultiSet) return;
+    }
+    if (auto error = wire::check_limits(r, server_.options().limits)) {
+      return close(spdlog::level::warn,
+                   fmt::format("refused a torch {} query: {}", torch::command_name(q.command),
+                               *error));
+    }
+    torch_pending_[r.id] =
+        TorchPending{q.command, q.values.empty() ? std::string() : q.values[0]};
+    server_.state().handle(*this, r);
+  }
+
+  // A collie reply frame, rewritten for the torch query it answers.
+  void torch_reply(const std::vector<std::uint8_t>& frame) {
+    if (frame.size() < wire::kFrameHeaderBytes) return;
+    wire::Reader rd(std::span<const std::uint8_t>(frame).subspan(wire::kFrameHeaderBytes));
+    const auto status = static_cast<wire::ReplyStatus>(rd.u8());
+    const std::uint32_t id = rd.u32();
+    auto it = torch_pending_.find(id);
+    if (it == torch_pending_.end()) return;  // a wait it cancelled
+    const TorchPending pending = std::move(it->second);
+    torch_pending_.erase(it);
+    if (status != wire::ReplyStatus::Ok) {
+      rd.u16();
+      const std::string why(rd.bytes());
+      return close(spdlog::level::warn,
+                   fmt::format("a torch {} query failed, and torch's protocol has no way to say "
+                               "so: {}",
+                               torch::command_name(pending.command), why));
+    }
+    std::vector<std::uint8_t> out;
+    switch (pending.command) {
+      case torch::Command::Set:
+      case torch::Command::Append:
+      case torch::Command::MultiSet:
+        return;  // torch expects no reply
+      case torch::Command::Get:
+        torch::put_bytes(out, rd.bytes());
+        break;
+      case torch::Command::CompareSet: {
+        rd.u8();  // swapped
+        const bool exists = rd.u8() != 0;
+        const auto current = rd.bytes();
+        // As torch's own server: a missing key (and an expected value that
+        // is not empty) answers with the expected value.
+        torch::put_bytes(out, exists ? current : std::string_view(pending.expected));
+        break;
+      }
+      case torch::Command::Add:
+      case torch::Command::NumKeys:
+        torch::put_i64(out, rd.i64());
+        break;
+      case torch::Command::Check:
+        torch::put_u8(out, rd.u8() != 0 ? torch::kCheckReady : torch::kCheckNotReady);
+        break;
+      case torch::Command::Wait:
+        torch::put_u8(out, torch::kStopWaiting);
+        break;
+      case torch::Command::Delete:
+        torch::put_i64(out, rd.u8() != 0 ? 1 : 0);
+        break;
+      case torch::Command::MultiGet: {
+        const std::uint32_t n = rd.u32();
+        for (std::uint32_t i = 0; i < n && rd.ok(); ++i)
+          torch::put_bytes(out, rd.bytes());
+        break;
+      }
+      default:
+        return;
+    }
+    if (!rd.ok()) return close(spdlog::level::err, "a reply it could not rewrite for torch");
+    torch_send(std::move(out));
+  }
+
+  void torch_send(std::vector<std::uint8_t> bytes) {
+    server_.budget().take(bytes.size());
+    out_.push(std::move(bytes));
+    write();
   }
 
   // --- idle connections --------------------------------------------------------
@@ -650,6 +926,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                         }
                         // Replies drained: resume a paused reader.
                         if (self->phase_ == Phase::Ready) self->process();
+                        if (self->phase_ == Phase::Torch) self->torch_process();
                       });
   }
 
@@ -675,6 +952,16 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   bool stall_armed_ = false;  // the timer watches a request under way
   bool reading_ = false;
   bool close_after_write_ = false;
+  // torch's TCPStore clients.
+  struct TorchPending {
+    torch::Command command;
+    std::string expected;  // COMPARE_SET's expected value
+  };
+  std::optional<torch::Dialect> dialect_;
+  std::vector<std::uint8_t> torch_in_;
+  std::size_t torch_counted_ = 0;
+  std::uint32_t torch_next_id_ = 0;
+  std::map<std::uint32_t, TorchPending> torch_pending_;
   std::string close_reason_;
   spdlog::level::level_enum close_level_ = spdlog::level::warn;
 };

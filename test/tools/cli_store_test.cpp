@@ -1,6 +1,8 @@
 // `collie store ...` as a person or a script uses it.
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <signal.h>
 #include <thread>
 #include <unistd.h>
@@ -222,4 +224,92 @@ TEST_CASE("collie bench store runs a short measurement and prints JSON", "[cli][
   r = run({kCollie, "bench", "store", "--seconds", "0.1", "--clients", "1", "--no-rendezvous"});
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("ops/s") && Catch::Contains("   get        1"));
+}
+
+namespace {
+
+// Debian's python3 with its python3-torch, or nullopt (and why) without it.
+std::optional<std::string> torch_python() {
+  const std::string python = "/usr/bin/python3";
+  if (!std::filesystem::exists(python)) return std::nullopt;
+  const auto r = run({python, "-c", "import torch.distributed"}, {}, {}, 120s);
+  if (r.exit_code != 0) return std::nullopt;
+  return python;
+}
+
+}  // namespace
+
+TEST_CASE("collie store serve --torch: torch's own TCPStore client, and gloo's rendezvous", "[cli]") {
+  const auto python = torch_python();
+  if (!python) {
+    WARN("skipped: Debian's python3 with python3-torch is not installed here");
+    return;
+  }
+  ServedStore s({"--torch"});
+  CHECK_THAT(s.banner, Catch::Contains("and torch's TCPStore clients, without a token"));
+  // torch's TCPStore API against collie's server; its keys are collie's
+  // keys with torch's "/" in front.
+  const std::string api = R"(
+import datetime, sys, torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+                  timeout=datetime.timedelta(seconds=30))
+s.set("a", "hello")
+assert s.get("a") == b"hello"
+assert s.add("n", 5) == 5 and s.add("n", -2) == 3
+assert s.compare_set("c", "", "first") == b"first"
+assert s.compare_set("c", "wrong", "x") == b"first"
+assert s.compare_set("c", "first", "second") == b"second"
+s.wait(["a", "n"])
+assert s.num_keys() == 3, s.num_keys()
+assert s.delete_key("a") and not s.delete_key("a")
+try:
+    s.wait(["never"], datetime.timedelta(seconds=1))
+    raise SystemExit("a wait for a missing key returned")
+except RuntimeError:
+    pass
+s2 = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+                   timeout=datetime.timedelta(seconds=30))
+s2.set("from_torch", "yes")
+print("api ok")
+)";
+  auto r = run({*python, "-c", api, std::to_string(s.port)}, {}, {}, 120s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out == "api ok\n");
+  CHECK(s.cli({"get", "/c"}).out == "second\n");
+  CHECK(s.cli({"get", "/n"}).out == "3\n");
+  CHECK(s.cli({"get", "/from_torch"}).out == "yes\n");
+  // Three processes rendezvous for gloo through the store (torch's
+  // recipe with an outside store) and all_reduce.
+  const std::string gloo = R"(
+import datetime, sys, torch, torch.distributed as dist
+rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
+dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
+t = torch.arange(7, dtype=torch.float32) * (rank + 1)
+dist.all_reduce(t)
+assert torch.equal(t, torch.arange(7, dtype=torch.float32) * 6), t
+dist.barrier()
+dist.destroy_process_group()
+print("rank", rank, "ok")
+)";
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int rank = 0; rank < 3; ++rank)
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        *python, "-c", gloo, std::to_string(rank), "3", std::to_string(s.port)}));
+  for (int rank = 0; rank < 3; ++rank) {
+    auto done = ranks[static_cast<std::size_t>(rank)]->wait(180s);
+    REQUIRE(done);
+    INFO("rank " << rank << " stdout:\n" << done->out << "\nstderr:\n" << done->err);
+    CHECK(done->exit_code == 0);
+    CHECK(done->out == "rank " + std::to_string(rank) + " ok\n");
+  }
+}
+
+TEST_CASE("collie store serve --torch beyond loopback needs --insecure, and says why", "[cli]") {
+  // With a token: collie's clients would authenticate, torch's cannot.
+  const auto r = run({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0", "--torch"},
+                     {"COLLIE_STORE_TOKEN=s3cret"}, {}, 30s);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::Contains("torch's protocol has no authentication"));
 }

@@ -37,6 +37,7 @@ struct ServeArgs {
   std::string port_file;
   std::string token_file;
   bool insecure = false;
+  bool torch = false;
   double max_memory_mib = 128;
   std::size_t max_connections = 8192;
   std::size_t max_connections_per_address = 2048;
@@ -92,6 +93,25 @@ void serve(const ServeArgs& args) {
                  "reach this port can read and change its keys\n",
                  args.host.empty() ? "every interface" : args.host.c_str());
   }
+  if (args.torch) {
+    // torch's TCPStore protocol has no authentication: a client that speaks
+    // it is served without the token.
+    if (beyond_loopback && !args.insecure) {
+      throw Error(fmt::format(
+          "refusing to serve torch's TCPStore clients on {}: torch's protocol has no "
+          "authentication, so anyone who can reach the port could read and change every key, "
+          "token or not. Listen on loopback only (--host 127.0.0.1), or pass --insecure if "
+          "every host that can reach this port is trusted",
+          args.host.empty() ? std::string("every interface") : "'" + args.host + "'"));
+    }
+    if (beyond_loopback) {
+      std::fprintf(stderr,
+                   "collie store: WARNING: --torch --insecure: torch's clients are served on %s "
+                   "without authentication\n",
+                   args.host.empty() ? "every interface" : args.host.c_str());
+    }
+    options.torch_clients = true;
+  }
   store::raise_open_file_limit();
   store::StoreServer server(options);
 
@@ -100,8 +120,9 @@ void serve(const ServeArgs& args) {
   for (const auto& address : server.addresses()) {
     addresses += (addresses.empty() ? "" : " ") + address;
   }
-  std::printf("collie store listening on %s port %u%s\n", addresses.c_str(), server.port(),
-              options.token.empty() ? "" : " (token required)");
+  std::printf("collie store listening on %s port %u%s%s\n", addresses.c_str(), server.port(),
+              options.token.empty() ? "" : " (token required)",
+              options.torch_clients ? " (and torch's TCPStore clients, without a token)" : "");
   std::fflush(stdout);
 
   int signal_number = 0;
@@ -165,6 +186,9 @@ void add_store_command(CLI::App& app) {
                     "(default: $COLLIE_STORE_TOKEN, $COLLIE_STORE_TOKEN_FILE)");
     cmd->add_flag("--insecure", args->insecure,
                   "Serve beyond loopback without a token (refused otherwise)");
+    cmd->add_flag("--torch", args->torch,
+                  "Also serve torch.distributed's TCPStore clients (torch 1.x and 2.x), which "
+                  "cannot authenticate: loopback only unless --insecure (docs/torch.md)");
     cmd->add_option("--max-memory", args->max_memory_mib,
                     "MiB the server may hold for its clients: values, blocked requests, buffers")
         ->capture_default_str();

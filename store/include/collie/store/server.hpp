@@ -70,6 +70,13 @@ struct ServerOptions {
   // long before it sleeps, so a client's next request costs no wake-up.
   // Costs at most this much CPU per burst of requests. Zero sleeps at once.
   std::chrono::microseconds spin{50};
+  // Also serve torch.distributed's own TCPStore clients (torch 1.x and
+  // 2.x), told apart from collie's by their first bytes (docs/torch.md).
+  // torch's protocol has no authentication: a client that speaks it is
+  // served without the token, so this is off unless asked for. Its
+  // connections have no idle timeout (torch keeps one idle for callbacks);
+  // every other limit applies.
+  bool torch_clients = false;
 };
 
 class StoreServer {

@@ -1,0 +1,310 @@
+// torch's TCPStore dialect (store/src/torch_dialect.hpp): the parser byte by
+// byte, and the server answering torch's clients in both dialects, on the
+// same keys as collie's clients, refusing what it should. The real torch
+// 1.13 client is exercised in test/tools/cli_torch_store_test.cpp.
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "support/raw_connection.hpp"
+#include "support/store_fixture.hpp"
+#include "torch_dialect.hpp"
+
+using namespace std::chrono_literals;
+namespace torch = collie::store::torch;
+using Bytes = std::vector<std::uint8_t>;
+
+namespace {
+
+// A query as torch's client writes it (little-endian).
+struct Q {
+  Bytes b;
+  explicit Q(std::uint8_t type) { b.push_back(type); }
+  Q& u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  Q& u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i)
+      b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  Q& str(const std::string& s) {
+    u64(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+    return *this;
+  }
+};
+
+std::int64_t le64(const Bytes& b, std::size_t at = 0) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<std::uint64_t>(b[at + static_cast<std::size_t>(i)]) << (8 * i);
+  return static_cast<std::int64_t>(v);
+}
+
+// torch 1.x and 2.x query numbers.
+namespace v1 {
+constexpr std::uint8_t SET = 0, COMPARE_SET = 1, GET = 2, ADD = 3, CHECK = 4, WAIT = 5,
+                       GETNUMKEYS = 6, WATCH_KEY = 7, DELETE_KEY = 8;
+}
+namespace v2 {
+constexpr std::uint8_t VALIDATE = 0, SET = 1, GET = 3, WAIT = 6, APPEND = 9, MULTI_GET = 10,
+                       MULTI_SET = 11, CANCEL_WAIT = 12, PING = 13;
+}
+
+// A raw torch client of a server started with torch_clients.
+struct TorchClient {
+  explicit TorchClient(std::uint16_t port) : raw(port) {}
+  void send(const Q& q) { raw.send(q.b); }
+  Bytes read(std::size_t n) {
+    auto got = raw.read_exactly(n, 10s);
+    REQUIRE(got);
+    return *got;
+  }
+  std::string value() {
+    const auto n = static_cast<std::size_t>(le64(read(8)));
+    const auto b = n == 0 ? Bytes{} : read(n);
+    return std::string(b.begin(), b.end());
+  }
+  std::int64_t i64() { return le64(read(8)); }
+  std::uint8_t u8() { return read(1)[0]; }
+  collie::test::RawConnection raw;
+};
+
+collie::store::ServerOptions with_torch() {
+  auto o = collie::test::StoreFixture::loopback();
+  o.torch_clients = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("torch dialect: a connection's first bytes tell collie, torch 1.x and torch 2.x apart",
+          "[store][torch]") {
+  CHECK(torch::classify(Bytes{}) == torch::Opening::NeedMore);
+  CHECK(torch::classify(Bytes{'C', 'L', 'S', 'T'}) == torch::Opening::Collie);
+  CHECK(torch::classify(Bytes{3}) == torch::Opening::TorchV1);  // ADD
+  CHECK(torch::classify(Bytes{0, 0xCE}) == torch::Opening::NeedMore);
+  CHECK(torch::classify(Bytes{0, 0xCE, 0xF7, 0x85, 0x3C}) == torch::Opening::TorchV2);
+  CHECK(torch::classify(Q(v1::SET).str("/k").b) == torch::Opening::TorchV1);
+  CHECK(torch::classify(Bytes{9}) == torch::Opening::Stranger);
+  CHECK(torch::classify(Bytes{0x16, 0x03, 0x01}) == torch::Opening::Stranger);  // TLS
+}
+
+TEST_CASE("torch dialect: every query parses whole, and any prefix of it asks for more",
+          "[store][torch]") {
+  const collie::store::StoreLimits limits;
+  struct Case {
+    torch::Dialect dialect;
+    Bytes bytes;
+    torch::Command command;
+    std::vector<std::string> keys, values;
+    std::int64_t number = 0;
+    std::uint32_t word = 0;
+  };
+  const std::vector<Case> cases = {
+      {torch::Dialect::V1, Q(v1::SET).str("/a").str("xyz").b, torch::Command::Set, {"/a"}, {"xyz"}},
+      {torch::Dialect::V1, Q(v1::COMPARE_SET).str("/c").str("").str("new").b,
+       torch::Command::CompareSet, {"/c"}, {"", "new"}},
+      {torch::Dialect::V1, Q(v1::GET).str("/a").b, torch::Command::Get, {"/a"}, {}},
+      {torch::Dialect::V1, Q(v1::ADD).str("/n").u64(static_cast<std::uint64_t>(-7)).b,
+       torch::Command::Add, {"/n"}, {}, -7},
+      {torch::Dialect::V1, Q(v1::CHECK).u64(2).str("/a").str("/b").b, torch::Command::Check,
+       {"/a", "/b"}, {}},
+      {torch::Dialect::V1, Q(v1::WAIT).u64(1).str("/a").b, torch::Command::Wait, {"/a"}, {}},
+      {torch::Dialect::V1, Q(v1::GETNUMKEYS).b, torch::Command::NumKeys, {}, {}},
+      {torch::Dialect::V1, Q(v1::WATCH_KEY).str("/w").b, torch::Command::WatchKey, {"/w"}, {}},
+      {torch::Dialect::V1, Q(v1::DELETE_KEY).str("/a").b, torch::Command::Delete, {"/a"}, {}},
+      {torch::Dialect::V2, Q(v2::VALIDATE).u32(torch::kValidateMagic).b, torch::Command::Validate,
+       {}, {}, 0, torch::kValidateMagic},
+      {torch::Dialect::V2, Q(v2::SET).str("/a").str("").b, torch::Command::Set, {"/a"}, {""}},
+      {torch::Dialect::V2, Q(v2::APPEND).str("/l").str("+1").b, torch::Command::Append, {"/l"},
+       {"+1"}},
+      {torch::Dialect::V2, Q(v2::MULTI_GET).u64(2).str("/a").str("/l").b, torch::Command::MultiGet,
+       {"/a", "/l"}, {}},
+      {torch::Dialect::V2, Q(v2::MULTI_SET).u64(2).str("/x").str("1").str("/y").str("2").b,
+       torch::Command::MultiSet, {"/x", "/y"}, {"1", "2"}},
+      {torch::Dialect::V2, Q(v2::CANCEL_WAIT).b, torch::Command::CancelWait, {}, {}},
+      {torch::Dialect::V2, Q(v2::PING).u32(0xdeadbeef).b, torch::Command::Ping, {}, {}, 0,
+       0xdeadbeef},
+  };
+  for (const auto& c : cases) {
+    INFO(torch::command_name(c.command));
+    // A second query right behind it: the parser takes only its own bytes.
+    Bytes two = c.bytes;
+    two.push_back(0x7);
+    torch::Query q;
+    const auto p = torch::parse(c.dialect, two, limits, q);
+    REQUIRE(p.result == torch::Parse::Done);
+    CHECK(p.used == c.bytes.size());
+    CHECK(q.command == c.command);
+    CHECK(q.keys == c.keys);
+    CHECK(q.values == c.values);
+    CHECK(q.number == c.number);
+    CHECK(q.word == c.word);
+    for (std::size_t cut = 0; cut < c.bytes.size(); ++cut) {
+      torch::Query partial;
+      const auto pp = torch::parse(c.dialect,
+                                   std::span<const std::uint8_t>(c.bytes.data(), cut), limits,
+                                   partial);
+      INFO("first " << cut << " bytes");
+      CHECK(pp.result == torch::Parse::NeedMore);
+    }
+  }
+}
+
+TEST_CASE("torch dialect: lengths over the limits are refused before their bytes arrive",
+          "[store][torch]") {
+  collie::store::StoreLimits limits;
+  limits.max_key_bytes = 16;
+  limits.max_value_bytes = 100;
+  limits.max_keys_per_request = 3;
+  torch::Query q;
+  auto p = torch::parse(torch::Dialect::V1, Q(v1::GET).u64(17).b, limits, q);
+  CHECK(p.result == torch::Parse::TooLarge);
+  CHECK_THAT(p.error, Catch::Contains("key of 17 bytes"));
+  p = torch::parse(torch::Dialect::V1, Q(v1::SET).str("/k").u64(std::uint64_t{1} << 62).b,
+                   limits, q);
+  CHECK(p.result == torch::Parse::TooLarge);
+  p = torch::parse(torch::Dialect::V1, Q(v1::WAIT).u64(4).b, limits, q);
+  CHECK(p.result == torch::Parse::TooLarge);
+  CHECK_THAT(p.error, Catch::Contains("4 keys"));
+  p = torch::parse(torch::Dialect::V1, Bytes{9}, limits, q);
+  CHECK(p.result == torch::Parse::Malformed);
+  CHECK_THAT(p.error, Catch::Contains("unknown torch TCPStore query type 9"));
+  p = torch::parse(torch::Dialect::V2, Bytes{14}, limits, q);
+  CHECK(p.result == torch::Parse::Malformed);
+}
+
+TEST_CASE("torch store: torch 1.x queries on the keys collie's clients see", "[store][torch]") {
+  collie::test::StoreFixture f(with_torch());
+  auto collie_client = f.client();
+  TorchClient t(f.server.port());
+  t.send(Q(v1::SET).str("/a").str("hello"));
+  t.send(Q(v1::GET).str("/a"));
+  CHECK(t.value() == "hello");
+  CHECK(collie_client->get("/a") == "hello");  // the same key
+  t.send(Q(v1::ADD).str("/n").u64(5));
+  CHECK(t.i64() == 5);
+  collie_client->add("/n", 10);
+  t.send(Q(v1::ADD).str("/n").u64(static_cast<std::uint64_t>(-1)));
+  CHECK(t.i64() == 14);
+  // compare_set: as torch's own server answers.
+  t.send(Q(v1::COMPARE_SET).str("/c").str("").str("first"));
+  CHECK(t.value() == "first");
+  t.send(Q(v1::COMPARE_SET).str("/c").str("wrong").str("x"));
+  CHECK(t.value() == "first");
+  t.send(Q(v1::COMPARE_SET).str("/c").str("first").str("second"));
+  CHECK(t.value() == "second");
+  t.send(Q(v1::COMPARE_SET).str("/missing").str("expected").str("x"));
+  CHECK(t.value() == "expected");
+  CHECK_FALSE(collie_client->try_get("/missing").has_value());
+  t.send(Q(v1::CHECK).u64(2).str("/a").str("/n"));
+  CHECK(t.u8() == torch::kCheckReady);
+  t.send(Q(v1::CHECK).u64(2).str("/a").str("/later"));
+  CHECK(t.u8() == torch::kCheckNotReady);
+  // A wait blocks until a collie client sets the key.
+  t.send(Q(v1::WAIT).u64(2).str("/a").str("/later"));
+  CHECK_FALSE(t.raw.read_exactly(1, 200ms).has_value());
+  collie_client->set("/later", "now");
+  CHECK(t.u8() == torch::kStopWaiting);
+  t.send(Q(v1::GETNUMKEYS));
+  CHECK(t.i64() == 4);  // /a /n /c /later
+  t.send(Q(v1::DELETE_KEY).str("/a"));
+  CHECK(t.i64() == 1);
+  t.send(Q(v1::DELETE_KEY).str("/a"));
+  CHECK(t.i64() == 0);
+  // A get of a missing key waits for it, as torch's client expects.
+  t.send(Q(v1::GET).str("/b"));
+  collie_client->set("/b", std::string("\0\1\2", 3));
+  CHECK(t.value() == std::string("\0\1\2", 3));
+}
+
+TEST_CASE("torch store: torch 2.x validates, pings, appends, sets and gets many, cancels a wait",
+          "[store][torch]") {
+  collie::test::StoreFixture f(with_torch());
+  auto collie_client = f.client();
+  TorchClient t(f.server.port());
+  t.send(Q(v2::VALIDATE).u32(torch::kValidateMagic));
+  t.send(Q(v2::PING).u32(0x1234abcd));
+  const auto pong = t.read(4);
+  CHECK(pong == Bytes{0xcd, 0xab, 0x34, 0x12});
+  t.send(Q(v2::SET).str("/s").str("v"));
+  t.send(Q(v2::APPEND).str("/s").str("w"));
+  t.send(Q(v2::APPEND).str("/new").str("x"));
+  t.send(Q(v2::MULTI_SET).u64(2).str("/m1").str("one").str("/m2").str("two"));
+  t.send(Q(v2::MULTI_GET).u64(4).str("/s").str("/new").str("/m1").str("/m2"));
+  CHECK(t.value() == "vw");
+  CHECK(t.value() == "x");
+  CHECK(t.value() == "one");
+  CHECK(t.value() == "two");
+  CHECK(collie_client->get("/m2") == "two");
+  t.send(Q(v2::GET).str("/s"));
+  CHECK(t.value() == "vw");
+  // A wait, then its cancellation: only WAIT_CANCELED comes back, and the
+  // connection goes on.
+  t.send(Q(v2::WAIT).u64(1).str("/never"));
+  CHECK_FALSE(t.raw.read_exactly(1, 200ms).has_value());
+  t.send(Q(v2::CANCEL_WAIT));
+  CHECK(t.u8() == torch::kWaitCanceled);
+  collie_client->set("/never", "now");
+  t.send(Q(v2::PING).u32(7));
+  CHECK(t.read(4) == Bytes{7, 0, 0, 0});
+}
+
+TEST_CASE("torch store: garbage, oversized and unsupported queries close their connection only",
+          "[store][torch]") {
+  auto options = with_torch();
+  options.limits.max_key_bytes = 64;
+  collie::test::StoreFixture f(options);
+  auto collie_client = f.client();
+  TorchClient good(f.server.port());
+  good.send(Q(v1::SET).str("/k").str("v"));
+  {
+    collie::test::RawConnection bad(f.server.port());
+    bad.send(Bytes{0x99, 1, 2, 3});
+    CHECK(bad.closed_by_peer(10s));
+  }
+  {
+    TorchClient bad(f.server.port());
+    bad.send(Q(v1::GET).u64(65));  // a key over the limit: refused before it arrives
+    CHECK(bad.raw.closed_by_peer(10s));
+  }
+  {
+    TorchClient bad(f.server.port());
+    bad.send(Q(v1::WATCH_KEY).str("/k"));
+    CHECK(bad.raw.closed_by_peer(10s));
+  }
+  {
+    TorchClient bad(f.server.port());
+    bad.send(Q(v1::SET).str("/text").str("not a number"));
+    bad.send(Q(v1::ADD).str("/text").u64(1));
+    CHECK(bad.raw.closed_by_peer(10s));
+  }
+  {
+    TorchClient bad(f.server.port());
+    bad.send(Q(v2::VALIDATE).u32(torch::kValidateMagic));
+    bad.send(Q(v2::VALIDATE).u32(1));  // a second, wrong magic
+    CHECK(bad.raw.closed_by_peer(10s));
+  }
+  // Everyone else is served on.
+  good.send(Q(v1::GET).str("/k"));
+  CHECK(good.value() == "v");
+  CHECK(collie_client->get("/k") == "v");
+}
+
+TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {
+  collie::test::StoreFixture f;  // the default: collie's clients only
+  TorchClient t(f.server.port());
+  t.send(Q(v1::SET).str("/a").str("x"));
+  t.send(Q(v1::GET).str("/a"));
+  CHECK(t.raw.closed_by_peer(20s));
+  auto c = f.client();
+  CHECK_FALSE(c->try_get("/a").has_value());
+}
