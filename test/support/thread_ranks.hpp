@@ -6,6 +6,7 @@
 #include <future>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <collie/process_group.hpp>
@@ -22,8 +23,8 @@ inline void expect(bool ok, const std::string& what) {
 
 // Runs body(pg) for every rank of a world of `world`, each on its own
 // thread, joined through a file:// store in a fresh directory with the given
-// timeout; `adjust` may change the other InitOptions. The first error of any
-// rank is rethrown here, after every rank has finished.
+// timeout; `adjust` may change the other InitOptions. After every rank has
+// finished, a rank's error is rethrown here (several: all their messages).
 inline void run_ranks(int world, const std::function<void(ProcessGroup&)>& body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30),
                       const std::function<void(InitOptions&)>& adjust = {}) {
@@ -41,7 +42,30 @@ inline void run_ranks(int world, const std::function<void(ProcessGroup&)>& body,
       body(pg);
     }));
   }
-  for (auto& f : ranks) f.get();
+  // One rank failed: its exception as it is. Several: every rank's message
+  // (the first to fail is often not rank 0, whose error may only say that
+  // a peer went away).
+  std::vector<std::pair<int, std::exception_ptr>> failed;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    try {
+      ranks[r].get();
+    } catch (...) {
+      failed.emplace_back(static_cast<int>(r), std::current_exception());
+    }
+  }
+  if (failed.size() == 1) std::rethrow_exception(failed.front().second);
+  if (failed.empty()) return;
+  std::string all;
+  for (const auto& [rank, error] : failed) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      all += "\nrank " + std::to_string(rank) + ": " + e.what();
+    } catch (...) {
+      all += "\nrank " + std::to_string(rank) + ": (not a std::exception)";
+    }
+  }
+  throw std::runtime_error(std::to_string(failed.size()) + " ranks failed:" + all);
 }
 
 }  // namespace collie::test

@@ -424,6 +424,33 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
                   collie::ConnectionError);
 }
 
+TEST_CASE("mesh: what a peer sent whole before it closed is received, then it is named gone",
+          "[mesh]") {
+  const std::string backend = BACKENDS;
+  COLLIE_SKIP_WITHOUT_SHM(backend);
+  INFO("backend " << backend);
+  Cluster c(2, backend);
+  constexpr int kMessages = 8;
+  // Rank 1 sends 8 messages and closes; rank 0 has taken in only the first.
+  for (int i = 0; i < kMessages; ++i)
+    c[1].wait(c[1].isend(0, 3, pattern(1024, 1, i).data(), 1024), 20s);
+  expect(recv(c[0], 1, 3, 1024) == pattern(1024, 1, 0), "message 0");
+  c.meshes[1].reset();
+  // A receive of something rank 1 never sent fails, naming it: meanwhile
+  // rank 0 has looked at rank 1's state and seen it gone.
+  std::vector<std::uint8_t> never(16);
+  CHECK_THROWS_AS(c[0].wait(c[0].irecv(1, 99, never.data(), never.size()), 20s),
+                  collie::ConnectionError);
+  // What it had sent is all there, in order.
+  for (int i = 1; i < kMessages; ++i) {
+    INFO("message " << i);
+    CHECK(recv(c[0], 1, 3, 1024) == pattern(1024, 1, i));
+  }
+  std::vector<std::uint8_t> more(1024);
+  CHECK_THROWS_AS(c[0].wait(c[0].irecv(1, 3, more.data(), more.size()), 20s),
+                  collie::ConnectionError);
+}
+
 TEST_CASE("mesh: a wait past its timeout names the operation, the peer and the bytes", "[mesh]") {
   const std::string backend = BACKENDS;
   COLLIE_SKIP_WITHOUT_SHM(backend);

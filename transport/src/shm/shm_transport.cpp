@@ -1004,10 +1004,17 @@ struct ShmTransport::Impl {
   // Peers whose process ended or who closed their transport fail, after
   // what they sent whole has been read (mu held).
   void check_liveness() {
+    // pull() stops after each receive it completes (its waiter may post the
+    // next); before a peer is failed, every message it wrote whole must be
+    // taken in: the receives posted, and the rest queued.
+    const auto drain = [this](Peer& p) {
+      while (pull(p)) {
+      }
+    };
     for (int rank : attached) {
       auto& p = peer(rank);
       if (p.state == PeerState::Departed) {
-        pull(p);
+        drain(p);
         if (p.state == PeerState::Departed &&
             p.in->head.load(std::memory_order_acquire) == p.in_tail) {
           const std::string why = p.failure;
@@ -1022,7 +1029,7 @@ struct ShmTransport::Impl {
       const bool broken = p.in->broken.load(std::memory_order_acquire) != 0 ||
                           p.out->broken.load(std::memory_order_acquire) != 0;
       if (!gone && !closed && !broken) continue;
-      pull(p);  // what it sent before it went
+      drain(p);  // what it sent before it went
       if (p.state != PeerState::Ready) continue;
       if (broken && !gone && !closed) {
         fail_peer(p, ErrorKind::Connection,
