@@ -494,6 +494,24 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     const std::size_t n = socket_.read_some(asio::buffer(chunk), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) return torch_read();
     if (ec) return lost(ec);
+    // A query being received holds memory: past a small free amount, only
+    // what the store's memory budget has room for (as collie's frames).
+    const std::size_t after = torch_in_.size() + n;
+    if (after > torch_in_.capacity()) {
+      const auto fits = [&](std::size_t capacity) {
+        return capacity <= kFreeFrameBytes || capacity <= torch_counted_ ||
+               server_.budget().fits(capacity - torch_counted_);
+      };
+      std::size_t want = std::max(after, torch_in_.capacity() * 3 / 2);
+      if (!fits(want)) want = after;
+      if (!fits(want)) {
+        return close(spdlog::level::warn,
+                     fmt::format("refused a torch TCPStore query of {} bytes so far: the store "
+                                 "is full (it holds {} of its {} bytes of memory)",
+                                 after, server_.budget().used(), server_.budget().limit()));
+      }
+      torch_in_.reserve(want);
+    }
     torch_in_.insert(torch_in_.end(), chunk.begin(),
                      chunk.begin() + static_cast<std::ptrdiff_t>(n));
     torch_account();

@@ -2,6 +2,7 @@
 // byte, and the server answering torch's clients in both dialects, on the
 // same keys as collie's clients, refusing what it should. The real torch
 // 1.13 client is exercised in test/tools/cli_torch_store_test.cpp.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -297,6 +298,40 @@ TEST_CASE("torch store: garbage, oversized and unsupported queries close their c
   good.send(Q(v1::GET).str("/k"));
   CHECK(good.value() == "v");
   CHECK(collie_client->get("/k") == "v");
+}
+
+TEST_CASE("torch store: a query larger than the memory left is refused as it comes",
+          "[store][torch]") {
+  auto options = with_torch();
+  options.limits.max_value_bytes = 8u << 20;
+  options.max_memory_bytes = 2u << 20;
+  collie::test::StoreFixture f(options);
+  auto collie_client = f.client();
+  collie::test::RawConnection bad(f.server.port());
+  bad.send(Q(v1::SET).str("/big").u64(6u << 20).b);  // within the value limit
+  const Bytes chunk(256 * 1024, 0x5a);
+  bool closed = false;
+  std::size_t most = 0;  // the memory the server counted, at its highest seen
+  for (int i = 0; i < 24 && !closed; ++i) {
+    try {
+      bad.send(chunk);
+    } catch (const std::exception&) {
+      closed = true;  // the server closed it mid-way
+    }
+    for (int look = 0; look < 5; ++look) {
+      most = std::max(most, f.server.stats().memory_bytes);
+      std::this_thread::sleep_for(2ms);  // a sample of the server's state, not a wait for it
+    }
+  }
+  CHECK((closed || bad.closed_by_peer(10s)));
+  // Never more than the budget and one read's worth over it.
+  CHECK(most <= options.max_memory_bytes + 128 * 1024);
+  // The memory came back: others are served.
+  collie_client->set("/after", "ok");
+  CHECK(collie_client->get("/after") == "ok");
+  TorchClient t(f.server.port());
+  t.send(Q(v1::GET).str("/after"));
+  CHECK(t.value() == "ok");
 }
 
 TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {
