@@ -470,6 +470,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                    "refused a torch TCPStore client: the server is at a connection limit");
     }
     phase_ = Phase::Torch;
+    last_activity_ = Clock::now();
     torch_in_.push_back(hello_in_[0]);
     torch_account();
     std::error_code ignored;
@@ -514,6 +515,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     }
     torch_in_.insert(torch_in_.end(), chunk.begin(),
                      chunk.begin() + static_cast<std::ptrdiff_t>(n));
+    last_activity_ = Clock::now();
     torch_account();
     torch_process();
   }
@@ -561,7 +563,14 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       }
       torch::Query query;
       const auto parsed = torch::parse(*dialect_, torch_in_, limits, query);
-      if (parsed.result == torch::Parse::NeedMore) return torch_read();
+      if (parsed.result == torch::Parse::NeedMore) {
+        // Part of a query, which must keep coming (as collie's requests).
+        if (!stall_armed_) {
+          stall_armed_ = true;
+          torch_watch_stall(server_.options().handshake_timeout);
+        }
+        return torch_read();
+      }
       if (parsed.result != torch::Parse::Done)
         return close(spdlog::level::warn, "refused a torch TCPStore query: " + parsed.error);
       torch_in_.erase(torch_in_.begin(),
@@ -715,6 +724,26 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     }
     if (!rd.ok()) return close(spdlog::level::err, "a reply it could not rewrite for torch");
     torch_send(std::move(out));
+  }
+
+  // A query begun and then not continued for the handshake timeout holds
+  // memory nobody else may use: the connection is closed.
+  void torch_watch_stall(Clock::duration after) {
+    timer_.expires_after(after);
+    timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (ec || self->phase_ != Phase::Torch) return;
+      self->stall_armed_ = false;
+      if (self->torch_in_.empty()) return;
+      const Clock::duration stall = self->server_.options().handshake_timeout;
+      const auto idle = Clock::now() - self->last_activity_;
+      if (idle < stall) {
+        self->stall_armed_ = true;
+        return self->torch_watch_stall(stall - idle);
+      }
+      self->close(spdlog::level::warn,
+                  fmt::format("it sent part of a torch TCPStore query, then nothing for {}",
+                              seconds_text(idle)));
+    });
   }
 
   void torch_send(std::vector<std::uint8_t> bytes) {

@@ -334,6 +334,24 @@ TEST_CASE("torch store: a query larger than the memory left is refused as it com
   CHECK(t.value() == "ok");
 }
 
+TEST_CASE("torch store: part of a query, then silence, is closed after the handshake timeout",
+          "[store][torch]") {
+  auto options = with_torch();
+  options.handshake_timeout = 300ms;
+  collie::test::StoreFixture f(options);
+  collie::test::RawConnection stalled(f.server.port());
+  Bytes part = Q(v1::SET).u64(10).b;  // a key of 10 bytes, 3 of them sent
+  part.insert(part.end(), {'/', 'a', 'b'});
+  stalled.send(part);
+  CHECK(stalled.closed_by_peer(10s));
+  // A torch client that waits (no query under way) is not closed.
+  TorchClient waiting(f.server.port());
+  waiting.send(Q(v1::WAIT).u64(1).str("/later"));
+  CHECK_FALSE(waiting.raw.read_exactly(1, 1s).has_value());
+  f.client()->set("/later", "x");
+  CHECK(waiting.u8() == torch::kStopWaiting);
+}
+
 TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {
   collie::test::StoreFixture f;  // the default: collie's clients only
   TorchClient t(f.server.port());
