@@ -1,3 +1,7 @@
+#include <algorithm>
+#include <map>
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
@@ -10,7 +14,27 @@
 
 namespace collie {
 
+namespace {
+
+// Per store and rank: how many groups this process made and saw join.
+std::mutex generations_mu;
+std::map<std::string, int> generations;
+
+}  // namespace
+
 JobStore::JobStore(const JobConfig& config) {
+  key_ = fmt::format("{}#{}#{}",
+                     config.method == JobConfig::Method::File
+                         ? "file:" + config.file_path
+                         : join_host_port(config.master_addr, config.master_port),
+                     config.restart_count, config.rank);
+  {
+    std::lock_guard lock(generations_mu);
+    generation_ = generations[key_];
+  }
+  prefix_ = generation_ == 0 ? fmt::format("collie/run/{}", config.restart_count)
+                             : fmt::format("collie/run/{}/gen/{}", config.restart_count,
+                                           generation_);
   std::shared_ptr<store::Store> root;
   if (config.method == JobConfig::Method::File) {
     root = std::make_shared<store::FileStore>(config.file_path, config.timeout);
@@ -49,10 +73,14 @@ JobStore::JobStore(const JobConfig& config) {
     options.token = config.token;
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
-  view_ = std::make_shared<store::PrefixStore>(std::move(root),
-                                               fmt::format("collie/run/{}", config.restart_count));
+  view_ = std::make_shared<store::PrefixStore>(std::move(root), prefix_);
 }
 
-JobStore::~JobStore() = default;
+JobStore::~JobStore() {
+  if (!joined_) return;
+  std::lock_guard lock(generations_mu);
+  auto& next = generations[key_];
+  next = std::max(next, generation_ + 1);
+}
 
 }  // namespace collie

@@ -326,6 +326,7 @@ ProcessGroup init(const InitOptions& options) {
     impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
     if (config.world_size > 1) store.add(machine_key, 1);
     store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
+    impl->job->joined();
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format(
         "rank {} waited {:.0f} s for all {} ranks to join, and {}: check that every rank was "
@@ -392,7 +393,7 @@ ProcessGroup init(const InitOptions& options) {
   if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
       config.world_size > 1) {
     world.responder = std::make_unique<StallResponder>(
-        config, [w = &world](std::uint32_t slot, std::uint64_t sequence) {
+        config, world.job->prefix(), [w = &world](std::uint32_t slot, std::uint64_t sequence) {
           return answer_query(*w, slot, sequence);
         });
   }

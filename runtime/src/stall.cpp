@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -150,10 +152,10 @@ std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::u
 
 class StallResponder::Impl {
  public:
-  Impl(const JobConfig& config, ProgressLookup lookup)
+  Impl(const JobConfig& config, const std::string& prefix, ProgressLookup lookup)
       : lookup_(std::move(lookup)),
         rank_(config.rank),
-        prefix_(fmt::format("collie/run/{}/", config.restart_count)) {
+        prefix_(prefix + "/") {
     store::ClientOptions options;
     options.timeout = config.timeout;
     options.connect_timeout = config.timeout;
@@ -163,6 +165,7 @@ class StallResponder::Impl {
     const bool own_server = config.rank == 0 && !config.store_hosted_by_launcher;
     client_->connect(own_server ? "127.0.0.1" : config.master_addr, config.master_port,
                      [this](const store::Failure* f, store::Done) {
+                       settled();
                        if (f != nullptr) return quit("connecting", *f);
                        wait_next();
                      });
@@ -170,12 +173,27 @@ class StallResponder::Impl {
   }
 
   ~Impl() {
+    // A group destroyed right after init (destroy, then init again) would
+    // cut the connection in its handshake, which the store logs as a
+    // client that may have the wrong token: let the handshake end first.
+    {
+      std::unique_lock lock(settle_mu_);
+      settle_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return settled_; });
+    }
     io_.stop();
     thread_.join();
     client_.reset();
   }
 
  private:
+  void settled() {
+    {
+      std::lock_guard lock(settle_mu_);
+      settled_ = true;
+    }
+    settle_cv_.notify_all();
+  }
+
   void quit(const char* doing, const store::Failure& f) {
     collie::log().debug("rank {}: the stall responder stops ({}: {})", rank_, doing, f.message);
   }
@@ -214,10 +232,14 @@ class StallResponder::Impl {
   asio::io_context io_;
   std::optional<store::AsyncStoreClient> client_;
   std::thread thread_;
+  std::mutex settle_mu_;
+  std::condition_variable settle_cv_;
+  bool settled_ = false;  // the connection is made, or failed
 };
 
-StallResponder::StallResponder(const JobConfig& config, ProgressLookup lookup)
-    : impl_(std::make_unique<Impl>(config, std::move(lookup))) {}
+StallResponder::StallResponder(const JobConfig& config, const std::string& prefix,
+                               ProgressLookup lookup)
+    : impl_(std::make_unique<Impl>(config, prefix, std::move(lookup))) {}
 
 StallResponder::~StallResponder() = default;
 

@@ -72,7 +72,8 @@ using ProgressLookup =
 // the store goes away (rank 0 may host it and exit first).
 class StallResponder {
  public:
-  StallResponder(const JobConfig& config, ProgressLookup lookup);
+  // `prefix`: the job's namespace in the store (JobStore::prefix()).
+  StallResponder(const JobConfig& config, const std::string& prefix, ProgressLookup lookup);
   ~StallResponder();
   StallResponder(const StallResponder&) = delete;
   StallResponder& operator=(const StallResponder&) = delete;

@@ -76,6 +76,23 @@ std::set<std::string> dev_shm() {
 
 }  // namespace
 
+TEST_CASE("a rank makes its group again, twice (destroy, then init), under collie launch",
+          "[collective][launch]") {
+  const std::string transport = TRANSPORTS;
+  COLLIE_SKIP_WITHOUT_SHM(transport);
+  for (int world : {2, 3}) {
+    INFO("world " << world << ", transport " << transport);
+    const auto r = launch(world, {kWorker, "reinit"}, {"COLLIE_TRANSPORT=" + transport});
+    INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    REQUIRE(r.exit_code == 0);
+    for (int rank = 0; rank < world; ++rank)
+      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": round 2 ok"));
+    // Nothing the store would log about connections cut in their handshake.
+    CHECK_THAT(r.err, !Catch::Contains("warning"));
+  }
+}
+
 TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs at once",
           "[collective][launch][shm]") {
   COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));

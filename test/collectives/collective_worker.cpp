@@ -286,17 +286,49 @@ void on_term(int) {
 
 }  // namespace
 
+// Makes the group three times in this process (torch's
+// destroy_process_group, then init_process_group), an all_reduce each time
+// checked against its sum.
+int reinit() {
+  try {
+    for (int round = 0; round < 3; ++round) {
+      auto pg = collie::init();
+      const int n = pg.size();
+      std::vector<std::int64_t> v(1009);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<std::int64_t>(i) * (pg.rank() + 1) + round;
+      pg.all_reduce(std::span(v));
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const auto want = static_cast<std::int64_t>(i) * n * (n + 1) / 2 + round * n;
+        if (v[i] != want) {
+          std::fprintf(stderr, "rank %d round %d: element %zu is %lld, expected %lld\n",
+                       pg.rank(), round, i, static_cast<long long>(v[i]),
+                       static_cast<long long>(want));
+          return 1;
+        }
+      }
+      std::printf("rank %d: round %d ok\n", pg.rank(), round);
+      std::fflush(stdout);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reinit: %s\n", e.what());
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | "
                  "mismatches SMALL LARGE | mismatch_exit | blame_chain | loop | "
-                 "stall stop|MS\n");
+                 "stall stop|MS | reinit\n");
     return 2;
   }
   const std::string scenario = argv[1];
   if (const char* h = std::getenv("COLLIE_TEST_TERM_HANDLER"); h != nullptr && *h == '1')
     std::signal(SIGTERM, on_term);
+  if (scenario == "reinit") return reinit();
   try {
     auto pg = collie::init();
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");

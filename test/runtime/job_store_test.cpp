@@ -73,6 +73,34 @@ TEST_CASE("each restart of a job sees only its own keys", "[job_store]") {
   CHECK(second.store().num_keys() == 0);
 }
 
+TEST_CASE("a rank that makes its group again gets a namespace of its own, once the first joined",
+          "[job_store]") {
+  collie::test::StoreFixture launcher;
+  auto c = config(0, 1, launcher.server.port());
+  c.store_hosted_by_launcher = true;
+  {
+    JobStore failed(c);  // never joined: the next one takes the same namespace
+    CHECK(failed.prefix() == "collie/run/0");
+  }
+  {
+    JobStore first(c);
+    CHECK(first.prefix() == "collie/run/0");
+    first.store().set("world/rank/0/claimed", "1");
+    first.joined();
+  }
+  JobStore second(c);
+  CHECK(second.prefix() == "collie/run/0/gen/1");
+  CHECK_FALSE(second.store().try_get("world/rank/0/claimed").has_value());
+  second.store().set("k", "v");
+  CHECK(launcher.client()->get("collie/run/0/gen/1/k") == "v");
+  // Another rank, or another store, counts on its own.
+  auto other = c;
+  other.rank = 1;
+  other.world_size = 2;
+  JobStore rank1(other);
+  CHECK(rank1.prefix() == "collie/run/0");
+}
+
 TEST_CASE("when rank 0 leaves, the others fail at once instead of waiting", "[job_store]") {
   const auto port = collie::test::momentarily_free_port();
   auto rank0 = std::make_unique<JobStore>(config(0, 2, port));

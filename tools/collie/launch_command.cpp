@@ -7,6 +7,7 @@
 // first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the
 // launchers tell each other about failures, restarts and completion through the store.
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -545,8 +546,18 @@ class Launcher {
         s = local.get();
       }
       if (s == nullptr) return "";
-      const auto prefix = fmt::format("collie/run/{}/blame/", attempt_);
-      const auto keys = s->list_keys(prefix, 2s);
+      // Ranks that made their group again (destroy, then init) blame under
+      // "gen/<n>/" (JobStore): the last group to fail is the latest.
+      const auto run = fmt::format("collie/run/{}/", attempt_);
+      auto keys = s->list_keys(run + "blame/", 2s);
+      int latest = 0;
+      for (const auto& key : s->list_keys(run + "gen/", 2s)) {
+        const auto at = key.find("/blame/", run.size());
+        if (at == std::string::npos) continue;
+        const int n = std::atoi(key.c_str() + run.size() + 4);
+        latest = std::max(latest, n);
+      }
+      if (latest > 0) keys = s->list_keys(fmt::format("{}gen/{}/blame/", run, latest), 2s);
       if (keys.empty()) return "";
       const auto values = s->multi_get(keys, 2s);
       std::map<int, std::vector<std::pair<int, std::string>>> by_blamed;

@@ -15,10 +15,15 @@
 //
 // store() is a view of the namespace "collie/run/<restart count>/", so a job
 // restarted by `collie launch --max-restarts` never reads its previous
-// attempt's keys.
+// attempt's keys. A process that makes its group again after destroying
+// one that joined (torch's destroy_process_group, then init_process_group)
+// gets "collie/run/<restart count>/gen/<n>/" for its n-th: a JobStore that
+// saw its group join counts it (joined()) for the next one of the same rank
+// on the same store. Ranks that make their groups again in step agree on n.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <collie/job_config.hpp>
 #include <collie/store/server.hpp>
@@ -42,9 +47,19 @@ class JobStore {
   // True if this process runs the store's server.
   bool hosts_server() const { return server_ != nullptr; }
 
+  // The namespace store() is a view of ("collie/run/0", "collie/run/0/gen/1").
+  const std::string& prefix() const { return prefix_; }
+  // Every rank joined the group made with this store: the next JobStore of
+  // this rank on this store, once this one is gone, takes the next namespace.
+  void joined() { joined_ = true; }
+
  private:
   std::unique_ptr<store::StoreServer> server_;
   std::shared_ptr<store::Store> view_;
+  std::string key_;     // the store and the rank, for the generations
+  int generation_ = 0;  // groups this rank made on this store before
+  std::string prefix_;
+  bool joined_ = false;
 };
 
 }  // namespace collie
