@@ -32,9 +32,7 @@ JobStore::JobStore(const JobConfig& config) {
     std::lock_guard lock(generations_mu);
     generation_ = generations[key_];
   }
-  prefix_ = generation_ == 0 ? fmt::format("collie/run/{}", config.restart_count)
-                             : fmt::format("collie/run/{}/gen/{}", config.restart_count,
-                                           generation_);
+  prefix_ = prefix_of(config.restart_count, generation_);
   std::shared_ptr<store::Store> root;
   if (config.method == JobConfig::Method::File) {
     root = std::make_shared<store::FileStore>(config.file_path, config.timeout);
@@ -74,6 +72,11 @@ JobStore::JobStore(const JobConfig& config) {
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
   view_ = std::make_shared<store::PrefixStore>(std::move(root), prefix_);
+}
+
+std::string JobStore::prefix_of(int restart_count, int generation) {
+  return generation == 0 ? fmt::format("collie/run/{}", restart_count)
+                         : fmt::format("collie/run/{}/gen/{}", restart_count, generation);
 }
 
 JobStore::~JobStore() {

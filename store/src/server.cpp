@@ -2,11 +2,11 @@
 #include <deque>
 #if defined(__GLIBC__)
 #include <malloc.h>
-#include <map>
 #endif
 #include <cmath>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -533,9 +533,18 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   void torch_process() {
     const auto& limits = server_.options().limits;
+    // The queries are parsed where they lie; the bytes they took leave the
+    // buffer at once, after the pass (not one move of the rest per query).
+    std::size_t used = 0;
+    const auto drop_used = [&] {
+      if (phase_ == Phase::Torch && used > 0)
+        torch_in_.erase(torch_in_.begin(), torch_in_.begin() + static_cast<std::ptrdiff_t>(used));
+      used = 0;
+    };
     while (phase_ == Phase::Torch && !close_after_write_) {
       // Replies pile up: its client sends without reading. Wait for it.
-      if (out_.bytes() > std::max<std::size_t>(limits.max_message_bytes, 1 << 20)) return;
+      if (out_.bytes() > std::max<std::size_t>(limits.max_message_bytes, 1 << 20))
+        return drop_used();
       if (!dialect_) {
         switch (torch::classify(torch_in_)) {
           case torch::Opening::NeedMore:
@@ -556,14 +565,17 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
         log().debug("store: {} is a torch TCPStore client (torch {})", peer_,
                     *dialect_ == torch::Dialect::V1 ? "1.x" : "2.x");
       }
-      if (torch_in_.empty()) {
+      if (used == torch_in_.size()) {
         torch_in_ = {};
+        used = 0;
         torch_account();
         return torch_read();
       }
       torch::Query query;
-      const auto parsed = torch::parse(*dialect_, torch_in_, limits, query);
+      const auto parsed = torch::parse(
+          *dialect_, std::span<const std::uint8_t>(torch_in_).subspan(used), limits, query);
       if (parsed.result == torch::Parse::NeedMore) {
+        drop_used();
         // Part of a query, which must keep coming (as collie's requests).
         if (!stall_armed_) {
           stall_armed_ = true;
@@ -573,10 +585,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
       }
       if (parsed.result != torch::Parse::Done)
         return close(spdlog::level::warn, "refused a torch TCPStore query: " + parsed.error);
-      torch_in_.erase(torch_in_.begin(),
-                      torch_in_.begin() + static_cast<std::ptrdiff_t>(parsed.used));
+      used += parsed.used;
       torch_handle(query);
     }
+    drop_used();
   }
 
   void torch_handle(const torch::Query& q) {
@@ -659,8 +671,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                    fmt::format("refused a torch {} query: {}", torch::command_name(q.command),
                                *error));
     }
-    torch_pending_[r.id] =
-        TorchPending{q.command, q.values.empty() ? std::string() : q.values[0]};
+    torch_pending_[r.id] = TorchPending{
+        q.command, q.command == torch::Command::CompareSet ? q.values[0] : std::string()};
     server_.state().handle(*this, r);
   }
 

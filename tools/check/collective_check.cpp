@@ -350,7 +350,8 @@ class Typed final : public PreparedCase::Impl {
   void spoil() override {
     from_device();
     auto& got = result_in_input() ? input_ : output_;
-    if (result_count() > 0) got[0] = to<T>(std::is_same_v<T, bool> ? 1 - from(got[0]) : from(got[0]) + 1);
+    if (result_count() > 0)
+      got[0] = to<T>(std::is_same_v<T, bool> ? 1 - from(got[0]) : from(got[0]) + 1);
   }
 
   std::size_t check(std::string& first) const override {

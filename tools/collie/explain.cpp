@@ -210,7 +210,8 @@ std::string model_words(const Request& r) {
   auto words =
       fmt::format("{}alpha {} per message, beta {:.3g} GB/s per link,\n  gamma {:.3g} GB/s "
                   "reduced, delta {} per message posted",
-                  r.shared_memory ? "shared memory: " : "", time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma, time_label(m.delta));
+                  r.shared_memory ? "shared memory: " : "", time_label(m.alpha), 1e-9 / m.beta,
+                  1e-9 / m.gamma, time_label(m.delta));
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
   return words;

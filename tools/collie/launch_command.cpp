@@ -7,7 +7,6 @@
 // first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the
 // launchers tell each other about failures, restarts and completion through the store.
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +27,7 @@
 #include <fmt/ranges.h>
 
 #include <collie/error.hpp>
+#include <collie/job_store.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
 
@@ -546,18 +546,13 @@ class Launcher {
         s = local.get();
       }
       if (s == nullptr) return "";
-      // Ranks that made their group again (destroy, then init) blame under
-      // "gen/<n>/" (JobStore): the last group to fail is the latest.
-      const auto run = fmt::format("collie/run/{}/", attempt_);
-      auto keys = s->list_keys(run + "blame/", 2s);
+      // Ranks that made their group again (destroy, then init) blame in
+      // that group's namespace (JobStore::prefix_of): the latest group, the
+      // last whose rank 0 published its id, is the one that failed.
       int latest = 0;
-      for (const auto& key : s->list_keys(run + "gen/", 2s)) {
-        const auto at = key.find("/blame/", run.size());
-        if (at == std::string::npos) continue;
-        const int n = std::atoi(key.c_str() + run.size() + 4);
-        latest = std::max(latest, n);
-      }
-      if (latest > 0) keys = s->list_keys(fmt::format("{}gen/{}/blame/", run, latest), 2s);
+      while (s->try_get(JobStore::prefix_of(attempt_, latest + 1) + "/world/id", 2s))
+        ++latest;
+      const auto keys = s->list_keys(JobStore::prefix_of(attempt_, latest) + "/blame/", 2s);
       if (keys.empty()) return "";
       const auto values = s->multi_get(keys, 2s);
       std::map<int, std::vector<std::pair<int, std::string>>> by_blamed;

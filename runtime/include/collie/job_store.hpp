@@ -49,6 +49,9 @@ class JobStore {
 
   // The namespace store() is a view of ("collie/run/0", "collie/run/0/gen/1").
   const std::string& prefix() const { return prefix_; }
+  // The namespace of a job's `generation`-th group in its restart
+  // `restart_count` (for tools that read a job's keys: collie launch).
+  static std::string prefix_of(int restart_count, int generation);
   // Every rank joined the group made with this store: the next JobStore of
   // this rank on this store, once this one is gone, takes the next namespace.
   void joined() { joined_ = true; }

@@ -1471,7 +1471,7 @@ std::shared_ptr<void> ShmTransport::claim_progress() {
 }
 
 bool ShmTransport::shares_memory_with(int peer) const {
-  return std::binary_search(impl_->local.begin(), impl_->local.end(), peer);
+  return peer >= 0 && peer < impl_->options.world_size && impl_->peer(peer).local;
 }
 
 std::string ShmTransport::describe_peer(int peer) const {
