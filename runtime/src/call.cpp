@@ -65,6 +65,13 @@ Signature decode_fingerprint(std::uint64_t f) {
 
 std::string describe(const Signature& s, bool with_algorithm) {
   const auto c = s.collective;
+  // A call with a count per rank (vector_collective.cpp) carries Auto.
+  if (s.algorithm == Algorithm::Auto &&
+      (c == Collective::AllToAll || c == Collective::AllGather || c == Collective::Gather)) {
+    return c == Collective::Gather
+               ? fmt::format("gather_v({}, root={})", dtype_name(s.dtype), s.root)
+               : fmt::format("{}_v({})", collectives::collective_name(c), dtype_name(s.dtype));
+  }
   std::string out = fmt::format("{}(", collectives::collective_name(c));
   if (c != Collective::Barrier) {
     out += fmt::format("{}, {}", dtype_name(s.dtype), s.count);

@@ -140,7 +140,13 @@ std::size_t parse_bytes(const std::string& text, const char* name) {
 JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup& lookup) {
   JobConfig config;
   const std::string& url = options.init_method;
-  if (url == "env://" || url.empty()) {
+  if (options.store) {
+    config.method = JobConfig::Method::Given;
+    config.given_store = options.store;
+    config.given_store_name = options.store_name;
+    config.master_addr =
+        !options.route_to.empty() ? options.route_to : lookup("MASTER_ADDR").value_or("");
+  } else if (url == "env://" || url.empty()) {
     config.method = JobConfig::Method::Env;
   } else if (url.starts_with("tcp://")) {
     config.method = JobConfig::Method::Tcp;

@@ -23,18 +23,25 @@ std::map<std::string, int> generations;
 }  // namespace
 
 JobStore::JobStore(const JobConfig& config) {
+  const bool given = config.method == JobConfig::Method::Given;
   key_ = fmt::format("{}#{}#{}",
-                     config.method == JobConfig::Method::File
-                         ? "file:" + config.file_path
-                         : join_host_port(config.master_addr, config.master_port),
+                     config.method == JobConfig::Method::File ? "file:" + config.file_path
+                     : given ? "given:" + config.given_store_name
+                             : join_host_port(config.master_addr, config.master_port),
                      config.restart_count, config.rank);
-  {
+  // (A given store without a name counts no generations.)
+  if (!given || !config.given_store_name.empty()) {
     std::lock_guard lock(generations_mu);
     generation_ = generations[key_];
+  } else {
+    key_.clear();
   }
   prefix_ = prefix_of(config.restart_count, generation_);
   std::shared_ptr<store::Store> root;
-  if (config.method == JobConfig::Method::File) {
+  if (given) {
+    if (!config.given_store) throw Error("collie::init: a given store that is null");
+    root = config.given_store;
+  } else if (config.method == JobConfig::Method::File) {
     root = std::make_shared<store::FileStore>(config.file_path, config.timeout);
   } else {
     std::string host = config.master_addr;
@@ -80,7 +87,7 @@ std::string JobStore::prefix_of(int restart_count, int generation) {
 }
 
 JobStore::~JobStore() {
-  if (!joined_) return;
+  if (!joined_ || key_.empty()) return;
   std::lock_guard lock(generations_mu);
   auto& next = generations[key_];
   next = std::max(next, generation_ + 1);

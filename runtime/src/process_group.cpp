@@ -51,14 +51,15 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
 // The address peers should use to reach this rank.
 std::string advertised_address(const JobConfig& config) {
   const auto interfaces = transport::list_interfaces();
-  if (config.method != JobConfig::Method::File) {
+  if (config.method != JobConfig::Method::File && !config.master_addr.empty()) {
     return transport::choose_advertised_address(config.socket_ifname, config.master_addr,
                                                 interfaces);
   }
   if (!config.socket_ifname.empty()) {
     return transport::choose_advertised_address(config.socket_ifname, "127.0.0.1", interfaces);
   }
-  // file:// names no master host: the first non-loopback IPv4 address, so
+  // file:// (or a given store with no host to route to) names no master
+  // host: the first non-loopback IPv4 address, so
   // ranks on other hosts of the shared file system can connect.
   for (const auto& i : interfaces) {
     if (!i.is_v6 && !i.is_loopback) return i.address;
@@ -223,6 +224,29 @@ void ProcessGroup::recv(void* data, std::size_t bytes, int src, int tag) {
   t.wait(t.irecv(from, p2p_tag(impl_->slot, tag), data, bytes));
 }
 
+Work ProcessGroup::irecv_any(void* data, std::size_t bytes, int tag) {
+  impl_->require_member("irecv_any");
+  if (tag < 0) {
+    throw Error(fmt::format("rank {}: recv from any rank: tag {} is negative; tags are 0 to 2^31 - 1",
+                            rank(), tag));
+  }
+  if (device::backend() != nullptr && bytes > 0 && device::backend()->device_of(data) >= 0) {
+    throw Error(fmt::format("rank {}: a receive from any rank takes host memory only; name the "
+                            "sender to receive into device memory",
+                            rank()));
+  }
+  return any_source_work(impl_->world->transport, impl_->members, p2p_tag(impl_->slot, tag), data,
+                         bytes, impl_->world->config.timeout,
+                         fmt::format("rank {}: recv from any rank of {} (tag {}, {} bytes)", rank(),
+                                     name(), tag, bytes));
+}
+
+int ProcessGroup::recv_any(void* data, std::size_t bytes, int tag) {
+  auto work = irecv_any(data, bytes, tag);
+  work.wait();
+  return work.source();
+}
+
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   auto& parent = *impl_;
   const int n = size();
@@ -293,6 +317,9 @@ ProcessGroup init(const InitOptions& options) {
     const auto where =
         config.method == JobConfig::Method::File
             ? fmt::format("the store file {}: is another job using this file?", config.file_path)
+        : config.method == JobConfig::Method::Given
+            ? fmt::format("the program's store{}: is another group using it?",
+                          config.given_store_name.empty() ? "" : " (" + config.given_store_name + ")")
             : fmt::format("the store at {}: is another job using this MASTER_PORT?",
                           join_host_port(config.master_addr, config.master_port));
     throw Error(fmt::format("rank {} is already taken in {}", config.rank, where));
@@ -313,8 +340,10 @@ ProcessGroup init(const InitOptions& options) {
   }
   // Who this process is, for other ranks' stall reports (stall.hpp): a
   // rank stopped before its responder spoke is still looked at in /proc.
-  if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
-      config.world_size > 1)
+  const bool stall_reports = config.method != JobConfig::Method::File &&
+                             config.method != JobConfig::Method::Given &&
+                             config.stall_time.count() > 0 && config.world_size > 1;
+  if (stall_reports)
     store.set(fmt::format("stall/proc/{}", config.rank), process_identity());
   // How many ranks share each machine, for Auto's cost model: counted
   // before the barrier, read by rank 0 after it and passed on.
@@ -334,8 +363,8 @@ ProcessGroup init(const InitOptions& options) {
         config.rank, std::chrono::duration<double>(config.timeout).count(), config.world_size,
         who_joined(store, config.world_size), config.world_size, e.what()));
   } catch (const ConnectionError& e) {
-    if (config.method == JobConfig::Method::File || config.store_hosted_by_launcher ||
-        config.rank == 0)
+    if (config.method == JobConfig::Method::File || config.method == JobConfig::Method::Given ||
+        config.store_hosted_by_launcher || config.rank == 0)
       throw;
     throw ConnectionError(fmt::format(
         "rank {} was waiting for all {} ranks to join when the store went away ({}): rank 0 "
@@ -390,8 +419,7 @@ ProcessGroup init(const InitOptions& options) {
   group->cost_model = cost_model_for(*group->world, group->members);
   group->enlist();
   auto& world = *group->world;
-  if (config.method != JobConfig::Method::File && config.stall_time.count() > 0 &&
-      config.world_size > 1) {
+  if (stall_reports) {
     world.responder = std::make_unique<StallResponder>(
         config, world.job->prefix(), [w = &world](std::uint32_t slot, std::uint64_t sequence) {
           return answer_query(*w, slot, sequence);

@@ -1,5 +1,6 @@
 #include "work.hpp"
 
+#include <algorithm>
 #include <exception>
 
 #include <fmt/format.h>
@@ -42,6 +43,10 @@ bool Work::is_completed() const {
   return !state_ || state_->test();
 }
 
+int Work::source() const {
+  return state_ ? state_->source() : -1;
+}
+
 // ---- point to point ----
 
 namespace {
@@ -58,6 +63,88 @@ class PointToPoint final : public Work::State {
  private:
   std::shared_ptr<transport::Transport> transport_;
   transport::RequestPtr request_;
+};
+
+// A receive from any member: it takes the first message with its tag that
+// some member's send left waiting in the transport, and until there is one
+// it has the transport move what is on its way (polling at once at first,
+// then a millisecond at a time).
+class AnySource final : public Work::State {
+ public:
+  AnySource(std::shared_ptr<transport::Transport> transport, std::vector<int> members,
+            std::uint64_t tag, void* data, std::size_t bytes, std::chrono::milliseconds timeout,
+            std::string what)
+      : transport_(std::move(transport)),
+        members_(std::move(members)),
+        tag_(tag),
+        data_(data),
+        bytes_(bytes),
+        timeout_(timeout),
+        what_(std::move(what)) {}
+
+  void wait(std::optional<std::chrono::milliseconds> timeout) override {
+    std::unique_lock lock(mu_);
+    const auto limit = timeout.value_or(timeout_);
+    const auto until = std::chrono::steady_clock::now() + limit;
+    for (int polls = 0; !request_; ++polls) {
+      claim();
+      if (request_) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) {
+        // Withdrawn, as a named receive that had not started: done, failed.
+        timed_out_ = fmt::format("{}: no member sent a message with that tag within {:.3g} s",
+                                 what_, std::chrono::duration<double>(limit).count());
+      }
+      if (!timed_out_.empty()) throw TimeoutError(timed_out_);
+      // (Without the lock: test() and source() from other threads go on.)
+      lock.unlock();
+      transport_->wait_any({}, polls < 64 ? std::chrono::milliseconds(0)
+                                          : std::min(std::chrono::milliseconds(1),
+                                                     std::chrono::duration_cast<std::chrono::milliseconds>(until - now)));
+      lock.lock();
+    }
+    const auto request = request_;
+    lock.unlock();
+    transport_->wait(request, std::max(std::chrono::milliseconds(1),
+                                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           until - std::chrono::steady_clock::now())));
+  }
+
+  bool test() const override {
+    std::lock_guard lock(mu_);
+    if (!timed_out_.empty()) return true;
+    if (!request_) claim();
+    return request_ && transport_->test(request_);
+  }
+
+  int source() const override {
+    std::lock_guard lock(mu_);
+    return request_ && transport_->test(request_) ? source_ : -1;
+  }
+
+ private:
+  // Posts the receive for the first member with a message waiting (mu_ held).
+  void claim() const {
+    for (const auto& [peer, fingerprint] : transport_->queued_fingerprints(tag_)) {
+      const auto it = std::find(members_.begin(), members_.end(), peer);
+      if (it == members_.end()) continue;
+      request_ = transport_->irecv(peer, tag_, data_, bytes_);
+      source_ = static_cast<int>(it - members_.begin());
+      return;
+    }
+  }
+
+  std::shared_ptr<transport::Transport> transport_;
+  std::vector<int> members_;
+  std::uint64_t tag_;
+  void* data_;
+  std::size_t bytes_;
+  std::chrono::milliseconds timeout_;
+  std::string what_;
+  mutable std::mutex mu_;
+  mutable transport::RequestPtr request_;
+  mutable int source_ = -1;
+  std::string timed_out_;  // the error of a wait that gave up before a message came
 };
 
 // A point-to-point message from or to device memory, staged whole through
@@ -166,6 +253,13 @@ class AsyncTask final : public Work::State {
 };
 
 }  // namespace
+
+Work any_source_work(std::shared_ptr<transport::Transport> transport, std::vector<int> members,
+                     std::uint64_t tag, void* data, std::size_t bytes,
+                     std::chrono::milliseconds timeout, std::string what) {
+  return Work(std::make_unique<AnySource>(std::move(transport), std::move(members), tag, data,
+                                          bytes, timeout, std::move(what)));
+}
 
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
@@ -45,6 +46,13 @@ class AsyncRunner {
 // The Work of an isend or irecv.
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request);
+
+// The Work of a receive from any of `members` (world ranks, in group
+// order) with `tag`; `what` leads its errors ("rank 2: recv from any rank
+// on world (tag 0, 64 bytes)").
+Work any_source_work(std::shared_ptr<transport::Transport> transport, std::vector<int> members,
+                     std::uint64_t tag, void* data, std::size_t bytes,
+                     std::chrono::milliseconds timeout, std::string what);
 
 // The Work of a send from, or a receive into, device memory (`engine`'s
 // device): the message staged whole through a pinned block. A device error

@@ -21,6 +21,9 @@
 //                       options or the environment as above.
 //   file:///PATH        a file-based store on a shared file system; rank and
 //                       world size as above.
+// A program that already has a store (torch's, handed to the collie backend
+// for torch.distributed) passes it in InitOptions::store instead: the ranks
+// meet there, under "collie/", and nobody hosts a store for them.
 // Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_STALL_TIME
 // (seconds a call waits before the stall inspector names who it waits for,
 // default 30; 0: never), COLLIE_SOCKET_IFNAME,
@@ -49,10 +52,16 @@
 #include <utility>
 #include <vector>
 
+#include <memory>
+
 #include <collie/address.hpp>
 #include <collie/collectives/algorithms.hpp>  // HostPort, split_host_port: tcp:// addresses
 
 namespace collie {
+
+namespace store {
+class Store;
+}
 
 struct InitOptions {
   std::string init_method = "env://";
@@ -68,6 +77,20 @@ struct InitOptions {
   std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
   std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
+
+  // Meet the other ranks in this store rather than one init_method names
+  // (init_method is then ignored; rank and world_size come from the options
+  // or the environment as above). Stall reports are off: they need a
+  // store collie serves.
+  std::shared_ptr<store::Store> store;
+  // With `store`: a name for it that every rank gives alike (its address
+  // and namespace), so that a group made again on it after one that joined
+  // takes a fresh namespace, as JobStore does; empty: always "collie/run/0".
+  std::string store_name;
+  // With `store`: a host on the way to the other ranks, whose route picks
+  // the interface this rank advertises (the store's host); empty:
+  // MASTER_ADDR, else the first address that is not loopback.
+  std::string route_to;
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
@@ -77,7 +100,7 @@ using AlgorithmOverrides = std::vector<std::pair<collectives::Collective, collec
 AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source);
 
 struct JobConfig {
-  enum class Method { Env, Tcp, File };
+  enum class Method { Env, Tcp, File, Given };  // Given: InitOptions::store
   Method method = Method::Env;
   int rank = 0;
   int world_size = 1;
@@ -88,6 +111,8 @@ struct JobConfig {
   // without MASTER_PORT), for messages; empty when it was given.
   std::string port_source;
   std::string file_path;          // file://
+  std::shared_ptr<store::Store> given_store;  // Method::Given
+  std::string given_store_name;               // Method::Given (InitOptions::store_name)
   bool store_hosted_by_launcher = false;
   int restart_count = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};

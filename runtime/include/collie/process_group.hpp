@@ -90,6 +90,7 @@ class Work {
     virtual ~State() = default;
     virtual void wait(std::optional<std::chrono::milliseconds> timeout) = 0;
     virtual bool test() const = 0;
+    virtual int source() const { return -1; }
   };
 
   Work() = default;  // an empty Work is complete
@@ -112,6 +113,11 @@ class Work {
 
   // True once the operation has finished, successfully or not. Never blocks.
   bool is_completed() const;
+
+  // For a receive from any rank (irecv_any): the rank, in its group, whose
+  // message it received, once it completed; -1 before, and for any other
+  // operation.
+  int source() const;
 
  private:
   std::unique_ptr<State> state_;
@@ -147,6 +153,17 @@ class ProcessGroup {
   void recv(void* data, std::size_t bytes, int src, int tag = 0);
   Work isend(const void* data, std::size_t bytes, int dst, int tag = 0);
   Work irecv(void* data, std::size_t bytes, int src, int tag = 0);
+
+  // Receives the first message with `tag` from any rank of the group (this
+  // one included) and returns the sender's rank; irecv_any's Work says it
+  // in source() once complete. The message must be `bytes` long, as for
+  // recv. It matches what the senders' send/isend sent with that tag, like
+  // a receive naming the rank; a receive that names the same rank and tag
+  // at the same time races with it for the message. A wait polls for new
+  // messages (at first at once, then every millisecond), so it costs a
+  // little latency that a named receive does not; host memory only.
+  int recv_any(void* data, std::size_t bytes, int tag = 0);
+  Work irecv_any(void* data, std::size_t bytes, int tag = 0);
 
   // Typed spans of any trivially copyable element (collie's dtypes and more).
   template <class T>
@@ -297,6 +314,57 @@ class ProcessGroup {
     return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, true);
   }
 
+  // ---- collectives with a count per rank ----
+  // One round of messages straight between the ranks that exchange data;
+  // host memory only. Each call takes its place in the group's order like
+  // the collectives above, and a rank that called another collective
+  // instead is named in a MismatchError.
+
+  // all_to_all with blocks of any size: this rank sends send_counts[j]
+  // elements to rank j, the blocks taken one after another from `input`,
+  // and receives recv_counts[j] elements from rank j into `output`, one
+  // block after another in rank order. Rank j's send_counts[i] must equal
+  // rank i's recv_counts[j] (else a MismatchError names both counts).
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void all_to_all_v(std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
+                    std::span<T, EO> output, const std::vector<std::size_t>& recv_counts,
+                    const CollectiveOptions& o = {}) {
+    run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, false);
+  }
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work all_to_all_v_async(std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
+                          std::span<T, EO> output, const std::vector<std::size_t>& recv_counts,
+                          const CollectiveOptions& o = {}) {
+    return run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, true);
+  }
+  // all_gather with inputs of any size: rank j gives counts[j] elements
+  // (counts alike on every rank; input.size() == counts[rank()]), and every
+  // rank's `output` (their sum) ends with them in rank order.
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void all_gather_v(std::span<In, EI> input, std::span<T, EO> output,
+                    const std::vector<std::size_t>& counts, const CollectiveOptions& o = {}) {
+    run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, false);
+  }
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work all_gather_v_async(std::span<In, EI> input, std::span<T, EO> output,
+                          const std::vector<std::size_t>& counts, const CollectiveOptions& o = {}) {
+    return run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, true);
+  }
+  // gather with inputs of any size: as all_gather_v, on the root only
+  // (elsewhere `output` is ignored and may be empty).
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  void gather_v(std::span<In, EI> input, std::span<T, EO> output,
+                const std::vector<std::size_t>& counts, int root, const CollectiveOptions& o = {}) {
+    run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, false);
+  }
+  // The untyped form: `send_counts` as all_to_all_v's, or for all_gather_v
+  // and gather_v one entry, this rank's input count; `recv_counts` as
+  // all_to_all_v's recv_counts, or the counts of all_gather_v and gather_v.
+  Work run_vector_collective(Collective c, DataType dtype, const void* input,
+                             std::span<const std::size_t> send_counts, void* output,
+                             std::span<const std::size_t> recv_counts, int root,
+                             const CollectiveOptions& o, bool async);
+
   // Returns once every rank of the group has entered the barrier.
   void barrier(const CollectiveOptions& o = {});
   Work barrier_async(const CollectiveOptions& o = {});
@@ -339,6 +407,21 @@ class ProcessGroup {
     static_assert(!std::is_const_v<Out>, "the output must be writable");
     return run_collective(c, dtype_of<T>, input.data(), output.data(), count, op, root, o, async);
   }
+  template <class In, std::size_t EI, class Out, std::size_t EO>
+  Work run_v(Collective c, std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
+             std::span<Out, EO> output, const std::vector<std::size_t>& recv_counts, int root,
+             const CollectiveOptions& o, bool async) {
+    using T = std::remove_const_t<Out>;
+    static_assert(std::is_same_v<std::remove_const_t<In>, T>,
+                  "input and output must have the same element type");
+    static_assert(!std::is_const_v<Out>, "the output must be writable");
+    check_counts(c, input.size(), send_counts, output.size(), recv_counts, root);
+    return run_vector_collective(c, dtype_of<T>, input.data(), send_counts, output.data(),
+                                 recv_counts, root, o, async);
+  }
+  void check_counts(Collective c, std::size_t input, const std::vector<std::size_t>& send_counts,
+                    std::size_t output, const std::vector<std::size_t>& recv_counts,
+                    int root) const;
   void check_equal(Collective c, std::size_t input, std::size_t output) const;
   void check_blocks(Collective c, std::size_t blocks, std::size_t block) const;
   std::size_t check_all_to_all(std::size_t input, std::size_t output) const;
