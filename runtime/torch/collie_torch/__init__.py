@@ -1,0 +1,25 @@
+"""collie as a torch.distributed backend.
+
+    import collie_torch                          # registers the backend "collie"
+    torch.distributed.init_process_group("collie", rank=r, world_size=n)
+
+Every collective and point-to-point call of torch.distributed then runs over
+collie's mesh and algorithms (shared memory between ranks of one host, TCP
+between hosts). CPU tensors, contiguous, of the dtypes collie carries.
+docs/torch.md says more.
+"""
+
+import torch.distributed as _dist
+
+from ._collie_torch import __version__, create_process_group, describe_transport
+
+__all__ = ["__version__", "create_process_group", "describe_transport"]
+
+
+def _create(store, rank, size, timeout):
+    return create_process_group(store, rank, size, timeout)
+
+
+# Importing twice (a module reloaded, mp.spawn's children) registers once.
+if "COLLIE" not in getattr(_dist.Backend, "_plugins", {}):
+    _dist.Backend.register_backend("collie", _create)
