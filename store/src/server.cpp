@@ -12,6 +12,7 @@
 #include <set>
 #include <sys/resource.h>
 #include <thread>
+#include <unistd.h>
 #include <unordered_map>
 
 #include <asio/io_context.hpp>
@@ -33,6 +34,7 @@
 #include "auth.hpp"
 #include "frame_queue.hpp"
 #include "key_value_state.hpp"
+#include "peer_user.hpp"
 #include "protocol.hpp"
 #include "torch_dialect.hpp"
 
@@ -468,6 +470,24 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     if (refusal_) {
       return close(spdlog::level::info,
                    "refused a torch TCPStore client: the server is at a connection limit");
+    }
+    // torch cannot prove the token: on loopback, its client must at least
+    // run as this server's user (who can read a rank's token anyway).
+    if (server_.options().torch_same_user) {
+      std::error_code a, b;
+      const auto local = socket_.local_endpoint(a);
+      const auto remote = socket_.remote_endpoint(b);
+      if (!a && !b && remote.address().is_loopback()) {
+        const auto uid = peer_user(local, remote);
+        if (!uid || *uid != ::geteuid()) {
+          return close(spdlog::level::warn,
+                       uid ? fmt::format("refused a torch TCPStore client: it runs as uid {}, "
+                                         "not as this store's user (uid {})",
+                                         *uid, ::geteuid())
+                           : std::string("refused a torch TCPStore client: its user could not be "
+                                         "told from /proc/net/tcp"));
+        }
+      }
     }
     phase_ = Phase::Torch;
     last_activity_ = Clock::now();

@@ -9,10 +9,15 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
+#include "peer_user.hpp"
 #include "torch_dialect.hpp"
 
 using namespace std::chrono_literals;
@@ -360,4 +365,42 @@ TEST_CASE("torch store: without torch_clients a torch client is refused", "[stor
   CHECK(t.raw.closed_by_peer(20s));
   auto c = f.client();
   CHECK_FALSE(c->try_get("/a").has_value());
+}
+
+TEST_CASE("peer_user: the owner of the other end of a loopback connection", "[torch][store]") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket client(io), served(io);
+  client.connect(acceptor.local_endpoint());
+  acceptor.accept(served);
+  const auto uid = collie::store::peer_user(served.local_endpoint(), served.remote_endpoint());
+  REQUIRE(uid.has_value());
+  CHECK(*uid == ::geteuid());
+  // The other way round is the server's own socket: also this user.
+  CHECK(collie::store::peer_user(client.local_endpoint(), client.remote_endpoint()) == uid);
+}
+
+TEST_CASE("peer_user_in reads the kernel's tables, v4 and v4-mapped v6", "[torch][store]") {
+  const std::string header =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n";
+  // 127.0.0.1:40000 (0x9C40) connected to 127.0.0.1:29500 (0x733C), uid 1234.
+  const std::string v4 = header +
+                         "   0: 0100007F:733C 0100007F:9C40 01 00000000:00000000 00:00000000 "
+                         "00000000     0        0 1 1 0 20 4 30 10 -1\n"
+                         "   1: 0100007F:9C40 0100007F:733C 01 00000000:00000000 00:00000000 "
+                         "00000000  1234        0 2 1 0 20 4 30 10 -1\n";
+  const asio::ip::tcp::endpoint server(asio::ip::make_address("127.0.0.1"), 29500);
+  const asio::ip::tcp::endpoint client(asio::ip::make_address("127.0.0.1"), 40000);
+  CHECK(collie::store::peer_user_in(v4, header, server, client) == 1234u);
+  CHECK(collie::store::peer_user_in(v4, header, client, server) == 0u);
+  CHECK_FALSE(collie::store::peer_user_in(header, header, server, client).has_value());
+  // A dual-stack server sees ::ffff:127.0.0.1; a v6 client socket is in tcp6.
+  const std::string v6 = header +
+                         "   0: 0000000000000000FFFF00000100007F:9C40 "
+                         "0000000000000000FFFF00000100007F:733C 01 00000000:00000000 "
+                         "00:00000000 00000000  4321        0 3 1 0 20 4 30 10 -1\n";
+  const asio::ip::tcp::endpoint mapped_server(asio::ip::make_address("::ffff:127.0.0.1"), 29500);
+  const asio::ip::tcp::endpoint mapped_client(asio::ip::make_address("::ffff:127.0.0.1"), 40000);
+  CHECK(collie::store::peer_user_in(header, v6, mapped_server, mapped_client) == 4321u);
 }

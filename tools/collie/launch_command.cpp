@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -200,6 +201,11 @@ class Launcher {
       options.host = multi_node() ? std::string() : args_.master_addr;
       options.port = static_cast<std::uint16_t>(port_);
       options.token = token;
+      // torch programs rendezvous in this store too (TORCHELASTIC_USE_AGENT_STORE
+      // below): on one node its clients are on loopback and must run as
+      // this user; across nodes torch's protocol cannot prove the job's
+      // secret, so only with --insecure.
+      options.torch_clients = serves_torch();
       store::raise_open_file_limit();
       server_ = std::make_unique<store::StoreServer>(options);
       port_ = server_->port();
@@ -216,7 +222,25 @@ class Launcher {
     }
   }
 
+  bool serves_torch() const { return !multi_node() || args_.insecure; }
+
+  // PYTHONPATH with this build's collie_torch package first, where it is.
+  static std::optional<std::string> python_path() {
+    const std::filesystem::path dir = COLLIE_PYTHON_DIR;
+    std::error_code ec;
+    if (!std::filesystem::exists(dir / "collie_torch" / "__init__.py", ec)) return std::nullopt;
+    const char* now = std::getenv("PYTHONPATH");
+    return dir.string() + (now != nullptr && *now != '\0' ? ":" + std::string(now) : "");
+  }
+
   std::vector<std::string> environment_for(const LocalRank& r) const {
+    auto env = base_environment_for(r);
+    if (serves_torch()) env.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
+    if (const auto path = python_path()) env.push_back("PYTHONPATH=" + *path);
+    return env;
+  }
+
+  std::vector<std::string> base_environment_for(const LocalRank& r) const {
     return {
         fmt::format("MASTER_ADDR={}", args_.master_addr),
         fmt::format("MASTER_PORT={}", port_),
@@ -712,6 +736,10 @@ void add_launch_command(CLI::App& app) {
       "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
       "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT,\n"
       "and COLLIE_RESTART_COUNT and COLLIE_STORE_HOSTED=1 (this launcher hosts the store).\n"
+      "torch programs: the store also serves torch's TCPStore clients (on one node: on\n"
+      "loopback, to this user's processes only; on several: with --insecure only), and the\n"
+      "ranks get TORCHELASTIC_USE_AGENT_STORE=True, so torch.distributed's env:// meets\n"
+      "there, and PYTHONPATH with this build's collie_torch first (docs/torch.md).\n"
       "The job has a secret that its store and every rank's handshake check: a random one\n"
       "on one node (COLLIE_STORE_TOKEN in the ranks' environment, never on a command line);\n"
       "several nodes share one with --token-file (or refuse to start without --insecure).\n"

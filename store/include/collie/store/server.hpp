@@ -77,6 +77,11 @@ struct ServerOptions {
   // connections have no idle timeout (torch keeps one idle for callbacks);
   // every other limit applies.
   bool torch_clients = false;
+  // A torch client on loopback is served only if it runs as this server's
+  // user (its socket's owner, from /proc/net/tcp): the token does not keep
+  // out that user's processes either, since they can read a rank's
+  // environment. Clients from other hosts cannot be told apart.
+  bool torch_same_user = true;
 };
 
 class StoreServer {
