@@ -502,8 +502,19 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
       stopping_ = true;
     }
     cv_.notify_all();
-    if (worker_.joinable()) worker_.join();
-    completer_.reset();
+    // Python drops the group holding the GIL; the worker finishing its
+    // queue drops tensors, which may need the GIL to free their Python
+    // objects: wait without it.
+    auto finish = [&] {
+      if (worker_.joinable()) worker_.join();
+      completer_.reset();
+    };
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release unlocked;
+      finish();
+    } else {
+      finish();
+    }
   }
 
   const std::string getBackendName() const override { return "collie"; }

@@ -266,6 +266,13 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
     handshake_timer_.expires_after(server_.options().handshake_timeout);
     handshake_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (ec || self->phase_ == Phase::Ready || self->phase_ == Phase::Closed) return;
+      // torch 1.x opens a second connection per client and leaves it
+      // silent unless it watches a key (which this store refuses): not
+      // worth a warning where torch's clients are served.
+      if (!self->first_byte_ && self->server_.options().torch_clients) {
+        return self->close(spdlog::level::debug,
+                           "it sent nothing (torch's idle callback connection, likely)");
+      }
       self->close(spdlog::level::warn,
                   fmt::format("no complete handshake within {} ms",
                               self->server_.options().handshake_timeout.count()));
@@ -338,6 +345,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   }
 
   void on_first_byte() {
+    first_byte_ = true;
     if (hello_in_[0] != static_cast<std::uint8_t>(wire::kMagic >> 24)) {
       if (server_.options().torch_clients) return start_torch();
       return close(spdlog::level::warn,
@@ -1018,6 +1026,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   std::optional<wire::HelloStatus> refusal_;
   Clock::time_point accepted_at_ = Clock::now();
   Phase phase_ = Phase::Hello;
+  bool first_byte_ = false;  // the connection has said something
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_in_{};
   wire::Proof proof_in_{};
   wire::Nonce client_nonce_{};

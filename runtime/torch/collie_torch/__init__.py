@@ -17,6 +17,11 @@ __all__ = ["__version__", "create_process_group", "describe_transport"]
 
 
 def _create(store, rank, size, timeout):
+    if rank is None or size < 1:
+        # torch 1.13 takes new_group([]) for a group of the whole world but
+        # gives its creator no rank.
+        raise ValueError("collie: torch asked for a group of %r ranks with this process's rank "
+                         "%r; new_group needs a list of the group's ranks" % (size, rank))
     return create_process_group(store, rank, size, timeout)
 
 

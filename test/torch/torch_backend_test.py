@@ -1,0 +1,374 @@
+"""The collie backend for torch.distributed, tested through torch's own API
+with real processes (torch.multiprocessing), every value checked against a
+reference computed in Python from the ranks' inputs.
+
+    python3 torch_backend_test.py CASE [WORLD]
+
+Cases: tutorials (point-to-point and every collective, every dtype and
+op), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
+SIGKILLed mid all_reduce is named on the others), mismatch (MismatchError
+naming both calls), errors (what collie cannot take is named). Exit 77
+(skipped) where Debian's python3-torch is not installed."""
+
+import datetime
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:  # python3-torch is missing: skip, saying why
+    print(f"SKIP: torch is not importable here ({e}); install python3-torch")
+    sys.exit(77)
+
+import collie_torch  # noqa: E402
+
+TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def init(backend, rank, size, path, timeout=TIMEOUT):
+    dist.init_process_group(backend, init_method="file://" + path, rank=rank,
+                            world_size=size, timeout=timeout)
+
+
+def check(ok, what):
+    if not ok:
+        raise AssertionError(what)
+
+
+# ---- the tutorials, every dtype and op --------------------------------------
+
+DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def value(rank, i, dtype):
+    """Rank `rank`'s element i: small, so sums and products are exact."""
+    if dtype == torch.bool:
+        return (rank + i) % 3 == 0
+    if dtype == torch.uint8:
+        return (rank * 3 + i) % 5 + 1
+    return ((rank * 7 + i * 3) % 5) - (0 if dtype in (torch.uint8,) else 2)
+
+
+def tensor_of(rank, n, dtype):
+    return torch.tensor([value(rank, i, dtype) for i in range(n)], dtype=dtype)
+
+
+def reference(op, size, n, dtype):
+    """op over every rank's tensor, element by element, in Python's numbers."""
+    out = []
+    for i in range(n):
+        xs = [value(r, i, dtype) for r in range(size)]
+        if dtype == torch.bool:
+            xs = [bool(x) for x in xs]
+            if op in ("sum", "max", "bor"):
+                out.append(any(xs))
+            elif op in ("product", "min", "band"):
+                out.append(all(xs))
+            else:  # bxor
+                acc = False
+                for x in xs:
+                    acc ^= x
+                out.append(acc)
+            continue
+        if op == "sum":
+            out.append(sum(xs))
+        elif op == "product":
+            acc = 1
+            for x in xs:
+                acc *= x
+            out.append(acc)
+        elif op == "min":
+            out.append(min(xs))
+        elif op == "max":
+            out.append(max(xs))
+        elif op == "band":
+            acc = -1
+            for x in xs:
+                acc &= x
+            out.append(acc)
+        elif op == "bor":
+            acc = 0
+            for x in xs:
+                acc |= x
+            out.append(acc)
+        elif op == "bxor":
+            acc = 0
+            for x in xs:
+                acc ^= x
+            out.append(acc)
+        elif op == "avg":
+            out.append(sum(xs) / size)
+    return torch.tensor(out, dtype=torch.float64 if op == "avg" else None).to(dtype)
+
+
+OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX, "band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR,
+       "bxor": dist.ReduceOp.BXOR, "avg": dist.ReduceOp.AVG}
+
+
+def ops_for(dtype):
+    if dtype == torch.bool:
+        return ["sum", "product", "min", "max", "band", "bor", "bxor"]
+    if dtype.is_floating_point:
+        return ["sum", "product", "min", "max", "avg"]
+    return list(OPS)
+
+
+def tutorials(rank, size, path):
+    init("collie", rank, size, path)
+    world = list(range(size))
+    # Blocking send/recv: a ring, then every rank to rank 0 from any source.
+    out = torch.arange(5, dtype=torch.float32) + 100 * rank
+    got = torch.zeros(5)
+    right, left = (rank + 1) % size, (rank - 1) % size
+    if size > 1:
+        if rank % 2 == 0:
+            dist.send(out, right)
+            dist.recv(got, left)
+        else:
+            dist.recv(got, left)
+            dist.send(out, right)
+        check(torch.equal(got, torch.arange(5, dtype=torch.float32) + 100 * left), f"ring {got}")
+    # Non-blocking, with tags, both directions at once.
+    a, b = torch.zeros(3, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)
+    reqs = [dist.irecv(a, left, tag=1), dist.irecv(b, right, tag=2),
+            dist.isend(torch.tensor([rank, 1, 2]), right, tag=1),
+            dist.isend(torch.tensor([rank, 3, 4]), left, tag=2)]
+    for r in reqs:
+        r.wait()
+    check(a.tolist() == [left, 1, 2] and b.tolist() == [right, 3, 4], f"isend/irecv {a} {b}")
+    if rank == 0:
+        seen = {}
+        for _ in range(size - 1):
+            x = torch.zeros(2, dtype=torch.int32)
+            src = dist.recv(x)
+            seen[src] = x.tolist()
+        check(seen == {r: [r, -r] for r in world[1:]}, f"recv from any source: {seen}")
+    else:
+        dist.send(torch.tensor([rank, -rank], dtype=torch.int32), 0)
+
+    for dtype in DTYPES:
+        for n in (0, 1, size - 1 if size > 1 else 2, 37):
+            what = f"{dtype} n={n}"
+            for op in ops_for(dtype):
+                t = tensor_of(rank, n, dtype)
+                dist.all_reduce(t, op=OPS[op])
+                ref = reference(op, size, n, dtype)
+                check(torch.equal(t, ref), f"all_reduce {op} {what}: {t} != {ref}")
+            for root in world:
+                t = tensor_of(rank, n, dtype)
+                dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+                if rank == root:
+                    ref = reference("max", size, n, dtype)
+                    check(torch.equal(t, ref), f"reduce to {root} {what}: {t}")
+                else:
+                    check(torch.equal(t, tensor_of(rank, n, dtype)), f"reduce left input {what}")
+                t = tensor_of(rank, n, dtype)
+                dist.broadcast(t, src=root)
+                check(torch.equal(t, tensor_of(root, n, dtype)), f"broadcast {root} {what}")
+                mine = tensor_of(rank, n, dtype)
+                bucket = [torch.zeros(n, dtype=dtype) for _ in world] if rank == root else None
+                dist.gather(mine, gather_list=bucket, dst=root)
+                if rank == root:
+                    check(all(torch.equal(bucket[r], tensor_of(r, n, dtype)) for r in world),
+                          f"gather {root} {what}")
+                piece = torch.zeros(n, dtype=dtype)
+                pieces = [tensor_of(r + 10, n, dtype) for r in world] if rank == root else None
+                dist.scatter(piece, scatter_list=pieces, src=root)
+                check(torch.equal(piece, tensor_of(rank + 10, n, dtype)), f"scatter {root} {what}")
+            everyone = [torch.zeros(n, dtype=dtype) for _ in world]
+            dist.all_gather(everyone, tensor_of(rank, n, dtype))
+            check(all(torch.equal(everyone[r], tensor_of(r, n, dtype)) for r in world),
+                  f"all_gather {what}")
+            flat = torch.zeros(n * size, dtype=dtype)
+            dist._all_gather_base(flat, tensor_of(rank, n, dtype))
+            check(torch.equal(flat, torch.cat([tensor_of(r, n, dtype) for r in world])),
+                  f"_all_gather_base {what}")
+            if dtype != torch.bool:
+                out = torch.zeros(n, dtype=dtype)
+                dist.reduce_scatter(out, [tensor_of(rank + 5 * j, n, dtype) for j in world])
+                ref = torch.zeros(n, dtype=dtype)
+                for r in world:
+                    ref += tensor_of(r + 5 * rank, n, dtype)
+                check(torch.equal(out, ref), f"reduce_scatter {what}: {out} != {ref}")
+            ins = [tensor_of(rank * size + j, n, dtype) for j in world]
+            outs = [torch.zeros(n, dtype=dtype) for _ in world]
+            dist.all_to_all(outs, ins)
+            check(all(torch.equal(outs[j], tensor_of(j * size + rank, n, dtype)) for j in world),
+                  f"all_to_all {what}")
+    # all_to_all_single with uneven splits: rank i sends (i + j) % 3 rows to j.
+    split = lambda i, j: (i + j) % 3  # noqa: E731
+    inp = torch.cat([torch.full((split(rank, j), 2), 10.0 * rank + j) for j in world])
+    out = torch.zeros(sum(split(j, rank) for j in world), 2)
+    dist.all_to_all_single(out, inp, output_split_sizes=[split(j, rank) for j in world],
+                           input_split_sizes=[split(rank, j) for j in world])
+    ref = torch.cat([torch.full((split(j, rank), 2), 10.0 * j + rank) for j in world])
+    check(torch.equal(out, ref), f"all_to_all_single with splits: {out} != {ref}")
+    # Async: a Work to wait on, and a future.
+    t = torch.ones(1000, dtype=torch.float64) * (rank + 1)
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    work.wait()
+    check(fut.wait()[0] is not None and t[0].item() == size * (size + 1) / 2, f"async {t[0]}")
+    check(work.is_completed() and work.is_success(), "work done")
+    # Sub-groups, nested numbering.
+    odd = [r for r in world if r % 2 == 1]
+    # (torch takes new_group([]) for the whole world: only with members.)
+    group = dist.new_group(odd) if odd else None
+    if rank in odd:
+        t = torch.tensor([rank])
+        dist.all_reduce(t, group=group)
+        check(t.item() == sum(odd), f"sub-group all_reduce {t}")
+        if len(odd) > 1:
+            t = torch.zeros(1, dtype=torch.int64)
+            if rank == odd[-1]:
+                dist.send(torch.tensor([7]), odd[0], group=group)
+            elif rank == odd[0]:
+                src = dist.recv(t, group=group)
+                check(src == odd[-1] and t.item() == 7, f"sub-group recv any: {src} {t}")
+    dist.barrier()
+    dist.destroy_process_group()
+    # A group again in the same process, on a new store.
+    init("collie", rank, size, path + ".again")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    check(t.tolist() == [size, size], f"after re-init: {t}")
+    dist.destroy_process_group()
+
+
+# ---- DDP reaches gloo's weights ----------------------------------------------
+
+def ddp(rank, size, path):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    weights = {}
+    for backend in ("gloo", "collie"):
+        init(backend, rank, size, path + backend)
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(),
+                                        torch.nn.Linear(12, 3)).double())
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(8):
+            x = torch.randn(16, 6, generator=g, dtype=torch.float64)
+            loss = model(x).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        weights[backend] = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        dist.destroy_process_group()
+    diff = (weights["gloo"] - weights["collie"]).abs().max().item()
+    # Sums in another order differ in the last bits only.
+    check(diff < 1e-12, f"DDP on collie and on gloo differ by {diff}")
+
+
+# ---- failures -------------------------------------------------------------------
+
+def killed(rank, size, path):
+    init("collie", rank, size, path, timeout=datetime.timedelta(seconds=120))
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    if rank == size - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    began = time.monotonic()
+    try:
+        for _ in range(1000):
+            dist.all_reduce(t)
+    except RuntimeError as e:
+        waited = time.monotonic() - began
+        message = str(e)
+        check(f"rank {size - 1}" in message, f"the error does not name rank {size - 1}: {message}")
+        check(waited < 30, f"the error took {waited:.1f} s")
+        print(f"rank {rank}: {message.splitlines()[0]}")
+        os._exit(0)
+    raise AssertionError("all_reduce went on without the killed rank")
+
+
+def mismatch(rank, size, path):
+    init("collie", rank, size, path, timeout=datetime.timedelta(seconds=30))
+    t = torch.ones(4)
+    try:
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.broadcast(t, src=0)
+        raise AssertionError("a mismatch went unnoticed")
+    except RuntimeError as e:
+        message = str(e)
+        check("called all_reduce(float32, 4, sum)" in message and "broadcast(float32, 4, root=0)"
+              in message, f"not a mismatch naming both calls: {message}")
+    os._exit(0)
+
+
+def errors(rank, size, path):
+    init("collie", rank, size, path)
+    expected = [
+        (lambda: dist.all_reduce(torch.ones(4, 4).t()), "not contiguous"),
+        (lambda: dist.broadcast(torch.ones(2, dtype=torch.complex64), 0),
+         "is not one collie carries"),
+        (lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), "band"),
+        (lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG), "avg"),
+        (lambda: dist.broadcast(torch.ones(2), src=size), "rank"),
+    ]
+    for call, words in expected:
+        try:
+            call()
+            raise AssertionError(f"no error; expected one mentioning '{words}'")
+        except (RuntimeError, ValueError) as e:
+            check(words in str(e), f"'{words}' not in: {e}")
+        # (A refused call leaves the group usable: check it still works.)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        check(t.item() == size, "the group after a refused call")
+    dist.destroy_process_group()
+
+
+CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
+         "errors": errors}
+
+
+def _entry(rank, size, path, case):
+    try:
+        CASES[case](rank, size, path)
+    except Exception:
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    case = sys.argv[1]
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    spawn = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as d:
+        ranks = [spawn.Process(target=_entry, args=(r, size, os.path.join(d, "store"), case))
+                 for r in range(size)]
+        for p in ranks:
+            p.start()
+        # Every rank ends by itself (each has its timeouts); a hung one is
+        # killed after 10 minutes and fails the test.
+        deadline = time.monotonic() + 600
+        for p in ranks:
+            p.join(max(1.0, deadline - time.monotonic()))
+        codes = []
+        for p in ranks:
+            if p.is_alive():
+                p.kill()
+                p.join()
+                codes.append("hung")
+            else:
+                codes.append(p.exitcode)
+    # The killed case: the last rank ends by SIGKILL, the others well.
+    want = [0] * size
+    if case == "killed":
+        want[-1] = -signal.SIGKILL
+    ok = codes == want
+    print(f"{case} on {size} processes: {'passed' if ok else 'FAILED'} (exit codes {codes})")
+    sys.exit(0 if ok else 1)
