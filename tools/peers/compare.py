@@ -4,6 +4,11 @@ and iperf-RUN.{out,in}.json) side by side, as a Markdown table.
 
   tools/peers/compare.py DIR all_reduce 2
   tools/peers/compare.py --shm DIR all_reduce 2
+  tools/peers/compare.py --torch DIR all_reduce 2
+
+With --torch: torch.distributed with collie's backend (torchcollie, its
+default transport; torchcollietcp, over TCP) against torch's gloo (torch),
+by the same script.
 
 With --shm: collie on shared memory (collieshm) against Open MPI's shared
 memory (mpishm), Open MPI over TCP (mpi), the better of the two, and
@@ -21,10 +26,11 @@ collie's figure is the in-place row, as the peers'.
 import collections, csv, glob, json, os, statistics, sys
 
 shm = "--shm" in sys.argv
-args = [a for a in sys.argv[1:] if a != "--shm"]
+torch_mode = "--torch" in sys.argv
+args = [a for a in sys.argv[1:] if a not in ("--shm", "--torch")]
 folder, collective, ranks = args[0], args[1], args[2]
 med, launches = {}, {}
-for system in ("collie", "mpi", "torch", "collieshm", "mpishm"):
+for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
     launches[system] = len(paths)
@@ -39,6 +45,27 @@ for system in ("collie", "mpi", "torch", "collieshm", "mpishm"):
                 times[size].append(float(row["time_us"]))
                 bws[size].append(float(row["busbw_gbps"]))
     med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s])) for s in times}
+
+def size_name(s_):
+    return f"{s_ >> 20} MiB" if s_ >= 1 << 20 else f"{s_ >> 10} KiB" if s_ >= 1 << 10 else f"{s_} B"
+
+
+def time_of(x):
+    return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
+
+
+if torch_mode:
+    print(f"launches: torch+collie {launches['torchcollie']}, torch+collie over TCP "
+          f"{launches['torchcollietcp']}, torch+gloo {launches['torch']}")
+    print()
+    print("| size | torch+collie (us) | torch+gloo (us) | gloo / collie | torch+collie over TCP (us) | gloo / collie TCP |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for s_ in sorted(set(med["torchcollie"]) | set(med["torch"])):
+        c, g, ct = (med[k].get(s_) for k in ("torchcollie", "torch", "torchcollietcp"))
+        def over(x):
+            return f"{g[0] / x[0]:.2f}x" if x and g and x[0] > 0 else "-"
+        print(f"| {size_name(s_)} | {time_of(c)} | {time_of(g)} | {over(c)} | {time_of(ct)} | {over(ct)} |")
+    sys.exit(0)
 
 if shm:
     print(f"launches: collie shm {launches['collieshm']}, Open MPI shm {launches['mpishm']}, "

@@ -9,6 +9,10 @@
 #              default build/release/bin/collie)
 #   mpi        Open MPI over TCP (ob1 + the tcp btl on loopback: no shared memory)
 #   torch      torch.distributed's gloo backend (Debian's python3-torch)
+#   torchcollie  torch.distributed with collie's backend (runtime/torch, from
+#              build/release/python), by the same script; its default transport
+#              (shared memory on one host), or TCP with COLLIE_TRANSPORT=tcp set
+#   torchcollietcp  the same over TCP (COLLIE_TRANSPORT=tcp)
 #   collieshm  collie bench with its default transport: shared memory on one host
 #   mpishm     Open MPI with its defaults on one host (shared memory: vader + CMA)
 # SYSTEMS picks some (default "collie mpi torch"; for shared memory,
@@ -72,6 +76,17 @@ for r in $(seq "$runs"); do
       if has torch; then
         /usr/bin/python3 tools/peers/torch_gloo_bench.py --ranks "$n" --collective "$c" \
           -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/torch-$c-$n-$r.csv" 2> /dev/null
+      fi
+      if has torchcollie; then
+        PYTHONPATH=build/release/python /usr/bin/python3 tools/peers/torch_gloo_bench.py \
+          --backend collie --ranks "$n" --collective "$c" -b 8 -e "$maxbytes" -f "$factor" \
+          -n 20 -w 5 > "$out/torchcollie-$c-$n-$r.csv" 2> /dev/null
+      fi
+      if has torchcollietcp; then
+        COLLIE_TRANSPORT=tcp PYTHONPATH=build/release/python /usr/bin/python3 \
+          tools/peers/torch_gloo_bench.py --backend collie --ranks "$n" --collective "$c" \
+          -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/torchcollietcp-$c-$n-$r.csv" \
+          2> /dev/null
       fi
     done
   done

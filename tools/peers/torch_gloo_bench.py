@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""The same sweep as `collie bench`, through torch.distributed's gloo backend.
+"""The same sweep as `collie bench`, through torch.distributed: its gloo
+backend, or (--backend collie) collie's (runtime/torch; put
+build/release/python on PYTHONPATH).
 
   python3 tools/peers/torch_gloo_bench.py --ranks 2 --collective all_reduce \
-      -b 8 -e 64M -f 4 -n 20 -w 5 > torch.csv
+      -b 8 -e 64M -f 4 -n 20 -w 5 [--backend collie] > torch.csv
 
 Prints CSV (collective, size_bytes, time_us, busbw_gbps) with the columns
 `collie bench --baseline` reads. Time: mean over iterations, maximum across
@@ -28,7 +30,9 @@ def factor(name, n):
 def run(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    if args.backend == "collie":
+        import collie_torch  # noqa: F401  (registers "collie")
+    dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     n = args.ranks
     size = args.b
     rows = []
@@ -88,6 +92,7 @@ def main():
     p.add_argument("-f", type=int, default=2)
     p.add_argument("-n", type=int, default=20)
     p.add_argument("-w", type=int, default=5)
+    p.add_argument("--backend", default="gloo", choices=["gloo", "collie"])
     args = p.parse_args()
     torch.set_num_threads(1)
     with socket.socket() as s:
@@ -103,7 +108,7 @@ def main():
         proc.join()
     print("collective,size_bytes,time_us,busbw_gbps,label")
     for nbytes, t, bw in rows:
-        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},torch-gloo")
+        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},torch-{args.backend}")
     sys.stdout.flush()
 
 
