@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -29,3 +30,12 @@ def run(main, default_size=4):
     size = int(sys.argv[1]) if len(sys.argv) > 1 else default_size
     with tempfile.TemporaryDirectory() as d:
         mp.spawn(_spawned, args=(size, os.path.join(d, "store"), main), nprocs=size)
+
+
+def weights_equal_everywhere(model):
+    """True if every rank holds the same weights as this one, bit for bit;
+    returns them flat as well."""
+    flat = torch.cat([p.data.reshape(-1) for p in model.parameters()])
+    copies = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(copies, flat)
+    return all(torch.equal(c, flat) for c in copies), flat

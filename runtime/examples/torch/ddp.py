@@ -3,11 +3,10 @@ collie backend: DDP averages the gradients in buckets with all_reduce and
 its future (the default communication hook)."""
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import run
+from common import run, weights_equal_everywhere
 
 
 def main(rank, size):
@@ -21,10 +20,8 @@ def main(rank, size):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    flat = torch.cat([p.data.reshape(-1) for p in model.parameters()])
-    copies = [torch.zeros_like(flat) for _ in range(size)]
-    dist.all_gather(copies, flat)
-    assert all(torch.equal(c, flat) for c in copies), "DDP replicas differ"
+    same, flat = weights_equal_everywhere(model)
+    assert same, "DDP replicas differ"
     print(f"rank {rank}: DDP trained 10 steps, replicas equal, checksum {flat.sum().item():.6f}")
 
 

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import run
+from common import run, weights_equal_everywhere
 
 
 def average_gradients(model):
@@ -30,10 +30,8 @@ def main(rank, size):
         average_gradients(model)
         opt.step()
     # Every rank holds the same weights, bit for bit.
-    flat = torch.cat([p.data.reshape(-1) for p in model.parameters()])
-    copies = [torch.zeros_like(flat) for _ in range(size)]
-    dist.all_gather(copies, flat)
-    assert all(torch.equal(c, flat) for c in copies), "the ranks' weights differ"
+    same, _ = weights_equal_everywhere(model)
+    assert same, "the ranks' weights differ"
     print(f"rank {rank}: loss {loss.item():.4f}, weights equal on all {size} ranks")
 
 
