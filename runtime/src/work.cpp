@@ -96,6 +96,14 @@ class AnySource final : public Work::State {
                                  what_, std::chrono::duration<double>(limit).count());
       }
       if (!timed_out_.empty()) throw TimeoutError(timed_out_);
+      // Every other member failed, nothing of theirs waits: nobody is left
+      // to send (a peer that closed after sending reads as failed too).
+      if (polls % 64 == 63) {
+        if (auto why = everyone_failed(); !why.empty())
+          throw ConnectionError(fmt::format("{}: every other rank has failed or left, and none "
+                                            "sent a message with that tag; {}",
+                                            what_, why));
+      }
       // (Without the lock: test() and source() from other threads go on.)
       lock.unlock();
       transport_->wait_any({}, polls < 64 ? std::chrono::milliseconds(0)
@@ -123,6 +131,19 @@ class AnySource final : public Work::State {
   }
 
  private:
+  // The failures of every member but this rank, or empty if one is alive.
+  std::string everyone_failed() const {
+    std::string why;
+    const int self = transport_->rank();
+    for (int peer : members_) {
+      if (peer == self) continue;
+      const auto failure = transport_->failure_of(peer);
+      if (failure.empty()) return {};
+      if (why.empty()) why = failure;
+    }
+    return why;
+  }
+
   // Posts the receive for the first member with a message waiting (mu_ held).
   void claim() const {
     for (const auto& [peer, fingerprint] : transport_->queued_fingerprints(tag_)) {

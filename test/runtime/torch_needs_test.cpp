@@ -122,6 +122,33 @@ TEST_CASE("recv_any: a wrong size, a timeout and a negative tag say what is wron
   });
 }
 
+TEST_CASE("recv_any fails, naming why, once every other rank has left without sending",
+          "[any_source]") {
+  for (const std::string transport : {"tcp", "shm"}) {
+    if (transport == "shm" && no_shm()) continue;
+    INFO(transport);
+    run_on(transport, 3, [](collie::ProcessGroup& pg) {
+      std::int64_t v = 0;
+      // Everyone speaks once first, so connections exist to notice closing.
+      if (pg.rank() != 0) {
+        pg.send(&v, sizeof v, 0, 1);
+        return;  // the group goes, its connections close
+      }
+      for (int k = 0; k < 2; ++k) pg.recv_any(&v, sizeof v, 1);
+      const auto began = std::chrono::steady_clock::now();
+      try {
+        pg.recv_any(&v, sizeof v, 2);  // the group's timeout: 60 s
+        expect(false, "a message from ranks that left");
+      } catch (const collie::ConnectionError& e) {
+        expect(std::string(e.what()).find("every other rank has failed or left") !=
+                   std::string::npos,
+               e.what());
+      }
+      expect(std::chrono::steady_clock::now() - began < 30s, "it waited for the timeout");
+    });
+  }
+}
+
 TEST_CASE("all_to_all_v, all_gather_v and gather_v move every byte of every dtype",
           "[counts]") {
   for (const std::string transport : {"tcp", "shm"}) {

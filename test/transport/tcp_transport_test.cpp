@@ -401,6 +401,7 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
       expect(recv(c[1], 0, 0, 10) == pattern(10, 0, 0), "first message");
   });
   auto pending = c[0].irecv(1, 9, in.data(), in.size());
+  CHECK(c[0].failure_of(1).empty());  // alive
   const auto closed_at = std::chrono::steady_clock::now();
   c.meshes[1].reset();  // rank 1 closes its connections
   std::string error;
@@ -418,6 +419,8 @@ TEST_CASE("mesh: a peer that goes away fails pending and later operations at onc
                           Catch::Contains("closed the connection"));
   else
     CHECK_THAT(error, Catch::Contains("rank 1 (shared memory) closed its transport"));
+  // The transport says why, when asked of the peer.
+  CHECK_THAT(c[0].failure_of(1), Catch::Contains("rank 1"));
   // Later operations fail at once too.
   const auto out = pattern(5, 0, 0);
   CHECK_THROWS_AS(c[0].wait(c[0].isend(1, 0, out.data(), out.size()), 20s),

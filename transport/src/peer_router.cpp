@@ -175,6 +175,11 @@ std::string PeerRouter::describe_peer(int peer) const {
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);
 }
 
+std::string PeerRouter::failure_of(int peer) const {
+  if (peer < 0 || peer >= world_size()) return {};
+  return backends_[backend_of_[static_cast<std::size_t>(peer)]]->failure_of(peer);
+}
+
 std::string PeerRouter::describe() const {
   std::string out;
   for (std::size_t b = 0; b < backends_.size(); ++b) {

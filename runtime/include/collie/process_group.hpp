@@ -161,7 +161,10 @@ class ProcessGroup {
   // a receive naming the rank; a receive that names the same rank and tag
   // at the same time races with it for the message. A wait polls for new
   // messages (at first at once, then every millisecond), so it costs a
-  // little latency that a named receive does not; host memory only.
+  // little latency that a named receive does not; host memory only. Once
+  // every other rank has failed or left without sending one, it throws
+  // ConnectionError naming why (a silent live rank is waited for until the
+  // timeout).
   int recv_any(void* data, std::size_t bytes, int tag = 0);
   Work irecv_any(void* data, std::size_t bytes, int tag = 0);
 

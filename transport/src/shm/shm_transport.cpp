@@ -1480,6 +1480,13 @@ std::string ShmTransport::describe_peer(int peer) const {
   return impl_->describe_peer(peer);
 }
 
+std::string ShmTransport::failure_of(int peer) const {
+  if (peer < 0 || peer >= impl_->options.world_size) return {};
+  std::lock_guard lock(impl_->mu);
+  const auto& p = impl_->peer(peer);
+  return p.local && p.state == PeerState::Failed ? p.failure : std::string();
+}
+
 std::string ShmTransport::describe() const {
   return "shm";
 }

@@ -51,6 +51,7 @@ class Connections {
   Wakeup driver_wake;               // new work for the waiting thread that drives
 
   PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
+  const PeerStream& peer(int rank) const { return peers[static_cast<std::size_t>(rank)]; }
 
   // ---- requests (mu held) ----
   void started() { ++pending; }

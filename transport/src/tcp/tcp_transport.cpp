@@ -377,6 +377,13 @@ std::string TcpTransport::describe_peer(int peer) const {
   return impl_->table.describe_peer(peer);
 }
 
+std::string TcpTransport::failure_of(int peer) const {
+  if (peer < 0 || peer >= impl_->options.world_size) return {};
+  std::lock_guard lock(impl_->table.mu);
+  const auto& p = impl_->table.peer(peer);
+  return p.state == PeerState::Failed ? p.failure : std::string();
+}
+
 std::string TcpTransport::describe() const {
   return "tcp on " + address();
 }

@@ -201,6 +201,13 @@ class Transport {
   // "rank 3 at 10.0.0.4:41234", for messages.
   virtual std::string describe_peer(int peer) const = 0;
 
+  // Why this backend failed `peer` (every operation with it fails so), or
+  // empty while it has not, or if it does not serve it. A receive from any
+  // rank asks, since no request of its own would fail: a peer that closed
+  // after its last message reads as failed too, so only "every peer has
+  // failed" means nobody is left to send.
+  virtual std::string failure_of(int /*peer*/) const { return {}; }
+
   // What carries this rank's messages, for logs and tools:
   // "tcp on 10.0.0.4:41234".
   virtual std::string describe() const = 0;
