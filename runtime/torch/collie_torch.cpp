@@ -9,9 +9,10 @@
 // "collie/" there, and open their own mesh (shared memory between ranks of
 // one host, TCP between hosts, as collie::init does).
 //
-// Collectives run in call order on the group's worker thread, one at a
-// time, with collie's blocking calls; their Work completes (and its future
-// is marked) when the call returns. Sends and receives are posted at once
+// Collectives run in call order, one at a time, with collie's blocking
+// calls: on the group's worker thread, or in the thread that waits for the
+// next one while none runs (torch's blocking calls wait at once); their
+// Work completes (and its future is marked) when the call returns. Sends and receives are posted at once
 // (collie's isend/irecv/irecv_any: a receive never blocks a later send of
 // the same process) and complete in whichever thread waits; their futures
 // are completed by a second thread, started the first time one is asked
@@ -332,10 +333,20 @@ c10::intrusive_ptr<c10::ivalue::Future> new_future() {
 }
 
 // A collective: completed by the group's worker when its call returns.
+class Runner;
+
+// A collective: completed when its call returned, on the group's worker
+// or in a thread that waited for it first (Runner).
 class CollectiveWork final : public c10d::Work {
  public:
-  CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)), future_(new_future()) {}
+  CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                 std::weak_ptr<Runner> runner)
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(new_future()),
+        runner_(std::move(runner)) {}
+
+  bool wait(std::chrono::milliseconds timeout) override;
 
   void complete(std::exception_ptr error) {
     if (error)
@@ -350,7 +361,93 @@ class CollectiveWork final : public c10d::Work {
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::weak_ptr<Runner> runner_;
 };
+
+// A group's collectives, run one at a time in call order: by its worker
+// thread, or by a thread that waits for the one at the head of the queue
+// while nothing runs (a blocking torch call waits at once: running it there
+// saves waking the worker and being woken by it).
+class Runner {
+ public:
+  using Task = std::pair<std::function<void()>, c10::intrusive_ptr<CollectiveWork>>;
+
+  void post(Task task) {
+    {
+      std::lock_guard lock(mu_);
+      TORCH_CHECK(!stopping_, "collie: the process group is being destroyed");
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+
+  // Runs `work` here if it is next and nothing runs.
+  void run_if_next(const CollectiveWork* work) {
+    Task task;
+    {
+      std::lock_guard lock(mu_);
+      if (busy_ || queue_.empty() || queue_.front().second.get() != work) return;
+      task = take();
+    }
+    execute(task);
+  }
+
+  // The worker: until stopped and the queue is empty.
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return !busy_ && (!queue_.empty() || stopping_); });
+        if (queue_.empty()) return;
+        task = take();
+      }
+      execute(task);
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  Task take() {  // mu_ held
+    busy_ = true;
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    return task;
+  }
+  void execute(Task& task) {
+    std::exception_ptr error;
+    try {
+      task.first();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    task.first = nullptr;  // its tensors go before the next call runs
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+    task.second->complete(error);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+};
+
+bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
+  if (auto runner = runner_.lock()) runner->run_if_next(this);
+  return c10d::Work::wait(timeout);
+}
 
 class Completer;
 
@@ -493,15 +590,12 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
                      std::chrono::milliseconds timeout)
       : c10d::ProcessGroup(rank, size), pg_(join(store, rank, size, timeout)) {
     completer_ = std::make_shared<Completer>();
-    worker_ = std::thread([this] { loop(); });
+    runner_ = std::make_shared<Runner>();
+    worker_ = std::thread([runner = runner_] { runner->loop(); });
   }
 
   ~ProcessGroupCollie() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
+    runner_->stop();
     // Python drops the group holding the GIL; the worker finishing its
     // queue drops tensors, which may need the GIL to free their Python
     // objects: wait without it.
@@ -866,45 +960,17 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
     }
   }
 
-  // Queues a collective for the worker; its Work completes when it ran.
+  // Queues a collective; its Work completes when it ran.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             std::function<void()> run) {
-    auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs));
-    {
-      std::lock_guard lock(mu_);
-      TORCH_CHECK(!stopping_, "collie: the process group is being destroyed");
-      queue_.push_back({std::move(run), work});
-    }
-    cv_.notify_one();
+    auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
+    runner_->post({std::move(run), work});
     return work;
-  }
-
-  void loop() {
-    for (;;) {
-      std::pair<std::function<void()>, c10::intrusive_ptr<CollectiveWork>> next;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        next = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      std::exception_ptr error;
-      try {
-        next.first();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      next.second->complete(error);
-    }
   }
 
   collie::ProcessGroup pg_;
   std::shared_ptr<Completer> completer_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::function<void()>, c10::intrusive_ptr<CollectiveWork>>> queue_;
-  bool stopping_ = false;
+  std::shared_ptr<Runner> runner_;
   std::thread worker_;  // last: started when the rest is ready
 };
 
