@@ -352,9 +352,12 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                    fmt::format("refused: not a collie store client (its first byte is 0x{:02x}, "
                                "not 0x{:02x} as collie's magic){}",
                                hello_in_[0], wire::kMagic >> 24,
-                               hello_in_[0] <= 13 ? "; a torch TCPStore client? The server "
-                                                    "serves those with --torch"
-                                                  : ""));
+                               hello_in_[0] <= 13
+                                   ? "; a torch TCPStore client? " +
+                                         (server_.options().torch_refusal_hint.empty()
+                                              ? std::string("The server serves those with --torch")
+                                              : server_.options().torch_refusal_hint)
+                                   : std::string()));
     }
     asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, hello_in_.size() - 1),
                      [self = shared_from_this()](std::error_code ec, std::size_t) {

@@ -206,6 +206,9 @@ class Launcher {
       // this user; across nodes torch's protocol cannot prove the job's
       // secret, so only with --insecure.
       options.torch_clients = serves_torch();
+      options.torch_refusal_hint =
+          "collie launch serves torch's clients across nodes only with --insecure (torch's "
+          "protocol cannot prove the job's secret); docs/torch.md";
       store::raise_open_file_limit();
       server_ = std::make_unique<store::StoreServer>(options);
       port_ = server_->port();

@@ -82,6 +82,9 @@ struct ServerOptions {
   // out that user's processes either, since they can read a rank's
   // environment. Clients from other hosts cannot be told apart.
   bool torch_same_user = true;
+  // What the log says to a torch client refused because torch_clients is
+  // off (empty: "The server serves those with --torch").
+  std::string torch_refusal_hint;
 };
 
 class StoreServer {
