@@ -220,6 +220,9 @@ TEST_CASE("all_to_all_v, all_gather_v and gather_v move every byte of every dtyp
         pg.all_reduce(std::span(one));
         work.wait();
         expect(one[0] == n, "all_reduce after an async all_gather_v");
+        std::vector<float> at_root(me == n - 1 ? gathered.size() : 0);
+        pg.gather_v_async(std::span(x), std::span(at_root), counts, n - 1).wait();
+        if (me == n - 1) expect(at_root == gathered, "typed gather_v_async");
         for (std::size_t j = 0, at = 0; j < N; at += j + 1, ++j)
           for (std::size_t i = 0; i <= j; ++i)
             expect(gathered[at + i] == static_cast<float>(j), "typed all_gather_v");

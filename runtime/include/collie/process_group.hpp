@@ -360,6 +360,12 @@ class ProcessGroup {
                 const std::vector<std::size_t>& counts, int root, const CollectiveOptions& o = {}) {
     run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, false);
   }
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work gather_v_async(std::span<In, EI> input, std::span<T, EO> output,
+                      const std::vector<std::size_t>& counts, int root,
+                      const CollectiveOptions& o = {}) {
+    return run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, true);
+  }
   // The untyped form: `send_counts` as all_to_all_v's, or for all_gather_v
   // and gather_v one entry, this rank's input count; `recv_counts` as
   // all_to_all_v's recv_counts, or the counts of all_gather_v and gather_v.
