@@ -309,6 +309,12 @@ collie::DataType check_tensor(const at::Tensor& t, const char* op) {
   return *d;
 }
 
+// Input and output of one call must have one dtype: bytes move as they are.
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "collie: ", op, ": tensors of dtypes ",
+              a.scalar_type(), " and ", b.scalar_type(), "; they must be the same");
+}
+
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op) {
   TORCH_CHECK(tensors.size() == 1, "collie: ", op, ": ", tensors.size(),
               " tensors in a list; the collie backend takes one per call");
@@ -708,6 +714,7 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
                                                  const c10d::AllgatherOptions& opts) override {
     const auto dtype = check_tensor(input, "_allgather_base");
     check_tensor(output, "_allgather_base");
+    check_same_dtype(input, output, "_allgather_base");
     TORCH_CHECK(count_of(output) == count_of(input) * static_cast<std::size_t>(getSize()),
                 "collie: _allgather_base: the output has ", count_of(output),
                 " elements; it must hold the world size times the input's ", count_of(input));
@@ -802,6 +809,7 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
     const auto dtype = check_tensor(output, "_reduce_scatter_base");
     check_tensor(input, "_reduce_scatter_base");
+    check_same_dtype(output, input, "_reduce_scatter_base");
     TORCH_CHECK(count_of(input) == count_of(output) * static_cast<std::size_t>(getSize()),
                 "collie: _reduce_scatter_base: the input has ", count_of(input),
                 " elements; it must hold the world size times the output's ", count_of(output));
@@ -819,6 +827,7 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
                                                const c10d::AllToAllOptions& opts) override {
     const auto dtype = check_tensor(input, "alltoall_base");
     check_tensor(output, "alltoall_base");
+    check_same_dtype(input, output, "alltoall_base");
     const auto n = static_cast<std::size_t>(getSize());
     const auto timeout = opts.timeout;
     if (output_splits.empty() && input_splits.empty()) {

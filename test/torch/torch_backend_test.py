@@ -315,6 +315,8 @@ def errors(rank, size, path):
         (lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), "band"),
         (lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist.ReduceOp.AVG), "avg"),
         (lambda: dist.broadcast(torch.ones(2), src=size), "rank"),
+        (lambda: dist.all_gather_into_tensor(torch.zeros(2 * size, dtype=torch.float64),
+                                             torch.ones(2)), "must be the same"),
     ]
     for call, words in expected:
         try:
