@@ -73,6 +73,20 @@ void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
     if (g.broken.empty()) g.broken = message;
   };
   std::vector<transport::RequestPtr> receives, sends;
+  // On the way out with an error: no request may go on reading the
+  // caller's buffers or writing into them. A wait past a short time
+  // withdraws what has not started (and drops the rest of a receive, or
+  // fails the peer for a send half-way: the group is broken anyway).
+  auto settle = [&] {
+    for (const auto* list : {&receives, &sends})
+      for (const auto& r : *list) {
+        if (t.test(r)) continue;
+        try {
+          t.wait(r, std::chrono::milliseconds(100));
+        } catch (const std::exception&) {
+        }
+      }
+  };
   try {
     for (const auto& m : call.receives)
       receives.push_back(t.irecv(g.members[static_cast<std::size_t>(m.peer)], tag, m.data,
@@ -110,20 +124,27 @@ void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
     for (const auto& s : sends)
       t.wait(s, remaining());
   } catch (const MismatchError& e) {
+    settle();
     broken(e.what());
     throw;
   } catch (const TimeoutError& e) {
+    settle();
     const auto message = fmt::format("{}: {}", what, e.what());
     broken(message);
     throw TimeoutError(message);
   } catch (const ConnectionError& e) {
+    settle();
     const auto message = fmt::format("{}: {}", what, e.what());
     broken(message);
     throw ConnectionError(message);
   } catch (const InterruptedError& e) {
+    settle();
     const auto message = fmt::format("{}: {}", what, e.what());
     broken(message);
     throw InterruptedError(message);
+  } catch (...) {
+    settle();
+    throw;
   }
 }
 

@@ -90,20 +90,28 @@ class AnySource final : public Work::State {
       claim();
       if (request_) break;
       const auto now = std::chrono::steady_clock::now();
-      if (now >= until) {
-        // Withdrawn, as a named receive that had not started: done, failed.
-        timed_out_ = fmt::format("{}: no member sent a message with that tag within {:.3g} s",
-                                 what_, std::chrono::duration<double>(limit).count());
+      // Withdrawn (as a named receive that had not started) or failed: done
+      // for good, and every later wait throws the same.
+      if (!error_ && now >= until) {
+        error_ = std::make_exception_ptr(
+            TimeoutError(fmt::format("{}: no member sent a message with that tag within {:.3g} s",
+                                     what_, std::chrono::duration<double>(limit).count())));
       }
-      if (!timed_out_.empty()) throw TimeoutError(timed_out_);
       // Every other member failed, nothing of theirs waits: nobody is left
       // to send (a peer that closed after sending reads as failed too).
-      if (polls % 64 == 63) {
-        if (auto why = everyone_failed(); !why.empty())
-          throw ConnectionError(fmt::format("{}: every other rank has failed or left, and none "
-                                            "sent a message with that tag; {}",
-                                            what_, why));
+      // (What a peer sent before it failed was queued before it was marked
+      // failed: one more look at the queue after seeing them all failed.)
+      if (!error_ && polls % 64 == 63) {
+        auto why = everyone_failed();
+        if (!why.empty()) claim();
+        if (request_) break;
+        if (!why.empty())
+          error_ = std::make_exception_ptr(ConnectionError(
+              fmt::format("{}: every other rank has failed or left, and none sent a message with "
+                          "that tag; {}",
+                          what_, why)));
       }
+      if (error_) std::rethrow_exception(error_);
       // (Without the lock: test() and source() from other threads go on.)
       lock.unlock();
       transport_->wait_any({}, polls < 64 ? std::chrono::milliseconds(0)
@@ -120,7 +128,7 @@ class AnySource final : public Work::State {
 
   bool test() const override {
     std::lock_guard lock(mu_);
-    if (!timed_out_.empty()) return true;
+    if (error_) return true;
     if (!request_) claim();
     return request_ && transport_->test(request_);
   }
@@ -165,7 +173,7 @@ class AnySource final : public Work::State {
   mutable std::mutex mu_;
   mutable transport::RequestPtr request_;
   mutable int source_ = -1;
-  std::string timed_out_;  // the error of a wait that gave up before a message came
+  std::exception_ptr error_;  // how a wait gave up before a message came
 };
 
 // A point-to-point message from or to device memory, staged whole through
