@@ -87,6 +87,13 @@ void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
         }
       }
   };
+  // The same error type, its message led by the call; the group broken.
+  auto named = [&]<class E>(const E& e) {
+    settle();
+    const auto message = fmt::format("{}: {}", what, e.what());
+    broken(message);
+    return E(message);
+  };
   try {
     for (const auto& m : call.receives)
       receives.push_back(t.irecv(g.members[static_cast<std::size_t>(m.peer)], tag, m.data,
@@ -123,28 +130,34 @@ void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
     }
     for (const auto& s : sends)
       t.wait(s, remaining());
-  } catch (const MismatchError& e) {
+  } catch (const MismatchError& e) {  // names the calls already
     settle();
     broken(e.what());
     throw;
   } catch (const TimeoutError& e) {
-    settle();
-    const auto message = fmt::format("{}: {}", what, e.what());
-    broken(message);
-    throw TimeoutError(message);
+    throw named(e);
   } catch (const ConnectionError& e) {
-    settle();
-    const auto message = fmt::format("{}: {}", what, e.what());
-    broken(message);
-    throw ConnectionError(message);
+    throw named(e);
   } catch (const InterruptedError& e) {
-    settle();
-    const auto message = fmt::format("{}: {}", what, e.what());
-    broken(message);
-    throw InterruptedError(message);
+    throw named(e);
   } catch (...) {
     settle();
     throw;
+  }
+}
+
+// "all_to_all_v", "all_gather_v", "gather_v"; null for a collective with
+// no form with counts per rank.
+const char* vector_name(Collective c) {
+  switch (c) {
+    case Collective::AllToAll:
+      return "all_to_all_v";
+    case Collective::AllGather:
+      return "all_gather_v";
+    case Collective::Gather:
+      return "gather_v";
+    default:
+      return nullptr;
   }
 }
 
@@ -159,9 +172,7 @@ std::vector<std::size_t> offsets_of(std::span<const std::size_t> counts) {
 void ProcessGroup::check_counts(Collective c, std::size_t input,
                                 const std::vector<std::size_t>& send_counts, std::size_t output,
                                 const std::vector<std::size_t>& recv_counts, int root) const {
-  const char* name = c == Collective::AllToAll ? "all_to_all_v"
-                     : c == Collective::Gather ? "gather_v"
-                                               : "all_gather_v";
+  const char* name = vector_name(c);
   auto total = [](const std::vector<std::size_t>& v) {
     return std::accumulate(v.begin(), v.end(), std::size_t{0});
   };
@@ -182,10 +193,7 @@ Work ProcessGroup::run_vector_collective(Collective c, DataType dtype, const voi
                                          std::span<const std::size_t> recv_counts, int root,
                                          const CollectiveOptions& o, bool async) {
   auto& g = *impl_;
-  const char* name = c == Collective::AllToAll    ? "all_to_all_v"
-                     : c == Collective::AllGather ? "all_gather_v"
-                     : c == Collective::Gather    ? "gather_v"
-                                                  : nullptr;
+  const char* name = vector_name(c);
   if (name == nullptr) {
     throw Error(fmt::format("rank {}: {} has no form with a count per rank", rank(),
                             collectives::collective_name(c)));
