@@ -1300,9 +1300,10 @@ class Executor {
     } drain{engine_};
     // Receives first: withdrawn at once (one half-way has the rest of its
     // message dropped). Then sends: one half-way through its message gets
-    // a moment to finish, since cutting it would cut the peer off (a byte
-    // stream cannot resume), and the peer may be alive and well (a
-    // mismatch, a timeout elsewhere); the notices that follow need the link.
+    // a moment to finish, since the peer may be alive and well (a
+    // mismatch, a timeout elsewhere) and the notices that follow need the
+    // link: TCP cuts a link whose send stops half-way (a byte stream cannot
+    // resume); shared memory withdraws the message and the pair goes on.
     const auto until = Clock::now() + kSendGrace;
     for (auto* list : {&recvs_, &sends_}) {
       for (const auto& p : *list) {

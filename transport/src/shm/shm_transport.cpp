@@ -105,9 +105,14 @@ struct RingCursors {
   // whether it can read the sender's memory (0 not known yet, 1 yes, 2 no).
   alignas(kLine) std::atomic<std::uint64_t> acked;
   std::atomic<std::uint32_t> single_copy;
-  // Set by either side when it gave up on the pair (a send that timed out
-  // half-way): the other fails the pair too.
+  // Set by either side when it gave up on the pair (a single-copy send
+  // that timed out while the receiver may read it): the other fails the
+  // pair too.
   std::atomic<std::uint32_t> broken;
+  // Written by the sender: 1 + the sequence number of the last message it
+  // withdrew half-way (its send timed out or was abandoned). The rest of
+  // that message is filler; the receiver drops it, and the pair goes on.
+  alignas(kLine) std::atomic<std::uint64_t> withdrawn;
 };
 static_assert(sizeof(RingCursors) <= kPage);
 
@@ -241,12 +246,16 @@ struct Peer {
   std::deque<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
   std::uint64_t acks_seen = 0;
   std::uint64_t send_seq = 0;
+  // Where the last message this rank withdrew ends in the ring (its write
+  // cursor then): until the receiver has read that far, `withdrawn` names it.
+  std::uint64_t withdrawn_end = 0;
   shm::RingCopier copier;  // ordinary or non-temporal stores, by what they cost
   // Receiving: its ring in my mailbox.
   RingCursors* in = nullptr;
   std::byte* in_ring = nullptr;
   std::uint64_t in_tail = 0;
   std::uint64_t recv_seq = 0;
+  std::uint64_t reading_seq = 0;  // the sequence number of the message being read
   tcp::TagQueues<ShmRequestPtr> posted;
   tcp::TagQueues<QueuedPtr> unexpected;
   bool paused = false;  // the next message waits for room in the unexpected queue
@@ -640,7 +649,8 @@ struct ShmTransport::Impl {
           std::memcpy(dst + done, h.data() + pos, k);
         } else if (pos < kHeaderBytes + r.bytes) {
           k = std::min(span - done, kHeaderBytes + r.bytes - pos);
-          p.copier.copy(dst + done, r.data + (pos - kHeaderBytes), k);
+          // (A withdrawn message's rest has no source: filler.)
+          if (r.data != nullptr) p.copier.copy(dst + done, r.data + (pos - kHeaderBytes), k);
         } else {
           k = span - done;  // padding: its contents do not matter
         }
@@ -680,6 +690,7 @@ struct ShmTransport::Impl {
       // copies into it while this rank copies out the next.
       const std::size_t n = std::min<std::size_t>({avail, padded - p.read_done, kPiece});
       if (n == 0 && padded != p.read_done) break;
+      if (p.target || p.queued) drop_if_withdrawn(p);
       // The payload in the ring: up to two pieces (the ring wraps).
       std::size_t at = static_cast<std::size_t>(p.in_tail % ring_bytes);
       std::size_t left = n;
@@ -809,7 +820,10 @@ struct ShmTransport::Impl {
       return false;
     }
     auto r = p.posted.take_first(tag);
-    if (!r) {
+    if (p.in->withdrawn.load(std::memory_order_acquire) == seq + 1) {
+      // Withdrawn half-way by the sender: dropped as it comes.
+      if (r) withdrawn(*r);
+    } else if (!r) {
       if (held + length > options.max_unexpected_bytes && length > 0) {
         p.paused = true;
         return false;
@@ -829,7 +843,7 @@ struct ShmTransport::Impl {
       p.target = std::move(r);
     }
     p.paused = false;
-    ++p.recv_seq;
+    p.reading_seq = p.recv_seq++;
     p.reading_tag = tag;
     p.in_tail += kHeaderBytes;
     p.reading = true;
@@ -871,9 +885,35 @@ struct ShmTransport::Impl {
     }
   }
 
+  // A receive met a message its sender withdrew half-way.
+  void withdrawn(ShmRequest& r) {
+    fail(r, ErrorKind::Request,
+         fmt::format("{} failed: {} withdrew its message half-way (its send timed out or its "
+                     "collective was abandoned); what came of it was dropped",
+                     describe_request(r), describe_peer(r.peer())));
+  }
+
+  // Whether the sender withdrew the message being read (after this rank
+  // began to read it): if so, its receive fails, or its queue entry goes,
+  // and the rest is dropped as it comes.
+  bool drop_if_withdrawn(Peer& p) {
+    if (p.length == 0 || p.in->withdrawn.load(std::memory_order_acquire) != p.reading_seq + 1)
+      return false;
+    if (p.target) withdrawn(*p.target);
+    p.target.reset();
+    if (p.queued) {
+      p.unexpected.erase(p.reading_tag, p.queued);
+      held -= p.queued->data.size();
+      --queued_count;
+      p.queued.reset();
+    }
+    return true;
+  }
+
   // Finishes the message being read; true if a receive completed.
   bool finish_message(Peer& p) {
     p.reading = false;
+    if (drop_if_withdrawn(p)) return false;
     bool received = false;
     if (p.target) {
       p.target->moved = p.length;
@@ -1034,7 +1074,7 @@ struct ShmTransport::Impl {
       if (broken && !gone && !closed) {
         fail_peer(p, ErrorKind::Connection,
                   fmt::format("{} gave up on its shared-memory channel with this rank (a send "
-                              "timed out half-way through a message)",
+                              "timed out half-way through a message it could not withdraw)",
                               describe_peer(rank)));
       } else if (gone) {
         fail_peer(p, ErrorKind::Connection,
@@ -1181,13 +1221,19 @@ struct ShmTransport::Impl {
       why += paused_text(describe_peer(r.peer()), held, options.max_unexpected_bytes);
     auto self = std::static_pointer_cast<ShmRequest>(request);
     bool half_way_send = false;
+    bool withdraw = false;
     if (r.is_send) {
       auto it = std::find(p.sends.begin(), p.sends.end(), self);
       if (std::find(p.in_flight.begin(), p.in_flight.end(), self) != p.in_flight.end()) {
-        half_way_send = true;  // the receiver may be reading it
+        half_way_send = true;  // the receiver may be reading it from this rank's memory
       } else if (it != p.sends.end()) {
-        half_way_send = it == p.sends.begin() && p.send_done > 0;
-        if (!half_way_send) p.sends.erase(it);
+        withdraw = it == p.sends.begin() && p.send_done > 0;
+        if (!withdraw) p.sends.erase(it);
+        // One withdrawn message unread at a time: `withdrawn` names one.
+        if (withdraw && p.out->tail.load(std::memory_order_acquire) < p.withdrawn_end) {
+          withdraw = false;
+          half_way_send = true;
+        }
       }
     } else if (p.target == self) {
       p.target.reset();  // the rest of its message is dropped as it comes
@@ -1195,13 +1241,23 @@ struct ShmTransport::Impl {
       p.posted.erase(r.tag, self);
     }
     fail(r, ErrorKind::Timeout, why);
+    if (withdraw) {
+      // Its rest is written as filler (the caller's buffer is the caller's
+      // again), and the receiver told to drop the message: the pair goes on.
+      p.out->withdrawn.store(p.send_header[1] + 1, std::memory_order_release);
+      p.sends.front() =
+          std::make_shared<ShmRequest>(r.peer(), true, r.tag, nullptr, r.bytes, r.fingerprint);
+      p.withdrawn_end = p.out_head + (kHeaderBytes + round_up(r.bytes, kLine) - p.send_done);
+      push(p);
+    }
     if (half_way_send) {
       if (!p.sends.empty() && p.sends.front() == self) p.sends.pop_front();
       std::erase(p.in_flight, self);
       fail_peer(p, ErrorKind::Connection,
                 fmt::format("the shared-memory channel to {} was closed after a send timed out "
-                            "half-way through a message",
-                            describe_peer(r.peer())));
+                            "half-way through a message it could not withdraw (one read from "
+                            "this rank's memory, or one more before {} read the last withdrawn)",
+                            describe_peer(r.peer()), describe_peer(r.peer())));
     }
   }
 };
