@@ -55,11 +55,22 @@ constexpr std::size_t kHeaderBytes = 64;  // a message's header in the ring (32 
 // Bytes a sender copies before it publishes them: the receiver copies out
 // one piece while the sender copies in the next.
 constexpr std::size_t kPiece = 32 * 1024;
-// Each ring; a multiple of kLine. Both sides copy through it at once: 1 MiB
-// moved 6.3-9.7 GB/s one way here, 512 KiB 4.7-5.1, 2 and 4 MiB 3.3-7.8,
-// and made 2-rank all_reduce 25-35% faster than 512 KiB from 1 to 8 MiB
-// (docs/PERFORMANCE.md).
-constexpr std::size_t kRingBytes = std::size_t{1} << 20;
+// Each ring: a power of two, by how many ranks share the host
+// (ring_bytes_for()). Where each rank has a core, both sides copy through
+// a ring at once, and the larger it is, the less the two cores fight over
+// its lines: one way, 64 MiB messages moved 11.9-18.1 GB/s through 2 MiB
+// rings here, 8.8-10.9 through 1 MiB, 4.7-5.1 through 512 KiB; 4 MiB was
+// no faster than 2 (docs/PERFORMANCE.md). Where ranks outnumber the cores
+// they take turns, and 1 MiB (less to keep in the caches) made 4-rank
+// all_reduce of 128 KiB-2 MiB 10-20% faster than 2 MiB. A rank's rings
+// from all its peers take at most kRingBudget (no smaller than kRingLeast).
+// (Starting a message at the ring's beginning again when the ring is empty,
+// so that its lines stay in the caches, made 8 KiB-512 KiB all_reduce
+// 1.4-2x slower: the other core had just read them.)
+constexpr std::size_t kRingMost = std::size_t{2} << 20;
+constexpr std::size_t kRingCrowded = std::size_t{1} << 20;
+constexpr std::size_t kRingLeast = std::size_t{256} << 10;
+constexpr std::size_t kRingBudget = std::size_t{64} << 20;
 // What one process_vm_readv reads at most (the lock is held meanwhile).
 constexpr std::size_t kRemoteChunk = 1 << 20;
 // Header words: tag, sequence, length, fingerprint, kind, address.
@@ -115,6 +126,18 @@ struct RingCursors {
   alignas(kLine) std::atomic<std::uint64_t> withdrawn;
 };
 static_assert(sizeof(RingCursors) <= kPage);
+
+// Every rank of the host computes the same figure (the mailboxes of a
+// host are alike): from how many ranks it has and how many processors its
+// kernel has online, not from this process's own CPU affinity.
+std::size_t ring_bytes_for(std::size_t ranks_here) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::size_t ring =
+      cpus > 0 && ranks_here > static_cast<std::size_t>(cpus) ? kRingCrowded : kRingMost;
+  while (ring > kRingLeast && ring * (std::max<std::size_t>(ranks_here, 2) - 1) > kRingBudget)
+    ring /= 2;
+  return ring;
+}
 
 std::size_t slot_bytes(std::size_t ring) {
   return kPage + ring;
@@ -280,7 +303,7 @@ struct ShmTransport::Impl {
   TransportOptions options;
   std::shared_ptr<store::Store> store;
   std::vector<int> local;
-  std::size_t ring_bytes = kRingBytes;
+  std::size_t ring_bytes = kRingMost;  // ring_bytes_for() the host's ranks
   int memfd = -1;
   Mapping mine;
   std::uint64_t secret[2] = {0, 0};
@@ -1318,6 +1341,7 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
   m.options = std::move(options);
   m.store = std::move(store);
   m.local = std::move(local);
+  m.ring_bytes = ring_bytes_for(m.local.size());
   m.advertised = std::move(advertised);  // "host:port": no spaces (record() writes "-" for none)
   shm::Stores stores = shm::Stores::Auto;
   if (m.options.ring_stores == "cached") {
