@@ -1263,6 +1263,10 @@ struct ShmTransport::Impl {
     } else {
       p.posted.erase(r.tag, self);
     }
+    if (withdraw)
+      why += fmt::format("; the part already written was withdrawn ({} drops it, and the pair "
+                         "goes on)",
+                         describe_peer(r.peer()));
     fail(r, ErrorKind::Timeout, why);
     if (withdraw) {
       // Its rest is written as filler (the caller's buffer is the caller's
