@@ -1304,14 +1304,17 @@ class Executor {
     // mismatch, a timeout elsewhere) and the notices that follow need the
     // link: TCP cuts a link whose send stops half-way (a byte stream cannot
     // resume); shared memory withdraws the message and the pair goes on.
-    const auto until = Clock::now() + kSendGrace;
+    // (The grace is counted from the first send found under way: most
+    // calls end with none, and read no clock here.)
+    std::optional<Clock::time_point> until;
     for (auto* list : {&recvs_, &sends_}) {
       for (const auto& p : *list) {
         if (transport_.test(p.request)) continue;
         try {
           if (list == &sends_ && waits_interrupted() == 0) {
+            if (!until) until = Clock::now() + kSendGrace;
             const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+                std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now());
             if (left.count() > 0 && transport_.wait_some(p.request, left)) continue;
           }
           transport_.wait(p.request, std::chrono::milliseconds(0));

@@ -1127,8 +1127,11 @@ struct ShmTransport::Impl {
     h.sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
 
+  // Moves data until finished() or `timeout` has passed (the clock is read
+  // only once the request is found unfinished: a small collective's waits
+  // mostly find it done).
   template <class Finished>
-  bool drive(const Finished& finished, Clock::time_point deadline) {
+  bool drive(const Finished& finished, std::chrono::milliseconds timeout) {
     if (finished()) return true;
     ++waiters;
     struct Leave {
@@ -1136,6 +1139,7 @@ struct ShmTransport::Impl {
       ~Leave() { --w; }
     } leave{waiters};
     const auto began = Clock::now();
+    const auto deadline = began + timeout;
     auto now = began;
     auto spin_until = began + options.spin;
     const auto spin_limit = began + std::max<Clock::duration>(options.spin, kSharedSpin);
@@ -1472,7 +1476,7 @@ void ShmTransport::wait(const RequestPtr& request, std::optional<std::chrono::mi
   const auto limit = timeout.value_or(m.options.timeout);
   bool interrupted = false;
   if (r.pending()) {
-    m.drive([&r] { return !r.pending(); }, Clock::now() + limit);
+    m.drive([&r] { return !r.pending(); }, limit);
     if (r.pending()) {
       const int signal = waits_interrupted();
       std::lock_guard lock(m.mu);
@@ -1488,7 +1492,7 @@ void ShmTransport::wait(const RequestPtr& request, std::optional<std::chrono::mi
 
 bool ShmTransport::wait_some(const RequestPtr& request, std::chrono::milliseconds timeout) {
   auto& r = impl_->of(request);
-  if (!impl_->drive([&r] { return !r.pending(); }, Clock::now() + timeout)) return false;
+  if (!impl_->drive([&r] { return !r.pending(); }, timeout)) return false;
   wait(request, 0ms);
   return true;
 }
@@ -1505,7 +1509,7 @@ int ShmTransport::wait_any(std::span<const RequestPtr> requests, std::chrono::mi
     }
     return false;
   };
-  m.drive(finished, Clock::now() + timeout);
+  m.drive(finished, timeout);
   return found;
 }
 
