@@ -639,6 +639,31 @@ std::size_t algo_column_width(const Plan& plan) {
   return width;
 }
 
+// Before the first row the ranks pass a token around their ring for
+// kSettle: the kernel starts a forked rank on its parent's processor, and
+// ranks that wake each other can stay on one until traffic has run a
+// while. Without this the first rows timed that (2 ranks over TCP, 8 B to
+// 1 KiB: 17-19 us a call in 2-3 launches of 10, against 7-10; with it, none;
+// docs/PERFORMANCE.md). Point-to-point messages, which traces do not show;
+// rank 0's clock says when to stop, in the token.
+constexpr auto kSettle = std::chrono::milliseconds(50);
+constexpr int kSettleTag = 0x5e771e;
+void settle(ProcessGroup& pg) {
+  const int n = pg.size(), r = pg.rank();
+  if (n < 2) return;
+  const auto until = Clock::now() + kSettle;
+  for (std::int32_t go = 1; go != 0;) {
+    if (r == 0) {
+      go = Clock::now() < until ? 1 : 0;
+      pg.send(&go, sizeof go, 1, kSettleTag);
+      pg.recv(&go, sizeof go, n - 1, kSettleTag);
+    } else {
+      pg.recv(&go, sizeof go, r - 1, kSettleTag);
+      pg.send(&go, sizeof go, (r + 1) % n, kSettleTag);
+    }
+  }
+}
+
 int run_rank(const Args& a, const Plan& plan, const std::string& how) {
   catch_interrupts();
   try {
@@ -662,6 +687,7 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
           sizes_for(a, c, dtype_size(plan.dtype), pg.size()).size() * algos.size() * forms;
     }
     if (pg.rank() == 0) printer.header(pg, how);
+    settle(pg);
     Bench bench{a, pg, plan.dtype, plan.op, printer, {}, 0, false, {}};
     std::unique_ptr<check::DeviceMemory> memory;
     if (a.device == "cuda") {
@@ -755,8 +781,10 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "         whole elements per rank; count = size / element size.\n"
       "  time   the mean over the -n timed iterations on each rank (after -w warm-up and a\n"
       "         barrier), taken as the maximum across ranks: the collective is done when\n"
-      "         the slowest rank is done. Back to back, the ranks of a rooted\n"
-      "         collective (broadcast, reduce, gather, scatter) may run ahead of the root;\n"
+      "         the slowest rank is done. Before the first row the ranks pass a token\n"
+      "         around for 50 ms, so that the kernel has placed them.\n"
+      "         Back to back, the ranks of a rooted collective (broadcast, reduce,\n"
+      "         gather, scatter) may run ahead of the root;\n"
       "         --barrier-each times each iteration alone, after a barrier.\n"
       "  algbw  size / time (GB/s = 1e9 bytes per second).\n"
       "  busbw  algbw x nccl-tests' bus factor: all_reduce 2(n-1)/n; all_gather,\n"
