@@ -256,8 +256,6 @@ class Executor {
       return std::nullopt;
     }
   }
-  // How long abandon() lets sends under way finish, in all.
-  static constexpr std::chrono::milliseconds kSendGrace{1000};
   // How long a broken connection waits for a mismatched message that would
   // explain it.
   static constexpr std::chrono::milliseconds kMismatchGrace{250};
@@ -1298,31 +1296,15 @@ class Executor {
         if (e != nullptr) e->drain();
       }
     } drain{engine_};
-    // Receives first: withdrawn at once (one half-way has the rest of its
-    // message dropped). Then sends: one half-way through its message gets
-    // a moment to finish, since the peer may be alive and well (a
-    // mismatch, a timeout elsewhere) and the notices that follow need the
-    // link: TCP cuts a link whose send stops half-way (a byte stream cannot
-    // resume); shared memory withdraws the message and the pair goes on.
-    // (The grace is counted from the first send found under way: most
-    // calls end with none, and read no clock here.)
-    std::optional<Clock::time_point> until;
-    for (auto* list : {&recvs_, &sends_}) {
-      for (const auto& p : *list) {
-        if (transport_.test(p.request)) continue;
-        try {
-          if (list == &sends_ && waits_interrupted() == 0) {
-            if (!until) until = Clock::now() + kSendGrace;
-            const auto left =
-                std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now());
-            if (left.count() > 0 && transport_.wait_some(p.request, left)) continue;
-          }
-          transport_.wait(p.request, std::chrono::milliseconds(0));
-        } catch (const std::exception&) {
-        }
-      }
-      list->clear();
-    }
+    if (recvs_.empty() && sends_.empty()) return;  // every call that succeeded
+    std::vector<transport::RequestPtr> receives, sends;
+    for (const auto& p : recvs_)
+      receives.push_back(p.request);
+    for (const auto& p : sends_)
+      sends.push_back(p.request);
+    settle_requests(transport_, receives, sends);
+    recvs_.clear();
+    sends_.clear();
   }
 
   ProcessGroup::Impl& g_;
@@ -1360,6 +1342,35 @@ class Executor {
 };
 
 }  // namespace
+
+void settle_requests(transport::Transport& t, std::span<const transport::RequestPtr> receives,
+                     std::span<const transport::RequestPtr> sends) {
+  // Receives first: withdrawn at once (one half-way has the rest of its
+  // message dropped). Then sends: one half-way through its message gets
+  // a moment to finish, since the peer may be alive and well (a
+  // mismatch, a timeout elsewhere) and the notices that follow need the
+  // link: TCP cuts a link whose send stops half-way (a byte stream cannot
+  // resume); shared memory withdraws the message and the pair goes on.
+  // (The grace is counted from the first send found under way: most
+  // failures leave none, and read no clock here.)
+  constexpr std::chrono::milliseconds kSendGrace{1000};
+  std::optional<Clock::time_point> until;
+  for (const bool sending : {false, true}) {
+    for (const auto& r : sending ? sends : receives) {
+      if (t.test(r)) continue;
+      try {
+        if (sending && waits_interrupted() == 0) {
+          if (!until) until = Clock::now() + kSendGrace;
+          const auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now());
+          if (left.count() > 0 && t.wait_some(r, left)) continue;
+        }
+        t.wait(r, std::chrono::milliseconds(0));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+}
 
 void execute_schedule(ProcessGroup::Impl& g, const Call& call, const Schedule& schedule,
                       std::vector<Region> regions, device::Engine* engine) {

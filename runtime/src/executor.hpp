@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include <collie/collectives/schedule.hpp>
@@ -55,5 +56,13 @@ struct Region {
 void execute_schedule(ProcessGroup::Impl& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
                       device::Engine* engine);
+
+// After a call failed: lets go of its requests still in flight, so that
+// none reads or writes the caller's buffers once this returns. Receives
+// are withdrawn at once; sends under way get a second in all to finish
+// (none when the wait was interrupted), then are withdrawn. Errors are
+// the call's to report, not this one's: they are swallowed.
+void settle_requests(transport::Transport& t, std::span<const transport::RequestPtr> receives,
+                     std::span<const transport::RequestPtr> sends);
 
 }  // namespace collie

@@ -19,6 +19,7 @@
 #include <collie/error.hpp>
 
 #include "call.hpp"
+#include "executor.hpp"
 #include "group.hpp"
 #include "work.hpp"
 
@@ -74,19 +75,8 @@ void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
   };
   std::vector<transport::RequestPtr> receives, sends;
   // On the way out with an error: no request may go on reading the
-  // caller's buffers or writing into them. A wait past a short time
-  // withdraws what has not started (and drops the rest of a receive, or
-  // fails the peer for a send half-way: the group is broken anyway).
-  auto settle = [&] {
-    for (const auto* list : {&receives, &sends})
-      for (const auto& r : *list) {
-        if (t.test(r)) continue;
-        try {
-          t.wait(r, std::chrono::milliseconds(100));
-        } catch (const std::exception&) {
-        }
-      }
-  };
+  // caller's buffers or writing into them (as a schedule's executor does).
+  auto settle = [&] { settle_requests(t, receives, sends); };
   // The same error type, its message led by the call; the group broken.
   auto named = [&]<class E>(const E& e) {
     settle();

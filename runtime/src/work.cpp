@@ -102,14 +102,14 @@ class AnySource final : public Work::State {
       // (What a peer sent before it failed was queued before it was marked
       // failed: one more look at the queue after seeing them all failed.)
       if (!error_ && polls % 64 == 63) {
-        auto why = everyone_failed();
-        if (!why.empty()) claim();
-        if (request_) break;
-        if (!why.empty())
+        if (auto why = everyone_failed(); !why.empty()) {
+          claim();
+          if (request_) break;
           error_ = std::make_exception_ptr(ConnectionError(
               fmt::format("{}: every other rank has failed or left, and none sent a message with "
                           "that tag; {}",
                           what_, why)));
+        }
       }
       if (error_) std::rethrow_exception(error_);
       // (Without the lock: test() and source() from other threads go on.)

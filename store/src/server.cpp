@@ -354,9 +354,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
                                hello_in_[0], wire::kMagic >> 24,
                                hello_in_[0] <= 13
                                    ? "; a torch TCPStore client? " +
-                                         (server_.options().torch_refusal_hint.empty()
-                                              ? std::string("The server serves those with --torch")
-                                              : server_.options().torch_refusal_hint)
+                                         server_.options().torch_refusal_hint
                                    : std::string()));
     }
     asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, hello_in_.size() - 1),

@@ -323,6 +323,24 @@ TEST_CASE("refusals are logged once per address per interval, with a count", "[l
   serves_within_a_second(f, "after-junk");
 }
 
+TEST_CASE("a torch TCPStore client refused is told where torch's clients are served", "[limits][log]") {
+  // torch's first byte is a query type (0-13), not collie's magic.
+  for (const std::string hint : {"", "collie launch serves torch's clients across nodes only "
+                                     "with --insecure"}) {
+    INFO("hint '" << hint << "'");
+    collie::test::LogCapture log;
+    auto options = StoreFixture::loopback();
+    if (!hint.empty()) options.torch_refusal_hint = hint;
+    StoreFixture f(options);
+    RawConnection torch_like(f.server.port());
+    torch_like.send(std::vector<std::uint8_t>(40, 0));
+    CHECK(torch_like.closed_by_peer(5s));
+    REQUIRE(eventually([&] { return !log.containing("a torch TCPStore client?").empty(); }));
+    CHECK_THAT(log.containing("a torch TCPStore client?")[0],
+               Catch::Contains(hint.empty() ? "The server serves those with --torch" : hint));
+  }
+}
+
 TEST_CASE("RateLimitedLog: one line per source per interval, then the count", "[log]") {
   collie::test::LogCapture log;
   collie::RateLimitedLog limited(2s, 2);  // long enough for a slow (sanitized) run

@@ -378,12 +378,7 @@ struct ShmTransport::Impl {
     p.posted.drain([&](const ShmRequestPtr& r) { fail_for_peer(*r, kind, reason); });
     if (p.target) fail_for_peer(*p.target, kind, reason);
     p.target.reset();
-    if (p.queued) {  // a message it never finished: not deliverable
-      p.unexpected.erase(p.reading_tag, p.queued);
-      held -= p.queued->data.size();
-      --queued_count;
-      p.queued.reset();
-    }
+    unqueue_partial(p);  // a message it never finished: not deliverable
     p.reading = false;
     if (p.rank != options.rank && p.pid > 0)
       collie::log().debug("rank {}: {}", options.rank, reason);
@@ -924,13 +919,18 @@ struct ShmTransport::Impl {
       return false;
     if (p.target) withdrawn(*p.target);
     p.target.reset();
-    if (p.queued) {
-      p.unexpected.erase(p.reading_tag, p.queued);
-      held -= p.queued->data.size();
-      --queued_count;
-      p.queued.reset();
-    }
+    unqueue_partial(p);
     return true;
+  }
+
+  // Takes the message being read out of the unexpected queue, if it was
+  // going there: it will never be whole.
+  void unqueue_partial(Peer& p) {
+    if (!p.queued) return;
+    p.unexpected.erase(p.reading_tag, p.queued);
+    held -= p.queued->data.size();
+    --queued_count;
+    p.queued.reset();
   }
 
   // Finishes the message being read; true if a receive completed.

@@ -83,8 +83,8 @@ struct ServerOptions {
   // environment. Clients from other hosts cannot be told apart.
   bool torch_same_user = true;
   // What the log says to a torch client refused because torch_clients is
-  // off (empty: "The server serves those with --torch").
-  std::string torch_refusal_hint;
+  // off.
+  std::string torch_refusal_hint = "The server serves those with --torch";
 };
 
 class StoreServer {
