@@ -59,13 +59,36 @@ void Connections::install(PeerStream& p, Descriptor connection) {
 
 void Connections::stop_waiting() {
   // The background thread moves data while nobody waits.
-  if (--waiters == 0 && pending.load() > 0) background_wake.kick();
+  if (--waiters == 0 && pending.load() > 0) nudge_background();
 }
 
-void Connections::wake_pollers() const {
-  // A waiter that leaves while work is pending wakes the background thread
-  // itself (progress.cpp).
-  (waiters.load() > 0 ? driver_wake : background_wake).kick();
+void Connections::wake_pollers() {
+  if (waiters.load() > 0)
+    driver_wake.kick();
+  else
+    wake_background();
+}
+
+void Connections::wake_background() {
+  background_urgent.store(true);
+  background_wake.kick();
+}
+
+void Connections::nudge_background() {
+  const auto quiet =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(kQuiet).count();
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const auto quiet_from = last_done.load(std::memory_order_relaxed) + quiet;
+  if (now >= quiet_from) {
+    wake_background();  // the callers are quiet: nobody else will move it
+    return;
+  }
+  // Awake (0), the thread is deciding and sees this change: it publishes
+  // its deadline, then looks at `waiters` again (progress.cpp). Asleep
+  // until about when the callers go quiet, it looks again by itself then.
+  const auto until = background_until.load();
+  if (until == 0 || until <= quiet_from + quiet) return;
+  background_wake.kick();
 }
 
 std::string Connections::describe_peer(int rank) const {

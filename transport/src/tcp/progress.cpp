@@ -24,9 +24,6 @@ constexpr auto kSharedSpin = std::chrono::milliseconds(2);
 constexpr auto kActiveSpin = std::chrono::milliseconds(2);
 // ...for at most this long in all.
 constexpr auto kActiveSpinMax = std::chrono::milliseconds(100);
-// The background thread leaves the sockets to the callers until no request
-// has finished for this long.
-constexpr auto kQuiet = std::chrono::milliseconds(2);
 // At most this many peers are read directly, without poll(), while spinning.
 constexpr std::size_t kDirectPeers = 1;
 }  // namespace
@@ -179,7 +176,8 @@ void Progress::background_loop() {
     fds.push_back({table_.background_wake.fd(), POLLIN, 0});
     who.push_back(kWake);
     auto until = listener_.add_to_poll(fds, who, Clock::now() + 100ms);
-    if (table_.waiters.load() == 0) {
+    const bool driven = table_.waiters.load() > 0;
+    if (!driven) {
       // While the callers' waits keep finishing requests, they move the
       // data: watching their sockets here too would wake this thread for
       // every message, on a core a caller spins on (with 2 ranks on 2
@@ -196,14 +194,26 @@ void Progress::background_loop() {
         until = std::min(until, quiet_from);
       }
     }
+    // Published before it sleeps, then `waiters` read again: a caller that
+    // stopped waiting meanwhile either sees this deadline (and wakes the
+    // thread if it is too late) or is seen here (nudge_background).
+    table_.background_until.store(until.time_since_epoch().count());
+    if (driven && table_.waiters.load() == 0) {
+      table_.background_until.store(0);
+      continue;
+    }
     const int ready = ::poll(fds.data(), fds.size(), remaining_ms(until));
+    table_.background_until.store(0);
     if (ready < 0 && errno != EINTR) {
       collie::log().error("rank {}: poll failed: {}", table_.opt.rank, std::strerror(errno));
       std::this_thread::sleep_for(10ms);
       continue;
     }
-    woken = (fds[0].revents & POLLIN) != 0;
-    if (woken) table_.background_wake.drain();
+    woken = false;
+    if (fds[0].revents & POLLIN) {
+      table_.background_wake.drain();
+      woken = table_.background_urgent.exchange(false);
+    }
     listener_.service(fds, who);
     bool peer_events = false;
     for (std::size_t i = 0; i < fds.size(); ++i)

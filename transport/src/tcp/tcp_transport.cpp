@@ -259,10 +259,16 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   }
   // A poller asleep must add this socket's POLLOUT: only when the queue was
   // empty (otherwise it is in the poll set already). No system call per
-  // send while a collective posts many.
+  // send while a collective posts many; none either while the caller's
+  // own waits keep moving the data (nudge_background).
   const bool first = p.sends.empty();
   p.post_send(r);
-  if (first && r->pending()) m.table.wake_pollers();
+  if (first && r->pending()) {
+    if (m.table.waiters.load() > 0)
+      m.table.driver_wake.kick();
+    else
+      m.table.nudge_background();
+  }
   return r;
 }
 
