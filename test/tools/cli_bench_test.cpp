@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sched.h>
 #include <set>
 #include <signal.h>
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
@@ -135,6 +137,31 @@ TEST_CASE("bench --barrier-each times rooted collectives one iteration at a time
   CHECK(j.out.find("\"barrier_each\": true") != std::string::npos);
   CHECK(j.out.find("each timed alone, after a barrier") != std::string::npos);
   CHECK(j.out.find("\"wrong\": 0") != std::string::npos);
+}
+
+TEST_CASE("bench --bind: the ranks it starts are placed as collie launch places them, and "
+          "the header says where") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  const auto m = cpus.size();
+  const auto expected =
+      fmt::format("3 processes started by collie bench, bound packed to processors {} {} {})",
+                  cpus[0], cpus[m / 3], cpus[2 * m / 3]);
+  const auto r = bench({"all_reduce", "--ranks", "3", "--bind", "packed", "-b", "8", "-e", "1K",
+                        "-f", "32", "-n", "3", "-w", "1"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(expected) != std::string::npos);
+  CHECK(r.out.find("# Out of bounds values : 0 OK") != std::string::npos);
+  const auto none = bench({"all_reduce", "--ranks", "3", "--bind", "none", "-b", "8", "-e", "8",
+                           "-n", "2", "-w", "0"});
+  INFO(none.out << none.err);
+  REQUIRE(none.exit_code == 0);
+  CHECK(none.out.find("3 processes started by collie bench)") != std::string::npos);
 }
 
 TEST_CASE("bench: a wrong element is counted in #wrong and fails the command") {

@@ -1,8 +1,10 @@
 // `collie launch`: ranks, environment, output, failures, restarts, signals,
 // several nodes. The ranks are small /bin/sh programs.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sched.h>
 #include <set>
 #include <signal.h>
 #include <sstream>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
@@ -289,6 +292,100 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
   r = run({kCollie, "launch", "--help"});
   CHECK_THAT(r.out, Catch::Contains("--nproc-per-node") && Catch::Contains("--max-restarts") &&
                         Catch::Contains("LOCAL_RANK"));
+}
+
+namespace {
+
+// The processors this process may run on, ascending.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Each rank's processors (/proc/self/status's Cpus_allowed_list, as the
+// kernel writes it: "3", "0-1", "0,2"), by rank.
+std::vector<std::string> cpus_by_rank(const RunResult& r, int ranks) {
+  std::vector<std::string> by_rank(static_cast<std::size_t>(ranks));
+  for (const auto& line : lines_of(r.out)) {
+    int rank = -1;
+    char list[256] = {};
+    if (std::sscanf(line.c_str(), "[rank %d] Cpus_allowed_list: %255s", &rank, list) == 2 &&
+        rank >= 0 && rank < ranks)
+      by_rank[static_cast<std::size_t>(rank)] = list;
+  }
+  return by_rank;
+}
+
+std::string list_of(int a, int b) {
+  return b == a + 1 ? fmt::format("{}-{}", a, b) : fmt::format("{},{}", a, b);
+}
+
+const std::string kShowCpus = "grep Cpus_allowed_list /proc/self/status";
+
+}  // namespace
+
+TEST_CASE("launch --bind: packed gives each rank one processor, consecutive ranks together",
+          "[launch]") {
+  const auto cpus = allowed_cpus();
+  REQUIRE(!cpus.empty());
+  const int m = static_cast<int>(cpus.size());
+  SECTION("packed, 3 ranks") {
+    const auto r = launch({"-n", "3", "--bind", "packed"}, kShowCpus);
+    REQUIRE(r.exit_code == 0);
+    const auto got = cpus_by_rank(r, 3);
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO("rank " << rank << " of 3 on " << m << " processors");
+      CHECK(got[static_cast<std::size_t>(rank)] ==
+            std::to_string(cpus[static_cast<std::size_t>(rank * m / 3)]));
+    }
+  }
+  SECTION("none: every rank keeps the launcher's processors") {
+    const auto r = launch({"-n", "3", "--bind", "none"}, kShowCpus);
+    REQUIRE(r.exit_code == 0);
+    std::ifstream status("/proc/self/status");
+    std::string own;
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0)
+        own = line.substr(line.find_first_not_of(" \t", 18));
+    for (const auto& got : cpus_by_rank(r, 3))
+      CHECK(got == own);
+  }
+  SECTION("auto: packed only when the ranks outnumber the launcher's processors") {
+    std::string taskset;
+    for (const char* path : {"/usr/bin/taskset", "/bin/taskset"})
+      if (taskset.empty() && ::access(path, X_OK) == 0) taskset = path;
+    if (m < 2 || taskset.empty()) {
+      WARN("skipped: needs 2 processors and taskset (util-linux) to give the launcher two");
+      return;
+    }
+    const auto two = fmt::format("{},{}", cpus[0], cpus[1]);
+    auto on_two = [&](int n) {
+      return run({taskset, "-c", two, kCollie, "launch", "-n", std::to_string(n), "--", "/bin/sh",
+                  "-c", kShowCpus},
+                 {}, {}, 60s);
+    };
+    auto r = on_two(2);
+    REQUIRE(r.exit_code == 0);
+    for (const auto& got : cpus_by_rank(r, 2))
+      CHECK(got == list_of(cpus[0], cpus[1]));
+    r = on_two(3);
+    REQUIRE(r.exit_code == 0);
+    const auto got = cpus_by_rank(r, 3);
+    CHECK(got[0] == std::to_string(cpus[0]));
+    CHECK(got[1] == std::to_string(cpus[0]));
+    CHECK(got[2] == std::to_string(cpus[1]));
+  }
+  SECTION("a placement it does not know is refused before anything starts") {
+    const auto r = launch({"-n", "2", "--bind", "spread"}, "echo started");
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Catch::Contains("--bind") && Catch::Contains("auto,none,packed"));
+    CHECK_THAT(r.out, !Catch::Contains("started"));
+  }
 }
 
 TEST_CASE("two nodes on one machine form one job and share its failures", "[launch][nodes]") {

@@ -53,7 +53,8 @@ struct Args {
   std::string dtype = "float32";
   int root = 0;
   std::vector<std::string> algos{"auto"};
-  int ranks = 2;  // stand-alone only
+  int ranks = 2;              // stand-alone only
+  std::string bind = "auto";  // stand-alone only: cpu_binding.hpp
   bool json = false;
   bool csv = false;
   bool progress = false;
@@ -760,6 +761,12 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
                   "Ranks to start when run on its own (inside collie launch, srun or mpirun the "
                   "job decides)")
       ->capture_default_str();
+  cmd->add_option("--bind", args->bind,
+                  "Where the ranks it starts run, as collie launch --bind: auto (packed when "
+                  "they outnumber the processors, else where the kernel puts them), none, or "
+                  "packed")
+      ->check(CLI::IsMember({"auto", "none", "packed"}))
+      ->capture_default_str();
   cmd->add_option("--device", args->device,
                   "Where the buffers are: host, or cuda (device memory, staged through pinned "
                   "host memory; each row also runs on host buffers and reports what staging "
@@ -809,8 +816,11 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       throw Error(fmt::format("-r: root {} is not a rank of the {} started (0 to {})", args->root,
                               args->ranks, args->ranks - 1));
     }
-    const std::string how = fmt::format("{} processes started by collie bench", args->ranks);
-    const int rc = run_standalone(args->ranks, [&] { return run_rank(*args, plan, how); });
+    const Binding binding = parse_binding(args->bind);
+    const std::string how = fmt::format("{} processes started by collie bench{}", args->ranks,
+                                        placement_text(args->ranks, binding));
+    const int rc =
+        run_standalone(args->ranks, binding, [&] { return run_rank(*args, plan, how); });
     if (rc != 0) throw Exit{rc};
   });
 }

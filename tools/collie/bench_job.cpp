@@ -49,8 +49,27 @@ std::string host_name() {
   return host;
 }
 
-int run_standalone(int ranks, const std::function<int()>& rank_main) {
+std::string placement_text(int ranks, Binding binding) {
+  const auto cpus = allowed_cpus();
+  std::string text;
+  for (int r = 0; r < ranks; ++r) {
+    const int cpu = cpu_for(binding, r, ranks, cpus);
+    if (cpu < 0) return "";
+    text += fmt::format(" {}", cpu);
+  }
+  return fmt::format(", bound {} to processors{}", binding_name(binding), text);
+}
+
+int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_main) {
   if (ranks < 1) throw Error(fmt::format("the number of ranks must be at least 1, not {}", ranks));
+  // Where each rank runs, decided before any fork (cpu_binding.hpp).
+  const auto cpus = allowed_cpus();
+  auto bind = [&](int rank) {
+    const int cpu = cpu_for(binding, rank, ranks, cpus);
+    if (cpu < 0) return;
+    const cpu_set_t mask = cpu_mask(cpu);
+    sched_setaffinity(0, sizeof(mask), &mask);  // unbound if refused
+  };
   // The job's secret, as `collie launch` makes one: the ranks inherit it
   // (never on a command line), and the store and their handshakes check it.
   std::string token = store::token_from_environment();
@@ -74,6 +93,7 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
       std::uint16_t port = 0;
       if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
       set_rank_environment(rank, ranks, port);
+      bind(rank);
       const int rc = rank_main();
       std::fflush(stdout);
       std::fflush(stderr);
@@ -82,6 +102,9 @@ int run_standalone(int ranks, const std::function<int()>& rank_main) {
     children.push_back(child);
   }
   ::close(pipe_fds[0]);
+  // Rank 0 is this process: bound before its threads start (the watcher,
+  // the store's), which then share its processor.
+  bind(0);
 
   // Watches the other ranks: one that fails while rank 0 still runs may
   // leave rank 0 waiting for it (in the rendezvous, say) until the job's

@@ -387,8 +387,9 @@ void add_bench_p2p_command(CLI::App& bench) {
   cmd->callback([args] {
     if (args->device == "cuda" && !cuda::built_in())
       throw Error("--device cuda: " + cuda::status());
-    const int rc =
-        inside_a_job() ? run_rank(*args) : run_standalone(2, [&] { return run_rank(*args); });
+    const int rc = inside_a_job()
+                       ? run_rank(*args)
+                       : run_standalone(2, Binding::Auto, [&] { return run_rank(*args); });
     if (rc != 0) throw Exit{rc};
   });
 }

@@ -14,8 +14,11 @@ class ChildProcess {
   // plus `env` ("NAME=value", overriding). Standard input is /dev/null; every
   // signal is unblocked in the child, which leads a process group of its own
   // (signal it with kill(-pid, ...) to reach its descendants too). Throws collie::Error naming the
-  // program if it cannot be started (not found, not executable...).
-  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+  // program if it cannot be started (not found, not executable...). With
+  // `cpu` >= 0 the child is bound to that processor before it starts the
+  // program (cpu_binding.hpp; left unbound if the kernel refuses).
+  ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               int cpu = -1);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

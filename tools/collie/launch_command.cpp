@@ -35,6 +35,7 @@
 #include "address.hpp"
 #include "child_process.hpp"
 #include "commands.hpp"
+#include "cpu_binding.hpp"
 
 namespace collie::cli {
 
@@ -55,8 +56,9 @@ struct LaunchArgs {
   std::string log_dir = "collie-logs";
   double stop_timeout_s = 5;
   double node_timeout_s = 300;
-  std::string token_file;  // the job's secret; see resolve_token()
-  bool insecure = false;   // several nodes without a secret
+  std::string token_file;     // the job's secret; see resolve_token()
+  bool insecure = false;      // several nodes without a secret
+  std::string bind = "auto";  // cpu_binding.hpp
   std::vector<std::string> command;
 };
 
@@ -134,6 +136,12 @@ class Launcher {
                               args_.node_rank, args_.nnodes, args_.nnodes));
     }
     if (args_.max_restarts < 0) throw Error("collie launch: --max-restarts must not be negative");
+    try {
+      binding_ = parse_binding(args_.bind);
+    } catch (const Error& e) {
+      throw Error(fmt::format("collie launch: {}", e.what()));
+    }
+    cpus_ = allowed_cpus();
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
     if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
@@ -276,7 +284,8 @@ class Launcher {
           throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
       }
       try {
-        r.child = std::make_unique<ChildProcess>(args_.command, environment_for(r));
+        r.child = std::make_unique<ChildProcess>(args_.command, environment_for(r),
+                                                 cpu_for(binding_, local, args_.nproc, cpus_));
       } catch (...) {
         ranks_.pop_back();
         stop_all(SIGKILL);
@@ -673,7 +682,9 @@ class Launcher {
   LaunchArgs args_;
   int port_ = 0;
   int attempt_ = 0;
-  std::string token_;  // the job's secret (resolve_token())
+  Binding binding_ = Binding::Auto;
+  std::vector<int> cpus_;  // the processors the ranks may run on (allowed_cpus)
+  std::string token_;      // the job's secret (resolve_token())
   sigset_t signals_{};
   int signal_fd_ = -1;
   std::unique_ptr<store::StoreServer> server_;
@@ -734,6 +745,12 @@ void add_launch_command(CLI::App& app) {
   cmd->add_flag("--insecure", args->insecure,
                 "Several nodes without a secret: anyone who can reach the store's port may "
                 "join or stop the job (a warning says so)");
+  cmd->add_option("--bind", args->bind,
+                  "Where the ranks run: auto (packed when they outnumber the processors this "
+                  "launcher may use, else where the kernel puts them), none, or packed (one "
+                  "processor each, consecutive ranks on the same one)")
+      ->check(CLI::IsMember({"auto", "none", "packed"}))
+      ->capture_default_str();
   cmd->add_option("command", args->command, "The program and its arguments (after --)")->required();
   cmd->footer(
       "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
