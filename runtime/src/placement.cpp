@@ -1,9 +1,10 @@
 #include "placement.hpp"
 
+#include <collie/host_cpus.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sched.h>
 #include <stdexcept>
 #include <unistd.h>
 
@@ -21,10 +22,7 @@ std::string machine_id() {
 }
 
 int usable_cores() {
-  int cores = 0;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  int cores = host_cpus();
   // cgroup v2: "max 100000" (no quota) or "<quota> <period>" in microseconds.
   std::ifstream in("/sys/fs/cgroup/cpu.max");
   std::string quota;

@@ -10,8 +10,10 @@ namespace collie {
 // two processes with the same one share its cores.
 std::string machine_id();
 
-// The cores this process may run on: its CPU affinity, capped by a
-// cgroup v2 CPU quota (cpu.max) when one is set. At least 1.
+// The cores this process's job may use on this host (host_cpus(): the
+// launcher's COLLIE_HOST_CPUS where it bound each rank to one, else this
+// process's CPU affinity), capped by a cgroup v2 CPU quota (cpu.max) when
+// one is set. At least 1.
 int usable_cores();
 
 // Ranks per core for the cost model (CostModel::crowding): `host_ranks`

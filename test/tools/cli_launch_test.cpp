@@ -334,18 +334,24 @@ TEST_CASE("launch --bind: packed gives each rank one processor, consecutive rank
   const auto cpus = allowed_cpus();
   REQUIRE(!cpus.empty());
   const int m = static_cast<int>(cpus.size());
-  SECTION("packed, 3 ranks") {
-    const auto r = launch({"-n", "3", "--bind", "packed"}, kShowCpus);
+  SECTION("packed, 3 ranks, told how many processors they share") {
+    const auto r = launch({"-n", "3", "--bind", "packed"},
+                          kShowCpus + "; echo \"shared: ${COLLIE_HOST_CPUS-unset}\"");
     REQUIRE(r.exit_code == 0);
     const auto got = cpus_by_rank(r, 3);
     for (int rank = 0; rank < 3; ++rank) {
       INFO("rank " << rank << " of 3 on " << m << " processors");
       CHECK(got[static_cast<std::size_t>(rank)] ==
             std::to_string(cpus[static_cast<std::size_t>(rank * m / 3)]));
+      // Each rank alone may run on one: the cost model and shared memory
+      // count the processors the three share (<collie/host_cpus.hpp>).
+      CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] shared: {}", rank, std::min(3, m))));
     }
   }
   SECTION("none: every rank keeps the launcher's processors") {
-    const auto r = launch({"-n", "3", "--bind", "none"}, kShowCpus);
+    const auto r = launch({"-n", "3", "--bind", "none"},
+                          kShowCpus + "; echo \"shared: ${COLLIE_HOST_CPUS-unset}\"");
+    CHECK_THAT(r.out, Catch::Contains("[rank 0] shared: unset"));
     REQUIRE(r.exit_code == 0);
     std::ifstream status("/proc/self/status");
     std::string own;

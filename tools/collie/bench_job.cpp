@@ -25,6 +25,12 @@ namespace collie::cli {
 
 namespace {
 
+// NAME=value into the environment (setenv copies; putenv would keep the string).
+void putenv_copy(const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  setenv(assignment.substr(0, eq).c_str(), assignment.substr(eq + 1).c_str(), 1);
+}
+
 void set_rank_environment(int rank, int ranks, std::uint16_t port) {
   setenv("RANK", std::to_string(rank).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
@@ -64,6 +70,8 @@ int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_
   if (ranks < 1) throw Error(fmt::format("the number of ranks must be at least 1, not {}", ranks));
   // Where each rank runs, decided before any fork (cpu_binding.hpp).
   const auto cpus = allowed_cpus();
+  if (const auto var = host_cpus_variable(binding, ranks, cpus); !var.empty())
+    putenv_copy(var);
   auto bind = [&](int rank) {
     const int cpu = cpu_for(binding, rank, ranks, cpus);
     if (cpu < 0) return;

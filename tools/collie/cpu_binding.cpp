@@ -1,5 +1,8 @@
 #include "cpu_binding.hpp"
 
+#include <cstdlib>
+#include <set>
+
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -40,6 +43,15 @@ int cpu_for(Binding b, int local, int ranks, const std::vector<int>& cpus) {
   const auto m = static_cast<long long>(cpus.size());
   if (b == Binding::None || (b == Binding::Auto && ranks <= m)) return -1;
   return cpus[static_cast<std::size_t>(static_cast<long long>(local) * m / ranks)];
+}
+
+std::string host_cpus_variable(Binding b, int ranks, const std::vector<int>& cpus) {
+  if (std::getenv("COLLIE_HOST_CPUS") != nullptr) return "";
+  std::set<int> used;
+  for (int r = 0; r < ranks; ++r)
+    if (const int cpu = cpu_for(b, r, ranks, cpus); cpu >= 0) used.insert(cpu);
+  if (used.empty()) return "";
+  return fmt::format("COLLIE_HOST_CPUS={}", used.size());
 }
 
 cpu_set_t cpu_mask(int cpu) {

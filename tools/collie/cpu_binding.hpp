@@ -34,6 +34,12 @@ std::vector<int> allowed_cpus();
 // consecutive ranks share a processor and the groups differ by one at most.
 int cpu_for(Binding b, int local, int ranks, const std::vector<int>& cpus);
 
+// "COLLIE_HOST_CPUS=K" for ranks bound so (K: the processors they share,
+// <collie/host_cpus.hpp>), or "" when they are not bound or the variable is
+// set already. Each bound rank's own affinity is one processor; the cost
+// model and shared memory's waits must count the node's.
+std::string host_cpus_variable(Binding b, int ranks, const std::vector<int>& cpus);
+
 // A mask of that one processor, built before fork() so that the child
 // only makes the system call (async-signal-safe).
 cpu_set_t cpu_mask(int cpu);

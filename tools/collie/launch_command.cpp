@@ -142,6 +142,7 @@ class Launcher {
       throw Error(fmt::format("collie launch: {}", e.what()));
     }
     cpus_ = allowed_cpus();
+    host_cpus_ = host_cpus_variable(binding_, args_.nproc, cpus_);
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
     if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
@@ -246,6 +247,7 @@ class Launcher {
 
   std::vector<std::string> environment_for(const LocalRank& r) const {
     auto env = base_environment_for(r);
+    if (!host_cpus_.empty()) env.push_back(host_cpus_);
     if (serves_torch()) env.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
     if (const auto path = python_path()) env.push_back("PYTHONPATH=" + *path);
     return env;
@@ -684,6 +686,7 @@ class Launcher {
   int attempt_ = 0;
   Binding binding_ = Binding::Auto;
   std::vector<int> cpus_;  // the processors the ranks may run on (allowed_cpus)
+  std::string host_cpus_;  // COLLIE_HOST_CPUS=... for the ranks (host_cpus_variable)
   std::string token_;      // the job's secret (resolve_token())
   sigset_t signals_{};
   int signal_fd_ = -1;

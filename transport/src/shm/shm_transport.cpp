@@ -35,6 +35,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
+#include <collie/host_cpus.hpp>
 #include <collie/log.hpp>
 
 #include "../request_state.hpp"
@@ -179,12 +180,6 @@ void cpu_relax() {
 #endif
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
 
 // Faults in a ring's pages now, writable, in this process's mapping:
 // otherwise a message of 8 B would meet a fresh page every 32 messages
@@ -1369,7 +1364,7 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.local = std::binary_search(m.local.begin(), m.local.end(), r);
     p.slot = m.slot_of(r);
   }
-  m.crowded = static_cast<int>(m.local.size()) > usable_cores();
+  m.crowded = static_cast<int>(m.local.size()) > host_cpus();
   // The background thread stays out until the callers have been quiet for
   // kQuiet from now (not from the epoch): a job's first calls come at once.
   m.last_done.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
