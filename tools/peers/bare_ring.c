@@ -13,7 +13,8 @@
  * from a SEGMENT-byte staging buffer, default 256 KiB). `exchange`: the same
  * bytes with no reduce and no dependency between steps, as fast as the
  * sockets take them: what any all_reduce of that size must at least move.
- * One thread per rank, non-blocking sockets, poll() when nothing moves.
+ * One thread per rank, non-blocking sockets, poll() when nothing moves
+ * (or, with SPIN=1, trying again at once: for ranks that each have a core).
  * Prints CSV like mpi_bench.c: the mean over ITERS after WARM, the maximum
  * across ranks; busbw by nccl-tests' all_reduce factor. */
 #define _GNU_SOURCE
@@ -80,7 +81,7 @@ static void full_read(int fd, void* p, size_t len) {
  * chunks; step k sends chunk (r-k) mod n and receives chunk (r-k-1) mod n. */
 static int n, r, nxt, prv;
 static size_t seg;
-static int duplex;
+static int duplex, spin;
 static float* stage;
 
 static void chunk_of(size_t count, int c, size_t* off, size_t* len) {
@@ -164,7 +165,7 @@ static void all_reduce(float* a, size_t count) {
         moved = 1;
       }
     }
-    if (!moved) {
+    if (!moved && !spin) {
       struct pollfd q[2] = {{nxt, POLLOUT, 0}, {prv, POLLIN, 0}};
       /* wait for POLLOUT only when a send found the socket full */
       if (rk < steps)
@@ -194,6 +195,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   duplex = strcmp(argv[1], "exchange") == 0;
+  spin = getenv("SPIN") != NULL && atoi(getenv("SPIN")) != 0;
   n = argc > 2 ? atoi(argv[2]) : 2;
   size_t lo = argc > 3 ? strtoull(argv[3], NULL, 10) : 8;
   size_t hi = argc > 4 ? strtoull(argv[4], NULL, 10) : 64u << 20;
