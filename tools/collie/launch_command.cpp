@@ -758,7 +758,8 @@ void add_launch_command(CLI::App& app) {
   cmd->footer(
       "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"
       "LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, TORCHELASTIC_RESTART_COUNT,\n"
-      "and COLLIE_RESTART_COUNT and COLLIE_STORE_HOSTED=1 (this launcher hosts the store).\n"
+      "and COLLIE_RESTART_COUNT and COLLIE_STORE_HOSTED=1 (this launcher hosts the store);\n"
+      "ranks bound by --bind also get COLLIE_HOST_CPUS, the processors they share.\n"
       "torch programs: the store also serves torch's TCPStore clients (on one node: on\n"
       "loopback, to this user's processes only; on several: with --insecure only), and the\n"
       "ranks get TORCHELASTIC_USE_AGENT_STORE=True, so torch.distributed's env:// meets\n"
