@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sched.h>
 #include <set>
 #include <signal.h>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support/cpus.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -141,12 +141,8 @@ TEST_CASE("bench --barrier-each times rooted collectives one iteration at a time
 
 TEST_CASE("bench --bind: the ranks it starts are placed as collie launch places them, and "
           "the header says where") {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  const auto cpus = collie::test::allowed_cpus();
+  REQUIRE(!cpus.empty());
   const auto m = cpus.size();
   const auto expected =
       fmt::format("3 processes started by collie bench, bound packed to processors {} {} {})",

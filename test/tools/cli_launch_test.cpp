@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sched.h>
 #include <set>
 #include <signal.h>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support/cpus.hpp"
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -296,17 +296,6 @@ TEST_CASE("launch explains what it cannot do", "[launch]") {
 
 namespace {
 
-// The processors this process may run on, ascending.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
 // Each rank's processors (/proc/self/status's Cpus_allowed_list, as the
 // kernel writes it: "3", "0-1", "0,2"), by rank.
 std::vector<std::string> cpus_by_rank(const RunResult& r, int ranks) {
@@ -331,7 +320,7 @@ const std::string kShowCpus = "grep Cpus_allowed_list /proc/self/status";
 
 TEST_CASE("launch --bind: packed gives each rank one processor, consecutive ranks together",
           "[launch]") {
-  const auto cpus = allowed_cpus();
+  const auto cpus = collie::test::allowed_cpus();
   REQUIRE(!cpus.empty());
   const int m = static_cast<int>(cpus.size());
   SECTION("packed, 3 ranks, told how many processors they share") {

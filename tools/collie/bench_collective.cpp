@@ -761,12 +761,7 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
                   "Ranks to start when run on its own (inside collie launch, srun or mpirun the "
                   "job decides)")
       ->capture_default_str();
-  cmd->add_option("--bind", args->bind,
-                  "Where the ranks it starts run, as collie launch --bind: auto (packed when "
-                  "they outnumber the processors, else where the kernel puts them), none, or "
-                  "packed")
-      ->check(CLI::IsMember({"auto", "none", "packed"}))
-      ->capture_default_str();
+  add_bind_option(*cmd, args->bind, "the ranks it starts itself");
   cmd->add_option("--device", args->device,
                   "Where the buffers are: host, or cuda (device memory, staged through pinned "
                   "host memory; each row also runs on host buffers and reports what staging "
@@ -816,11 +811,11 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       throw Error(fmt::format("-r: root {} is not a rank of the {} started (0 to {})", args->root,
                               args->ranks, args->ranks - 1));
     }
-    const Binding binding = parse_binding(args->bind);
+    const Placement placement = place_ranks(parse_binding(args->bind), args->ranks);
     const std::string how = fmt::format("{} processes started by collie bench{}", args->ranks,
-                                        placement_text(args->ranks, binding));
+                                        placement.describe());
     const int rc =
-        run_standalone(args->ranks, binding, [&] { return run_rank(*args, plan, how); });
+        run_standalone(args->ranks, placement, [&] { return run_rank(*args, plan, how); });
     if (rc != 0) throw Exit{rc};
   });
 }

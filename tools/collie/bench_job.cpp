@@ -25,12 +25,6 @@ namespace collie::cli {
 
 namespace {
 
-// NAME=value into the environment (setenv copies; putenv would keep the string).
-void putenv_copy(const std::string& assignment) {
-  const auto eq = assignment.find('=');
-  setenv(assignment.substr(0, eq).c_str(), assignment.substr(eq + 1).c_str(), 1);
-}
-
 void set_rank_environment(int rank, int ranks, std::uint16_t port) {
   setenv("RANK", std::to_string(rank).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
@@ -55,29 +49,11 @@ std::string host_name() {
   return host;
 }
 
-std::string placement_text(int ranks, Binding binding) {
-  const auto cpus = allowed_cpus();
-  std::string text;
-  for (int r = 0; r < ranks; ++r) {
-    const int cpu = cpu_for(binding, r, ranks, cpus);
-    if (cpu < 0) return "";
-    text += fmt::format(" {}", cpu);
-  }
-  return fmt::format(", bound {} to processors{}", binding_name(binding), text);
-}
-
-int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_main) {
+int run_standalone(int ranks, const Placement& placement, const std::function<int()>& rank_main) {
   if (ranks < 1) throw Error(fmt::format("the number of ranks must be at least 1, not {}", ranks));
-  // Where each rank runs, decided before any fork (cpu_binding.hpp).
-  const auto cpus = allowed_cpus();
-  if (const auto var = host_cpus_variable(binding, ranks, cpus); !var.empty())
-    putenv_copy(var);
-  auto bind = [&](int rank) {
-    const int cpu = cpu_for(binding, rank, ranks, cpus);
-    if (cpu < 0) return;
-    const cpu_set_t mask = cpu_mask(cpu);
-    sched_setaffinity(0, sizeof(mask), &mask);  // unbound if refused
-  };
+  // Bound ranks: how many processors they share, unless the user said
+  // (inherited by every rank; cpu_binding.hpp).
+  if (placement.shared > 0) setenv(kHostCpusVariable, std::to_string(placement.shared).c_str(), 0);
   // The job's secret, as `collie launch` makes one: the ranks inherit it
   // (never on a command line), and the store and their handshakes check it.
   std::string token = store::token_from_environment();
@@ -101,7 +77,7 @@ int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_
       std::uint16_t port = 0;
       if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
       set_rank_environment(rank, ranks, port);
-      bind(rank);
+      bind_to_cpu(placement.cpu_of(rank));
       const int rc = rank_main();
       std::fflush(stdout);
       std::fflush(stderr);
@@ -112,7 +88,7 @@ int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_
   ::close(pipe_fds[0]);
   // Rank 0 is this process: bound before its threads start (the watcher,
   // the store's), which then share its processor.
-  bind(0);
+  bind_to_cpu(placement.cpu_of(0));
 
   // Watches the other ranks: one that fails while rank 0 still runs may
   // leave rank 0 waiting for it (in the rendezvous, say) until the job's

@@ -19,12 +19,9 @@ bool inside_a_job();
 // the store on a free loopback port, and runs rank 0 in this process. Returns
 // rank 0's exit code, or 1 where rank 0 succeeded and another rank did not.
 // When rank 0 fails, the others get SIGTERM rather than wait out the timeout.
-// `binding` places each rank as `collie launch --bind` does (cpu_binding.hpp).
-int run_standalone(int ranks, Binding binding, const std::function<int()>& rank_main);
-
-// How run_standalone places `ranks` ranks, for a benchmark's header:
-// "" when unbound, else ", bound packed to processors 0 0 1 1".
-std::string placement_text(int ranks, Binding binding);
+// `placement` (place_ranks, as `collie launch --bind` does) puts each rank
+// on its processor, and tells bound ranks how many they share.
+int run_standalone(int ranks, const Placement& placement, const std::function<int()>& rank_main);
 
 // This machine's host name.
 std::string host_name();

@@ -389,7 +389,8 @@ void add_bench_p2p_command(CLI::App& bench) {
       throw Error("--device cuda: " + cuda::status());
     const int rc = inside_a_job()
                        ? run_rank(*args)
-                       : run_standalone(2, Binding::Auto, [&] { return run_rank(*args); });
+                       : run_standalone(2, place_ranks(Binding::Auto, 2),
+                                        [&] { return run_rank(*args); });
     if (rc != 0) throw Exit{rc};
   });
 }

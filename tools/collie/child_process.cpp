@@ -45,7 +45,6 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   make_pipe(exec_error);
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
-  const cpu_set_t mask = cpu_mask(cpu);
   const pid_t launcher = getpid();
   pid_ = fork();
   if (pid_ < 0) {
@@ -68,7 +67,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     // lives as long as it does.) It may have died before this line.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != launcher) _exit(128 + SIGKILL);
-    if (cpu >= 0) sched_setaffinity(0, sizeof(mask), &mask);
+    bind_to_cpu(cpu);
     if (dev_null >= 0) dup2(dev_null, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);

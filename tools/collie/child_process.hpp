@@ -16,7 +16,7 @@ class ChildProcess {
   // (signal it with kill(-pid, ...) to reach its descendants too). Throws collie::Error naming the
   // program if it cannot be started (not found, not executable...). With
   // `cpu` >= 0 the child is bound to that processor before it starts the
-  // program (cpu_binding.hpp; left unbound if the kernel refuses).
+  // program (bind_to_cpu, cpu_binding.hpp).
   ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                int cpu = -1);
   ~ChildProcess();

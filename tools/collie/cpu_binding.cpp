@@ -1,9 +1,11 @@
 #include "cpu_binding.hpp"
 
-#include <cstdlib>
+#include <algorithm>
 #include <set>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/error.hpp>
 
@@ -16,49 +18,56 @@ Binding parse_binding(const std::string& text) {
   throw Error(fmt::format("--bind must be auto, none or packed, not '{}'", text));
 }
 
-const char* binding_name(Binding b) {
-  switch (b) {
-    case Binding::Auto:
-      return "auto";
-    case Binding::None:
-      return "none";
-    case Binding::Packed:
-      return "packed";
-  }
-  return "?";
+void add_bind_option(CLI::App& cmd, std::string& into, const std::string& ranks) {
+  cmd.add_option("--bind", into,
+                 "Where " + ranks +
+                     " run: auto (packed when they outnumber the processors this process may "
+                     "use, else where the kernel puts them), none, or packed (one processor "
+                     "each, consecutive ranks on the same one)")
+      ->check(CLI::IsMember({"auto", "none", "packed"}))
+      ->capture_default_str();
 }
 
-std::vector<int> allowed_cpus() {
+Placement place_ranks(Binding b, int ranks) {
+  Placement p;
+  p.binding = b;
+  p.cpu.assign(static_cast<std::size_t>(std::max(ranks, 0)), -1);
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
-int cpu_for(Binding b, int local, int ranks, const std::vector<int>& cpus) {
-  if (cpus.empty() || ranks < 1 || local < 0 || local >= ranks) return -1;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
   const auto m = static_cast<long long>(cpus.size());
-  if (b == Binding::None || (b == Binding::Auto && ranks <= m)) return -1;
-  return cpus[static_cast<std::size_t>(static_cast<long long>(local) * m / ranks)];
-}
-
-std::string host_cpus_variable(Binding b, int ranks, const std::vector<int>& cpus) {
-  if (std::getenv("COLLIE_HOST_CPUS") != nullptr) return "";
+  if (m == 0 || b == Binding::None || (b == Binding::Auto && ranks <= m)) return p;
   std::set<int> used;
-  for (int r = 0; r < ranks; ++r)
-    if (const int cpu = cpu_for(b, r, ranks, cpus); cpu >= 0) used.insert(cpu);
-  if (used.empty()) return "";
-  return fmt::format("COLLIE_HOST_CPUS={}", used.size());
+  for (int r = 0; r < ranks; ++r) {
+    const int cpu = cpus[static_cast<std::size_t>(static_cast<long long>(r) * m / ranks)];
+    p.cpu[static_cast<std::size_t>(r)] = cpu;
+    used.insert(cpu);
+  }
+  p.shared = static_cast<int>(used.size());
+  return p;
 }
 
-cpu_set_t cpu_mask(int cpu) {
+int Placement::cpu_of(int rank) const {
+  return rank >= 0 && static_cast<std::size_t>(rank) < cpu.size()
+             ? cpu[static_cast<std::size_t>(rank)]
+             : -1;
+}
+
+void bind_to_cpu(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
-  return set;
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof(set), &set);
+}
+
+std::string Placement::describe() const {
+  if (shared == 0) return "";
+  return fmt::format(", bound {} to processors {}", binding == Binding::Auto ? "auto" : "packed",
+                     fmt::join(cpu, " "));
 }
 
 }  // namespace collie::cli

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace collie::cli {
 
 enum class Binding {
@@ -22,26 +26,39 @@ enum class Binding {
   Packed,  // one processor each, consecutive ranks on the same one
 };
 
-// "auto", "none", "packed"; throws collie::Error naming the choices.
+// "auto", "none", "packed" (add_bind_option checks the choice first).
 Binding parse_binding(const std::string& text);
-const char* binding_name(Binding b);
 
-// The processors this process may run on (its affinity mask), ascending.
-std::vector<int> allowed_cpus();
+// The --bind option of `collie launch` and `collie bench`, into `into`;
+// `ranks` says whose ranks it places.
+void add_bind_option(CLI::App& cmd, std::string& into, const std::string& ranks);
 
-// The processor for local rank `local` of `ranks`, or -1 to leave it
-// unbound. Packed: rank i on cpus[i * m / ranks], m = cpus.size(), so
+// Where each of a node's ranks runs, decided once, before any of them starts.
+struct Placement {
+  Binding binding = Binding::None;
+  std::vector<int> cpu;  // by local rank: its processor, or -1 where unbound
+  int shared = 0;        // the processors the bound ranks share; 0 when none is bound
+
+  // Local rank `rank`'s processor, or -1.
+  int cpu_of(int rank) const;
+  // For a benchmark's header: "" when unbound, else ", bound packed to
+  // processors 0 0 1 1".
+  std::string describe() const;
+};
+
+// Places `ranks` local ranks on the processors this process may run on (its
+// affinity). Packed: rank i on cpus[i * m / ranks], m = cpus.size(), so
 // consecutive ranks share a processor and the groups differ by one at most.
-int cpu_for(Binding b, int local, int ranks, const std::vector<int>& cpus);
+Placement place_ranks(Binding b, int ranks);
 
-// "COLLIE_HOST_CPUS=K" for ranks bound so (K: the processors they share,
-// <collie/host_cpus.hpp>), or "" when they are not bound or the variable is
-// set already. Each bound rank's own affinity is one processor; the cost
-// model and shared memory's waits must count the node's.
-std::string host_cpus_variable(Binding b, int ranks, const std::vector<int>& cpus);
+// Binds the calling thread (and the threads it starts later) to processor
+// `cpu`; nothing for -1, and left unbound if the kernel refuses. One system
+// call: async-signal-safe, for a child between fork() and exec().
+void bind_to_cpu(int cpu);
 
-// A mask of that one processor, built before fork() so that the child
-// only makes the system call (async-signal-safe).
-cpu_set_t cpu_mask(int cpu);
+// The variable that tells bound ranks how many processors they share
+// (<collie/host_cpus.hpp>: each one's own affinity is a single processor,
+// and the cost model and shared memory's waits must count the node's).
+inline constexpr const char* kHostCpusVariable = "COLLIE_HOST_CPUS";
 
 }  // namespace collie::cli

@@ -136,13 +136,7 @@ class Launcher {
                               args_.node_rank, args_.nnodes, args_.nnodes));
     }
     if (args_.max_restarts < 0) throw Error("collie launch: --max-restarts must not be negative");
-    try {
-      binding_ = parse_binding(args_.bind);
-    } catch (const Error& e) {
-      throw Error(fmt::format("collie launch: {}", e.what()));
-    }
-    cpus_ = allowed_cpus();
-    host_cpus_ = host_cpus_variable(binding_, args_.nproc, cpus_);
+    placement_ = place_ranks(parse_binding(args_.bind), args_.nproc);
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
     if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
@@ -247,7 +241,9 @@ class Launcher {
 
   std::vector<std::string> environment_for(const LocalRank& r) const {
     auto env = base_environment_for(r);
-    if (!host_cpus_.empty()) env.push_back(host_cpus_);
+    // Bound ranks: how many processors they share, unless the user said.
+    if (placement_.shared > 0 && std::getenv(kHostCpusVariable) == nullptr)
+      env.push_back(fmt::format("{}={}", kHostCpusVariable, placement_.shared));
     if (serves_torch()) env.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
     if (const auto path = python_path()) env.push_back("PYTHONPATH=" + *path);
     return env;
@@ -287,7 +283,7 @@ class Launcher {
       }
       try {
         r.child = std::make_unique<ChildProcess>(args_.command, environment_for(r),
-                                                 cpu_for(binding_, local, args_.nproc, cpus_));
+                                                 placement_.cpu_of(local));
       } catch (...) {
         ranks_.pop_back();
         stop_all(SIGKILL);
@@ -684,10 +680,8 @@ class Launcher {
   LaunchArgs args_;
   int port_ = 0;
   int attempt_ = 0;
-  Binding binding_ = Binding::Auto;
-  std::vector<int> cpus_;  // the processors the ranks may run on (allowed_cpus)
-  std::string host_cpus_;  // COLLIE_HOST_CPUS=... for the ranks (host_cpus_variable)
-  std::string token_;      // the job's secret (resolve_token())
+  Placement placement_;  // where each local rank runs (--bind)
+  std::string token_;    // the job's secret (resolve_token())
   sigset_t signals_{};
   int signal_fd_ = -1;
   std::unique_ptr<store::StoreServer> server_;
@@ -748,12 +742,7 @@ void add_launch_command(CLI::App& app) {
   cmd->add_flag("--insecure", args->insecure,
                 "Several nodes without a secret: anyone who can reach the store's port may "
                 "join or stop the job (a warning says so)");
-  cmd->add_option("--bind", args->bind,
-                  "Where the ranks run: auto (packed when they outnumber the processors this "
-                  "launcher may use, else where the kernel puts them), none, or packed (one "
-                  "processor each, consecutive ranks on the same one)")
-      ->check(CLI::IsMember({"auto", "none", "packed"}))
-      ->capture_default_str();
+  add_bind_option(*cmd, args->bind, "the ranks");
   cmd->add_option("command", args->command, "The program and its arguments (after --)")->required();
   cmd->footer(
       "Every rank gets torchrun's variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,\n"

@@ -34,8 +34,8 @@
 #include <collie/crypto.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
-#include <collie/interrupt.hpp>
 #include <collie/host_cpus.hpp>
+#include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
 #include "../request_state.hpp"
@@ -179,7 +179,6 @@ void cpu_relax() {
   asm volatile("yield");
 #endif
 }
-
 
 // Faults in a ring's pages now, writable, in this process's mapping:
 // otherwise a message of 8 B would meet a fresh page every 32 messages

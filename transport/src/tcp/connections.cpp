@@ -62,11 +62,13 @@ void Connections::stop_waiting() {
   if (--waiters == 0 && pending.load() > 0) nudge_background();
 }
 
-void Connections::wake_pollers() {
+void Connections::wake_pollers(bool urgent) {
   if (waiters.load() > 0)
     driver_wake.kick();
-  else
+  else if (urgent)
     wake_background();
+  else
+    nudge_background();
 }
 
 void Connections::wake_background() {

@@ -93,8 +93,11 @@ class Connections {
   // Installs a connected socket as `p`'s connection (mu held).
   void install(PeerStream& p, Descriptor connection);
 
-  // Wakes whoever polls the peers now, so that it sees new work.
-  void wake_pollers();
+  // Wakes whoever polls the peers now, so that it sees new work: a waiter
+  // that drives them, else the background thread, at once where `urgent`
+  // (a connection, a failure, queue space), else as nudge_background says
+  // (a send the kernel did not take whole: the callers' waits move it).
+  void wake_pollers(bool urgent = true);
   // A thread stops waiting (or drops its progress claim): the last one
   // hands the sockets back to the background thread if work is pending.
   void stop_waiting();

@@ -263,12 +263,7 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   // own waits keep moving the data (nudge_background).
   const bool first = p.sends.empty();
   p.post_send(r);
-  if (first && r->pending()) {
-    if (m.table.waiters.load() > 0)
-      m.table.driver_wake.kick();
-    else
-      m.table.nudge_background();
-  }
+  if (first && r->pending()) m.table.wake_pollers(/*urgent=*/false);
   return r;
 }
 
