@@ -22,18 +22,43 @@ carries while another carries the same the other way (iperf3, the median
 of the runs), times cores / ranks when the ranks outnumber the cores (each
 byte sent costs a core its share of both copies through the kernel).
 collie's figure is the in-place row, as the peers'.
+
+Launches the host slowed (run.sh's cross-core probe, DIR/host-NAME.txt,
+before or after the launch below 60% of the highest probe of the folder)
+are left out and counted in the first line (a round is one launch of each
+system, or several with run.sh's SPLIT); --all keeps them. Folders from
+before the probe have no such files: every launch counts.
 """
 import collections, csv, glob, json, os, statistics, sys
 
 shm = "--shm" in sys.argv
 torch_mode = "--torch" in sys.argv
-args = [a for a in sys.argv[1:] if a not in ("--shm", "--torch")]
+keep_all = "--all" in sys.argv
+args = [a for a in sys.argv[1:] if a not in ("--shm", "--torch", "--all")]
 folder, collective, ranks = args[0], args[1], args[2]
-med, launches = {}, {}
+
+probes = {}
+for path in glob.glob(os.path.join(folder, "host-*.txt")):
+    with open(path) as f:
+        probes[os.path.basename(path)[len("host-"):-len(".txt")]] = [float(x) for x in f.read().split()]
+highest = max((v for pair in probes.values() for v in pair), default=0.0)
+
+
+def slowed(name):
+    """Whether the host's cross-core probe read low before or after launch NAME."""
+    return not keep_all and any(v < 0.6 * highest for v in probes.get(name, []))
+
+
+med, launches, left_out = {}, {}, {}
 for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
-    launches[system] = len(paths)
+    dropped = [p for p in paths if slowed(os.path.basename(p)[:-len(".csv")])]
+    paths = [p for p in paths if p not in dropped]
+    # A round's sizes may come from several launches (run.sh's SPLIT):
+    # SYSTEM-COLLECTIVE-RANKS-ROUND[.SIZE].csv.
+    launches[system] = len({os.path.basename(p)[:-len(".csv")].split(".")[0] for p in paths})
+    left_out[system] = len(dropped)
     for path in paths:
         with open(path) as f:
             for row in csv.DictReader(f):
@@ -46,6 +71,12 @@ for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "
                 bws[size].append(float(row["busbw_gbps"]))
     med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s])) for s in times}
 
+def dropped_text(*systems):
+    counts = [f"{s_} {left_out[s_]}" for s_ in systems if left_out[s_]]
+    return (f" (launches left out, the host slowed: {', '.join(counts)}; cross-core probe below "
+            f"{0.6 * highest:.1f} GB/s)") if counts else ""
+
+
 def size_name(s_):
     return f"{s_ >> 20} MiB" if s_ >= 1 << 20 else f"{s_ >> 10} KiB" if s_ >= 1 << 10 else f"{s_} B"
 
@@ -55,8 +86,8 @@ def time_of(x):
 
 
 if torch_mode:
-    print(f"launches: torch+collie {launches['torchcollie']}, torch+collie over TCP "
-          f"{launches['torchcollietcp']}, torch+gloo {launches['torch']}")
+    print(f"rounds: torch+collie {launches['torchcollie']}, torch+collie over TCP "
+          f"{launches['torchcollietcp']}, torch+gloo {launches['torch']}{dropped_text('torchcollie', 'torchcollietcp', 'torch')}")
     print()
     print("| size | torch+collie (us) | torch+gloo (us) | gloo / collie | torch+collie over TCP (us) | gloo / collie TCP |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -68,8 +99,9 @@ if torch_mode:
     sys.exit(0)
 
 if shm:
-    print(f"launches: collie shm {launches['collieshm']}, Open MPI shm {launches['mpishm']}, "
-          f"Open MPI tcp {launches['mpi']}, collie tcp {launches['collie']}")
+    print(f"rounds: collie shm {launches['collieshm']}, Open MPI shm {launches['mpishm']}, "
+          f"Open MPI tcp {launches['mpi']}, collie tcp {launches['collie']}"
+          f"{dropped_text('collieshm', 'mpishm', 'mpi', 'collie')}")
     print()
     print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -88,6 +120,8 @@ if shm:
 
 streams = []
 for path in glob.glob(os.path.join(folder, "iperf-*.out.json")):
+    if slowed(os.path.basename(path)[:-len(".out.json")]):
+        continue
     try:
         pair = [json.load(open(p))["end"]["sum_received"]["bits_per_second"] / 8e9
                 for p in (path, path.replace(".out.json", ".in.json"))]
@@ -98,7 +132,8 @@ tcp = statistics.median(streams) if streams else None
 cores = os.cpu_count() or 1
 limit = tcp * min(1.0, cores / int(ranks)) if tcp else None
 
-print(f"launches: collie {launches['collie']}, Open MPI {launches['mpi']}, torch-gloo {launches['torch']}"
+print(f"rounds: collie {launches['collie']}, Open MPI {launches['mpi']}, torch-gloo {launches['torch']}"
+      + dropped_text("collie", "mpi", "torch")
       + (f"; TCP: {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs); "
        f"limit per rank {limit:.2f} GB/s ({ranks} ranks, {cores} cores)" if tcp else ""))
 print()

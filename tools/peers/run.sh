@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Measures collie and the peers it is compared with on this machine, by one
-# method, interleaved, into DIR (default peers/): for each of RUNS launches
+# method, interleaved, into DIR (default peers/): for each of RUNS rounds
 # (default 3), for 2 and 4 ranks (RANKS), for each of COLLECTIVES (default
-# all_reduce), one sweep of each system in turn, sizes 8 B to MAXBYTES
-# (default 64M) by FACTOR (default 2), float32 sum, 20 timed iterations
-# after 5 warm-up:
+# all_reduce), sizes 8 B to MAXBYTES (default 64M) by FACTOR (default 2),
+# float32 sum, 20 timed iterations after 5 warm-up, each system in turn:
 #   collie     collie bench over TCP (COLLIE_TRANSPORT=tcp; COLLIE: the binary,
 #              default build/release/bin/collie)
 #   mpi        Open MPI over TCP (ob1 + the tcp btl on loopback: no shared memory)
@@ -16,12 +15,27 @@
 #   collieshm  collie bench with its default transport: shared memory on one host
 #   mpishm     Open MPI with its defaults on one host (shared memory: vader + CMA)
 # SYSTEMS picks some (default "collie mpi torch"; for shared memory,
-# SYSTEMS="collieshm mpishm mpi collie" and compare.py --shm). Each run also measures
+# SYSTEMS="collieshm mpishm mpi collie" and compare.py --shm). Sizes below
+# SPLIT (default 1M) are one launch of each system, a sweep; each size from
+# SPLIT up is a launch of its own (SPLIT=0: one sweep for all sizes), so
+# that a launch is short next to the host's slow periods (below). Files:
+# DIR/SYSTEM-COLLECTIVE-RANKS-ROUND[.SIZE].csv. Each round also measures
 # the TCP limit of this host: two iperf3 streams at once, one each way
-# (iperf-RUN.json), which compare.py reads. Every system times the same way:
-# the mean over the iterations on each rank, the maximum across ranks.
+# (iperf-ROUND.json), which compare.py reads. Every system times the same
+# way: the mean over the iterations on each rank, the maximum across ranks.
 # Needs the Debian packages openmpi-bin, libopenmpi-dev, python3-torch and
 # iperf3. See docs/PERFORMANCE.md; tools/peers/compare.py makes the tables.
+#
+# Around every launch (and every iperf3 pair) the host's cross-core bandwidth
+# is probed (tools/peers/crosscore.c: the speed of a copy from one processor
+# to another through their caches) and written to DIR/host-NAME.txt, the
+# probe before and the probe after. On a virtual machine that figure can drop
+# 4x for seconds to a minute while the hypervisor has the processors apart,
+# which slows every byte loopback TCP carries. With SETTLE=1 (the default)
+# each launch first waits, at most SETTLE_MAX seconds (default 180), until
+# the probe reads at least 60% of the highest seen in the run (the first
+# 20 s are ten probes for that reference); compare.py leaves out the
+# launches that began or ended below it (--all keeps them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-peers}
@@ -36,6 +50,38 @@ max=$(numfmt --from=iec "$maxbytes")
 mkdir -p "$out"
 has() { [[ " $systems " == *" $1 "* ]]; }
 if has mpi || has mpishm; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c; fi
+cc -O2 -pthread -o "$out/crosscore" tools/peers/crosscore.c
+settle=${SETTLE:-1}
+settle_max=${SETTLE_MAX:-180}
+
+# probe: the cross-core bandwidth now, in $last; $best is the highest so far.
+best=0
+probe() {
+  last=$("$out/crosscore")
+  best=$(awk -v a="$best" -v b="$last" 'BEGIN { print (b > a) ? b : a }')
+}
+normal() { awk -v v="$1" -v b="$best" 'BEGIN { exit !(v >= 0.6 * b) }'; }
+# around NAME COMMAND...: runs COMMAND between two probes (after waiting for
+# the normal state when SETTLE=1) and writes both to DIR/host-NAME.txt.
+around() {
+  local name=$1 before end=$((SECONDS + settle_max))
+  shift
+  probe
+  while [ "$settle" = 1 ] && ! normal "$last" && [ "$SECONDS" -lt "$end" ]; do
+    sleep 2
+    probe
+  done
+  before=$last
+  "$@"
+  probe
+  echo "$before $last" > "$out/host-$name.txt"
+}
+# The reference: the highest of ten probes over 20 s (one alone may fall in
+# a slow period).
+for _ in $(seq 10); do
+  probe
+  sleep 2
+done
 
 # Two iperf3 streams at once, one each way, as an all_reduce moves bytes
 # both ways: each carries what one rank can send while it also receives.
@@ -52,42 +98,64 @@ iperf_pair() {
   wait
 }
 
+# launch SYSTEM NAME MIN MAX: one launch of SYSTEM over sizes MIN to MAX,
+# between two probes, into DIR/NAME.csv.
+launch() {
+  local system=$1 name=$2 min=$3 max=$4 csv="$out/$2.csv"
+  case $system in
+    collie | collieshm)
+      local transport=tcp
+      if [ "$system" = collieshm ]; then transport=shm; fi
+      around "$name" env COLLIE_TRANSPORT=$transport "$collie" bench "$c" --ranks "$n" \
+        -b "$min" -e "$max" -f "$factor" -n 20 -w 5 --csv > "$csv"
+      ;;
+    mpishm)
+      around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+        "$out/mpi_bench" "$c" "$min" "$max" "$factor" 20 5 > "$csv"
+      ;;
+    mpi)
+      around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+        "$out/mpi_bench" "$c" "$min" "$max" "$factor" 20 5 > "$csv"
+      ;;
+    torch)
+      around "$name" /usr/bin/python3 tools/peers/torch_gloo_bench.py \
+        --ranks "$n" --collective "$c" -b "$min" -e "$max" -f "$factor" -n 20 -w 5 \
+        > "$csv" 2> /dev/null
+      ;;
+    torchcollie | torchcollietcp)
+      local transport=()
+      if [ "$system" = torchcollietcp ]; then transport=(COLLIE_TRANSPORT=tcp); fi
+      around "$name" env "${transport[@]}" PYTHONPATH=build/release/python \
+        /usr/bin/python3 tools/peers/torch_gloo_bench.py --backend collie --ranks "$n" \
+        --collective "$c" -b "$min" -e "$max" -f "$factor" -n 20 -w 5 > "$csv" 2> /dev/null
+      ;;
+  esac
+}
+
+split=$(numfmt --from=iec "${SPLIT:-1M}")
 for r in $(seq "$runs"); do
-  if command -v iperf3 > /dev/null; then iperf_pair "$out/iperf-$r"; fi
+  if command -v iperf3 > /dev/null; then around "iperf-$r" iperf_pair "$out/iperf-$r"; fi
   for n in $ranks; do
     for c in $collectives; do
-      if has collie; then
-        COLLIE_TRANSPORT=tcp "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" \
-          -n 20 -w 5 --csv > "$out/collie-$c-$n-$r.csv"
+      # The pieces: MIN:MAX:SUFFIX, the sweep below SPLIT and each size above.
+      pieces=()
+      if [ "$split" -le 8 ] || [ "$split" -gt "$max" ]; then
+        pieces+=("8:$max:")
+      else
+        last=8
+        while [ $((last * factor)) -lt "$split" ]; do last=$((last * factor)); done
+        pieces+=("8:$last:")
+        for ((size = last * factor; size <= max; size *= factor)); do
+          pieces+=("$size:$size:.$size")
+        done
       fi
-      if has collieshm; then
-        COLLIE_TRANSPORT=shm "$collie" bench "$c" --ranks "$n" -b 8 -e "$maxbytes" -f "$factor" \
-          -n 20 -w 5 --csv > "$out/collieshm-$c-$n-$r.csv"
-      fi
-      if has mpishm; then
-        mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_bench" "$c" 8 "$max" \
-          "$factor" 20 5 > "$out/mpishm-$c-$n-$r.csv"
-      fi
-      if has mpi; then
-        mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 --mca btl tcp,self \
-          --mca btl_tcp_if_include lo "$out/mpi_bench" "$c" 8 "$max" "$factor" 20 5 \
-          > "$out/mpi-$c-$n-$r.csv"
-      fi
-      if has torch; then
-        /usr/bin/python3 tools/peers/torch_gloo_bench.py --ranks "$n" --collective "$c" \
-          -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/torch-$c-$n-$r.csv" 2> /dev/null
-      fi
-      if has torchcollie; then
-        PYTHONPATH=build/release/python /usr/bin/python3 tools/peers/torch_gloo_bench.py \
-          --backend collie --ranks "$n" --collective "$c" -b 8 -e "$maxbytes" -f "$factor" \
-          -n 20 -w 5 > "$out/torchcollie-$c-$n-$r.csv" 2> /dev/null
-      fi
-      if has torchcollietcp; then
-        COLLIE_TRANSPORT=tcp PYTHONPATH=build/release/python /usr/bin/python3 \
-          tools/peers/torch_gloo_bench.py --backend collie --ranks "$n" --collective "$c" \
-          -b 8 -e "$maxbytes" -f "$factor" -n 20 -w 5 > "$out/torchcollietcp-$c-$n-$r.csv" \
-          2> /dev/null
-      fi
+      for piece in "${pieces[@]}"; do
+        IFS=: read -r min top suffix <<< "$piece"
+        for system in $systems; do
+          launch "$system" "$system-$c-$n-$r$suffix" "$min" "$top"
+        done
+      done
     done
   done
 done
