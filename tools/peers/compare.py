@@ -23,9 +23,10 @@ of the runs), times cores / ranks when the ranks outnumber the cores (each
 byte sent costs a core its share of both copies through the kernel).
 collie's figure is the in-place row, as the peers'.
 
-Launches the host slowed (run.sh's cross-core probe, DIR/host-NAME.txt,
-before or after the launch below 60% of the highest probe of the folder)
-are left out and counted in the first line (a round is one launch of each
+Launches run with the host out of its usual state (run.sh's cross-core
+probe, DIR/host-NAME.txt, before or after the launch outside 0.6 to 1.6
+times the median of the folder's probes) are left out and counted in the
+first line (a round is one launch of each
 system, or several with run.sh's SPLIT); --all keeps them. Folders from
 before the probe have no such files: every launch counts.
 """
@@ -41,12 +42,14 @@ probes = {}
 for path in glob.glob(os.path.join(folder, "host-*.txt")):
     with open(path) as f:
         probes[os.path.basename(path)[len("host-"):-len(".txt")]] = [float(x) for x in f.read().split()]
-highest = max((v for pair in probes.values() for v in pair), default=0.0)
+usual = statistics.median([v for pair in probes.values() for v in pair] or [0.0])
 
 
 def slowed(name):
-    """Whether the host's cross-core probe read low before or after launch NAME."""
-    return not keep_all and any(v < 0.6 * highest for v in probes.get(name, []))
+    """Whether the host's cross-core probe read out of its usual range (0.6 to
+    1.6 times the median of the folder's probes) before or after launch NAME."""
+    return not keep_all and any(not 0.6 * usual <= v <= 1.6 * usual
+                                for v in probes.get(name, []))
 
 
 med, launches, left_out = {}, {}, {}
@@ -73,8 +76,8 @@ for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "
 
 def dropped_text(*systems):
     counts = [f"{s_} {left_out[s_]}" for s_ in systems if left_out[s_]]
-    return (f" (launches left out, the host slowed: {', '.join(counts)}; cross-core probe below "
-            f"{0.6 * highest:.1f} GB/s)") if counts else ""
+    return (f" (launches left out, the host out of its usual state: {', '.join(counts)}; "
+            f"cross-core probe outside {0.6 * usual:.1f}-{1.6 * usual:.1f} GB/s)") if counts else ""
 
 
 def size_name(s_):

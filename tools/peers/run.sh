@@ -31,11 +31,12 @@
 # to another through their caches) and written to DIR/host-NAME.txt, the
 # probe before and the probe after. On a virtual machine that figure can drop
 # 4x for seconds to a minute while the hypervisor has the processors apart,
-# which slows every byte loopback TCP carries. With SETTLE=1 (the default)
-# each launch first waits, at most SETTLE_MAX seconds (default 180), until
-# the probe reads at least 60% of the highest seen in the run (the first
-# 20 s are ten probes for that reference); compare.py leaves out the
-# launches that began or ended below it (--all keeps them).
+# which slows every byte loopback TCP carries (and, more rarely, rise 3x).
+# With SETTLE=1 (the default) each launch first waits, at most SETTLE_MAX
+# seconds (default 180), until the probe reads 0.6 to 1.6 times the median
+# of the run's probes (the first 20 s are ten probes for it); compare.py
+# leaves out the launches that began or ended outside that (--all keeps
+# them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-peers}
@@ -54,30 +55,34 @@ cc -O2 -pthread -o "$out/crosscore" tools/peers/crosscore.c
 settle=${SETTLE:-1}
 settle_max=${SETTLE_MAX:-180}
 
-# probe: the cross-core bandwidth now, in $last; $best is the highest so far.
-best=0
+# probe: the cross-core bandwidth now, in $probed; $usual is the median of
+# every probe so far (the host's usual state: it spends most of its time
+# there, and the median ignores both the slow periods and the rarer fast
+# ones, where this machine reads 3x its usual figure).
+probes=()
 probe() {
-  last=$("$out/crosscore")
-  best=$(awk -v a="$best" -v b="$last" 'BEGIN { print (b > a) ? b : a }')
+  probed=$("$out/crosscore")
+  probes+=("$probed")
+  usual=$(printf '%s\n' "${probes[@]}" | sort -g | awk '{ v[NR] = $1 }
+    END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 }
-normal() { awk -v v="$1" -v b="$best" 'BEGIN { exit !(v >= 0.6 * b) }'; }
+usual() { awk -v v="$1" -v u="$usual" 'BEGIN { exit !(v >= 0.6 * u && v <= 1.6 * u) }'; }
 # around NAME COMMAND...: runs COMMAND between two probes (after waiting for
-# the normal state when SETTLE=1) and writes both to DIR/host-NAME.txt.
+# the usual state when SETTLE=1) and writes both to DIR/host-NAME.txt.
 around() {
   local name=$1 before end=$((SECONDS + settle_max))
   shift
   probe
-  while [ "$settle" = 1 ] && ! normal "$last" && [ "$SECONDS" -lt "$end" ]; do
+  while [ "$settle" = 1 ] && ! usual "$probed" && [ "$SECONDS" -lt "$end" ]; do
     sleep 2
     probe
   done
-  before=$last
+  before=$probed
   "$@"
   probe
-  echo "$before $last" > "$out/host-$name.txt"
+  echo "$before $probed" > "$out/host-$name.txt"
 }
-# The reference: the highest of ten probes over 20 s (one alone may fall in
-# a slow period).
+# The first reference: ten probes over 20 s.
 for _ in $(seq 10); do
   probe
   sleep 2
@@ -101,26 +106,26 @@ iperf_pair() {
 # launch SYSTEM NAME MIN MAX: one launch of SYSTEM over sizes MIN to MAX,
 # between two probes, into DIR/NAME.csv.
 launch() {
-  local system=$1 name=$2 min=$3 max=$4 csv="$out/$2.csv"
+  local system=$1 name=$2 min=$3 top=$4 csv="$out/$2.csv"
   case $system in
     collie | collieshm)
       local transport=tcp
       if [ "$system" = collieshm ]; then transport=shm; fi
       around "$name" env COLLIE_TRANSPORT=$transport "$collie" bench "$c" --ranks "$n" \
-        -b "$min" -e "$max" -f "$factor" -n 20 -w 5 --csv > "$csv"
+        -b "$min" -e "$top" -f "$factor" -n 20 -w 5 --csv > "$csv"
       ;;
     mpishm)
       around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
-        "$out/mpi_bench" "$c" "$min" "$max" "$factor" 20 5 > "$csv"
+        "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
     mpi)
       around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
-        "$out/mpi_bench" "$c" "$min" "$max" "$factor" 20 5 > "$csv"
+        "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
     torch)
       around "$name" /usr/bin/python3 tools/peers/torch_gloo_bench.py \
-        --ranks "$n" --collective "$c" -b "$min" -e "$max" -f "$factor" -n 20 -w 5 \
+        --ranks "$n" --collective "$c" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 \
         > "$csv" 2> /dev/null
       ;;
     torchcollie | torchcollietcp)
@@ -128,7 +133,7 @@ launch() {
       if [ "$system" = torchcollietcp ]; then transport=(COLLIE_TRANSPORT=tcp); fi
       around "$name" env "${transport[@]}" PYTHONPATH=build/release/python \
         /usr/bin/python3 tools/peers/torch_gloo_bench.py --backend collie --ranks "$n" \
-        --collective "$c" -b "$min" -e "$max" -f "$factor" -n 20 -w 5 > "$csv" 2> /dev/null
+        --collective "$c" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 > "$csv" 2> /dev/null
       ;;
   esac
 }
@@ -143,10 +148,10 @@ for r in $(seq "$runs"); do
       if [ "$split" -le 8 ] || [ "$split" -gt "$max" ]; then
         pieces+=("8:$max:")
       else
-        last=8
-        while [ $((last * factor)) -lt "$split" ]; do last=$((last * factor)); done
-        pieces+=("8:$last:")
-        for ((size = last * factor; size <= max; size *= factor)); do
+        below=8
+        while [ $((below * factor)) -lt "$split" ]; do below=$((below * factor)); done
+        pieces+=("8:$below:")
+        for ((size = below * factor; size <= max; size *= factor)); do
           pieces+=("$size:$size:.$size")
         done
       fi
