@@ -7,7 +7,8 @@
  *
  * RANKS processes (fork), each with one connection to the next rank and one
  * from the previous (TCP_NODELAY; cubic, or $CC_ALGO; SO_SNDBUF from $SNDBUF if set, as
- * collie sets 384 KiB between processes of one host). `ring`: reduce-scatter
+ * collie sets 384 KiB between processes of one host; with ONECONN=1 and 2
+ * ranks, one connection both ways, as collie's mesh has). `ring`: reduce-scatter
  * then all-gather, float32 sum in place, pipelined across steps (a byte is
  * sent on as soon as it is reduced or received; received bytes are reduced
  * from a SEGMENT-byte staging buffer, default 256 KiB). `exchange`: the same
@@ -227,14 +228,25 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  nxt = socket(AF_INET, SOCK_STREAM, 0);
+  /* ONECONN=1 with 2 ranks: one connection carries both ways, as collie's
+   * mesh does, instead of one each way. */
+  const int one_conn = getenv("ONECONN") && atoi(getenv("ONECONN")) && n == 2;
   struct sockaddr_in sa = {0};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = htons(port[(r + 1) % n]);
-  if (connect(nxt, (struct sockaddr*)&sa, sizeof sa)) die("connect");
-  prv = accept(lfd[r], NULL, NULL);
-  if (prv < 0) die("accept");
+  if (!one_conn || r == 0) {
+    nxt = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_port = htons(port[(r + 1) % n]);
+    if (connect(nxt, (struct sockaddr*)&sa, sizeof sa)) die("connect");
+  }
+  if (!one_conn || r == 1) {
+    prv = accept(lfd[r], NULL, NULL);
+    if (prv < 0) die("accept");
+  }
+  if (one_conn) {
+    if (r == 0) prv = nxt;
+    else nxt = prv;
+  }
   int one = 1;
   setsockopt(nxt, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   setsockopt(prv, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
