@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include <catch2/catch.hpp>
+#include <collie/host_cpus.hpp>
 #include <fmt/format.h>
 
-#include "support/cpus.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -141,7 +141,7 @@ TEST_CASE("bench --barrier-each times rooted collectives one iteration at a time
 
 TEST_CASE("bench --bind: the ranks it starts are placed as collie launch places them, and "
           "the header says where") {
-  const auto cpus = collie::test::allowed_cpus();
+  const auto cpus = collie::allowed_cpus();
   REQUIRE(!cpus.empty());
   const auto m = cpus.size();
   const auto expected =

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <collie/host_cpus.hpp>
 #include <fmt/format.h>
 
-#include "support/cpus.hpp"
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -320,7 +320,7 @@ const std::string kShowCpus = "grep Cpus_allowed_list /proc/self/status";
 
 TEST_CASE("launch --bind: packed gives each rank one processor, consecutive ranks together",
           "[launch]") {
-  const auto cpus = collie::test::allowed_cpus();
+  const auto cpus = collie::allowed_cpus();
   REQUIRE(!cpus.empty());
   const int m = static_cast<int>(cpus.size());
   SECTION("packed, 3 ranks, told how many processors they share") {

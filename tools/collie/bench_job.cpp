@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/host_cpus.hpp>
 #include <collie/store/client_options.hpp>
 #include <collie/store/server.hpp>
 

@@ -1,13 +1,14 @@
 #include "cpu_binding.hpp"
 
 #include <algorithm>
-#include <set>
+#include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <collie/error.hpp>
+#include <collie/host_cpus.hpp>
 
 namespace collie::cli {
 
@@ -32,21 +33,15 @@ Placement place_ranks(Binding b, int ranks) {
   Placement p;
   p.binding = b;
   p.cpu.assign(static_cast<std::size_t>(std::max(ranks, 0)), -1);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  const std::vector<int> cpus = allowed_cpus();
   const auto m = static_cast<long long>(cpus.size());
   if (m == 0 || b == Binding::None || (b == Binding::Auto && ranks <= m)) return p;
-  std::set<int> used;
-  for (int r = 0; r < ranks; ++r) {
-    const int cpu = cpus[static_cast<std::size_t>(static_cast<long long>(r) * m / ranks)];
-    p.cpu[static_cast<std::size_t>(r)] = cpu;
-    used.insert(cpu);
-  }
-  p.shared = static_cast<int>(used.size());
+  for (int r = 0; r < ranks; ++r)
+    p.cpu[static_cast<std::size_t>(r)] =
+        cpus[static_cast<std::size_t>(static_cast<long long>(r) * m / ranks)];
+  // r * m / ranks takes every index below m when ranks >= m, else ranks
+  // different ones.
+  p.shared = static_cast<int>(std::min<long long>(ranks, m));
   return p;
 }
 

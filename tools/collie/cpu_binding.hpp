@@ -10,7 +10,6 @@
 // default binds only when the ranks outnumber the processors.
 #pragma once
 
-#include <sched.h>
 #include <string>
 #include <vector>
 
@@ -46,8 +45,10 @@ struct Placement {
   std::string describe() const;
 };
 
-// Places `ranks` local ranks on the processors this process may run on (its
-// affinity). Packed: rank i on cpus[i * m / ranks], m = cpus.size(), so
+// Places `ranks` local ranks on the processors this process may run on
+// (allowed_cpus(), <collie/host_cpus.hpp>). Bound ranks learn how many they
+// share through kHostCpusVariable there: each one's own affinity is a single
+// processor, and the cost model and shared memory's waits count the node's. Packed: rank i on cpus[i * m / ranks], m = cpus.size(), so
 // consecutive ranks share a processor and the groups differ by one at most.
 Placement place_ranks(Binding b, int ranks);
 
@@ -55,10 +56,5 @@ Placement place_ranks(Binding b, int ranks);
 // `cpu`; nothing for -1, and left unbound if the kernel refuses. One system
 // call: async-signal-safe, for a child between fork() and exec().
 void bind_to_cpu(int cpu);
-
-// The variable that tells bound ranks how many processors they share
-// (<collie/host_cpus.hpp>: each one's own affinity is a single processor,
-// and the cost model and shared memory's waits must count the node's).
-inline constexpr const char* kHostCpusVariable = "COLLIE_HOST_CPUS";
 
 }  // namespace collie::cli

@@ -28,6 +28,7 @@
 #include <fmt/ranges.h>
 
 #include <collie/error.hpp>
+#include <collie/host_cpus.hpp>
 #include <collie/job_store.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>

@@ -26,9 +26,9 @@ collie's figure is the in-place row, as the peers'.
 Launches run with the host out of its usual state (run.sh's cross-core
 probe, DIR/host-NAME.txt, before or after the launch outside 0.6 to 1.6
 times the median of the folder's probes) are left out and counted in the
-first line (a round is one launch of each
-system, or several with run.sh's SPLIT); --all keeps them. Folders from
-before the probe have no such files: every launch counts.
+first line, which counts rounds (one launch of each system, or several
+with run.sh's SPLIT); --all keeps them. Folders from before the probe have
+no such files: every launch counts.
 """
 import collections, csv, glob, json, os, statistics, sys
 
@@ -38,30 +38,35 @@ keep_all = "--all" in sys.argv
 args = [a for a in sys.argv[1:] if a not in ("--shm", "--torch", "--all")]
 folder, collective, ranks = args[0], args[1], args[2]
 
+def name_of(path, prefix, suffix):
+    """A file's name without `prefix` and `suffix`: the launch it is of."""
+    return os.path.basename(path)[len(prefix):-len(suffix)]
+
+
 probes = {}
 for path in glob.glob(os.path.join(folder, "host-*.txt")):
     with open(path) as f:
-        probes[os.path.basename(path)[len("host-"):-len(".txt")]] = [float(x) for x in f.read().split()]
+        probes[name_of(path, "host-", ".txt")] = [float(x) for x in f.read().split()]
 usual = statistics.median([v for pair in probes.values() for v in pair] or [0.0])
 
 
-def slowed(name):
+def unusual(name):
     """Whether the host's cross-core probe read out of its usual range (0.6 to
     1.6 times the median of the folder's probes) before or after launch NAME."""
     return not keep_all and any(not 0.6 * usual <= v <= 1.6 * usual
                                 for v in probes.get(name, []))
 
 
-med, launches, left_out = {}, {}, {}
+med, rounds, left_out = {}, {}, {}
 for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
-    dropped = [p for p in paths if slowed(os.path.basename(p)[:-len(".csv")])]
-    paths = [p for p in paths if p not in dropped]
+    kept = [p for p in paths if not unusual(name_of(p, "", ".csv"))]
     # A round's sizes may come from several launches (run.sh's SPLIT):
     # SYSTEM-COLLECTIVE-RANKS-ROUND[.SIZE].csv.
-    launches[system] = len({os.path.basename(p)[:-len(".csv")].split(".")[0] for p in paths})
-    left_out[system] = len(dropped)
+    rounds[system] = len({name_of(p, "", ".csv").split(".")[0] for p in kept})
+    left_out[system] = len(paths) - len(kept)
+    paths = kept
     for path in paths:
         with open(path) as f:
             for row in csv.DictReader(f):
@@ -89,8 +94,9 @@ def time_of(x):
 
 
 if torch_mode:
-    print(f"rounds: torch+collie {launches['torchcollie']}, torch+collie over TCP "
-          f"{launches['torchcollietcp']}, torch+gloo {launches['torch']}{dropped_text('torchcollie', 'torchcollietcp', 'torch')}")
+    print(f"rounds: torch+collie {rounds['torchcollie']}, torch+collie over TCP "
+          f"{rounds['torchcollietcp']}, torch+gloo {rounds['torch']}"
+          f"{dropped_text('torchcollie', 'torchcollietcp', 'torch')}")
     print()
     print("| size | torch+collie (us) | torch+gloo (us) | gloo / collie | torch+collie over TCP (us) | gloo / collie TCP |")
     print("|---:|---:|---:|---:|---:|---:|")
@@ -102,8 +108,8 @@ if torch_mode:
     sys.exit(0)
 
 if shm:
-    print(f"rounds: collie shm {launches['collieshm']}, Open MPI shm {launches['mpishm']}, "
-          f"Open MPI tcp {launches['mpi']}, collie tcp {launches['collie']}"
+    print(f"rounds: collie shm {rounds['collieshm']}, Open MPI shm {rounds['mpishm']}, "
+          f"Open MPI tcp {rounds['mpi']}, collie tcp {rounds['collie']}"
           f"{dropped_text('collieshm', 'mpishm', 'mpi', 'collie')}")
     print()
     print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs |")
@@ -123,7 +129,7 @@ if shm:
 
 streams = []
 for path in glob.glob(os.path.join(folder, "iperf-*.out.json")):
-    if slowed(os.path.basename(path)[:-len(".out.json")]):
+    if unusual(name_of(path, "", ".out.json")):
         continue
     try:
         pair = [json.load(open(p))["end"]["sum_received"]["bits_per_second"] / 8e9
@@ -135,7 +141,7 @@ tcp = statistics.median(streams) if streams else None
 cores = os.cpu_count() or 1
 limit = tcp * min(1.0, cores / int(ranks)) if tcp else None
 
-print(f"rounds: collie {launches['collie']}, Open MPI {launches['mpi']}, torch-gloo {launches['torch']}"
+print(f"rounds: collie {rounds['collie']}, Open MPI {rounds['mpi']}, torch-gloo {rounds['torch']}"
       + dropped_text("collie", "mpi", "torch")
       + (f"; TCP: {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs); "
        f"limit per rank {limit:.2f} GB/s ({ranks} ranks, {cores} cores)" if tcp else ""))

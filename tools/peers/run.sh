@@ -36,7 +36,8 @@
 # seconds (default 180), until the probe reads 0.6 to 1.6 times the median
 # of the run's probes (the first 20 s are ten probes for it); compare.py
 # leaves out the launches that began or ended outside that (--all keeps
-# them).
+# them). Each launch may take LAUNCH_LIMIT seconds (default 900); one that
+# fails or runs over stops the run, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-peers}
@@ -54,6 +55,10 @@ if has mpi || has mpishm; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_ben
 cc -O2 -pthread -o "$out/crosscore" tools/peers/crosscore.c
 settle=${SETTLE:-1}
 settle_max=${SETTLE_MAX:-180}
+launch_limit=${LAUNCH_LIMIT:-900}
+limited=(timeout -k 10 "$launch_limit")
+# run.sh's own messages, whatever a launch's standard error is sent to.
+exec 3>&2
 
 # probe: the cross-core bandwidth now, in $probed; $usual is the median of
 # every probe so far (the host's usual state: it spends most of its time
@@ -66,19 +71,36 @@ probe() {
   usual=$(printf '%s\n' "${probes[@]}" | sort -g | awk '{ v[NR] = $1 }
     END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 }
-usual() { awk -v v="$1" -v u="$usual" 'BEGIN { exit !(v >= 0.6 * u && v <= 1.6 * u) }'; }
+in_usual_state() {
+  awk -v v="$1" -v u="$usual" 'BEGIN { exit !(v >= 0.6 * u && v <= 1.6 * u) }'
+}
 # around NAME COMMAND...: runs COMMAND between two probes (after waiting for
-# the usual state when SETTLE=1) and writes both to DIR/host-NAME.txt.
+# the usual state when SETTLE=1) and writes both to DIR/host-NAME.txt. A
+# command that fails stops the run, naming it.
 around() {
-  local name=$1 before end=$((SECONDS + settle_max))
+  local name=$1 before end=$((SECONDS + settle_max)) rc=0
   shift
   probe
-  while [ "$settle" = 1 ] && ! usual "$probed" && [ "$SECONDS" -lt "$end" ]; do
+  while [ "$settle" = 1 ] && ! in_usual_state "$probed"; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "run.sh: the host is still out of its usual state after ${settle_max} s" \
+        "(cross-core probe $probed GB/s, usual $usual): launching $name anyway;" \
+        "compare.py will leave it out" >&3
+      break
+    fi
     sleep 2
     probe
   done
   before=$probed
-  "$@"
+  "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    if [ "$rc" = 124 ]; then
+      echo "run.sh: $name did not finish within ${launch_limit} s (LAUNCH_LIMIT)" >&3
+    else
+      echo "run.sh: $name failed (exit status $rc); what it wrote is in $out" >&3
+    fi
+    exit "$rc"
+  fi
   probe
   echo "$before $probed" > "$out/host-$name.txt"
 }
@@ -111,27 +133,27 @@ launch() {
     collie | collieshm)
       local transport=tcp
       if [ "$system" = collieshm ]; then transport=shm; fi
-      around "$name" env COLLIE_TRANSPORT=$transport "$collie" bench "$c" --ranks "$n" \
-        -b "$min" -e "$top" -f "$factor" -n 20 -w 5 --csv > "$csv"
+      around "$name" "${limited[@]}" env COLLIE_TRANSPORT=$transport "$collie" bench "$c" \
+        --ranks "$n" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 --csv > "$csv"
       ;;
     mpishm)
-      around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
-        "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
+      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe \
+        -np "$n" "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
     mpi)
-      around "$name" mpirun --allow-run-as-root --oversubscribe -np "$n" \
-        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe \
+        -np "$n" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
         "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
     torch)
-      around "$name" /usr/bin/python3 tools/peers/torch_gloo_bench.py \
+      around "$name" "${limited[@]}" /usr/bin/python3 tools/peers/torch_gloo_bench.py \
         --ranks "$n" --collective "$c" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 \
         > "$csv" 2> /dev/null
       ;;
     torchcollie | torchcollietcp)
       local transport=()
       if [ "$system" = torchcollietcp ]; then transport=(COLLIE_TRANSPORT=tcp); fi
-      around "$name" env "${transport[@]}" PYTHONPATH=build/release/python \
+      around "$name" "${limited[@]}" env "${transport[@]}" PYTHONPATH=build/release/python \
         /usr/bin/python3 tools/peers/torch_gloo_bench.py --backend collie --ranks "$n" \
         --collective "$c" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 > "$csv" 2> /dev/null
       ;;

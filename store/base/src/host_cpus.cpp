@@ -6,16 +6,23 @@
 
 namespace collie {
 
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
 int host_cpus() {
-  if (const char* text = std::getenv("COLLIE_HOST_CPUS")) {
+  if (const char* text = std::getenv(kHostCpusVariable)) {
     char* end = nullptr;
     const long n = std::strtol(text, &end, 10);
     if (end != text && *end == '\0' && n > 0 && n <= CPU_SETSIZE) return static_cast<int>(n);
   }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(allowed_cpus().size()));
 }
 
 }  // namespace collie

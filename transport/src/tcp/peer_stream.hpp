@@ -107,7 +107,6 @@ struct PeerStream {
   TcpRequestPtr current_recv;
   std::shared_ptr<Unexpected> current_unexpected;
   std::uint64_t recv_sequence = 0;
-  bool last_large = false;  // the last message begun was a staging buffer or more
   TagQueues<TcpRequestPtr> posted;
   TagQueues<std::shared_ptr<Unexpected>> unexpected;
 
