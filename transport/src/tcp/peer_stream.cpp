@@ -280,6 +280,7 @@ void PeerStream::account(std::size_t n) {
 void PeerStream::begin_message() {
   const auto& h = current;
   if (rx == Rx::Paused) --table.paused_peers;  // trying again
+  last_large = h.length >= kStagingBytes;
   current_got = 0;
   current_recv.reset();
   current_unexpected.reset();
@@ -379,12 +380,11 @@ void PeerStream::receive() {
         staged_begin = 0;
       }
       asked = staging.size() - staged_end;
-      // After a large message (`current` is still its header) the next is
-      // likely large too: read its header and a little, so that most of
-      // its payload is read straight to its receive instead of copied out
-      // of here (a 1 MiB all_reduce on 2 ranks copied 64 KiB of each plain
-      // segment so).
-      if (rx == Rx::Header && staged_end == 0 && current.length >= kStagingBytes)
+      // After a large message the next is likely large too: read its
+      // header and a little, so that most of its payload is read straight
+      // to its receive instead of copied out of here (a 1 MiB all_reduce
+      // on 2 ranks copied 64 KiB of each plain segment so).
+      if (rx == Rx::Header && staged_end == 0 && last_large)
         asked = std::min(asked, wire::kHeaderBytes + kDirectReadMin);
       n = ::recv(fd(), staging.data() + staged_end, asked, MSG_DONTWAIT);
       if (n > 0) staged_end += static_cast<std::size_t>(n);
