@@ -15,7 +15,10 @@
  * bytes with no reduce and no dependency between steps, as fast as the
  * sockets take them: what any all_reduce of that size must at least move.
  * One thread per rank, non-blocking sockets, poll() when nothing moves
- * (or, with SPIN=1, trying again at once: for ranks that each have a core).
+ * (or, with SPIN=1, trying again at once: for ranks that each have a core;
+ * PIN=1 binds rank r to the r-th processor it may run on, modulo their
+ * number, as collie's launcher places ranks: two spinning ranks that start
+ * on one processor run 2-3x slower until the scheduler moves one).
  * Prints CSV like mpi_bench.c: the mean over ITERS after WARM, the maximum
  * across ranks; busbw by nccl-tests' all_reduce factor. */
 #define _GNU_SOURCE
@@ -24,6 +27,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +231,16 @@ int main(int argc, char** argv) {
       r = i;
       break;
     }
+  }
+  if (getenv("PIN") && atoi(getenv("PIN"))) {
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed)) die("sched_getaffinity");
+    int k = r % CPU_COUNT(&allowed), cpu = -1;
+    while (k >= 0)
+      if (CPU_ISSET(++cpu, &allowed)) --k;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one)) die("sched_setaffinity");
   }
   /* ONECONN=1 with 2 ranks: one connection carries both ways, as collie's
    * mesh does, instead of one each way. */

@@ -23,6 +23,12 @@ of the runs), times cores / ranks when the ranks outnumber the cores (each
 byte sent costs a core its share of both copies through the kernel).
 collie's figure is the in-place row, as the peers'.
 
+Where the folder has them (run.sh's systems bare and bareexchange), a
+second table gives the floor beside Open MPI: a pipelined ring in C with
+no library (bare) and the same bytes with no reduce (bare exchange), with
+Open MPI's time over each. That ratio is the most any TCP design could show
+against Open MPI in the run: a bar above it is below what loopback TCP allows.
+
 Launches run with the host out of its usual state (run.sh's cross-core
 probe, DIR/host-NAME.txt, before or after the launch outside 0.6 to 1.6
 times the median of the folder's probes) are left out and counted in the
@@ -58,7 +64,8 @@ def unusual(name):
 
 
 med, rounds, left_out = {}, {}, {}
-for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp"):
+for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp",
+               "bare", "bareexchange"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
     kept = [p for p in paths if not unusual(name_of(p, "", ".csv"))]
@@ -159,3 +166,17 @@ for s in sizes:
     size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1 << 10 else f"{s} B"
     print(f"| {size} | {time(c)} | {c[1]:.3f} | {pct} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} |"
           if c else f"| {size} | - | - | - | {time(m)} | - | {time(t)} | - |")
+
+if med["bare"] or med["bareexchange"]:
+    print()
+    print(f"The floor (rounds: bare ring {rounds['bare']}, bare exchange {rounds['bareexchange']}"
+          + dropped_text("bare", "bareexchange") + "):")
+    print()
+    print("| size | collie (us) | bare ring (us) | bare exchange (us) | Open MPI (us) | Open MPI / collie | Open MPI / bare ring | Open MPI / bare exchange |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s in sorted(set(med["bare"]) | set(med["bareexchange"])):
+        c, b, e, m = (med[k].get(s) for k in ("collie", "bare", "bareexchange", "mpi"))
+        def over(x):
+            return f"{m[0] / x[0]:.2f}x" if x and m and x[0] > 0 else "-"
+        print(f"| {size_name(s)} | {time_of(c)} | {time_of(b)} | {time_of(e)} | {time_of(m)} | "
+              f"{over(c)} | {over(b)} | {over(e)} |")

@@ -14,6 +14,14 @@
 #   torchcollietcp  the same over TCP (COLLIE_TRANSPORT=tcp)
 #   collieshm  collie bench with its default transport: shared memory on one host
 #   mpishm     Open MPI with its defaults on one host (shared memory: vader + CMA)
+#   bare       the floor, no library: tools/peers/bare_ring.c's pipelined ring
+#              (a connection each way, SO_SNDBUF as collie's, spinning, each
+#              rank bound to a processor, 200 iterations after 20: a floor is
+#              taken at its best); what a ring over loopback TCP takes
+#   bareexchange  the same bytes with no reduce and no dependency between
+#              steps: what any all_reduce of that size must at least move
+#              (both only for the sizes from SPLIT up, each a launch of its
+#              own, and only where the ranks have a core each)
 # SYSTEMS picks some (default "collie mpi torch"; for shared memory,
 # SYSTEMS="collieshm mpishm mpi collie" and compare.py --shm). Sizes below
 # SPLIT (default 1M) are one launch of each system, a sweep; each size from
@@ -53,6 +61,7 @@ mkdir -p "$out"
 has() { [[ " $systems " == *" $1 "* ]]; }
 if has mpi || has mpishm; then mpicc -O2 -o "$out/mpi_bench" tools/peers/mpi_bench.c; fi
 cc -O2 -pthread -o "$out/crosscore" tools/peers/crosscore.c
+if has bare || has bareexchange; then cc -O3 -march=native -o "$out/bare_ring" tools/peers/bare_ring.c; fi
 settle=${SETTLE:-1}
 settle_max=${SETTLE_MAX:-180}
 launch_limit=${LAUNCH_LIMIT:-900}
@@ -145,6 +154,12 @@ launch() {
         -np "$n" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
         "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
+    bare | bareexchange)
+      local mode=ring
+      if [ "$system" = bareexchange ]; then mode=exchange; fi
+      around "$name" "${limited[@]}" env SPIN=1 PIN=1 SNDBUF=393216 "$out/bare_ring" "$mode" "$n" \
+        "$min" "$top" "$factor" 200 20 > "$csv"
+      ;;
     torch)
       around "$name" "${limited[@]}" /usr/bin/python3 tools/peers/torch_gloo_bench.py \
         --ranks "$n" --collective "$c" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 \
@@ -180,6 +195,10 @@ for r in $(seq "$runs"); do
       for piece in "${pieces[@]}"; do
         IFS=: read -r min top suffix <<< "$piece"
         for system in $systems; do
+          # The floor is for the sizes that have launches of their own, and
+          # ranks with a core each (more, and bare_ring's poll() loop is no floor).
+          if [[ $system == bare* ]] && { [[ -z $suffix && ${#pieces[@]} -gt 1 ]] ||
+            [ "$n" -gt "$(nproc)" ]; }; then continue; fi
           launch "$system" "$system-$c-$n-$r$suffix" "$min" "$top"
         done
       done
