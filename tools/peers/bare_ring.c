@@ -17,8 +17,7 @@
  * One thread per rank, non-blocking sockets, poll() when nothing moves
  * (or, with SPIN=1, trying again at once: for ranks that each have a core;
  * PIN=1 binds rank r to the r-th processor it may run on, modulo their
- * number, as collie's launcher places ranks: two spinning ranks that start
- * on one processor run 2-3x slower until the scheduler moves one).
+ * number, as collie's launcher places ranks).
  * Prints CSV like mpi_bench.c: the mean over ITERS after WARM, the maximum
  * across ranks; busbw by nccl-tests' all_reduce factor. */
 #define _GNU_SOURCE
