@@ -46,10 +46,12 @@ struct Placement {
 };
 
 // Places `ranks` local ranks on the processors this process may run on
-// (allowed_cpus(), <collie/host_cpus.hpp>). Bound ranks learn how many they
-// share through kHostCpusVariable there: each one's own affinity is a single
-// processor, and the cost model and shared memory's waits count the node's. Packed: rank i on cpus[i * m / ranks], m = cpus.size(), so
-// consecutive ranks share a processor and the groups differ by one at most.
+// (allowed_cpus(), <collie/host_cpus.hpp>). Packed: rank i on
+// cpus[i * m / ranks], m = cpus.size(), so consecutive ranks share a
+// processor and the groups differ by one at most. Bound ranks learn how many
+// processors they share through kHostCpusVariable: each one's own affinity
+// is a single processor, and the cost model and shared memory's waits count
+// the host's.
 Placement place_ranks(Binding b, int ranks);
 
 // Binds the calling thread (and the threads it starts later) to processor

@@ -16,8 +16,8 @@
  * sockets take them: what any all_reduce of that size must at least move.
  * One thread per rank, non-blocking sockets, poll() when nothing moves
  * (or, with SPIN=1, trying again at once: for ranks that each have a core;
- * PIN=1 binds rank r to the r-th processor it may run on, modulo their
- * number, as collie's launcher places ranks).
+ * PIN=1 binds rank r to processor r * m / RANKS of the m it may run on,
+ * as collie's launcher places ranks).
  * Prints CSV like mpi_bench.c: the mean over ITERS after WARM, the maximum
  * across ranks; busbw by nccl-tests' all_reduce factor. */
 #define _GNU_SOURCE
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
   if (getenv("PIN") && atoi(getenv("PIN"))) {
     cpu_set_t allowed, one;
     if (sched_getaffinity(0, sizeof allowed, &allowed)) die("sched_getaffinity");
-    int k = r % CPU_COUNT(&allowed), cpu = -1;
+    int k = (int)((long)r * CPU_COUNT(&allowed) / n), cpu = -1;
     while (k >= 0)
       if (CPU_ISSET(++cpu, &allowed)) --k;
     CPU_ZERO(&one);

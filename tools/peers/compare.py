@@ -56,11 +56,14 @@ for path in glob.glob(os.path.join(folder, "host-*.txt")):
 usual = statistics.median([v for pair in probes.values() for v in pair] or [0.0])
 
 
+# The usual range: this much of the median of the folder's probes (run.sh's too).
+BAND = (0.6 * usual, 1.6 * usual)
+
+
 def unusual(name):
-    """Whether the host's cross-core probe read out of its usual range (0.6 to
-    1.6 times the median of the folder's probes) before or after launch NAME."""
-    return not keep_all and any(not 0.6 * usual <= v <= 1.6 * usual
-                                for v in probes.get(name, []))
+    """Whether the host's cross-core probe read out of its usual range (BAND)
+    before or after launch NAME."""
+    return not keep_all and any(not BAND[0] <= v <= BAND[1] for v in probes.get(name, []))
 
 
 med, rounds, left_out = {}, {}, {}
@@ -89,7 +92,7 @@ for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "
 def dropped_text(*systems):
     counts = [f"{s_} {left_out[s_]}" for s_ in systems if left_out[s_]]
     return (f" (launches left out, the host out of its usual state: {', '.join(counts)}; "
-            f"cross-core probe outside {0.6 * usual:.1f}-{1.6 * usual:.1f} GB/s)") if counts else ""
+            f"cross-core probe outside {BAND[0]:.1f}-{BAND[1]:.1f} GB/s)") if counts else ""
 
 
 def size_name(s_):
@@ -98,6 +101,11 @@ def size_name(s_):
 
 def time_of(x):
     return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
+
+
+def ratio(a, b):
+    """a's time over b's (a and b: (time, busbw) or None), as "1.23x"."""
+    return f"{a[0] / b[0]:.2f}x" if a and b and b[0] > 0 else "-"
 
 
 if torch_mode:
@@ -109,9 +117,8 @@ if torch_mode:
     print("|---:|---:|---:|---:|---:|---:|")
     for s_ in sorted(set(med["torchcollie"]) | set(med["torch"])):
         c, g, ct = (med[k].get(s_) for k in ("torchcollie", "torch", "torchcollietcp"))
-        def over(x):
-            return f"{g[0] / x[0]:.2f}x" if x and g and x[0] > 0 else "-"
-        print(f"| {size_name(s_)} | {time_of(c)} | {time_of(g)} | {over(c)} | {time_of(ct)} | {over(ct)} |")
+        print(f"| {size_name(s_)} | {time_of(c)} | {time_of(g)} | {ratio(g, c)} | {time_of(ct)} | "
+              f"{ratio(g, ct)} |")
     sys.exit(0)
 
 if shm:
@@ -122,16 +129,11 @@ if shm:
     print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s_ in sorted(set(med["collieshm"]) | set(med["mpishm"])):
-        c = med["collieshm"].get(s_)
-        def time(x):
-            return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
-        def ratio(x):
-            return f"{x[0] / c[0]:.2f}x" if x and c and c[0] > 0 else "-"
-        m, t, ct = med["mpishm"].get(s_), med["mpi"].get(s_), med["collie"].get(s_)
+        c, m, t, ct = (med[k].get(s_) for k in ("collieshm", "mpishm", "mpi", "collie"))
         best = min((x for x in (m, t) if x), key=lambda x: x[0], default=None)
-        size = f"{s_ >> 20} MiB" if s_ >= 1 << 20 else f"{s_ >> 10} KiB" if s_ >= 1 << 10 else f"{s_} B"
         bw = f"{c[1]:.3f}" if c else "-"
-        print(f"| {size} | {time(c)} | {bw} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} | {ratio(best)} | {time(ct)} | {ratio(ct)} |")
+        print(f"| {size_name(s_)} | {time_of(c)} | {bw} | {time_of(m)} | {ratio(m, c)} | "
+              f"{time_of(t)} | {ratio(t, c)} | {ratio(best, c)} | {time_of(ct)} | {ratio(ct, c)} |")
     sys.exit(0)
 
 streams = []
@@ -158,14 +160,10 @@ print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 sizes = sorted(set(med["collie"]) | set(med["mpi"]) | set(med["torch"]))
 for s in sizes:
     c, m, t = (med[k].get(s) for k in ("collie", "mpi", "torch"))
-    def time(x):
-        return "-" if not x else (f"{x[0]:.2f}" if x[0] < 100 else f"{x[0]:.0f}")
-    def ratio(x):
-        return f"{x[0] / c[0]:.2f}x" if x and c and c[0] > 0 else "-"
     pct = f"{100 * c[1] / limit:.0f}%" if c and limit else "-"
-    size = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1 << 10 else f"{s} B"
-    print(f"| {size} | {time(c)} | {c[1]:.3f} | {pct} | {time(m)} | {ratio(m)} | {time(t)} | {ratio(t)} |"
-          if c else f"| {size} | - | - | - | {time(m)} | - | {time(t)} | - |")
+    bw = f"{c[1]:.3f}" if c else "-"
+    print(f"| {size_name(s)} | {time_of(c)} | {bw} | {pct} | {time_of(m)} | {ratio(m, c)} | "
+          f"{time_of(t)} | {ratio(t, c)} |")
 
 if med["bare"] or med["bareexchange"]:
     print()
@@ -176,7 +174,5 @@ if med["bare"] or med["bareexchange"]:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in sorted(set(med["bare"]) | set(med["bareexchange"])):
         c, b, e, m = (med[k].get(s) for k in ("collie", "bare", "bareexchange", "mpi"))
-        def over(x):
-            return f"{m[0] / x[0]:.2f}x" if x and m and x[0] > 0 else "-"
         print(f"| {size_name(s)} | {time_of(c)} | {time_of(b)} | {time_of(e)} | {time_of(m)} | "
-              f"{over(c)} | {over(b)} | {over(e)} |")
+              f"{ratio(m, c)} | {ratio(m, b)} | {ratio(m, e)} |")

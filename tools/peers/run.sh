@@ -75,7 +75,10 @@ exec 3>&2
 # ones, where this machine reads 3x its usual figure).
 probes=()
 probe() {
-  probed=$("$out/crosscore")
+  probed=$("$out/crosscore") || {
+    echo "run.sh: the cross-core probe ($out/crosscore) failed" >&3
+    exit 1
+  }
   probes+=("$probed")
   usual=$(printf '%s\n' "${probes[@]}" | sort -g | awk '{ v[NR] = $1 }
     END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
@@ -176,6 +179,7 @@ launch() {
 }
 
 split=$(numfmt --from=iec "${SPLIT:-1M}")
+processors=$(nproc)
 for r in $(seq "$runs"); do
   if command -v iperf3 > /dev/null; then around "iperf-$r" iperf_pair "$out/iperf-$r"; fi
   for n in $ranks; do
@@ -198,7 +202,7 @@ for r in $(seq "$runs"); do
           # The floor is for the sizes that have launches of their own, and
           # ranks with a core each (more, and bare_ring's poll() loop is no floor).
           if [[ $system == bare* ]] && { [[ -z $suffix && ${#pieces[@]} -gt 1 ]] ||
-            [ "$n" -gt "$(nproc)" ]; }; then continue; fi
+            [ "$n" -gt "$processors" ]; }; then continue; fi
           launch "$system" "$system-$c-$n-$r$suffix" "$min" "$top"
         done
       done
