@@ -1,4 +1,8 @@
 #include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <queue>
 
 #include <collie/collectives/cost.hpp>
 
@@ -22,6 +26,178 @@ double cpu_work(const Schedule& schedule, std::size_t element_bytes, const CostM
           work += static_cast<double>(b) * model.gamma;
       }
   return work;
+}
+
+// The executor's data path replayed segment by segment (runtime/src/
+// executor.cpp): every send and receive is cut into segments, and an op
+// waits only for the earlier ops that touch its elements (a read for the
+// last write; a write for the last write and the reads since), for the op
+// before it to or from the same peer, and a receive for the send it
+// matches. Ops run as soon as they may, each rank's outgoing and incoming
+// link carrying one at a time: so a tree's steps overlap, as they do when
+// it runs. Then, from each rank's order, the bytes it touches that miss
+// the cache: a byte last touched more than its share of the cache ago
+// (cache_bytes / ranks) comes from memory, and so does its first touch
+// when the rank's buffer is larger than the share.
+struct Flow {
+  double seconds = 0;        // when the last rank finishes
+  std::vector<double> cold;  // [rank] bytes from memory
+  std::vector<double> warm;  // [rank] bytes from the shared cache
+};
+
+Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
+          const CostModel& model) {
+  constexpr std::size_t none = SIZE_MAX;
+  const std::size_t n = schedules.size();
+  // Pieces of flow_bytes (no larger than a segment), coarser where that
+  // would make more than kMaxOps ops in all (many ranks, large buffers).
+  constexpr std::size_t kMaxOps = std::size_t{1} << 18;
+  std::size_t elements = 0;  // sent or received, every rank
+  for (const auto& schedule : schedules)
+    for (const auto& st : schedule.steps)
+      for (const auto* list : {&st.sends, &st.recvs})
+        for (const auto& t : *list) elements += t.range.count;
+  const std::size_t seg = std::max<std::size_t>(
+      {1, std::min<std::size_t>(model.segment_bytes, model.flow_bytes) / element_bytes,
+       (elements + kMaxOps - 1) / kMaxOps});
+  const std::size_t block = std::max<std::size_t>(1, seg / 4);
+  struct Op {
+    std::size_t rank, peer;
+    bool send, reduce;
+    std::size_t begin, end;      // elements
+    std::size_t match = none;    // a send's receive
+    std::vector<std::size_t> dependents;
+    std::size_t pending = 0;     // dependencies not yet done
+    double ready = 0, start = 0, done = 0;
+  };
+  std::vector<Op> ops;
+  std::vector<std::vector<std::size_t>> rank_ops(n);
+  std::vector<std::deque<std::size_t>> sent(n * n);  // [src * n + dst]: sends not yet matched
+  const auto depend = [&](std::size_t before, std::size_t after) {
+    ops[before].dependents.push_back(after);
+    ++ops[after].pending;
+  };
+  for (std::size_t r = 0; r < n; ++r) {
+    std::vector<std::size_t> last_to(n, none), last_from(n, none);
+    const std::size_t blocks = schedules[r].buffer_count / block + 1;
+    std::vector<std::size_t> writer(blocks, none);
+    std::vector<std::vector<std::size_t>> readers(blocks);
+    for (const auto& st : schedules[r].steps)
+      for (const auto* list : {&st.sends, &st.recvs})
+        for (const auto& t : *list) {
+          const bool send = list == &st.sends;
+          const auto p = static_cast<std::size_t>(t.peer);
+          const std::size_t first = t.range.offset, last = first + t.range.count;
+          for (std::size_t b = first;; b += seg) {
+            const std::size_t id = ops.size();
+            Op op{};
+            op.rank = r;
+            op.peer = p;
+            op.send = send;
+            op.reduce = !send && t.combine == Combine::Reduce;
+            op.begin = b;
+            op.end = std::min(last, b + seg);
+            op.match = none;
+            ops.push_back(std::move(op));
+            rank_ops[r].push_back(id);
+            auto& previous = send ? last_to[p] : last_from[p];
+            if (previous != none) depend(previous, id);
+            previous = id;
+            for (std::size_t k = b / block; b < ops[id].end && k <= (ops[id].end - 1) / block;
+                 ++k) {
+              if (writer[k] != none) depend(writer[k], id);
+              if (send) {
+                readers[k].push_back(id);
+                continue;
+              }
+              for (auto reader : readers[k]) depend(reader, id);
+              readers[k].clear();
+              writer[k] = id;
+            }
+            if (send) sent[r * n + p].push_back(id);
+            if (b + seg >= last) break;
+          }
+        }
+  }
+  // A receive's k-th segment from p is p's k-th segment to it; it waits
+  // for that send's arrival. And a sender runs at most `window` segments
+  // ahead of its receiver (the sockets' buffers): its k-th segment to a
+  // peer waits for the receive of its (k - window)-th.
+  const std::size_t window = std::max<std::size_t>(
+      1, static_cast<std::size_t>(model.window_bytes / static_cast<double>(seg * element_bytes)));
+  std::vector<std::vector<std::size_t>> pairs(n * n);
+  for (std::size_t q = 0; q < sent.size(); ++q) pairs[q].assign(sent[q].begin(), sent[q].end());
+  for (std::size_t id = 0; id < ops.size(); ++id) {
+    if (ops[id].send) continue;
+    auto& q = sent[ops[id].peer * n + ops[id].rank];
+    if (q.empty()) return {-1, {}, {}};
+    ops[q.front()].match = id;
+    q.pop_front();
+    ++ops[id].pending;
+  }
+  for (const auto& list : pairs) {
+    if (!list.empty() && ops[list.front()].match == none) return {-1, {}, {}};
+    for (std::size_t k = window; k < list.size(); ++k) depend(ops[list[k - window]].match, list[k]);
+  }
+  // Ops in the order they may start; each link carries one at a time.
+  using Entry = std::pair<double, std::size_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (std::size_t id = 0; id < ops.size(); ++id)
+    if (ops[id].pending == 0) queue.push({0.0, id});
+  std::vector<double> out_free(n, 0.0), in_free(n, 0.0);
+  Flow result;
+  std::size_t finished = 0;
+  const auto release = [&](std::size_t id, double when) {
+    auto& d = ops[id];
+    d.ready = std::max(d.ready, when);
+    if (--d.pending == 0) queue.push({d.ready, id});
+  };
+  while (!queue.empty()) {
+    const auto [ready, id] = queue.top();
+    queue.pop();
+    auto& op = ops[id];
+    const double bytes = static_cast<double>((op.end - op.begin) * element_bytes);
+    if (op.send) {
+      op.start = std::max(ready, out_free[op.rank]);
+      op.done = out_free[op.rank] = op.start + model.delta + model.beta * bytes;
+      release(op.match, op.done + model.alpha);
+    } else {
+      op.start = std::max(ready, in_free[op.rank]);
+      op.done = in_free[op.rank] = std::max(in_free[op.rank] + model.beta * bytes, ready) +
+                                   model.delta + (op.reduce ? model.gamma * bytes : 0.0);
+    }
+    for (auto d : op.dependents) release(d, op.done);
+    result.seconds = std::max(result.seconds, op.done);
+    ++finished;
+  }
+  if (finished != ops.size()) return {-1, {}, {}};
+  const double share = model.cache_bytes / static_cast<double>(n);
+  result.cold.assign(n, 0.0);
+  result.warm.assign(n, 0.0);
+  const double core_share = model.core_cache_bytes / std::max(1.0, model.crowding);
+  for (std::size_t r = 0; r < n; ++r) {
+    auto order = rank_ops[r];
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return ops[a].start < ops[b].start; });
+    const double buffer = static_cast<double>(schedules[r].buffer_count * element_bytes);
+    std::vector<double> last(schedules[r].buffer_count / block + 1, -1.0);
+    double touched = 0;  // bytes this rank has sent or received so far
+    for (auto id : order) {
+      const auto& op = ops[id];
+      if (op.end == op.begin) continue;
+      for (std::size_t k = op.begin / block; k <= (op.end - 1) / block; ++k) {
+        const std::size_t lo = std::max(op.begin, k * block), hi = std::min(op.end, (k + 1) * block);
+        const double distance = last[k] < 0 ? buffer : touched - last[k];
+        if (distance > share)
+          result.cold[r] += static_cast<double>((hi - lo) * element_bytes);
+        else if (distance > core_share)
+          result.warm[r] += static_cast<double>((hi - lo) * element_bytes);
+      }
+      touched += static_cast<double>((op.end - op.begin) * element_bytes);
+      for (std::size_t k = op.begin / block; k <= (op.end - 1) / block; ++k) last[k] = touched;
+    }
+  }
+  return result;
 }
 
 }  // namespace
@@ -82,6 +258,17 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
         clock[r] = end;
       });
   cost.seconds = *std::max_element(clock.begin(), clock.end());
+  // Crowded, the executor's overlap of steps and the cache decide between
+  // algorithms that do the same work: the clock follows the bytes (flow()),
+  // and the bound adds the bytes that miss the cache.
+  if (crowded && model.flow_bytes > 0) {
+    const auto f = flow(schedules, element_bytes, model);
+    if (f.seconds >= 0) {  // else (a cycle the replay cannot run) the step clock stands
+      cost.seconds = f.seconds;
+      for (std::size_t r = 0; r < n; ++r)
+        work += f.cold[r] * model.work_per_cold_byte + f.warm[r] * model.work_per_warm_byte;
+    }
+  }
   if (crowded)
     cost.seconds = std::max(cost.seconds, work / static_cast<double>(n) * model.crowding);
   return cost;
@@ -95,6 +282,10 @@ CostModel shared_memory_cost_model(double crowding) {
   m.delta = 0.3e-6;
   m.work_per_segment = 0.5e-6;
   m.work_per_byte = 0.1e-9;
+  // The cache terms and the clock that follows the bytes are fitted to TCP;
+  // shared memory keeps the step clock and its own fit.
+  m.flow_bytes = 0;
+  m.work_per_warm_byte = m.work_per_cold_byte = 0;
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
+#include <string>
 #include <unistd.h>
 
 namespace collie {
@@ -37,6 +38,32 @@ int usable_cores() {
     }
   }
   return std::max(1, cores);
+}
+
+CacheSizes cache_sizes() {
+  // The kernel's view (what lscpu prints): sysconf's L3 can be the whole
+  // package's on a virtual machine (320 MiB on this project's, whose cores
+  // share 32).
+  CacheSizes c;
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    std::ifstream level_in(dir + "/level"), type_in(dir + "/type"), size_in(dir + "/size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_in >> level) || !(type_in >> type) || !(size_in >> size)) break;
+    if (type == "Instruction" || size.empty()) continue;
+    double bytes = 0;
+    try {
+      bytes = std::stod(size);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (size.back() == 'K') bytes *= 1024;
+    if (size.back() == 'M') bytes *= 1024 * 1024;
+    if (level == 2) c.core = bytes;
+    if (level == 3) c.host = bytes;
+  }
+  return c;
 }
 
 double crowding(int host_ranks, int cores, int group_size) {

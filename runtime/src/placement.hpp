@@ -16,6 +16,15 @@ std::string machine_id();
 // one is set. At least 1.
 int usable_cores();
 
+// This machine's caches for the cost model (CostModel::core_cache_bytes,
+// cache_bytes): each core's (L2) and the one its cores share (L3), in
+// bytes, as the kernel reports them for cpu 0; 0 where it reports none.
+struct CacheSizes {
+  double core = 0;
+  double host = 0;
+};
+CacheSizes cache_sizes();
+
 // Ranks per core for the cost model (CostModel::crowding): `host_ranks`
 // of the job's ranks share `cores` cores, and a group of `group_size`
 // ranks has at most that many of them there.

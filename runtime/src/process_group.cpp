@@ -34,7 +34,8 @@ void check_tag(int tag, int rank, const char* op, int peer) {
 // The cost model Auto picks with in a group of these world ranks: the
 // shared-memory one when this rank reaches every other member through
 // shared memory (then every member does: they share one host), else the
-// TCP one; crowding as counted on this host.
+// TCP one; crowding as counted on this host, and the TCP one with this
+// host's cache sizes.
 collectives::CostModel cost_model_for(const World& world, const std::vector<int>& members) {
   const double crowded =
       crowding(world.host_ranks, world.host_cores, static_cast<int>(members.size()));
@@ -45,6 +46,9 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
   if (shared) return collectives::shared_memory_cost_model(crowded);
   collectives::CostModel m;
   m.crowding = crowded;
+  const auto caches = cache_sizes();
+  if (caches.core > 0) m.core_cache_bytes = caches.core;
+  if (caches.host > 0) m.cache_bytes = caches.host;
   return m;
 }
 

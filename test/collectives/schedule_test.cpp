@@ -301,6 +301,8 @@ TEST_CASE("cost model: the ring's textbook time, trees for small buffers, rings 
 
 TEST_CASE("cost model: a crowded host bounds the time by its ranks' work", "[schedule][cost]") {
   CostModel m;
+  // The cache terms apart (the next test case): the work alone.
+  m.work_per_warm_byte = m.work_per_cold_byte = 0;
   const int n = 4;
   const std::size_t segment = m.segment_bytes;
   for (std::size_t count : {std::size_t{4}, std::size_t{16384}, std::size_t{4} << 20}) {
@@ -323,19 +325,83 @@ TEST_CASE("cost model: a crowded host bounds the time by its ranks' work", "[sch
       CHECK(crowded.seconds == Approx(expected).epsilon(1e-9));
     }
   }
-  // What this bound buys on 4 ranks on 2 cores (docs/PERFORMANCE.md): the
-  // tree, which leaves half the ranks idle, in the middle; the ring, not
-  // halving-doubling (the same work), for large buffers. A core per rank
-  // keeps the uncrowded picks.
+  // Crowded, the clock follows the bytes as the executor moves them, so the
+  // tree's four steps overlap: on 16 MiB it costs the ring's work, not its
+  // four messages one after another.
+  CostModel crowded = m;
+  crowded.crowding = 2;
+  const Shape big{0, n, std::size_t{4} << 20, 0, pieces_for(16 << 20, segment)};
+  const auto tree_alone = estimate(Collective::AllReduce, Algorithm::Tree, big, 4, m);
+  const auto tree = estimate(Collective::AllReduce, Algorithm::Tree, big, 4, crowded);
+  const auto ring = estimate(Collective::AllReduce, Algorithm::Ring, big, 4, crowded);
+  CHECK(tree.seconds < 0.8 * tree_alone.seconds);
+  CHECK(tree.seconds == Approx(ring.seconds).epsilon(1e-9));
+}
+
+TEST_CASE("cost model: a crowded host pays for the bytes that miss the cache",
+          "[schedule][cost]") {
+  // 2 ranks, 16 MiB each, sharing an 8 MiB cache (4 MiB each): what each
+  // rank touches again only after more than that has gone by comes from
+  // memory, and so does its first touch of its buffer.
+  CostModel m;
+  m.crowding = 2;
+  m.cache_bytes = 8 << 20;
+  m.work_per_warm_byte = m.work_per_cold_byte = 0;
+  const std::size_t count = std::size_t{4} << 20;
+  const double N = static_cast<double>(count * 4);
+  const Shape shape{0, 2, count, 0, pieces_for(count * 4, m.segment_bytes)};
+  // Seconds per rank per byte from memory, where the bound decides.
+  const auto cold = [&](Algorithm a) {
+    CostModel c = m;
+    c.work_per_cold_byte = 1e-9;
+    const double base = estimate(Collective::AllReduce, a, shape, 4, m).seconds;
+    return (estimate(Collective::AllReduce, a, shape, 4, c).seconds - base) / 1e-9 / m.crowding;
+  };
+  // The ring sends half A and reduces half B into its buffer, then sends
+  // B and receives A: each half comes back after the whole buffer has
+  // gone by (one connection carries both steps, in order). All 2N bytes
+  // are cold.
+  CHECK(cold(Algorithm::Ring) == Approx(2 * N).epsilon(1e-9));
+  // The tree: the leaf sends its buffer and gets each piece back reduced
+  // within the sockets' window; the root reduces into its buffer and
+  // sends each piece on at once. Only the two first touches are cold: N a rank.
+  CHECK(cold(Algorithm::Tree) == Approx(N).epsilon(1e-9));
+  // A buffer within the cache's share: nothing is cold, nothing is added.
+  const Shape small{0, 2, std::size_t{256} << 10, 0, pieces_for(1 << 20, m.segment_bytes)};
+  CostModel c = m;
+  c.work_per_cold_byte = 1e-9;
+  c.work_per_warm_byte = 1e-9;
+  c.core_cache_bytes = 8 << 20;
+  for (auto a : algorithms_for(Collective::AllReduce))
+    CHECK(estimate(Collective::AllReduce, a, small, 4, c).seconds ==
+          estimate(Collective::AllReduce, a, small, 4, m).seconds);
+  // A core per rank: no bound, no cache terms.
+  CostModel alone = c;
+  alone.crowding = 1;
+  CostModel plain = m;
+  plain.crowding = 1;
+  for (auto a : algorithms_for(Collective::AllReduce))
+    CHECK(estimate(Collective::AllReduce, a, shape, 4, alone).seconds ==
+          estimate(Collective::AllReduce, a, shape, 4, plain).seconds);
+}
+
+TEST_CASE("cost model: what Auto picks for all_reduce, crowded or not", "[schedule][cost]") {
+  const CostModel m;
+  const int n = 4;
+  const std::size_t segment = m.segment_bytes;
+  // What the crowded model buys on 4 ranks on 2 cores (docs/PERFORMANCE.md,
+  // fitted with collie_fit_cost): the tree at every size. It leaves half
+  // the ranks idle where messages cost most, and its steps stream each
+  // piece through every rank at once where bytes and the cache cost most.
+  // A core per rank keeps the uncrowded picks.
   CostModel crowded = m;
   crowded.crowding = 2;
   const auto pick = [&](std::size_t bytes, const CostModel& model) {
     return auto_algorithm(Collective::AllReduce, n, bytes / 4, 4, segment, model);
   };
-  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{64} << 10})
+  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{64} << 10, std::size_t{256} << 10,
+                            std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20})
     CHECK(pick(bytes, crowded) == Algorithm::Tree);
-  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20})
-    CHECK(pick(bytes, crowded) == Algorithm::Ring);
   CHECK(pick(64 << 10, m) != Algorithm::Tree);
   CHECK(pick(16 << 20, m) == Algorithm::HalvingDoubling);
   // Shared memory (measured, docs/PERFORMANCE.md): on 4 ranks on 2 cores a

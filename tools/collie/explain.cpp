@@ -90,7 +90,11 @@ ordered_json model_json(const Request& r) {
           {"delta_seconds", m.delta},
           {"ranks_per_core", std::max(1.0, m.crowding)},
           {"work_per_segment_seconds", m.work_per_segment},
-          {"work_per_byte_seconds", m.work_per_byte}};
+          {"work_per_byte_seconds", m.work_per_byte},
+          {"work_per_warm_byte_seconds", m.work_per_warm_byte},
+          {"work_per_cold_byte_seconds", m.work_per_cold_byte},
+          {"core_cache_bytes", m.core_cache_bytes},
+          {"cache_bytes", m.cache_bytes}};
 }
 
 // What each rank's buffer holds, in words.
@@ -214,6 +218,10 @@ std::string model_words(const Request& r) {
                   1e-9 / m.gamma, time_label(m.delta));
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
+  if (m.crowding > 1 && m.flow_bytes > 0 && r.collective == cs::Collective::AllReduce)
+    words += fmt::format(", with the caches of this\n  project's machine ({} a core, {} shared)",
+                         bytes_label(static_cast<std::size_t>(m.core_cache_bytes)),
+                         bytes_label(static_cast<std::size_t>(m.cache_bytes)));
   return words;
 }
 
@@ -240,6 +248,7 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   line.cost = cs::estimate(r.collective, a, r.shape, r.element_bytes, r.model);
   cs::CostModel latency = r.model, bandwidth = r.model;
   latency.beta = latency.gamma = latency.work_per_byte = 0;
+  latency.work_per_warm_byte = latency.work_per_cold_byte = 0;
   bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = 0;
   line.latency_seconds = cs::estimate(r.collective, a, r.shape, r.element_bytes, latency).seconds;
   line.bandwidth_seconds =

@@ -49,6 +49,22 @@ struct CostModel {
   // seconds per segment, and per byte, sent or received.
   double work_per_segment = 5e-6;
   double work_per_byte = 0.125e-9;
+  // The crowded bound's cache terms (cost.hpp's header, docs/algorithms.md):
+  // CPU seconds per byte a rank sends or receives that it last touched more
+  // than its share of the core's cache ago (core_cache_bytes / crowding),
+  // and more than its share of the host's (cache_bytes / ranks) ago. The
+  // runtime reads both sizes from the machine (sysconf); the defaults are
+  // this project's (AMD EPYC, 1 MiB L2 per core, 32 MiB L3).
+  double work_per_warm_byte = 0.03e-9;
+  double work_per_cold_byte = 0.1e-9;
+  double core_cache_bytes = 1 << 20;
+  double cache_bytes = 32 << 20;
+  // How the crowded clock follows the bytes: in pieces of flow_bytes (the
+  // TCP transport's 64 KiB receive buffer: a receive reduces each as it
+  // arrives; 0 keeps the step-by-step clock), a sender at most window_bytes
+  // ahead of its receiver (what a connection's socket buffers hold).
+  std::size_t flow_bytes = 1 << 16;
+  double window_bytes = 1 << 20;
   std::size_t segment_bytes = 1 << 18;  // COLLIE_SEGMENT_BYTES (auto_algorithm sets it)
 };
 
