@@ -390,18 +390,21 @@ TEST_CASE("cost model: what Auto picks for all_reduce, crowded or not", "[schedu
   const int n = 4;
   const std::size_t segment = m.segment_bytes;
   // What the crowded model buys on 4 ranks on 2 cores (docs/PERFORMANCE.md,
-  // fitted with collie_fit_cost): the tree at every size. It leaves half
-  // the ranks idle where messages cost most, and its steps stream each
-  // piece through every rank at once where bytes and the cache cost most.
-  // A core per rank keeps the uncrowded picks.
+  // fitted with collie_fit_cost): the tree, which leaves half the ranks
+  // idle, where messages cost most; halving-doubling, with fewer segments
+  // than the ring, in the middle; the ring, level with the tree, at 1 MiB;
+  // and from 4 MiB the tree again, whose overlapped steps touch each byte
+  // while it is in the cache. A core per rank keeps the uncrowded picks.
   CostModel crowded = m;
   crowded.crowding = 2;
   const auto pick = [&](std::size_t bytes, const CostModel& model) {
     return auto_algorithm(Collective::AllReduce, n, bytes / 4, 4, segment, model);
   };
-  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{64} << 10, std::size_t{256} << 10,
-                            std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{64} << 20})
+  for (std::size_t bytes : {std::size_t{16} << 10, std::size_t{64} << 10, std::size_t{4} << 20,
+                            std::size_t{16} << 20, std::size_t{64} << 20})
     CHECK(pick(bytes, crowded) == Algorithm::Tree);
+  CHECK(pick(256 << 10, crowded) == Algorithm::HalvingDoubling);
+  CHECK(pick(1 << 20, crowded) == Algorithm::Ring);
   CHECK(pick(64 << 10, m) != Algorithm::Tree);
   CHECK(pick(16 << 20, m) == Algorithm::HalvingDoubling);
   // Shared memory (measured, docs/PERFORMANCE.md): on 4 ranks on 2 cores a

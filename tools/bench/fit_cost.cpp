@@ -1,6 +1,7 @@
 // collie_fit_cost: fits the crowded-machine constants of Auto's cost model
-// (collectives/cost.hpp: work_per_segment, work_per_byte, work_per_warm_byte,
-// work_per_cold_byte; the cache sizes stay this project's machine's) to
+// (collectives/cost.hpp: flow_bytes, work_per_segment, work_per_byte,
+// work_per_warm_byte, work_per_cold_byte; the cache sizes and the window
+// stay this project's machine's) to
 // measured all_reduces, and shows what Auto picks against the fastest
 // algorithm.
 //
@@ -10,7 +11,7 @@
 //   collie_fit_cost 4 2 --check run-*.csv # the table with the model as built
 //
 // The in-place time of every launch is pooled per (size, algorithm) and the
-// median taken. A fit tries a grid of the four constants and keeps the one
+// median taken. A fit tries a grid of the five constants and keeps the one
 // whose worst pick (the picked algorithm's median over the fastest's) is
 // least, then the geometric mean of the picks.
 #include <algorithm>
@@ -136,34 +137,38 @@ int main(int argc, char** argv) {
     if (!check && model.crowding > 1) {
       cs::CostModel best = model;
       Score best_score{1e9, 1e9};
-      for (double us : {2.0, 3.0, 5.0, 7.0, 10.0})
-        for (double ns : {0.05, 0.1, 0.125, 0.15, 0.2})
-          for (double warm : {0.0, 0.01, 0.03, 0.05})
-            for (double cold : {0.0, 0.05, 0.1, 0.2}) {
-              cs::CostModel m = model;
-              m.work_per_segment = us * 1e-6;
-              m.work_per_byte = ns * 1e-9;
-              m.work_per_warm_byte = warm * 1e-9;
-              m.work_per_cold_byte = cold * 1e-9;
-              const auto s = score(medians, ranks, m, false);
-              if (s.worst < best_score.worst - 1e-9 ||
-                  (s.worst < best_score.worst + 1e-9 && s.geo < best_score.geo)) {
-                best = m;
-                best_score = s;
+      for (std::size_t kib : {64, 128, 256})
+        for (double us : {2.0, 3.0, 5.0, 7.0, 10.0})
+          for (double ns : {0.05, 0.1, 0.125, 0.15, 0.2})
+            for (double warm : {0.0, 0.01, 0.03, 0.05})
+              for (double cold : {0.0, 0.05, 0.1, 0.2}) {
+                cs::CostModel m = model;
+                m.flow_bytes = kib << 10;
+                m.work_per_segment = us * 1e-6;
+                m.work_per_byte = ns * 1e-9;
+                m.work_per_warm_byte = warm * 1e-9;
+                m.work_per_cold_byte = cold * 1e-9;
+                const auto s = score(medians, ranks, m, false);
+                if (s.worst < best_score.worst - 1e-9 ||
+                    (s.worst < best_score.worst + 1e-9 && s.geo < best_score.geo)) {
+                  best = m;
+                  best_score = s;
+                }
               }
-            }
       std::printf(
-          "best fit: work_per_segment %.3g us, work_per_byte %.3g ns, work_per_warm_byte %.3g "
-          "ns, work_per_cold_byte %.3g ns\n",
-          best.work_per_segment * 1e6, best.work_per_byte * 1e9, best.work_per_warm_byte * 1e9,
-          best.work_per_cold_byte * 1e9);
+          "best fit: flow_bytes %zu KiB, work_per_segment %.3g us, work_per_byte %.3g ns, "
+          "work_per_warm_byte %.3g ns, work_per_cold_byte %.3g ns\n",
+          best.flow_bytes >> 10, best.work_per_segment * 1e6, best.work_per_byte * 1e9,
+          best.work_per_warm_byte * 1e9, best.work_per_cold_byte * 1e9);
       model = best;
     }
     const auto s = score(medians, ranks, model, true);
-    std::printf("%d ranks, %.3g per core, work_per_segment %.3g us, work_per_byte %.3g ns, "
-                "warm %.3g ns, cold %.3g ns: worst pick %.2fx the fastest, geometric mean %.3f\n",
-                ranks, model.crowding, model.work_per_segment * 1e6, model.work_per_byte * 1e9,
-                model.work_per_warm_byte * 1e9, model.work_per_cold_byte * 1e9, s.worst, s.geo);
+    std::printf("%d ranks, %.3g per core, flow %zu KiB, work_per_segment %.3g us, work_per_byte "
+                "%.3g ns, warm %.3g ns, cold %.3g ns: worst pick %.2fx the fastest, geometric "
+                "mean %.3f\n",
+                ranks, model.crowding, model.flow_bytes >> 10, model.work_per_segment * 1e6,
+                model.work_per_byte * 1e9, model.work_per_warm_byte * 1e9,
+                model.work_per_cold_byte * 1e9, s.worst, s.geo);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collie_fit_cost: %s\n", e.what());
     return 1;

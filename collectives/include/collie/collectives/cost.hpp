@@ -45,8 +45,9 @@ struct CostModel {
   // it at init; `collie explain --cores` sets it.
   double crowding = 1;
   // Fitted to `collie bench all_reduce --algo all` on 4 ranks on this
-  // project's 2-core machine (docs/PERFORMANCE.md, 15 launches): CPU
-  // seconds per segment, and per byte, sent or received.
+  // project's 2-core machine (docs/PERFORMANCE.md; with the terms below,
+  // 18 launches over two days, tools/bench/fit_cost.cpp): CPU seconds per
+  // segment, and per byte, sent or received.
   double work_per_segment = 5e-6;
   double work_per_byte = 0.125e-9;
   // The crowded bound's cache terms (cost.hpp's header, docs/algorithms.md):
@@ -59,11 +60,14 @@ struct CostModel {
   double work_per_cold_byte = 0.1e-9;
   double core_cache_bytes = 1 << 20;
   double cache_bytes = 32 << 20;
-  // How the crowded clock follows the bytes: in pieces of flow_bytes (the
-  // TCP transport's 64 KiB receive buffer: a receive reduces each as it
-  // arrives; 0 keeps the step-by-step clock), a sender at most window_bytes
-  // ahead of its receiver (what a connection's socket buffers hold).
-  std::size_t flow_bytes = 1 << 16;
+  // How the crowded clock follows the bytes: in pieces of flow_bytes (0
+  // keeps the step-by-step clock), a sender at most window_bytes ahead of
+  // its receiver (what a connection's socket buffers hold). The executor
+  // forwards whole segments, but the transport hands a receive its bytes as
+  // they arrive (64 KiB at a time), and steps overlap at a finer grain than
+  // a segment; the piece is fitted with the constants above (64 KiB to a
+  // segment tried; 128 KiB best).
+  std::size_t flow_bytes = 1 << 17;
   double window_bytes = 1 << 20;
   std::size_t segment_bytes = 1 << 18;  // COLLIE_SEGMENT_BYTES (auto_algorithm sets it)
 };
