@@ -188,7 +188,8 @@ void add_explain_command(CLI::App& app) {
   cmd->add_option("--cores", args->cores,
                   "Cores of the one machine all --ranks run on, as the runtime counts them "
                   "(0: a core per rank). Fewer cores than ranks: all_reduce's cost, and "
-                  "Auto's pick, add the crowded-host bound of docs/algorithms.md");
+                  "Auto's pick, use docs/algorithms.md's crowded machine (a bound of CPU "
+                  "work and cache misses; over TCP the executor's overlap of steps)");
   cmd->add_option("--transport", args->transport,
                   "What carries the messages, for the cost and Auto's pick: tcp, or shm (every "
                   "rank on one host, through shared memory: the runtime's model when every rank "
