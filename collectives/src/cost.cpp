@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <queue>
 
@@ -28,11 +27,11 @@ double cpu_work(const Schedule& schedule, std::size_t element_bytes, const CostM
   return work;
 }
 
-// The executor's data path replayed segment by segment (runtime/src/
-// executor.cpp): every send and receive is cut into segments, and an op
-// waits only for the earlier ops that touch its elements (a read for the
-// last write; a write for the last write and the reads since), for the op
-// before it to or from the same peer, and a receive for the send it
+// The executor's data path replayed piece by piece (runtime/src/
+// executor.cpp): every send and receive is cut into pieces of flow_bytes,
+// and an op waits only for the earlier ops that touch its elements (a read
+// for the last write; a write for the last write and the reads since), for
+// the op before it to or from the same peer, and a receive for the send it
 // matches. Ops run as soon as they may, each rank's outgoing and incoming
 // link carrying one at a time: so a tree's steps overlap, as they do when
 // it runs. Then, from each rank's order, the bytes it touches that miss
@@ -72,7 +71,7 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
   };
   std::vector<Op> ops;
   std::vector<std::vector<std::size_t>> rank_ops(n);
-  std::vector<std::deque<std::size_t>> sent(n * n);  // [src * n + dst]: sends not yet matched
+  std::vector<std::vector<std::size_t>> sent(n * n);  // [src * n + dst]: sends, in order
   const auto depend = [&](std::size_t before, std::size_t after) {
     ops[before].dependents.push_back(after);
     ++ops[after].pending;
@@ -97,7 +96,6 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
             op.reduce = !send && t.combine == Combine::Reduce;
             op.begin = b;
             op.end = std::min(last, b + seg);
-            op.match = none;
             ops.push_back(std::move(op));
             rank_ops[r].push_back(id);
             auto& previous = send ? last_to[p] : last_from[p];
@@ -119,25 +117,24 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
           }
         }
   }
-  // A receive's k-th segment from p is p's k-th segment to it; it waits
-  // for that send's arrival. And a sender runs at most `window` segments
-  // ahead of its receiver (the sockets' buffers): its k-th segment to a
-  // peer waits for the receive of its (k - window)-th.
+  // A receive's k-th piece from p is p's k-th piece to it; it waits for
+  // that send's arrival. And a sender runs at most `window` pieces ahead of
+  // its receiver (the sockets' buffers): its k-th piece to a peer waits for
+  // the receive of its (k - window)-th.
   const std::size_t window = std::max<std::size_t>(
       1, static_cast<std::size_t>(model.window_bytes / static_cast<double>(seg * element_bytes)));
-  std::vector<std::vector<std::size_t>> pairs(n * n);
-  for (std::size_t q = 0; q < sent.size(); ++q) pairs[q].assign(sent[q].begin(), sent[q].end());
+  std::vector<std::size_t> matched(n * n, 0);  // [src * n + dst]: sends matched so far
   for (std::size_t id = 0; id < ops.size(); ++id) {
     if (ops[id].send) continue;
-    auto& q = sent[ops[id].peer * n + ops[id].rank];
-    if (q.empty()) return {-1, {}, {}};
-    ops[q.front()].match = id;
-    q.pop_front();
+    const std::size_t q = ops[id].peer * n + ops[id].rank;
+    if (matched[q] == sent[q].size()) return {-1, {}, {}};
+    ops[sent[q][matched[q]++]].match = id;
     ++ops[id].pending;
   }
-  for (const auto& list : pairs) {
-    if (!list.empty() && ops[list.front()].match == none) return {-1, {}, {}};
-    for (std::size_t k = window; k < list.size(); ++k) depend(ops[list[k - window]].match, list[k]);
+  for (std::size_t q = 0; q < sent.size(); ++q) {
+    if (matched[q] != sent[q].size()) return {-1, {}, {}};
+    for (std::size_t k = window; k < sent[q].size(); ++k)
+      depend(ops[sent[q][k - window]].match, sent[q][k]);
   }
   // Ops in the order they may start; each link carries one at a time.
   using Entry = std::pair<double, std::size_t>;
