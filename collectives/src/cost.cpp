@@ -3,7 +3,10 @@
 #include <functional>
 #include <queue>
 
+#include <fmt/format.h>
+
 #include <collie/collectives/cost.hpp>
+#include <collie/error.hpp>
 
 namespace collie::collectives {
 
@@ -37,15 +40,19 @@ double cpu_work(const Schedule& schedule, std::size_t element_bytes, const CostM
 // it runs. Then, from each rank's order, the bytes it touches that miss
 // the cache: a byte last touched more than its share of the cache ago
 // (cache_bytes / ranks) comes from memory, and so does its first touch
-// when the rank's buffer is larger than the share.
+// when the rank's buffer is larger than the share. The schedules have
+// passed run_schedules() (they run step by step), and every dependency
+// points to an op posted earlier or to a send a receive matches, so the
+// replay cannot stall; if it does, that is this replay's bug, and it says
+// where rather than price the collective on a clock it did not finish.
 struct Flow {
   double seconds = 0;        // when the last rank finishes
   std::vector<double> cold;  // [rank] bytes from memory
   std::vector<double> warm;  // [rank] bytes from the shared cache
 };
 
-Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
-          const CostModel& model) {
+Flow flow(Collective c, Algorithm a, const std::vector<Schedule>& schedules,
+          std::size_t element_bytes, const CostModel& model) {
   constexpr std::size_t none = SIZE_MAX;
   const std::size_t n = schedules.size();
   // Pieces of flow_bytes (no larger than a segment), coarser where that
@@ -63,10 +70,10 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
   struct Op {
     std::size_t rank, peer;
     bool send, reduce;
-    std::size_t begin, end;      // elements
-    std::size_t match = none;    // a send's receive
+    std::size_t begin, end;    // elements
+    std::size_t match = none;  // a send's receive
     std::vector<std::size_t> dependents;
-    std::size_t pending = 0;     // dependencies not yet done
+    std::size_t pending = 0;  // dependencies not yet done
     double ready = 0, start = 0, done = 0;
   };
   std::vector<Op> ops;
@@ -123,16 +130,24 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
   // the receive of its (k - window)-th.
   const std::size_t window = std::max<std::size_t>(
       1, static_cast<std::size_t>(model.window_bytes / static_cast<double>(seg * element_bytes)));
+  const auto fail = [&](const std::string& what) {
+    throw Error(fmt::format("estimate: replaying {}'s {} on {} ranks piece by piece: {}",
+                            collective_name(c), algorithm_name(a), n, what));
+  };
   std::vector<std::size_t> matched(n * n, 0);  // [src * n + dst]: sends matched so far
   for (std::size_t id = 0; id < ops.size(); ++id) {
     if (ops[id].send) continue;
     const std::size_t q = ops[id].peer * n + ops[id].rank;
-    if (matched[q] == sent[q].size()) return {-1, {}, {}};
+    if (matched[q] == sent[q].size())
+      fail(fmt::format("rank {} receives more pieces from rank {} than it sends ({})", ops[id].rank,
+                       ops[id].peer, sent[q].size()));
     ops[sent[q][matched[q]++]].match = id;
     ++ops[id].pending;
   }
   for (std::size_t q = 0; q < sent.size(); ++q) {
-    if (matched[q] != sent[q].size()) return {-1, {}, {}};
+    if (matched[q] != sent[q].size())
+      fail(fmt::format("rank {} sends {} pieces to rank {}, which receives {}", q / n,
+                       sent[q].size(), q % n, matched[q]));
     for (std::size_t k = window; k < sent[q].size(); ++k)
       depend(ops[sent[q][k - window]].match, sent[q][k]);
   }
@@ -167,7 +182,15 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
     result.seconds = std::max(result.seconds, op.done);
     ++finished;
   }
-  if (finished != ops.size()) return {-1, {}, {}};
+  if (finished != ops.size()) {
+    const auto stuck =
+        std::find_if(ops.begin(), ops.end(), [](const auto& o) { return o.pending > 0; });
+    fail(fmt::format(
+        "stalled with {} of {} ops done; rank {}'s {} {} rank {} (elements [{}, {})) "
+        "waits on {} more",
+        finished, ops.size(), stuck->rank, stuck->send ? "send" : "receive",
+        stuck->send ? "to" : "from", stuck->peer, stuck->begin, stuck->end, stuck->pending));
+  }
   const double share = model.cache_bytes / static_cast<double>(n);
   result.cold.assign(n, 0.0);
   result.warm.assign(n, 0.0);
@@ -175,7 +198,7 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
   for (std::size_t r = 0; r < n; ++r) {
     auto order = rank_ops[r];
     std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return ops[a].start < ops[b].start; });
+                     [&](std::size_t x, std::size_t y) { return ops[x].start < ops[y].start; });
     const double buffer = static_cast<double>(schedules[r].buffer_count * element_bytes);
     std::vector<double> last(schedules[r].buffer_count / block + 1, -1.0);
     double touched = 0;  // bytes this rank has sent or received so far
@@ -183,7 +206,8 @@ Flow flow(const std::vector<Schedule>& schedules, std::size_t element_bytes,
       const auto& op = ops[id];
       if (op.end == op.begin) continue;
       for (std::size_t k = op.begin / block; k <= (op.end - 1) / block; ++k) {
-        const std::size_t lo = std::max(op.begin, k * block), hi = std::min(op.end, (k + 1) * block);
+        const std::size_t lo = std::max(op.begin, k * block),
+                          hi = std::min(op.end, (k + 1) * block);
         const double distance = last[k] < 0 ? buffer : touched - last[k];
         if (distance > share)
           result.cold[r] += static_cast<double>((hi - lo) * element_bytes);
@@ -259,12 +283,10 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   // algorithms that do the same work: the clock follows the bytes (flow()),
   // and the bound adds the bytes that miss the cache.
   if (crowded && model.flow_bytes > 0) {
-    const auto f = flow(schedules, element_bytes, model);
-    if (f.seconds >= 0) {  // else (a cycle the replay cannot run) the step clock stands
-      cost.seconds = f.seconds;
-      for (std::size_t r = 0; r < n; ++r)
-        work += f.cold[r] * model.work_per_cold_byte + f.warm[r] * model.work_per_warm_byte;
-    }
+    const auto f = flow(c, a, schedules, element_bytes, model);
+    cost.seconds = f.seconds;
+    for (std::size_t r = 0; r < n; ++r)
+      work += f.cold[r] * model.work_per_cold_byte + f.warm[r] * model.work_per_warm_byte;
   }
   if (crowded)
     cost.seconds = std::max(cost.seconds, work / static_cast<double>(n) * model.crowding);

@@ -40,10 +40,12 @@ int usable_cores() {
   return std::max(1, cores);
 }
 
-CacheSizes cache_sizes() {
-  // The kernel's view (what lscpu prints): sysconf's L3 can be the whole
-  // package's on a virtual machine (320 MiB on this project's, whose cores
-  // share 32).
+namespace {
+
+// The kernel's view (what lscpu prints): sysconf's L3 can be the whole
+// package's on a virtual machine (320 MiB on this project's, whose cores
+// share 32).
+CacheSizes read_cache_sizes() {
   CacheSizes c;
   for (int index = 0; index < 8; ++index) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
@@ -64,6 +66,13 @@ CacheSizes cache_sizes() {
     if (level == 3) c.host = bytes;
   }
   return c;
+}
+
+}  // namespace
+
+CacheSizes cache_sizes() {
+  static const CacheSizes sizes = read_cache_sizes();  // the machine's: read once
+  return sizes;
 }
 
 double crowding(int host_ranks, int cores, int group_size) {

@@ -385,6 +385,28 @@ TEST_CASE("cost model: a crowded host pays for the bytes that miss the cache",
           estimate(Collective::AllReduce, a, shape, 4, plain).seconds);
 }
 
+TEST_CASE("cost model: the crowded replay runs every all_reduce to the end", "[schedule][cost]") {
+  // flow() throws, naming the algorithm and the op it stalled on, if its
+  // piece-by-piece replay cannot finish; every algorithm, world and size
+  // here must finish, and cost at least its uncrowded latency terms.
+  CostModel m;
+  m.crowding = 2;
+  for (int n = 1; n <= 9; ++n)
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000},
+                              std::size_t{1} << 20})
+      for (auto a : algorithms_for(Collective::AllReduce)) {
+        INFO(n << " ranks, count " << count << ", " << algorithm_name(a));
+        const Shape shape{0, n, count, 0, pieces_for(count * 4, m.segment_bytes)};
+        Cost cost;
+        REQUIRE_NOTHROW(cost = estimate(Collective::AllReduce, a, shape, 4, m));
+        CostModel latency = m;
+        latency.crowding = 1;
+        latency.beta = latency.gamma = 0;
+        const double floor = estimate(Collective::AllReduce, a, shape, 4, latency).seconds;
+        CHECK(cost.seconds >= floor * 0.999);
+      }
+}
+
 TEST_CASE("cost model: what Auto picks for all_reduce, crowded or not", "[schedule][cost]") {
   const CostModel m;
   const int n = 4;

@@ -1,9 +1,8 @@
 // collie_fit_cost: fits the crowded-machine constants of Auto's cost model
 // (collectives/cost.hpp: flow_bytes, work_per_segment, work_per_byte,
 // work_per_warm_byte, work_per_cold_byte; the cache sizes and the window
-// stay this project's machine's) to
-// measured all_reduces, and shows what Auto picks against the fastest
-// algorithm.
+// stay this project's machine's) to measured all_reduces, and shows what
+// Auto picks against the fastest algorithm.
 //
 //   collie bench all_reduce --ranks 4 --csv
 //     --algo auto,ring,halving_doubling,recursive_doubling,tree > run-1.csv   (repeat)

@@ -22,9 +22,17 @@
 // work_per_byte for each byte it sends or receives (the copies into and
 // out of the kernel), and gamma for each byte it reduces. This is what
 // makes a tree, which keeps half the ranks idle, beat the all-ranks-busy
-// algorithms at middle sizes on 4 ranks on 2 cores, and costs the ring
-// and halving-doubling alike at large sizes (the same bytes in the same
-// number of segments).
+// algorithms at small sizes on 4 ranks on 2 cores.
+//
+// Crowded over TCP (flow_bytes > 0), two more things decide between
+// algorithms that do the same work. The clock replays the executor piece
+// by piece instead of step by step, so steps overlap where the executor
+// overlaps them (a tree's do). And a rank's work adds work_per_warm_byte
+// or work_per_cold_byte for each byte it sends or receives that it last
+// touched beyond its share of its core's cache or of the host's: the
+// ring and halving-doubling come back to each byte after the whole buffer,
+// the tree's overlapped steps while it is still in cache
+// (docs/algorithms.md, "A crowded machine").
 #pragma once
 
 #include <collie/collectives/algorithms.hpp>
@@ -50,12 +58,12 @@ struct CostModel {
   // segment, and per byte, sent or received.
   double work_per_segment = 5e-6;
   double work_per_byte = 0.125e-9;
-  // The crowded bound's cache terms (cost.hpp's header, docs/algorithms.md):
-  // CPU seconds per byte a rank sends or receives that it last touched more
-  // than its share of the core's cache ago (core_cache_bytes / crowding),
-  // and more than its share of the host's (cache_bytes / ranks) ago. The
-  // runtime reads both sizes from the machine (sysconf); the defaults are
-  // this project's (AMD EPYC, 1 MiB L2 per core, 32 MiB L3).
+  // The crowded bound's cache terms (above): CPU seconds per byte a rank
+  // sends or receives that it last touched more than its share of the
+  // core's cache ago (core_cache_bytes / crowding), and more than its share
+  // of the host's (cache_bytes / ranks) ago. The runtime reads both sizes
+  // from the kernel (sysfs); the defaults are this project's machine's
+  // (AMD EPYC, 1 MiB L2 per core, 32 MiB L3).
   double work_per_warm_byte = 0.03e-9;
   double work_per_cold_byte = 0.1e-9;
   double core_cache_bytes = 1 << 20;
