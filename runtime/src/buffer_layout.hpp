@@ -30,7 +30,7 @@
 
 #include "call.hpp"
 #include "device/device.hpp"
-#include "executor.hpp"
+#include "executor/executor.hpp"
 
 namespace collie {
 

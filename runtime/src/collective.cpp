@@ -10,7 +10,7 @@
 
 #include "buffer_layout.hpp"
 #include "call.hpp"
-#include "executor.hpp"
+#include "executor/executor.hpp"
 #include "group.hpp"
 #include "work.hpp"
 

@@ -71,16 +71,4 @@ struct ProcessGroup::Impl {
   void require_member(std::string_view what) const;
 };
 
-// The tag of a group's n-th collective: top bit set (point-to-point tags
-// never have it), then the group's slot, then the sequence number.
-inline std::uint64_t collective_tag(std::uint32_t slot, std::uint64_t sequence) {
-  return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(slot & 0x7fffffu) << 40) |
-         (sequence & ((std::uint64_t{1} << 40) - 1));
-}
-
-// Point-to-point tags of a sub-group live above the world's 2^31.
-inline std::uint64_t p2p_tag(std::uint32_t slot, int tag) {
-  return (static_cast<std::uint64_t>(slot) << 31) | static_cast<std::uint64_t>(tag);
-}
-
 }  // namespace collie

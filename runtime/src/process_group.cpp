@@ -18,6 +18,7 @@
 #include <collie/transport/tcp.hpp>
 
 #include "group.hpp"
+#include "tags.hpp"
 #include "placement.hpp"
 
 namespace collie {

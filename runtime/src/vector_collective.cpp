@@ -19,8 +19,9 @@
 #include <collie/error.hpp>
 
 #include "call.hpp"
-#include "executor.hpp"
+#include "executor/executor.hpp"
 #include "group.hpp"
+#include "tags.hpp"
 #include "work.hpp"
 
 namespace collie {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include <collie/transport/transport.hpp>
@@ -48,6 +49,14 @@ struct RequestState : Request {
   ErrorKind error_kind = ErrorKind::None;
   std::string error;
 };
+
+// The index of the first of `requests` (every backend's RequestState) that
+// is no longer pending, or -1: what wait_any waits for.
+inline int first_finished(std::span<const RequestPtr> requests) {
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (!static_cast<const RequestState&>(*requests[i]).pending()) return static_cast<int>(i);
+  return -1;
+}
 
 // Throws the exception of `kind` with `message`: TimeoutError (or
 // InterruptedError when the wait was interrupted), ProtocolError,

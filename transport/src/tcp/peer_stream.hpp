@@ -31,7 +31,7 @@
 
 #include "request.hpp"
 #include "sockets.hpp"
-#include "tag_queues.hpp"
+#include "../tag_queues.hpp"
 #include "unexpected_pool.hpp"
 #include "wire.hpp"
 

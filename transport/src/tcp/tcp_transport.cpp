@@ -289,18 +289,9 @@ bool TcpTransport::wait_some(const RequestPtr& request, std::chrono::millisecond
 
 int TcpTransport::wait_any(std::span<const RequestPtr> requests,
                            std::chrono::milliseconds timeout) {
-  auto& m = *impl_;
   int found = -1;
-  auto finished = [&] {
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (!m.of(requests[i]).pending()) {
-        found = static_cast<int>(i);
-        return true;
-      }
-    }
-    return false;
-  };
-  m.progress.drive_until_any(finished, Clock::now() + timeout);
+  impl_->progress.drive_until_any([&] { return (found = first_finished(requests)) >= 0; },
+                                  Clock::now() + timeout);
   return found;
 }
 

@@ -5,8 +5,9 @@
 // emptied once per message or two. Emptied queues are kept (up to a few) and
 // reused for the next tag, map node and deque storage together: without
 // that, every message would allocate a map node, a deque's index and its
-// first block, and free them again. Not thread-safe: used under the
-// connection table's lock.
+// first block, and free them again. Shared by every backend (TCP: a peer
+// stream's queues; shared memory: a peer's). Not thread-safe: used under
+// the backend's lock.
 #pragma once
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 
 #include <collie/transport/transport.hpp>
 
-namespace collie::transport::tcp {
+namespace collie::transport {
 
 template <class T>
 class TagQueues {
@@ -92,4 +93,4 @@ class TagQueues {
   std::vector<typename Map::node_type> spare_;
 };
 
-}  // namespace collie::transport::tcp
+}  // namespace collie::transport

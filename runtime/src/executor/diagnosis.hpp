@@ -1,0 +1,104 @@
+// Why a call failed, told alike on every rank it touches (docs/failures.md):
+// one call's failure diagnosis, kept apart from the loops that move its data.
+//
+// - A message of another call (its fingerprint, call.hpp) is a mismatch:
+//   the first rank to see one saves its diagnosis in the store
+//   (keys::mismatch) before it tells anyone, so every rank can quote it.
+// - A failed rank tells its peers with failure notices (0-byte messages
+//   whose fingerprint names the rank at fault and why), and first says in
+//   the store whom it blames (keys::blame), for `collie launch`'s summary and
+//   for peers whose connection to it broke before its notice came.
+// - A broken connection is explained, when it can be, by what the peer
+//   left: a notice queued under another call's tag, a saved mismatch, its
+//   blame record.
+// Used by the thread running the call (CallRun's).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <collie/collectives/schedule.hpp>
+
+#include "../call.hpp"
+#include "../group.hpp"
+#include "../stall.hpp"
+
+namespace collie {
+
+class Diagnosis {
+ public:
+  Diagnosis(ProcessGroup::Impl& g, const Call& call, std::uint64_t tag, std::uint64_t fingerprint,
+            const StallCheck& stall);
+
+  // ---- finding the news (they throw the error that tells it) ----
+
+  // A message from group rank `from` carried `theirs`, not this call's
+  // fingerprint: "rank 2: collective #7 on world does not match: ...".
+  std::string mismatch(int from, std::uint64_t theirs) const;
+  // Looks at messages under this call's tag that no receive asked for:
+  // another call's fingerprint is a mismatch (checked first: it is the
+  // cause), a failure notice is news of a dead rank. Then check_stray().
+  void check_queued();
+  // Messages under the tags of the group's last few calls, which ended
+  // here: no receive will take them. Looked at when a call starts, between
+  // its waits and when it ends (one atomic load when nothing is queued).
+  void check_stray();
+  // Group rank `from` sent a failure notice (in the group's earlier call
+  // #`earlier`, if given: it left after it). Throws what it says.
+  [[noreturn]] void reported_failure(std::uint64_t notice, int from,
+                                     std::optional<std::uint64_t> earlier = std::nullopt);
+  // A connection to group rank `with` broke: looks a moment for the news
+  // that explains it (throws it), once per call; returns if there is none.
+  void explain_lost_connection(int with);
+  // A receive's size differed from what group rank `from` sent, and its
+  // fingerprint was this call's: throws the MismatchError that says why.
+  [[noreturn]] void size_mismatch(int from, const std::string& error);
+  // The diagnosis another rank saved for call #`sequence`, if any.
+  std::optional<std::string> saved_mismatch(std::uint64_t sequence) const;
+
+  // ---- telling it (after the call failed; never throws) ----
+
+  // Saves this rank's mismatch diagnosis in the store (the first one stays).
+  void save_mismatch(const std::string& what) const;
+  // Saves the stall inspector's finding for the peers this rank's timeout
+  // will tell, blaming `failed_world_rank`.
+  void save_stall_report() const;
+  // Says in the store whom this rank's failure blames (its first only).
+  void blame(const std::string& why) const;
+  // Sends `fingerprint` in a 0-byte message to each of `peers` (group
+  // ranks): all posted at once, then one second in all to hand them over.
+  void notify(const std::vector<int>& peers, std::uint64_t fingerprint);
+  // Tells every peer of the schedule but the failed rank (unless `all`)
+  // which rank failed.
+  void tell_peers(const collectives::Schedule& schedule, bool all = false);
+  // After a MismatchError: the rank whose message did not match gets this
+  // rank's call (so it sees the mismatch itself), the others a notice.
+  void tell_mismatch(const collectives::Schedule& schedule);
+  // The group ranks this rank's schedule sends to or receives from.
+  static std::vector<int> schedule_peers(const collectives::Schedule& schedule);
+
+  // ---- what is known ----
+
+  int failed_world_rank = -1;  // whose connection failed (seen here or reported)
+  FailureReason failed_reason = FailureReason::ConnectionLost;
+  int mismatched_from = -1;    // the group rank whose message did not match
+  bool second_hand = false;    // the mismatch was found by another rank
+  bool stray = false;          // it was found in an earlier call (check_stray)
+  int mismatch_culprit = -1;   // the world rank it named (second-hand)
+
+ private:
+  int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
+  // The group rank of world rank `world_rank`; -1 if not a member.
+  int group_rank_of(int world_rank) const;
+
+  ProcessGroup::Impl& g_;
+  const Call& call_;
+  std::uint64_t tag_;
+  std::uint64_t fingerprint_;
+  const StallCheck& stall_;
+  bool explained_ = false;  // explain_lost_connection() has looked
+};
+
+}  // namespace collie

@@ -1,0 +1,40 @@
+// The transport tags of a group's messages, encoded and decoded here only.
+//
+// A tag is 64 bits. A collective's messages:
+//
+//   bit  63     1
+//   bits 40-62  the group's slot (its tag space: 0 for the world)
+//   bits  0-39  the call's sequence number in its group
+//
+// A point-to-point message (bit 63 clear): bits 31-62 the slot, bits 0-30
+// the program's tag (0 to 2^31 - 1). So no two calls of one group, and no
+// two live groups that share a rank (new_group gives each a slot of its
+// own, process_group.cpp), ever match each other's messages.
+#pragma once
+
+#include <cstdint>
+
+namespace collie {
+
+// The largest slot a group may have.
+inline constexpr std::uint32_t kMaxSlot = 0x7fffffu;
+
+inline constexpr std::uint64_t kSequenceMask = (std::uint64_t{1} << 40) - 1;
+
+// The tag of a group's `sequence`-th collective.
+inline std::uint64_t collective_tag(std::uint32_t slot, std::uint64_t sequence) {
+  return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(slot & kMaxSlot) << 40) |
+         (sequence & kSequenceMask);
+}
+
+// The sequence number of the call a collective tag belongs to.
+inline std::uint64_t sequence_of_tag(std::uint64_t tag) {
+  return tag & kSequenceMask;
+}
+
+// The tag of a point-to-point message with the program's `tag`.
+inline std::uint64_t p2p_tag(std::uint32_t slot, int tag) {
+  return (static_cast<std::uint64_t>(slot) << 31) | static_cast<std::uint64_t>(tag);
+}
+
+}  // namespace collie

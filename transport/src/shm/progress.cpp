@@ -1,0 +1,247 @@
+// Who moves the data (state.hpp): a thread that waits drives the rings
+// itself, spinning a while (yielding where ranks outnumber cores) and then
+// sleeping on its bell; the background thread moves data while nobody
+// waits, so that an isend completes even if its wait comes late. Peers'
+// liveness is looked at between turns.
+#include <algorithm>
+#include <poll.h>
+#include <sched.h>
+
+#include <fmt/format.h>
+
+#include <collie/interrupt.hpp>
+
+#include "bell.hpp"
+#include "state.hpp"
+
+namespace collie::transport {
+
+using namespace std::chrono_literals;
+using namespace shm;
+
+namespace {
+
+// How often a wait looks whether its peers are alive.
+constexpr auto kLivenessEvery = 10ms;
+// The background thread leaves the rings to the callers until no request
+// has finished for this long (as the TCP backend's).
+constexpr auto kQuiet = 2ms;
+// A sched_yield() that took this long ran another thread.
+constexpr auto kYieldedAfter = std::chrono::microseconds(5);
+constexpr auto kSharedSpin = 2ms;
+
+}  // namespace
+
+bool ShmTransport::Impl::progress_all() {
+  bool moved = false;
+  // Every ring into this mailbox is read, also from peers this rank has
+  // not attached to yet: a message under a tag it waits for may come
+  // from a rank it did not expect (a mismatch the executor must see).
+  for (int rank : local) {
+    auto& p = peer(rank);
+    if (rank == options.rank || p.state == PeerState::Failed) continue;
+    if (p.state == PeerState::Ready) {
+      if (!p.sends.empty()) moved = push(p) || moved;
+      moved = collect_acks(p) || moved;
+    }
+    moved = pull(p) || moved;
+  }
+  return moved;
+}
+
+bool ShmTransport::Impl::work_visible() {
+  for (int rank : local) {
+    auto& p = peer(rank);
+    if (rank == options.rank || p.state == PeerState::Failed) continue;
+    if (p.in->head.load(std::memory_order_acquire) != p.in_tail && !p.paused) return true;
+    if (p.state != PeerState::Ready) continue;
+    if (!p.sends.empty() &&
+        p.out_head - p.out->tail.load(std::memory_order_acquire) < ring_bytes)
+      return true;
+    if (!p.in_flight.empty() && p.out->acked.load(std::memory_order_acquire) != p.acks_seen)
+      return true;
+  }
+  return false;
+}
+
+void ShmTransport::Impl::check_liveness() {
+  // pull() stops after each receive it completes (its waiter may post the
+  // next); before a peer is failed, every message it wrote whole must be
+  // taken in: the receives posted, and the rest queued.
+  const auto drain = [this](Peer& p) {
+    while (pull(p)) {
+    }
+  };
+  for (int rank : attached) {
+    auto& p = peer(rank);
+    if (p.state == PeerState::Departed) {
+      drain(p);
+      if (p.state == PeerState::Departed &&
+          p.in->head.load(std::memory_order_acquire) == p.in_tail) {
+        const std::string why = p.failure;
+        fail_peer(p, p.failure_kind, why);
+      }
+      continue;
+    }
+    if (p.state != PeerState::Ready) continue;
+    pollfd f{p.pidfd, POLLIN, 0};
+    const bool gone = ::poll(&f, 1, 0) > 0;
+    const bool closed = p.theirs->header().closed.load(std::memory_order_acquire) != 0;
+    const bool broken = p.in->broken.load(std::memory_order_acquire) != 0 ||
+                        p.out->broken.load(std::memory_order_acquire) != 0;
+    if (!gone && !closed && !broken) continue;
+    drain(p);  // what it sent before it went
+    if (p.state != PeerState::Ready) continue;
+    if (broken && !gone && !closed) {
+      fail_peer(p, ErrorKind::Connection,
+                fmt::format("{} gave up on its shared-memory channel with this rank (a send "
+                            "timed out half-way through a message it could not withdraw)",
+                            describe_peer(rank)));
+    } else if (gone) {
+      fail_peer(p, ErrorKind::Connection,
+                fmt::format("{} is gone: its process ended (it exited or was killed)",
+                            describe_peer(rank)));
+    } else {
+      fail_peer(p, ErrorKind::Connection,
+                fmt::format("{} closed its transport (its group was destroyed or its process "
+                            "is ending)",
+                            describe_peer(rank)));
+    }
+  }
+}
+
+void ShmTransport::Impl::sleep_on_bell(std::chrono::microseconds d) {
+  auto& h = mine.header();
+  h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint32_t seen = h.bell.load(std::memory_order_acquire);
+  bool work = false;
+  {
+    std::lock_guard lock(mu);
+    work = work_visible();
+  }
+  if (!work) futex_wait(h.bell, seen, d);
+  h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Moves data until finished() or `timeout` has passed (the clock is read
+// only once the request is found unfinished: a small collective's waits
+// mostly find it done).
+template <class Finished>
+bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::milliseconds timeout) {
+  if (finished()) return true;
+  ++waiters;
+  struct Leave {
+    std::atomic<int>& w;
+    ~Leave() { --w; }
+  } leave{waiters};
+  const auto began = Clock::now();
+  const auto deadline = began + timeout;
+  auto now = began;
+  auto spin_until = began + options.spin;
+  const auto spin_limit = began + std::max<Clock::duration>(options.spin, kSharedSpin);
+  auto next_check = began + kLivenessEvery;
+  // A wait with no time left still moves what is ready, once (a caller
+  // that waits on several backends in turn polls each so).
+  bool once = deadline <= began;
+  unsigned turn = 0;
+  for (bool first = true; !finished(); first = false) {
+    if (!first) now = Clock::now();
+    if ((now >= deadline && !once) || waits_interrupted() != 0) break;
+    std::unique_lock drive_lock(drive_mu, std::try_to_lock);
+    if (!drive_lock.owns_lock()) {
+      if (once) break;  // another thread drives
+      // Another thread drives (the background thread, a moment, or
+      // another waiter): yield while spinning, then sleep until a
+      // request finishes.
+      if (now < spin_until) {
+        sched_yield();
+        continue;
+      }
+      std::unique_lock lock(done_mu);
+      done_cv.wait_for(lock, 1ms);
+      continue;
+    }
+    // Spinning: reading the rings costs a few loads, so the turn is
+    // short. Where every rank of the host has a core, it neither yields
+    // nor reads the clock every turn (both cost more than the turn);
+    // where ranks outnumber cores, it yields each turn so that the rank
+    // it waits for runs.
+    for (;;) {
+      bool moved = false;
+      {
+        std::lock_guard lock(mu);
+        moved = progress_all();
+        if (now >= next_check) {
+          next_check = now + kLivenessEvery;
+          check_liveness();
+        }
+      }
+      if (finished() || once) return finished();
+      if (moved) {
+        spin_until = std::max(spin_until, now + options.spin);
+      } else if (crowded) {
+        sched_yield();
+        const auto after = Clock::now();
+        if (after - now > kYieldedAfter)
+          spin_until = std::min(spin_limit, std::max(spin_until, after + options.spin));
+        now = after;
+      } else {
+        cpu_relax();
+      }
+      if (crowded || (++turn & 15) == 0) {
+        if (!crowded) now = Clock::now();
+        if (now >= deadline || waits_interrupted() != 0) return finished();
+        if (now >= spin_until) break;
+      }
+    }
+    now = Clock::now();
+    const auto until = std::min({deadline, next_check});
+    if (until > now) {
+      drive_lock.unlock();
+      sleep_on_bell(std::chrono::duration_cast<std::chrono::microseconds>(until - now) + 1us);
+    }
+  }
+  return finished();
+}
+
+void ShmTransport::Impl::background_loop() {
+  while (!stopping.load()) {
+    const auto now = Clock::now();
+    const auto quiet_from =
+        Clock::time_point(Clock::duration(last_done.load(std::memory_order_relaxed))) + kQuiet;
+    if (waiters.load() == 0 && now >= quiet_from) {
+      std::unique_lock drive_lock(drive_mu, std::try_to_lock);
+      if (drive_lock.owns_lock()) {
+        std::lock_guard lock(mu);
+        while (progress_all()) {
+        }
+        if (now >= next_liveness) {
+          next_liveness = now + 100ms;
+          check_liveness();
+        }
+      }
+      if (stopping.load()) break;
+      sleep_on_bell(50ms);
+    } else {
+      // Callers move the data now: sleep until they have been quiet for
+      // kQuiet, or, while they wait, for a while (never on done_cv: it
+      // is notified at every finished request).
+      const auto d = waiters.load() == 0
+                         ? std::chrono::duration_cast<std::chrono::microseconds>(quiet_from - now)
+                         : std::chrono::microseconds(20ms);
+      auto& word = idle_word;
+      futex_wait(word, word.load(), std::max(d, std::chrono::microseconds(100)));
+    }
+  }
+}
+
+bool ShmTransport::Impl::drive_until_done(const ShmRequest& r, std::chrono::milliseconds timeout) {
+  return drive([&r] { return !r.pending(); }, timeout);
+}
+
+bool ShmTransport::Impl::drive_until_any(const std::function<bool()>& finished,
+                                         std::chrono::milliseconds timeout) {
+  return drive(finished, timeout);
+}
+
+}  // namespace collie::transport

@@ -1,0 +1,244 @@
+// What the shared-memory backend holds (ShmTransport::Impl): this rank's
+// mailbox, its peers and their rings, the requests, one lock; and which
+// file implements each part of it:
+//
+//   mailbox.cpp      making this rank's mailbox, publishing it, attaching
+//                    to a peer's (through the store and /proc)
+//   ring.cpp         the rings' send and receive state machine, matching,
+//                    the unexpected queue, finishing requests
+//   single_copy.cpp  large messages read from the sender's memory
+//   progress.cpp     who moves the data: waiting threads and the
+//                    background thread; liveness; sleeping on the bell
+//   shm_transport.cpp  the Transport face, and timeouts
+//
+// Locks: one mutex (`mu`) guards every request, queue and ring cursor of
+// this rank; `drive_mu` lets one thread drive at a time (others sleep on
+// `done_cv`). The shared memory itself is read and written under `mu` on
+// this side; the peer's side synchronises through the ring's head and tail
+// (release/acquire) and the bell (bell.hpp).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <sys/types.h>
+#include <thread>
+#include <vector>
+
+#include <collie/store/store.hpp>
+#include <collie/transport/shm.hpp>
+
+#include "../request_state.hpp"
+#include "../tag_queues.hpp"
+#include "layout.hpp"
+#include "ring_copy.hpp"
+
+namespace collie::transport {
+
+using ShmRequest = RequestState;  // nothing of its own beyond what every request has
+using ShmRequestPtr = std::shared_ptr<ShmRequest>;
+
+namespace shm {
+
+// A message that came before its receive.
+struct Queued {
+  std::vector<std::byte> data;
+  std::uint64_t fingerprint = 0;
+  std::size_t arrived = 0;
+};
+using QueuedPtr = std::shared_ptr<Queued>;
+
+// Departed: its mailbox cannot be reached (it closed its transport or
+// exited before this rank looked); what it wrote into this rank's ring can
+// still be read, and then its receives fail.
+enum class PeerState { Unattached, Ready, Departed, Failed };
+
+// One rank of the world, as this rank sees it (those off this host stay
+// Unattached and never used).
+struct Peer {
+  int rank = 0;
+  std::size_t slot = 0;  // its index among the host's ranks
+  bool local = false;
+  PeerState state = PeerState::Unattached;
+  std::string published;  // "<pid> <fd> <secret hex> <address>"
+  std::string address;    // where else it is reached (its TCP address), for messages
+  pid_t pid = 0;
+  int pidfd = -1;
+  std::unique_ptr<Mapping> theirs;
+  // Sending: my ring in its mailbox.
+  RingCursors* out = nullptr;
+  std::byte* out_ring = nullptr;
+  std::uint64_t out_head = 0;
+  std::deque<ShmRequestPtr> sends;
+  std::size_t send_done = 0;  // ring bytes of the front send written
+  std::array<std::uint64_t, 6> send_header{};
+  std::deque<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
+  std::uint64_t acks_seen = 0;
+  std::uint64_t send_seq = 0;
+  // Where the last message this rank withdrew ends in the ring (its write
+  // cursor then): until the receiver has read that far, `withdrawn` names it.
+  std::uint64_t withdrawn_end = 0;
+  RingCopier copier;  // ordinary or non-temporal stores, by what they cost
+  // Receiving: its ring in my mailbox.
+  RingCursors* in = nullptr;
+  std::byte* in_ring = nullptr;
+  std::uint64_t in_tail = 0;
+  std::uint64_t recv_seq = 0;
+  std::uint64_t reading_seq = 0;  // the sequence number of the message being read
+  TagQueues<ShmRequestPtr> posted;
+  TagQueues<QueuedPtr> unexpected;
+  bool paused = false;  // the next message waits for room in the unexpected queue
+  // The message being read.
+  bool reading = false;
+  std::size_t length = 0;     // its payload
+  std::size_t read_done = 0;  // payload bytes read
+  bool remote = false;        // it is in the sender's memory, at:
+  std::uint64_t remote_address = 0;
+  std::uint64_t acks_given = 0;  // single-copy messages read whole
+  ShmRequestPtr target;          // the receive it goes to, or
+  QueuedPtr queued;              // the queue entry, or neither: dropped
+  Tag reading_tag = 0;           // its tag
+  // Why it failed.
+  ErrorKind failure_kind = ErrorKind::Connection;
+  std::string failure;
+};
+
+}  // namespace shm
+
+struct ShmTransport::Impl {
+  using Clock = std::chrono::steady_clock;
+  using Peer = shm::Peer;
+
+  TransportOptions options;
+  std::shared_ptr<store::Store> store;
+  std::vector<int> local;
+  std::size_t ring_bytes = shm::kRingMost;  // ring_bytes_for() the host's ranks
+  int memfd = -1;
+  shm::Mapping mine;
+  std::uint64_t secret[2] = {0, 0};
+  std::string advertised;  // "host:port" where else this rank is reached; "" none
+  std::vector<Peer> peers;
+  std::vector<int> attached;  // ranks Ready or failed after being attached
+
+  mutable std::mutex mu;
+  std::mutex drive_mu;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::atomic<int> waiters{0};
+  std::atomic<std::uint32_t> idle_word{0};  // the background thread's futex (stop)
+  std::atomic<std::int64_t> last_done{0};
+  std::atomic<std::size_t> queued_count{0};
+  std::size_t held = 0;  // unexpected bytes held (mu)
+  std::atomic<bool> stopping{false};
+  bool crowded = false;          // more ranks on this host than cores: waits yield
+  bool stream_receives = false;  // large plain receives use non-temporal stores
+  std::thread background;
+  Clock::time_point next_liveness{};
+  std::vector<std::byte> bounce;  // single copies consumed a piece at a time
+
+  ShmRequest& of(const RequestPtr& r) const { return static_cast<ShmRequest&>(*r); }
+  Peer& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
+  const Peer& peer(int rank) const { return peers[static_cast<std::size_t>(rank)]; }
+  std::size_t slot_of(int rank) const;
+  std::string describe_peer(int rank) const;
+  std::string describe_request(const ShmRequest& r) const {
+    return request_text(options.rank, r, describe_peer(r.peer()));
+  }
+
+  // ---- mailbox.cpp: set-up (mu not held unless said) ----
+  void make_mailbox();
+  // What this rank publishes: "<pid> <fd> <secret hex> <address>".
+  std::string record() const;
+  // Takes a peer's record in (mu held): its address, for messages.
+  void learn(Peer& p, std::string record);
+  // The peer's record: known, or read from the store; "" and `error` set if not.
+  std::string find_record(int rank, Clock::time_point deadline, std::string& error);
+  // Maps the peer's mailbox (mu held). An empty string, or why not.
+  std::string attach(Peer& p, const std::string& record);
+  // The peer's mailbox cannot be reached (mu held): what it wrote into
+  // this rank's ring is still read, then its receives fail.
+  void depart(Peer& p, const std::string& why);
+  // Attaches to the peer, found Unattached: it ends Ready or Departed.
+  void ensure_attached(int rank);
+  // The lock a send or receive with `rank` is posted under, taken once the
+  // peer is attached (or departed, or failed). Throws for a rank this
+  // backend does not serve.
+  std::unique_lock<std::mutex> lock_reached(int rank, std::string_view op);
+
+  // ---- ring.cpp: the data path (mu held) ----
+  void complete(ShmRequest& r);
+  void fail(ShmRequest& r, ErrorKind kind, std::string message);
+  void fail_for_peer(ShmRequest& r, ErrorKind kind, const std::string& reason);
+  void fail_size_mismatch(ShmRequest& r, std::size_t sent, std::uint64_t print);
+  // Fails the peer: every pending and later operation with it.
+  void fail_peer(Peer& p, ErrorKind kind, const std::string& reason);
+  // Writes what fits of the peer's queued sends into its ring.
+  bool push(Peer& p);
+  // Copies bytes [from, from + n) of the message (header, payload, padding)
+  // into the ring at the write cursor.
+  void write_ring(Peer& p, const ShmRequest& r, std::size_t from, std::size_t n);
+  // Reads what has arrived in the peer's ring.
+  bool pull(Peer& p);
+  // The header at the read cursor: finds the message's place, or leaves it
+  // there (false) when it must wait for room in the unexpected queue.
+  bool start_message(Peer& p);
+  // Hands a piece of the payload to where it goes.
+  void deliver(Peer& p, const std::byte* piece, std::size_t n);
+  // A receive met a message its sender withdrew half-way.
+  void withdrawn(ShmRequest& r);
+  // Whether the sender withdrew the message being read (after this rank
+  // began to read it): if so, its receive fails, or its queue entry goes,
+  // and the rest is dropped as it comes.
+  bool drop_if_withdrawn(Peer& p);
+  // Takes the message being read out of the unexpected queue, if it was
+  // going there: it will never be whole.
+  void unqueue_partial(Peer& p);
+  // Finishes the message being read; true if a receive completed.
+  bool finish_message(Peer& p);
+  // Posts a receive, taking a message already here.
+  void post_recv(Peer& p, const ShmRequestPtr& r);
+  // A send to oneself: copied at once, to its receive or into the queue.
+  void send_to_self(ShmRequest& r);
+
+  // ---- single_copy.cpp (mu held) ----
+  // Reads a single-copy message from the sender's memory, a chunk at a
+  // time, to where it goes; then tells the sender it may reuse its buffer.
+  void read_remote(Peer& p);
+  // process_vm_readv of n bytes; fails the peer if the kernel will not.
+  bool read_from(Peer& p, std::uint64_t address, std::byte* into, std::size_t n);
+  // Sends the receiver has read whole from this rank's memory.
+  bool collect_acks(Peer& p);
+
+  // ---- progress.cpp ----
+  // One pass over every attached peer (mu held): what moved.
+  bool progress_all();
+  // Whether anything waits to be moved (a sleeper's last look; mu held).
+  bool work_visible();
+  // Peers whose process ended or who closed their transport fail, after
+  // what they sent whole has been read (mu held).
+  void check_liveness();
+  // Sleeps on this rank's bell until a peer rings it or `d` passes
+  // (neither lock held).
+  void sleep_on_bell(std::chrono::microseconds d);
+  // Moves data until `r` is done, or `timeout` has passed; true if done.
+  bool drive_until_done(const ShmRequest& r, std::chrono::milliseconds timeout);
+  // The same until `finished()` is true (it is asked often: keep it cheap).
+  bool drive_until_any(const std::function<bool()>& finished, std::chrono::milliseconds timeout);
+  void background_loop();
+  template <class Finished>
+  bool drive(const Finished& finished, std::chrono::milliseconds timeout);
+
+  // ---- shm_transport.cpp ----
+  // A wait ran out of time or was interrupted (mu held).
+  void time_out(const RequestPtr& request, std::chrono::milliseconds limit, int signal);
+};
+
+}  // namespace collie::transport
