@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/duration.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
@@ -54,10 +55,6 @@ bool is_blocking(wire::Op op) {
 using Decoder = std::function<void(const Failure*, wire::Reader*)>;
 
 constexpr auto kMinHandshakeTime = std::chrono::seconds(1);
-
-std::string seconds_text(Clock::duration d) {
-  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
-}
 
 }  // namespace
 
@@ -191,7 +188,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
           Failure::Kind::Connection,
           fmt::format("could not connect to the store at {}: tried for {} ({} attempts); last "
                       "error: {}. Is the store running there (check MASTER_ADDR/MASTER_PORT)?",
-                      address_, seconds_text(now - connect_started_), attempts_, error)});
+                      address_, describe_duration(now - connect_started_), attempts_, error)});
     }
     log().debug("store client: connecting to {} failed ({}); retrying in {} ms", address_, error,
                 std::chrono::duration_cast<std::chrono::milliseconds>(delay).count());
@@ -253,7 +250,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
     proof_sent_ = false;
     timer_.async_wait([self = shared_from_this()](std::error_code ec) {
       if (ec || self->state_ != State::Handshake) return;
-      const auto waited = seconds_text(Clock::now() - self->connect_started_);
+      const auto waited = describe_duration(Clock::now() - self->connect_started_);
       self->connect_failed(Failure{
           Failure::Kind::TimedOut,
           self->proof_sent_

@@ -234,4 +234,141 @@ void put_bytes(std::vector<std::uint8_t>& out, std::string_view v) {
   out.insert(out.end(), v.begin(), v.end());
 }
 
+Translation translate(const Query& q, std::uint32_t id) {
+  Translation t;
+  auto& r = t.request;
+  r.id = id;
+  for (const auto& k : q.keys)
+    r.keys.emplace_back(k);
+  for (const auto& v : q.values)
+    r.values.emplace_back(v);
+  switch (q.command) {
+    case Command::Set:
+      r.op = wire::Op::Set;
+      break;
+    case Command::Append:
+      r.op = wire::Op::Append;
+      break;
+    case Command::CompareSet:
+      r.op = wire::Op::CompareSet;
+      break;
+    case Command::Get:
+      r.op = wire::Op::Get;
+      break;
+    case Command::Add:
+      r.op = wire::Op::Add;
+      r.delta = q.number;
+      break;
+    case Command::Check:
+      r.op = wire::Op::Check;
+      break;
+    case Command::Wait:
+      r.op = wire::Op::Wait;
+      break;
+    case Command::NumKeys:
+      r.op = wire::Op::CountKeys;
+      r.keys.emplace_back();  // no prefix: every key
+      break;
+    case Command::Delete:
+      r.op = wire::Op::Delete;
+      break;
+    case Command::MultiGet:
+      r.op = wire::Op::MultiGet;
+      break;
+    case Command::MultiSet:
+      r.op = wire::Op::MultiSet;
+      break;
+    default:
+      return t;  // Nothing
+  }
+  // An empty list: torch's server answers at once, and so does this one.
+  if (r.keys.empty()) {
+    if (r.op == wire::Op::Check) {
+      t.kind = Translation::Kind::Answer;
+      t.answer = {kCheckReady};
+      return t;
+    }
+    if (r.op == wire::Op::Wait) {
+      t.kind = Translation::Kind::Answer;
+      t.answer = {kStopWaiting};
+      return t;
+    }
+    if (r.op == wire::Op::MultiGet || r.op == wire::Op::MultiSet) return t;  // Nothing
+  }
+  t.kind = Translation::Kind::Request;
+  return t;
+}
+
+std::optional<std::uint32_t> reply_id(std::span<const std::uint8_t> frame) {
+  if (frame.size() < wire::kFrameHeaderBytes) return std::nullopt;
+  wire::Reader rd(frame.subspan(wire::kFrameHeaderBytes));
+  rd.u8();  // status
+  const std::uint32_t id = rd.u32();
+  if (!rd.ok()) return std::nullopt;
+  return id;
+}
+
+Rewrite rewrite_reply(std::span<const std::uint8_t> frame, Command command,
+                      std::string_view expected) {
+  Rewrite out;
+  if (frame.size() < wire::kFrameHeaderBytes) return out;
+  wire::Reader rd(frame.subspan(wire::kFrameHeaderBytes));
+  const auto status = static_cast<wire::ReplyStatus>(rd.u8());
+  rd.u32();  // the id
+  if (status != wire::ReplyStatus::Ok) {
+    rd.u16();
+    out.kind = Rewrite::Kind::Failed;
+    out.error = std::string(rd.bytes());
+    return out;
+  }
+  auto& reply = out.reply;
+  switch (command) {
+    case Command::Set:
+    case Command::Append:
+    case Command::MultiSet:
+      out.kind = Rewrite::Kind::NoReply;
+      return out;
+    case Command::Get:
+      put_bytes(reply, rd.bytes());
+      break;
+    case Command::CompareSet: {
+      rd.u8();  // swapped
+      const bool exists = rd.u8() != 0;
+      const auto current = rd.bytes();
+      // As torch's own server: a missing key (and an expected value that is
+      // not empty) answers with the expected value.
+      put_bytes(reply, exists ? current : expected);
+      break;
+    }
+    case Command::Add:
+    case Command::NumKeys:
+      put_i64(reply, rd.i64());
+      break;
+    case Command::Check:
+      put_u8(reply, rd.u8() != 0 ? kCheckReady : kCheckNotReady);
+      break;
+    case Command::Wait:
+      put_u8(reply, kStopWaiting);
+      break;
+    case Command::Delete:
+      put_i64(reply, rd.u8() != 0 ? 1 : 0);
+      break;
+    case Command::MultiGet: {
+      const std::uint32_t n = rd.u32();
+      for (std::uint32_t i = 0; i < n && rd.ok(); ++i)
+        put_bytes(reply, rd.bytes());
+      break;
+    }
+    default:
+      out.kind = Rewrite::Kind::NoReply;
+      return out;
+  }
+  if (!rd.ok()) {
+    out.reply.clear();
+    return out;  // Unreadable
+  }
+  out.kind = Rewrite::Kind::Reply;
+  return out;
+}
+
 }  // namespace collie::store::torch

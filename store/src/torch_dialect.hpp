@@ -14,16 +14,22 @@
 // A connection tells which by its first bytes (classify()). Parsing is
 // incremental and checks every length against the store's limits before it
 // keeps anything, so a hostile client costs at most one request's bytes.
+// Then each query becomes the store's own request that does the same on the
+// same keys (translate()), and the store's reply is rewritten in torch's
+// form (rewrite_reply()): pure functions, which the fuzzer reaches.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <collie/store/store.hpp>
+
+#include "protocol.hpp"
 
 namespace collie::store::torch {
 
@@ -80,6 +86,41 @@ struct Parsed {
 // TooLarge as soon as it is read, before its bytes arrive.
 Parsed parse(Dialect dialect, std::span<const std::uint8_t> in, const StoreLimits& limits,
              Query& out);
+
+// What the store does for a query of any command but Validate, Ping,
+// WatchKey and CancelWait (the connection's own business).
+struct Translation {
+  enum class Kind {
+    Request,  // run `request`, then rewrite its reply (rewrite_reply())
+    Answer,   // send `answer` at once (an empty key list: as torch's own server)
+    Nothing,  // nothing to do, nothing to say
+  };
+  Kind kind = Kind::Nothing;
+  wire::Request request;
+  std::vector<std::uint8_t> answer;
+};
+// The request with id `id` that does what `q` asks.
+Translation translate(const Query& q, std::uint32_t id);
+
+// The id of the request a store reply frame answers; nullopt if it is too
+// short to say.
+std::optional<std::uint32_t> reply_id(std::span<const std::uint8_t> frame);
+
+// torch's reply to the store's reply `frame` for a query of `command`
+// (`expected`: COMPARE_SET's expected value, which a missing key answers).
+struct Rewrite {
+  enum class Kind {
+    Reply,       // send `reply`
+    NoReply,     // torch expects none (SET, APPEND, MULTI_SET)
+    Failed,      // the store refused the request: `error` (torch cannot be told)
+    Unreadable,  // the frame is not a reply of this command
+  };
+  Kind kind = Kind::Unreadable;
+  std::vector<std::uint8_t> reply;
+  std::string error;
+};
+Rewrite rewrite_reply(std::span<const std::uint8_t> frame, Command command,
+                      std::string_view expected);
 
 // Reply fields, in the client's byte order.
 void put_u8(std::vector<std::uint8_t>& out, std::uint8_t v);

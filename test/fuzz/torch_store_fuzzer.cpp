@@ -5,8 +5,11 @@
 // rest is a byte stream fed in the read sizes a network would give, parsed
 // query after query with tight limits. Invariants: nothing crashes or reads
 // out of bounds (ASan/UBSan); a parsed query took bytes that are there, at
-// least its type byte; its keys and values are within the limits; and the
-// same bytes, parsed again from the start of that query, give the same query.
+// least its type byte; its keys and values are within the limits; the same
+// bytes, parsed again from the start of that query, give the same query;
+// its translation into the store's request keeps its keys and values, and
+// rewriting any bytes as that request's reply
+// (the rest of the input) neither crashes nor reads past them.
 #include <cstdint>
 #include <cstdlib>
 #include <span>
@@ -48,6 +51,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           again.word != q.word) {
         std::abort();
       }
+      const auto t = torch::translate(q, 7);
+      if (t.kind == torch::Translation::Kind::Request) {
+        if (t.request.id != 7) std::abort();
+        (void)wire::check_limits(t.request, limits);  // the server refuses, or runs it
+        if (t.request.values.size() != q.values.size()) std::abort();
+        for (std::size_t i = 0; i < q.keys.size(); ++i)
+          if (t.request.keys[i] != q.keys[i]) std::abort();
+      }
+      const auto reply = std::span<const std::uint8_t>(buffer).subspan(p.used);
+      const std::string expected = q.values.empty() ? std::string() : q.values.front();
+      const auto rewrite = torch::rewrite_reply(reply, q.command, expected);
+      if (rewrite.kind == torch::Rewrite::Kind::Reply && rewrite.reply.empty()) std::abort();
+      if (const auto id = torch::reply_id(reply); id && reply.size() < wire::kFrameHeaderBytes + 5)
+        std::abort();
       buffer.erase(buffer.begin(), buffer.begin() + static_cast<std::ptrdiff_t>(p.used));
     }
   }

@@ -1,0 +1,133 @@
+// A store connection's handshake (session.hpp): one byte tells collie's
+// hello from a torch client's query; the hello's version and the
+// connection limits; then, where the server has a token, the proof of it
+// both ways, checked at the client address's turn (auth_throttle.hpp).
+#include "session.hpp"
+
+#include <algorithm>
+
+#include <asio/read.hpp>
+#include <fmt/format.h>
+
+#include <collie/crypto.hpp>
+
+#include "../auth.hpp"
+
+namespace collie::store {
+
+void Session::on_first_byte() {
+  first_byte_ = true;
+  if (hello_in_[0] != static_cast<std::uint8_t>(wire::kMagic >> 24)) {
+    if (server_.options().torch_clients) return start_torch();
+    return close(spdlog::level::warn,
+                 fmt::format("refused: not a collie store client (its first byte is 0x{:02x}, "
+                             "not 0x{:02x} as collie's magic){}",
+                             hello_in_[0], wire::kMagic >> 24,
+                             hello_in_[0] <= 13
+                                 ? "; a torch TCPStore client? " +
+                                       server_.options().torch_refusal_hint
+                                 : std::string()));
+  }
+  asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, hello_in_.size() - 1),
+                   [self = shared_from_this()](std::error_code ec, std::size_t) {
+                     if (ec) return self->lost(ec);
+                     self->on_client_hello();
+                   });
+}
+
+void Session::on_client_hello() {
+  const auto hello = wire::decode_client_hello(hello_in_);
+  if (hello.magic != wire::kMagic) {
+    return close(spdlog::level::warn,
+                 fmt::format("refused: not a collie store client (it sent 0x{:08x}, not the "
+                             "magic 0x{:08x})",
+                             hello.magic, wire::kMagic));
+  }
+  wire::ServerHello reply;
+  reply.limits = server_.options().limits;
+  reply.idle_timeout_ms = static_cast<std::uint32_t>(
+      std::min<std::int64_t>(server_.options().idle_timeout.count(), UINT32_MAX));
+  if (refusal_) {
+    reply.status = *refusal_;
+    close_after_write_ = true;
+    close_reason_ = *refusal_ == wire::HelloStatus::TooManyConnections
+                        ? fmt::format("refused: the server has {} connections, its limit",
+                                      server_.options().max_connections)
+                        : fmt::format(
+                              "refused: {} connections from {} already, the limit per "
+                              "address",
+                              server_.options().max_connections_per_address, address_);
+    send_raw(wire::encode(reply));
+    return;
+  }
+  if (hello.version != wire::kVersion) {
+    reply.status = wire::HelloStatus::UnsupportedVersion;
+    close_after_write_ = true;
+    close_reason_ = fmt::format("refused: protocol version {} (this server speaks {})",
+                                hello.version, wire::kVersion);
+    send_raw(wire::encode(reply));
+    return;
+  }
+  client_nonce_ = hello.nonce;
+  client_has_token_ = hello.has_token;
+  const std::string& token = server_.options().token;
+  reply.auth_required = !token.empty();
+  reply.nonce = auth::random_nonce();
+  server_nonce_ = reply.nonce;
+  if (reply.auth_required) reply.proof = auth::server_proof(token, client_nonce_, reply.nonce);
+  send_raw(wire::encode(reply));
+  if (!reply.auth_required) return become_ready();
+  phase_ = Phase::Proof;
+  asio::async_read(socket_, asio::buffer(proof_in_),
+                   [self = shared_from_this()](std::error_code ec, std::size_t) {
+                     if (ec) return self->lost(ec);
+                     self->on_client_proof();
+                   });
+}
+
+void Session::on_client_proof() {
+  const auto now = Clock::now();
+  const auto turn = server_.throttle().turn(address_, now);
+  if (!turn) {
+    server_.count_auth_failure();
+    close_after_write_ = true;
+    close_reason_ = fmt::format(
+        "refused unchecked: too many failed authentications from {} in the last minutes",
+        address_);
+    send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Throttled)});
+    return;
+  }
+  if (*turn <= now) return check_proof();
+  timer_.expires_at(*turn);
+  timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (!ec && self->phase_ == Phase::Proof) self->check_proof();
+  });
+}
+
+void Session::check_proof() {
+  const auto expected = auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
+  if (!client_has_token_ || !crypto::digests_equal(proof_in_, expected)) {
+    server_.count_auth_failure();
+    server_.throttle().failed(address_, Clock::now());
+    close_after_write_ = true;
+    close_reason_ = fmt::format("refused: authentication failed ({})",
+                                client_has_token_ ? "wrong token" : "the client has no token");
+    send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Failed)});
+    return;
+  }
+  send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Ok)});
+  become_ready();
+}
+
+void Session::become_ready() {
+  phase_ = Phase::Ready;
+  handshake_timer_.cancel();
+  std::error_code ignored;
+  socket_.non_blocking(true, ignored);
+  log().debug("store: {} connected", peer_);
+  last_activity_ = Clock::now();
+  arm_idle_timer(server_.options().idle_timeout);
+  read();
+}
+
+}  // namespace collie::store
