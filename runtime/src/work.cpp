@@ -1,7 +1,10 @@
+// Each kind of operation's Work (work.hpp), and the Work of an async task.
 #include "work.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -342,50 +345,23 @@ Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds 
   auto state = std::make_shared<AsyncState>();
   state->what = std::move(what);
   state->timeout = timeout;
-  runner.post([state, task = std::move(task)] {
-    std::exception_ptr error;
+  AsyncRunner::Task job;
+  job.run = [state, task = std::move(task)] {
     try {
       task();
     } catch (...) {
-      error = std::current_exception();
+      std::lock_guard lock(state->mu);
+      state->error = std::current_exception();
     }
+  };
+  job.finish = [state] {
     std::lock_guard lock(state->mu);
-    state->error = error;
     state->done = true;
     state->cv.notify_all();
-  });
+  };
+  if (!runner.post(std::move(job)))
+    throw Error(fmt::format("{}: its group is being destroyed", state->what));
   return Work(std::make_unique<AsyncTask>(std::move(state)));
-}
-
-// ---- AsyncRunner ----
-
-AsyncRunner::~AsyncRunner() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void AsyncRunner::post(std::function<void()> task) {
-  std::lock_guard lock(mu_);
-  tasks_.push_back(std::move(task));
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  cv_.notify_one();
-}
-
-void AsyncRunner::loop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;  // stopping, and nothing left to run
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lock.unlock();
-    task();  // catches its own errors
-    lock.lock();
-  }
 }
 
 }  // namespace collie

@@ -1,5 +1,4 @@
-// What a collie::Work waits on, and the thread that runs a group's async
-// collectives.
+// What a collie::Work waits on: each kind of operation's Work.
 //
 // A point-to-point Work waits on its transport request (with the transport
 // driving the sockets in the waiting thread). An async collective runs on
@@ -9,39 +8,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
+#include "async_runner.hpp"
 #include "device/device.hpp"
 
 namespace collie {
-
-// Runs a group's async collectives, one at a time, in call order.
-class AsyncRunner {
- public:
-  AsyncRunner() = default;
-  ~AsyncRunner();  // finishes what was queued, then joins
-  AsyncRunner(const AsyncRunner&) = delete;
-  AsyncRunner& operator=(const AsyncRunner&) = delete;
-  void post(std::function<void()> task);
-
- private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::thread thread_;  // started by the first post
-};
 
 // The Work of an isend or irecv.
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,

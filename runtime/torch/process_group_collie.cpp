@@ -1,0 +1,390 @@
+// A torch process group that is a collie group (process_group_collie.hpp):
+// each of torch's calls checked, then run as collie's.
+#include "process_group_collie.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include <torch/csrc/utils/pybind.h>
+
+#include "tensors.hpp"
+#include "torch_store.hpp"
+
+namespace collie_torch {
+
+ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                       int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), pg_(join(store, rank, size, timeout)) {}
+
+ProcessGroupCollie::~ProcessGroupCollie() {
+  runner_->stop();
+  // Python drops the group holding the GIL; the runner finishing its queue
+  // drops tensors, which may need the GIL to free their Python objects:
+  // wait without it.
+  auto finish = [&] {
+    runner_.reset();
+    completer_.reset();
+  };
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release unlocked;
+    finish();
+  } else {
+    finish();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Tensor>& tensors,
+                                         const c10d::BroadcastOptions& opts) {
+  const auto& t = single(tensors, "broadcast");
+  const auto dtype = check_tensor(t, "broadcast");
+  check_root(opts.rootRank, "broadcast");
+  const int root = static_cast<int>(opts.rootRank);
+  return collective(c10d::OpType::BROADCAST, {t}, [=, this] {
+    pg_.run_collective(collie::Collective::Broadcast, dtype, t.data_ptr(), t.data_ptr(),
+                       count_of(t), collie::ReduceOp::Sum, root, options_for(opts.timeout),
+                       false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Tensor>& tensors,
+                                         const c10d::AllreduceOptions& opts) {
+  const auto& t = single(tensors, "allreduce");
+  const auto dtype = check_tensor(t, "allreduce");
+  const auto op = op_of(opts.reduceOp);
+  return collective(c10d::OpType::ALLREDUCE, {t}, [=, this] {
+    pg_.run_collective(collie::Collective::AllReduce, dtype, t.data_ptr(), t.data_ptr(),
+                       count_of(t), op, 0, options_for(opts.timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<collie::DataType> dtypes;
+  for (const auto& t : tensors)
+    dtypes.push_back(check_tensor(t, "allreduce_coalesced"));
+  const auto op = op_of(opts.reduceOp);
+  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, [=, this] {
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      pg_.run_collective(collie::Collective::AllReduce, dtypes[i], tensors[i].data_ptr(),
+                         tensors[i].data_ptr(), count_of(tensors[i]), op, 0,
+                         options_for(opts.timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
+                                      const c10d::ReduceOptions& opts) {
+  const auto& t = single(tensors, "reduce");
+  const auto dtype = check_tensor(t, "reduce");
+  const auto op = op_of(opts.reduceOp);
+  check_root(opts.rootRank, "reduce");
+  const int root = static_cast<int>(opts.rootRank);
+  return collective(c10d::OpType::REDUCE, {t}, [=, this] {
+    pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
+                       count_of(t), op, root, options_for(opts.timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::AllgatherOptions& opts) {
+  const auto& in = single(inputs, "allgather");
+  const auto dtype = check_tensor(in, "allgather");
+  TORCH_CHECK(outputs.size() == 1, "collie: allgather: one list of outputs, please");
+  auto outs = outputs.front();
+  TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "collie: allgather: ", outs.size(),
+              " output tensors for ", getSize(), " ranks");
+  std::vector<std::size_t> counts;
+  for (const auto& o : outs) {
+    TORCH_CHECK(o.scalar_type() == in.scalar_type(), "collie: allgather: an output of dtype ",
+                o.scalar_type(), " for an input of ", in.scalar_type());
+    counts.push_back(count_of(o));
+  }
+  TORCH_CHECK(counts[static_cast<std::size_t>(getRank())] == count_of(in),
+              "collie: allgather: this rank's output has ", counts[static_cast<std::size_t>(getRank())],
+              " elements but its input ", count_of(in));
+  const bool equal = std::all_of(counts.begin(), counts.end(),
+                                 [&](std::size_t c) { return c == counts.front(); });
+  const auto timeout = opts.timeout;
+  return collective(c10d::OpType::ALLGATHER, outs, [=, this] {
+    const auto total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+    auto flat = at::empty({static_cast<std::int64_t>(total)}, in.options());
+    if (equal) {
+      pg_.run_collective(collie::Collective::AllGather, dtype, in.data_ptr(), flat.data_ptr(),
+                         count_of(in), collie::ReduceOp::Sum, 0, options_for(timeout), false);
+    } else {
+      const std::size_t own = count_of(in);
+      pg_.run_vector_collective(collie::Collective::AllGather, dtype, in.data_ptr(),
+                                std::span(&own, 1), flat.data_ptr(), counts, 0,
+                                options_for(timeout), false);
+    }
+    unflatten(flat, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                               const c10d::AllgatherOptions& opts) {
+  const auto dtype = check_tensor(input, "_allgather_base");
+  check_tensor(output, "_allgather_base");
+  check_same_dtype(input, output, "_allgather_base");
+  TORCH_CHECK(count_of(output) == count_of(input) * static_cast<std::size_t>(getSize()),
+              "collie: _allgather_base: the output has ", count_of(output),
+              " elements; it must hold the world size times the input's ", count_of(input));
+  return collective(c10d::OpType::_ALLGATHER_BASE, {output}, [=, this] {
+    pg_.run_collective(collie::Collective::AllGather, dtype, input.data_ptr(),
+                       output.data_ptr(), count_of(input), collie::ReduceOp::Sum, 0,
+                       options_for(opts.timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                      std::vector<at::Tensor>& inputs,
+                                      const c10d::GatherOptions& opts) {
+  const auto& in = single(inputs, "gather");
+  const auto dtype = check_tensor(in, "gather");
+  check_root(opts.rootRank, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> outs;
+  if (getRank() == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs.front().size()) == getSize(),
+                "collie: gather: the root needs one list of ", getSize(), " output tensors");
+    outs = outputs.front();
+    for (const auto& o : outs)
+      TORCH_CHECK(count_of(o) == count_of(in) && o.scalar_type() == in.scalar_type(),
+                  "collie: gather: every output must have the input's size and dtype");
+  } else {
+    TORCH_CHECK(outputs.empty() || outputs.front().empty(),
+                "collie: gather: only the root passes output tensors");
+  }
+  const auto timeout = opts.timeout;
+  return collective(c10d::OpType::GATHER, outs, [=, this] {
+    at::Tensor flat;
+    if (getRank() == root)
+      flat = at::empty({static_cast<std::int64_t>(count_of(in)) * getSize()}, in.options());
+    pg_.run_collective(collie::Collective::Gather, dtype, in.data_ptr(),
+                       flat.defined() ? flat.data_ptr() : nullptr, count_of(in),
+                       collie::ReduceOp::Sum, root, options_for(timeout), false);
+    if (flat.defined()) unflatten(flat, outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tensor>& outputs,
+                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                       const c10d::ScatterOptions& opts) {
+  const auto& out = single(outputs, "scatter");
+  const auto dtype = check_tensor(out, "scatter");
+  check_root(opts.rootRank, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> ins;
+  if (getRank() == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs.front().size()) == getSize(),
+                "collie: scatter: the root needs one list of ", getSize(), " input tensors");
+    ins = inputs.front();
+    for (const auto& i : ins)
+      TORCH_CHECK(count_of(i) == count_of(out) && i.scalar_type() == out.scalar_type(),
+                  "collie: scatter: every input must have the output's size and dtype");
+  } else {
+    TORCH_CHECK(inputs.empty() || inputs.front().empty(),
+                "collie: scatter: only the root passes input tensors");
+  }
+  const auto timeout = opts.timeout;
+  return collective(c10d::OpType::SCATTER, {out}, [=, this] {
+    at::Tensor flat;
+    if (getRank() == root) flat = flatten(ins);
+    pg_.run_collective(collie::Collective::Scatter, dtype,
+                       flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(),
+                       count_of(out), collie::ReduceOp::Sum, root, options_for(timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                              std::vector<std::vector<at::Tensor>>& inputs,
+                                              const c10d::ReduceScatterOptions& opts) {
+  const auto& out = single(outputs, "reduce_scatter");
+  const auto dtype = check_tensor(out, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs.front().size()) == getSize(),
+              "collie: reduce_scatter: one list of ", getSize(), " input tensors, please");
+  auto ins = inputs.front();
+  for (const auto& i : ins)
+    TORCH_CHECK(count_of(i) == count_of(out) && i.scalar_type() == out.scalar_type(),
+                "collie: reduce_scatter: every input must have the output's size and dtype");
+  const auto op = op_of(opts.reduceOp);
+  const auto timeout = opts.timeout;
+  return collective(c10d::OpType::REDUCE_SCATTER, {out}, [=, this] {
+    const auto flat = flatten(ins);
+    pg_.run_collective(collie::Collective::ReduceScatter, dtype, flat.data_ptr(),
+                       out.data_ptr(), count_of(out), op, 0, options_for(timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const auto dtype = check_tensor(output, "_reduce_scatter_base");
+  check_tensor(input, "_reduce_scatter_base");
+  check_same_dtype(output, input, "_reduce_scatter_base");
+  TORCH_CHECK(count_of(input) == count_of(output) * static_cast<std::size_t>(getSize()),
+              "collie: _reduce_scatter_base: the input has ", count_of(input),
+              " elements; it must hold the world size times the output's ", count_of(output));
+  const auto op = op_of(opts.reduceOp);
+  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [=, this] {
+    pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
+                       output.data_ptr(), count_of(output), op, 0, options_for(opts.timeout),
+                       false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                             std::vector<int64_t>& output_splits,
+                                             std::vector<int64_t>& input_splits,
+                                             const c10d::AllToAllOptions& opts) {
+  const auto dtype = check_tensor(input, "alltoall_base");
+  check_tensor(output, "alltoall_base");
+  check_same_dtype(input, output, "alltoall_base");
+  const auto n = static_cast<std::size_t>(getSize());
+  const auto timeout = opts.timeout;
+  if (output_splits.empty() && input_splits.empty()) {
+    TORCH_CHECK(count_of(input) == count_of(output) && count_of(input) % n == 0,
+                "collie: alltoall_base: input and output of ", count_of(input), " and ",
+                count_of(output), " elements: both must hold ", n, " equal blocks");
+    return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
+      pg_.run_collective(collie::Collective::AllToAll, dtype, input.data_ptr(),
+                         output.data_ptr(), count_of(input) / n, collie::ReduceOp::Sum, 0,
+                         options_for(timeout), false);
+    });
+  }
+  // Splits count rows of dimension 0; an empty list means equal splits.
+  auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
+    const std::size_t rows = t.dim() == 0 ? 1 : static_cast<std::size_t>(t.size(0));
+    const std::size_t row = rows == 0 ? 0 : count_of(t) / rows;
+    std::vector<std::size_t> out(n);
+    if (splits.empty()) {
+      TORCH_CHECK(rows % n == 0, "collie: alltoall_base: ", rows, " rows of the ", which,
+                  " do not split into ", n, " equal parts");
+      for (auto& c : out) c = rows / n * row;
+      return out;
+    }
+    TORCH_CHECK(splits.size() == n, "collie: alltoall_base: ", splits.size(), " ", which,
+                " splits for ", n, " ranks");
+    std::size_t sum = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      TORCH_CHECK(splits[j] >= 0, "collie: alltoall_base: a negative split");
+      out[j] = static_cast<std::size_t>(splits[j]) * row;
+      sum += static_cast<std::size_t>(splits[j]);
+    }
+    TORCH_CHECK(sum == rows, "collie: alltoall_base: the ", which, " splits add up to ", sum,
+                " rows but it has ", rows);
+    return out;
+  };
+  const auto send = counts(input, input_splits, "input");
+  const auto recv = counts(output, output_splits, "output");
+  return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
+    pg_.run_vector_collective(collie::Collective::AllToAll, dtype, input.data_ptr(), send,
+                              output.data_ptr(), recv, 0, options_for(timeout), false);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tensor>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::AllToAllOptions& opts) {
+  const auto n = static_cast<std::size_t>(getSize());
+  TORCH_CHECK(outputs.size() == n && inputs.size() == n, "collie: alltoall: ", inputs.size(),
+              " inputs and ", outputs.size(), " outputs for ", n, " ranks");
+  const auto dtype = check_tensor(inputs.front(), "alltoall");
+  std::vector<std::size_t> send, recv;
+  for (std::size_t j = 0; j < n; ++j) {
+    check_tensor(inputs[j], "alltoall");
+    check_tensor(outputs[j], "alltoall");
+    TORCH_CHECK(inputs[j].scalar_type() == inputs.front().scalar_type() &&
+                    outputs[j].scalar_type() == inputs.front().scalar_type(),
+                "collie: alltoall: every tensor must have the same dtype");
+    send.push_back(count_of(inputs[j]));
+    recv.push_back(count_of(outputs[j]));
+  }
+  const auto timeout = opts.timeout;
+  return collective(c10d::OpType::ALLTOALL, outputs, [=, this] {
+    const auto in = flatten(inputs);
+    const auto total = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
+    auto out = at::empty({static_cast<std::int64_t>(total)}, inputs.front().options());
+    pg_.run_vector_collective(collie::Collective::AllToAll, dtype, in.data_ptr(), send,
+                              out.data_ptr(), recv, 0, options_for(timeout), false);
+    unflatten(out, outputs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
+  return collective(c10d::OpType::BARRIER, {},
+                    [=, this] { pg_.barrier(options_for(opts.timeout)); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>& tensors, int dst,
+                                    int tag) {
+  const auto& t = single(tensors, "send");
+  check_tensor(t, "send");
+  check_root(dst, "send to");
+  auto work = pg_.isend(t.data_ptr(), t.nbytes(), dst, tag);
+  return point_to_point(c10d::OpType::SEND, t, std::move(work));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>& tensors, int src,
+                                    int tag) {
+  const auto& t = single(tensors, "recv");
+  check_tensor(t, "recv");
+  check_root(src, "recv from");
+  auto work = pg_.irecv(t.data_ptr(), t.nbytes(), src, tag);
+  return point_to_point(c10d::OpType::RECV, t, std::move(work));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors,
+                                             int tag) {
+  const auto& t = single(tensors, "recv");
+  check_tensor(t, "recv");
+  auto work = pg_.irecv_any(t.data_ptr(), t.nbytes(), tag);
+  return point_to_point(c10d::OpType::RECVANYSOURCE, t, std::move(work));
+}
+
+collie::ProcessGroup ProcessGroupCollie::join(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                 int size, std::chrono::milliseconds timeout) {
+  const auto id = identify(store);
+  collie::InitOptions o;
+  o.store = adapt(store);
+  o.store_name = id.name;
+  o.route_to = id.host;
+  o.rank = rank;
+  o.world_size = size;
+  if (timeout.count() > 0) o.timeout = timeout;
+  return collie::init(o);
+}
+
+void ProcessGroupCollie::check_root(std::int64_t r, const char* what) const {
+  TORCH_CHECK(r >= 0 && r < getSize(), "collie: ", what, " rank ", r,
+              ": the group has ranks 0 to ", getSize() - 1);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
+                                                              std::vector<at::Tensor> outputs,
+                                                              std::function<void()> run) {
+  auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
+  auto error = std::make_shared<std::exception_ptr>();
+  collie::AsyncRunner::Task task;
+  task.run = [run = std::move(run), error] {
+    try {
+      run();
+    } catch (...) {
+      *error = std::current_exception();
+    }
+  };
+  task.finish = [work, error] { work->complete(*error); };
+  collie::AsyncRunner::Ticket ticket = 0;
+  TORCH_CHECK(runner_->post(std::move(task), &ticket),
+              "collie: the process group is being destroyed");
+  work->set_ticket(ticket);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::point_to_point(c10d::OpType type,
+                                                                  const at::Tensor& t,
+                                                                  collie::Work work) {
+  return c10::make_intrusive<PointToPointWork>(getRank(), type, std::vector<at::Tensor>{t},
+                                               std::move(work), completer_);
+}
+
+}  // namespace collie_torch

@@ -1,0 +1,94 @@
+// A torch process group that is a collie group (torch 1.13's c10d API).
+//
+// Each torch process group (the default one, and each new_group) is a collie
+// group of its own: its ranks meet in the store torch hands the backend
+// (torch_store.hpp), under "collie/" there, and open their own mesh (shared
+// memory between ranks of one host, TCP between hosts, as collie::init
+// does). Collectives and sends and receives run and complete as works.hpp
+// says; tensors are checked as tensors.hpp says.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <collie/process_group.hpp>
+
+#include "async_runner.hpp"
+#include "works.hpp"
+
+namespace collie_torch {
+
+class ProcessGroupCollie final : public c10d::ProcessGroup {
+ public:
+  // Joins the collie group of torch's group `rank` of `size` in `store`.
+  ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout);
+  // Runs what was queued, without holding the GIL.
+  ~ProcessGroupCollie() override;
+
+  const std::string getBackendName() const override { return "collie"; }
+  // What carries this group's messages ("tcp on 127.0.0.1:41234", ...).
+  std::string describe() const { return pg_.describe_transport(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+
+ private:
+  static collie::ProcessGroup join(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                   int size, std::chrono::milliseconds timeout);
+  void check_root(std::int64_t r, const char* what) const;
+  // Queues a collective; its Work completes when it ran.
+  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                            std::function<void()> run);
+  // A send or receive posted as `work`.
+  c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
+                                                collie::Work work);
+
+  collie::ProcessGroup pg_;
+  std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
+  std::shared_ptr<collie::AsyncRunner> runner_ = std::make_shared<collie::AsyncRunner>();
+};
+
+}  // namespace collie_torch

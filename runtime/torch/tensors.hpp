@@ -1,0 +1,36 @@
+// torch's tensors and ops as collie's: which a collie group can move, and
+// the message that says what is wrong with one it cannot.
+//
+// Tensors: CPU, contiguous, dense, one per list (torch's lists of several
+// are for several GPUs per process), of the dtypes collie has: bool, int8,
+// uint8, int16, int32, int64, float16, bfloat16, float32, float64.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <collie/process_group.hpp>
+
+namespace collie_torch {
+
+std::optional<collie::DataType> dtype_of(at::ScalarType t);
+// Throws (TORCH_CHECK) for PREMUL_SUM, which collie lacks.
+collie::ReduceOp op_of(const c10d::ReduceOp& op);
+// Checks a tensor collie can move and says what is wrong otherwise.
+collie::DataType check_tensor(const at::Tensor& t, const char* op);
+// Input and output of one call must have one dtype: bytes move as they are.
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op);
+// The one tensor of a list.
+const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op);
+std::size_t count_of(const at::Tensor& t);
+// A call's options: host memory, torch's timeout where it gave one.
+collie::CollectiveOptions options_for(std::chrono::milliseconds timeout);
+// Tensors laid end to end in one, and one cut back into tensors.
+at::Tensor flatten(const std::vector<at::Tensor>& tensors);
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outputs);
+
+}  // namespace collie_torch

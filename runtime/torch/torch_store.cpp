@@ -1,0 +1,198 @@
+// collie's Store interface over torch's c10d::Store (torch_store.hpp).
+// torch's store has no per-call timeout on get (a wait with one comes
+// first), no listing and no server-side barrier (made of add and wait
+// here). Calls are serialised: a torch store client is one socket.
+#include "torch_store.hpp"
+
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <collie/error.hpp>
+#include <collie/store/keys.hpp>
+
+namespace collie_torch {
+
+namespace {
+
+class TorchStore final : public collie::store::Store {
+ public:
+  explicit TorchStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(std::string_view key, std::string_view value, collie::store::Timeout) override {
+    call("set", key, [&] { store_->set(std::string(key), bytes(value)); });
+  }
+  std::string get(std::string_view key, collie::store::Timeout timeout) override {
+    std::string out;
+    call("get", key, [&] {
+      store_->wait({std::string(key)}, limit(timeout));
+      out = text(store_->get(std::string(key)));
+    });
+    return out;
+  }
+  std::optional<std::string> try_get(std::string_view key, collie::store::Timeout) override {
+    std::optional<std::string> out;
+    call("get", key, [&] {
+      if (store_->check({std::string(key)})) out = text(store_->get(std::string(key)));
+    });
+    return out;
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta, collie::store::Timeout) override {
+    std::int64_t out = 0;
+    call("add", key, [&] { out = store_->add(std::string(key), delta); });
+    return out;
+  }
+  collie::store::CompareSetResult compare_set(std::string_view key, std::string_view expected,
+                                              std::string_view desired,
+                                              collie::store::Timeout) override {
+    collie::store::CompareSetResult out;
+    call("compare_set", key, [&] {
+      const std::string now = text(
+          store_->compareSet(std::string(key), bytes(expected), bytes(desired)));
+      out.swapped = now == desired;  // torch answers with the value after the call
+      if (now == desired || store_->check({std::string(key)})) out.current = now;
+    });
+    return out;
+  }
+  void wait(std::span<const std::string> keys, collie::store::Timeout timeout) override {
+    call("wait", keys.empty() ? std::string_view() : std::string_view(keys.front()), [&] {
+      store_->wait(std::vector<std::string>(keys.begin(), keys.end()), limit(timeout));
+    });
+  }
+  bool check(std::span<const std::string> keys, collie::store::Timeout) override {
+    bool out = false;
+    call("check", keys.empty() ? std::string_view() : std::string_view(keys.front()), [&] {
+      out = store_->check(std::vector<std::string>(keys.begin(), keys.end()));
+    });
+    return out;
+  }
+  bool delete_key(std::string_view key, collie::store::Timeout) override {
+    bool out = false;
+    call("delete_key", key, [&] { out = store_->deleteKey(std::string(key)); });
+    return out;
+  }
+  std::int64_t count_keys(std::string_view prefix, collie::store::Timeout) override {
+    if (!prefix.empty()) unsupported("counting keys by prefix");
+    std::int64_t out = 0;
+    call("num_keys", prefix, [&] { out = store_->getNumKeys(); });
+    return out;
+  }
+  std::vector<std::string> list_keys(std::string_view, collie::store::Timeout) override {
+    unsupported("listing keys");
+  }
+  std::vector<std::string> multi_get(std::span<const std::string> keys,
+                                     collie::store::Timeout timeout) override {
+    wait(keys, timeout);
+    std::vector<std::string> out;
+    for (const auto& k : keys)
+      call("get", k, [&] { out.push_back(text(store_->get(k))); });
+    return out;
+  }
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values,
+                 collie::store::Timeout timeout) override {
+    if (keys.size() != values.size())
+      throw collie::ArgumentError("multi_set: as many values as keys, please");
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      set(keys[i], values[i], timeout);
+  }
+  void append(std::string_view key, std::string_view value, collie::store::Timeout) override {
+    // compare_set until no other client appended between the read and the write.
+    for (;;) {
+      const std::string before = try_get(key, {}).value_or("");
+      const std::string after = before + std::string(value);
+      std::string now;
+      call("append", key, [&] {
+        now = text(store_->compareSet(std::string(key), bytes(before), bytes(after)));
+      });
+      if (now == after) return;
+    }
+  }
+  // n callers: each counts itself in; the n-th of each round opens it.
+  void barrier(std::string_view name, std::uint32_t n, collie::store::Timeout timeout) override {
+    const std::int64_t arrived = add(collie::keys::barrier_arrived(name), 1, timeout);
+    const std::int64_t round = (arrived - 1) / n;
+    const std::string open = collie::keys::barrier_open(name, round);
+    if (arrived % n == 0) set(open, "1", timeout);
+    const std::string keys[] = {open};
+    wait(keys, timeout);
+  }
+  std::chrono::milliseconds timeout() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout());
+  }
+
+ private:
+  static std::vector<std::uint8_t> bytes(std::string_view s) {
+    return std::vector<std::uint8_t>(s.begin(), s.end());
+  }
+  static std::string text(const std::vector<std::uint8_t>& v) {
+    return std::string(v.begin(), v.end());
+  }
+  std::chrono::milliseconds limit(collie::store::Timeout t) const {
+    return t.value_or(std::chrono::duration_cast<std::chrono::milliseconds>(store_->getTimeout()));
+  }
+  [[noreturn]] static void unsupported(const char* what) {
+    throw collie::Error(std::string("torch's store does not support ") + what);
+  }
+  // Runs one store call; torch's errors become collie's (a timeout is a
+  // TimeoutError, anything else a ConnectionError), naming the key.
+  template <class F>
+  void call(const char* op, std::string_view key, F&& f) {
+    std::lock_guard lock(mu_);
+    try {
+      f();
+    } catch (const collie::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const std::string message =
+          std::string("torch's store: ") + op + " '" + std::string(key) + "': " + first_line(what);
+      if (what.find("imeout") != std::string::npos || what.find("timed out") != std::string::npos)
+        throw collie::TimeoutError(message);
+      throw collie::ConnectionError(message);
+    }
+  }
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+  std::mutex mu_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+// PrefixStore keeps its prefix protected; a member pointer taken in a
+// derived class reads it.
+struct PrefixOf : c10d::PrefixStore {
+  static const std::string& of(const c10d::PrefixStore& s) { return s.*(&PrefixOf::prefix_); }
+};
+
+}  // namespace
+
+std::shared_ptr<collie::store::Store> adapt(c10::intrusive_ptr<c10d::Store> store) {
+  return std::make_shared<TorchStore>(std::move(store));
+}
+
+StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
+  StoreIdentity id;
+  std::string prefixes;
+  for (int depth = 0; store && depth < 64; ++depth) {
+    if (auto* p = dynamic_cast<c10d::PrefixStore*>(store.get())) {
+      prefixes = PrefixOf::of(*p) + (prefixes.empty() ? "" : "/" + prefixes);
+      store = p->getUnderlyingStore();
+      continue;
+    }
+    if (auto* t = dynamic_cast<c10d::TCPStore*>(store.get())) {
+      id.host = t->getHost();
+      id.name = t->getHost() + ":" + std::to_string(t->getPort());
+    } else {
+      id.name = "store";
+    }
+    break;
+  }
+  id.name += " " + prefixes;
+  return id;
+}
+
+}  // namespace collie_torch

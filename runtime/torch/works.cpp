@@ -1,0 +1,144 @@
+// torch's Work for collie's calls (works.hpp).
+#include "works.hpp"
+
+namespace collie_torch {
+
+c10::intrusive_ptr<c10::ivalue::Future> new_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+// ---- collectives ----
+
+CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                               std::weak_ptr<collie::AsyncRunner> runner)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(new_future()),
+      runner_(std::move(runner)) {}
+
+bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
+  const auto ticket = ticket_.load();
+  if (ticket != kNoTicket)
+    if (auto runner = runner_.lock()) runner->run_if_next(ticket);
+  return c10d::Work::wait(timeout);
+}
+
+void CollectiveWork::complete(std::exception_ptr error) {
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+  finish(error);
+}
+
+// ---- sends and receives ----
+
+PointToPointWork::PointToPointWork(int rank, c10d::OpType type, std::vector<at::Tensor> tensors,
+                                   collie::Work work, std::weak_ptr<Completer> completer)
+    : c10d::Work(rank, type),
+      tensors_(std::move(tensors)),
+      work_(std::move(work)),
+      completer_(std::move(completer)) {}
+
+bool PointToPointWork::isCompleted() {
+  {
+    std::lock_guard lock(settle_mu_);
+    if (settled_) return true;
+    if (!work_.is_completed()) return false;
+  }
+  settle(std::nullopt);
+  return true;
+}
+
+bool PointToPointWork::wait(std::chrono::milliseconds timeout) {
+  settle(timeout == kNoTimeout ? std::nullopt : std::optional(timeout));
+  std::lock_guard lock(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+int PointToPointWork::sourceRank() const {
+  std::lock_guard lock(settle_mu_);
+  return source_;
+}
+
+void PointToPointWork::settle(std::optional<std::chrono::milliseconds> timeout) {
+  std::lock_guard lock(settle_mu_);
+  if (settled_) return;
+  std::exception_ptr error;
+  try {
+    if (timeout)
+      work_.wait(*timeout);
+    else
+      work_.wait();
+    source_ = work_.source();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settled_ = true;
+  if (future_) {
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(tensors_));
+  }
+  finish(error);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> PointToPointWork::getFuture() {
+  {
+    std::lock_guard lock(settle_mu_);
+    if (future_) return future_;
+    future_ = new_future();
+    if (settled_) {
+      std::lock_guard base(mutex_);
+      if (exception_)
+        future_->setError(exception_);
+      else
+        future_->markCompleted(c10::IValue(tensors_));
+      return future_;
+    }
+  }
+  if (auto completer = completer_.lock()) {
+    completer->add(c10::intrusive_ptr<PointToPointWork>::reclaim_copy(this));
+  } else {
+    settle(std::nullopt);
+  }
+  return future_;
+}
+
+// ---- the completer ----
+
+Completer::~Completer() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Completer::add(c10::intrusive_ptr<PointToPointWork> work) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(work));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+  cv_.notify_one();
+}
+
+void Completer::loop() {
+  for (;;) {
+    c10::intrusive_ptr<PointToPointWork> next;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next->settle(std::nullopt);
+  }
+}
+
+}  // namespace collie_torch

@@ -1,0 +1,102 @@
+// torch's Work for collie's calls: how a torch program waits for them.
+//
+// A collective runs on its group's AsyncRunner (runtime/src/async_runner.hpp),
+// one at a time in call order, with collie's blocking call: on the runner's
+// thread, or in the thread that waits for it while it is next and nothing
+// runs (torch's blocking calls wait at once); its Work completes (and its
+// future is marked) when the call returned. A send or receive is posted at
+// once (collie's isend/irecv/irecv_any: a receive never blocks a later send
+// of the same process) and completes in whichever thread waits; its future
+// is completed by a Completer thread, started the first time one is asked
+// for. collie's errors reach Python as RuntimeError with collie's message.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <collie/process_group.hpp>
+
+#include "async_runner.hpp"
+
+namespace collie_torch {
+
+c10::intrusive_ptr<c10::ivalue::Future> new_future();
+
+// A collective: completed when its call returned, on the runner's thread or
+// in a thread that waited for it first.
+class CollectiveWork final : public c10d::Work {
+ public:
+  CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                 std::weak_ptr<collie::AsyncRunner> runner);
+
+  bool wait(std::chrono::milliseconds timeout) override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Its place in the runner's queue, once posted.
+  void set_ticket(collie::AsyncRunner::Ticket ticket) { ticket_.store(ticket); }
+  void complete(std::exception_ptr error);
+
+ private:
+  static constexpr auto kNoTicket = ~collie::AsyncRunner::Ticket{0};
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::weak_ptr<collie::AsyncRunner> runner_;
+  std::atomic<collie::AsyncRunner::Ticket> ticket_{kNoTicket};
+};
+
+class Completer;
+
+// A send or receive: collie's Work, waited on by whoever asks.
+class PointToPointWork final : public c10d::Work {
+ public:
+  PointToPointWork(int rank, c10d::OpType type, std::vector<at::Tensor> tensors,
+                   collie::Work work, std::weak_ptr<Completer> completer);
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout) override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+  // Waits for collie's Work (once: later calls see how it ended) and
+  // completes this one and its future.
+  void settle(std::optional<std::chrono::milliseconds> timeout);
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  mutable std::mutex settle_mu_;
+  collie::Work work_;
+  bool settled_ = false;
+  int source_ = -1;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::weak_ptr<Completer> completer_;
+};
+
+// Settles point-to-point Works whose futures were asked for, in order, on
+// a thread of its own.
+class Completer {
+ public:
+  ~Completer();
+  void add(c10::intrusive_ptr<PointToPointWork> work);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<PointToPointWork>> queue_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace collie_torch
