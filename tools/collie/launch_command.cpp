@@ -1,26 +1,24 @@
 // `collie launch`: start the ranks of a job on this node, like torchrun.
 //
 // The launcher on node 0 hosts the job's rendezvous store. It starts N local
-// ranks with torchrun's environment variables, prefixes every line they
-// print with their rank, forwards SIGINT/SIGTERM, and when one rank fails it
-// stops the others, prints which rank the others blame (else which failed
-// first) and how, and restarts the whole group up to --max-restarts times. With several nodes, the
-// launchers tell each other about failures, restarts and completion through the store.
-#include <algorithm>
+// ranks with torchrun's environment variables (launch_ranks.hpp), prefixes
+// every line they print with their rank, forwards SIGINT/SIGTERM, and when
+// one rank fails it stops the others, prints which rank the others blame
+// (launch_blame.hpp; else which failed first) and how, and restarts the whole
+// group up to --max-restarts times. With several nodes, the launchers tell
+// each other about failures, restarts and completion through the store
+// (launch_nodes.hpp). This file: the command line, the job's secret and
+// store, and the attempts.
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <poll.h>
-#include <signal.h>
 #include <string>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -29,14 +27,14 @@
 
 #include <collie/error.hpp>
 #include <collie/host_cpus.hpp>
-#include <collie/job_store.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
 
 #include "address.hpp"
-#include "child_process.hpp"
 #include "commands.hpp"
-#include "cpu_binding.hpp"
+#include "launch_blame.hpp"
+#include "launch_nodes.hpp"
+#include "launch_ranks.hpp"
 
 namespace collie::cli {
 
@@ -63,30 +61,12 @@ struct LaunchArgs {
   std::vector<std::string> command;
 };
 
-// One rank started on this node.
-struct LocalRank {
-  int rank = 0;
-  int local_rank = 0;
-  std::unique_ptr<ChildProcess> child;
-  pid_t pid = -1;
-  std::optional<int> status;  // wait status once reaped
-  bool stopped_by_launcher = false;
-  Clock::time_point started;
-  Clock::time_point ended;
-  std::string out_partial;
-  std::string err_partial;
-  std::ofstream log;
-};
-
 enum class Outcome { Success, Failed, Interrupted };
 
-void write_all(FILE* stream, const std::string& text) {
-  std::fwrite(text.data(), 1, text.size(), stream);
-  std::fflush(stream);
-}
-
 void say(const std::string& text) {
-  write_all(stderr, "collie launch: " + text + "\n");
+  const std::string line = "collie launch: " + text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
 }
 
 std::string seconds(Clock::duration d) {
@@ -100,6 +80,9 @@ class Launcher {
   int run() {
     block_signals();
     start_store();
+    LocalRanks ranks(args_.command, args_.node_rank * args_.nproc, args_.nproc, placement_,
+                     args_.tee ? args_.log_dir : std::string());
+    ranks_ = &ranks;
     for (attempt_ = 0;; ++attempt_) {
       const Outcome outcome = run_attempt();
       if (outcome == Outcome::Success) return finish_success();
@@ -112,17 +95,15 @@ class Launcher {
       }
       say(fmt::format("restarting every rank (restart {} of {})", attempt_ + 1,
                       args_.max_restarts));
-      if (multi_node()) {
-        store_->barrier(key("restart"), static_cast<std::uint32_t>(args_.nnodes), node_timeout());
-      }
+      if (team_) team_->restart_barrier();
     }
   }
 
  private:
   bool multi_node() const { return args_.nnodes > 1; }
   int world_size() const { return args_.nproc * args_.nnodes; }
-  std::string key(std::string_view what) const {
-    return fmt::format("collie/launch/attempt/{}/{}", attempt_, what);
+  std::chrono::milliseconds node_timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(args_.node_timeout_s * 1000));
   }
 
   void validate() {
@@ -141,7 +122,6 @@ class Launcher {
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
     if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
-    heartbeats_.resize(static_cast<std::size_t>(args_.nnodes));
     // torchrun's default port when several nodes must agree on one; a free
     // port when the job is on this node alone.
     port_ = args_.master_port.value_or(multi_node() ? 29500 : 0);
@@ -220,12 +200,9 @@ class Launcher {
       if (multi_node()) say(fmt::format("store listening on port {}", port_));
     }
     if (multi_node()) {
-      store::ClientOptions options;
-      options.token = token;
-      options.timeout = std::chrono::seconds(300);
-      store_ = std::make_unique<store::StoreClient>(
+      team_ = std::make_unique<NodeTeam>(
           args_.node_rank == 0 ? std::string("127.0.0.1") : args_.master_addr,
-          static_cast<std::uint16_t>(port_), options);
+          static_cast<std::uint16_t>(port_), token, args_.node_rank, args_.nnodes, node_timeout());
     }
   }
 
@@ -269,206 +246,47 @@ class Launcher {
     };
   }
 
-  void start_ranks() {
-    ranks_.clear();
-    for (int local = 0; local < args_.nproc; ++local) {
-      auto& r = ranks_.emplace_back();
-      r.local_rank = local;
-      r.rank = args_.node_rank * args_.nproc + local;
-      if (args_.tee) {
-        const auto dir = std::filesystem::path(args_.log_dir) / fmt::format("attempt-{}", attempt_);
-        std::filesystem::create_directories(dir);
-        r.log.open(dir / fmt::format("rank-{}.log", r.rank));
-        if (!r.log)
-          throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
-      }
-      try {
-        r.child = std::make_unique<ChildProcess>(args_.command, environment_for(r),
-                                                 placement_.cpu_of(local));
-      } catch (...) {
-        ranks_.pop_back();
-        stop_all(SIGKILL);
-        while (!all_reaped()) {
-          reap(true);
-        }
-        throw;
-      }
-      r.pid = r.child->pid();
-      r.started = Clock::now();
-    }
-  }
-
-  // Emits complete lines of one stream with the rank's prefix.
-  void pump(LocalRank& r, bool is_err) {
-    const int fd = is_err ? r.child->err_fd() : r.child->out_fd();
-    if (fd < 0) return;
-    std::string& partial = is_err ? r.err_partial : r.out_partial;
-    char buffer[65536];
-    while (true) {
-      const ssize_t got = read(fd, buffer, sizeof(buffer));
-      if (got > 0) {
-        partial.append(buffer, static_cast<std::size_t>(got));
-        continue;
-      }
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
-      // End of stream: flush what is left as a last line.
-      if (!partial.empty() && partial.back() != '\n') partial.push_back('\n');
-      is_err ? r.child->close_err() : r.child->close_out();
-      break;
-    }
-    std::string out;
-    std::size_t start = 0;
-    for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-      const auto line = std::string_view(partial).substr(start, nl - start + 1);
-      out += fmt::format("[rank {}] {}", r.rank, line);
-      if (r.log) r.log << line;
-    }
-    partial.erase(0, start);
-    if (!out.empty()) write_all(is_err ? stderr : stdout, out);
-    if (r.log) r.log.flush();
-  }
-
-  void reap(bool block_briefly) {
-    if (block_briefly) std::this_thread::sleep_for(10ms);
-    for (auto& r : ranks_) {
-      if (r.status || r.pid < 0) continue;
-      int status = 0;
-      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
-        r.status = status;
-        r.ended = Clock::now();
-        on_exit(r);
-      }
-    }
-  }
-
-  bool all_reaped() const {
-    for (const auto& r : ranks_) {
-      if (!r.status) return false;
-    }
-    return true;
-  }
-
+  // A rank exited: the first failure of an attempt stops the others.
   void on_exit(LocalRank& r) {
     const int status = *r.status;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok || stopping_) return;
+    if (ok || ranks_->stopping()) return;
     first_failure_ = &r;
     exit_code_ = exit_code_of(status);
     failure_text_ = fmt::format("rank {} (node {}, pid {}) failed first: {}, {} after it started",
                                 r.rank, args_.node_rank, r.pid, describe_wait_status(status),
                                 seconds(r.ended - r.started));
-    if (multi_node()) {
+    if (team_) {
       try {
-        store_->compare_set(key("failed"), "", failure_text_, std::chrono::seconds(10));
+        team_->report_failure(failure_text_, std::chrono::seconds(10));
       } catch (const Error& e) {
         say(fmt::format("could not tell the other nodes: {}", e.what()));
       }
     }
-    begin_stop(SIGTERM);
-  }
-
-  // Sends `signal_number` to every rank still running; the first call also
-  // starts the --stop-timeout clock after which they get SIGKILL.
-  void begin_stop(int signal_number) {
-    if (!stopping_) {
-      stopping_ = true;
-      stop_started_ = Clock::now();
-      stop_deadline_ = stop_started_ + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(args_.stop_timeout_s));
-    }
-    for (auto& r : ranks_) {
-      if (r.status) continue;
-      r.stopped_by_launcher = true;
-      kill(-r.pid, signal_number);
-      // A stopped rank (SIGSTOP, a debugger's stop) handles it only once
-      // it runs again.
-      kill(-r.pid, SIGCONT);
-    }
-  }
-
-  void stop_all(int signal_number) {
-    for (auto& r : ranks_) {
-      if (!r.status && r.pid > 0) kill(-r.pid, signal_number);
-    }
+    ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
   }
 
   void handle_signals() {
     signalfd_siginfo info{};
     while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
       const int number = static_cast<int>(info.ssi_signo);
-      if (number == SIGCHLD) continue;  // reaped below
+      if (number == SIGCHLD) continue;  // reaped in the loop
       if (interrupt_signal_ == 0) {
         interrupt_signal_ = number;
         say(fmt::format("received {}; forwarding it to every rank",
                         number == SIGINT ? "SIGINT" : "SIGTERM"));
-        if (multi_node()) {
+        if (team_) {
           try {
-            store_->compare_set(key("failed"), "",
-                                fmt::format("node {} was interrupted", args_.node_rank), 5s);
+            team_->report_failure(fmt::format("node {} was interrupted", args_.node_rank), 5s);
           } catch (const Error&) {
           }
         }
-        begin_stop(number);
+        ranks_->begin_stop(number, args_.stop_timeout_s);
       } else {
         say("received a second signal; killing every rank");
-        stop_all(SIGKILL);
+        ranks_->begin_stop(SIGKILL, args_.stop_timeout_s);
       }
     }
-  }
-
-  void check_other_nodes() {
-    if (!multi_node() || stopping_ || Clock::now() < next_remote_check_) return;
-    next_remote_check_ = Clock::now() + 250ms;
-    try {
-      auto failed = store_->try_get(key("failed"), 10s);
-      if (!failed) failed = silent_node();
-      if (failed) {
-        remote_failure_ = *failed;
-        exit_code_ = 1;
-        begin_stop(SIGTERM);
-      }
-    } catch (const Error& e) {
-      remote_failure_ = fmt::format("lost the store on node 0: {}", e.what());
-      exit_code_ = 1;
-      begin_stop(SIGTERM);
-    }
-  }
-
-  std::chrono::milliseconds node_timeout() const {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(args_.node_timeout_s * 1000));
-  }
-
-  // Starts the silence clock of every other node afresh: between phases
-  // (a restart barrier, the end of an attempt) nobody beats, and that
-  // pause must not count as silence.
-  void reset_heartbeats() {
-    for (auto& seen : heartbeats_)
-      seen.changed = Clock::now();
-  }
-
-  // Beats this node's heartbeat, and names the first other node whose
-  // heartbeat has not moved for --node-timeout (a launcher that died without
-  // reporting, or a node that never joined), if any.
-  std::optional<std::string> silent_node() {
-    const auto now = Clock::now();
-    if (now < next_heartbeat_) return std::nullopt;
-    next_heartbeat_ = now + 250ms;
-    store_->add(fmt::format("collie/launch/heartbeat/{}", args_.node_rank), 1, 10s);
-    const auto limit = node_timeout();
-    for (int node = 0; node < args_.nnodes; ++node) {
-      if (node == args_.node_rank) continue;
-      auto beat = store_->try_get(fmt::format("collie/launch/heartbeat/{}", node), 10s);
-      auto& seen = heartbeats_[static_cast<std::size_t>(node)];
-      if (beat && *beat != seen.value) {
-        seen.value = *beat;
-        seen.changed = now;
-      } else if (now - seen.changed > limit) {
-        return fmt::format("node {} {} (no heartbeat for {}, --node-timeout {})", node,
-                           seen.value.empty() ? "never joined" : "stopped answering",
-                           seconds(now - seen.changed), args_.node_timeout_s);
-      }
-    }
-    return std::nullopt;
   }
 
   Outcome run_attempt() {
@@ -476,63 +294,30 @@ class Launcher {
     blamed_ = -1;
     remote_failure_.clear();
     failure_text_.clear();
-    stopping_ = false;
-    reset_heartbeats();
-    start_ranks();
+    if (team_) team_->begin_attempt(attempt_);
+    ranks_->start(attempt_, [this](const LocalRank& r) { return environment_for(r); });
     while (true) {
-      std::vector<pollfd> fds;
-      fds.push_back({signal_fd_, POLLIN, 0});
-      for (auto& r : ranks_) {
-        if (r.child->out_fd() >= 0) fds.push_back({r.child->out_fd(), POLLIN, 0});
-        if (r.child->err_fd() >= 0) fds.push_back({r.child->err_fd(), POLLIN, 0});
-      }
-      poll(fds.data(), fds.size(), 100);
+      ranks_->wait_for_output(100ms, signal_fd_);
       handle_signals();
-      for (auto& r : ranks_) {
-        pump(r, false);
-        pump(r, true);
+      ranks_->pump_all();
+      ranks_->reap([this](LocalRank& r) { on_exit(r); });
+      if (team_ && !ranks_->stopping()) {
+        if (auto failed = team_->other_failure()) {
+          remote_failure_ = *failed;
+          exit_code_ = 1;
+          ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+        }
       }
-      reap(false);
-      check_other_nodes();
-      if (stopping_ && Clock::now() >= stop_deadline_ && !all_reaped()) {
+      if (ranks_->kill_late()) {
         say(fmt::format("ranks still running {} after being asked to stop; sending SIGKILL",
-                        seconds(Clock::now() - stop_started_)));
-        stop_all(SIGKILL);
-        stop_deadline_ = Clock::time_point::max();
+                        seconds(ranks_->since_stop())));
       }
-      if (all_reaped()) break;
+      if (ranks_->all_reaped()) break;
     }
-    drain_output();
+    ranks_->drain_output();
     if (interrupt_signal_ != 0) return Outcome::Interrupted;
     if (first_failure_ != nullptr || !remote_failure_.empty()) return Outcome::Failed;
     return Outcome::Success;
-  }
-
-  // After the last rank exited: what is still in the pipes, then close them
-  // (descendants of a rank may hold them open; do not wait for those).
-  void drain_output() {
-    const auto deadline = Clock::now() + 500ms;
-    bool open = true;
-    while (open && Clock::now() < deadline) {
-      open = false;
-      for (auto& r : ranks_) {
-        pump(r, false);
-        pump(r, true);
-        open = open || r.child->out_fd() >= 0 || r.child->err_fd() >= 0;
-      }
-      if (open) std::this_thread::sleep_for(10ms);
-    }
-    for (auto& r : ranks_) {
-      for (bool is_err : {false, true}) {
-        std::string& partial = is_err ? r.err_partial : r.out_partial;
-        if (!partial.empty()) {
-          write_all(is_err ? stderr : stdout, fmt::format("[rank {}] {}\n", r.rank, partial));
-          partial.clear();
-        }
-      }
-      r.child->close_out();
-      r.child->close_err();
-    }
   }
 
   void summarize(Outcome outcome) {
@@ -552,7 +337,7 @@ class Launcher {
       say(fmt::format("another node failed: {}", remote_failure_));
     }
     std::string table = fmt::format("collie launch: ranks on node {}:\n", args_.node_rank);
-    for (const auto& r : ranks_) {
+    for (const auto& r : ranks_->ranks()) {
       std::string how = describe_wait_status(*r.status);
       if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
       const char* mark = r.rank == blamed_      ? "   <- blamed by the others"
@@ -561,16 +346,16 @@ class Launcher {
                                                 : "   <- failed first";
       table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how, mark);
     }
-    write_all(stderr, table);
+    std::fwrite(table.data(), 1, table.size(), stderr);
+    std::fflush(stderr);
   }
 
-  // The rank the failed ranks blame: each rank's first failed collective
-  // said in the store whom it lost or waited for ("blame/<rank>" in the
-  // run's namespace: "<blamed rank> <message>"). "" when none did.
+  // "rank 2 (node 0) is the one the others blame: ..." (launch_blame.hpp);
+  // "" when no rank blamed another.
   std::string blamed_rank() {
     try {
       std::unique_ptr<store::StoreClient> local;
-      store::Store* s = store_.get();
+      store::Store* s = team_ ? &team_->store() : nullptr;
       if (s == nullptr && server_ != nullptr) {
         store::ClientOptions options;
         options.token = token_;
@@ -581,63 +366,14 @@ class Launcher {
         s = local.get();
       }
       if (s == nullptr) return "";
-      // Ranks that made their group again (destroy, then init) blame in
-      // that group's namespace (JobStore::prefix_of): the latest group, the
-      // last whose rank 0 published its id, is the one that failed.
-      int latest = 0;
-      while (s->try_get(JobStore::prefix_of(attempt_, latest + 1) + "/world/id", 2s))
-        ++latest;
-      const auto keys = s->list_keys(JobStore::prefix_of(attempt_, latest) + "/blame/", 2s);
-      if (keys.empty()) return "";
-      const auto values = s->multi_get(keys, 2s);
-      std::map<int, std::vector<std::pair<int, std::string>>> by_blamed;
-      std::map<int, int> blames;  // blamer -> blamed
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        const int blamer = std::stoi(keys[i].substr(keys[i].rfind('/') + 1));
-        const auto space = values[i].find(' ');
-        const int blamed = std::stoi(values[i].substr(0, space));
-        if (blamed == blamer) continue;
-        by_blamed[blamed].emplace_back(blamer, values[i].substr(space + 1));
-        blames[blamer] = blamed;
-      }
-      if (by_blamed.empty()) return "";
-      // A blamed rank that itself blamed another (rank 0 timed out waiting
-      // for rank 1, which waited for the stopped rank 2) is a link of a
-      // chain: its end is the culprit, and it counts every rank before it.
-      auto end_of = [&](int r) {
-        for (std::size_t hops = 0; hops <= blames.size(); ++hops) {
-          const auto next = blames.find(r);
-          if (next == blames.end()) return r;
-          r = next->second;
-        }
-        return -1;  // a cycle: no end
-      };
-      std::map<int, std::vector<std::pair<int, std::string>>> by_end;
-      for (const auto& [blamed, who] : by_blamed) {
-        const int end = end_of(blamed);
-        auto& list = by_end[end >= 0 ? end : blamed];
-        list.insert(list.end(), who.begin(), who.end());
-      }
-      // Those who blamed it directly first (the one quoted), then by rank.
-      for (auto& [end, list] : by_end) {
-        std::sort(list.begin(), list.end(), [&, e = end](const auto& a, const auto& b) {
-          const bool da = blames[a.first] == e, db = blames[b.first] == e;
-          return da != db ? da : a.first < b.first;
-        });
-      }
-      const auto most = std::max_element(by_end.begin(), by_end.end(), [](auto& a, auto& b) {
-        return a.second.size() < b.second.size();
-      });
-      std::vector<int> blamers;
-      for (const auto& [r, text] : most->second)
-        blamers.push_back(r);
-      std::sort(blamers.begin(), blamers.end());
-      blamed_ = most->first;
+      const auto verdict = read_blames(*s, attempt_);
+      if (!verdict) return "";
+      blamed_ = verdict->culprit;
       return fmt::format(
           "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
           "for it; rank {} said: {}",
-          most->first, most->first / args_.nproc, blamers.size() == 1 ? "" : "s",
-          fmt::join(blamers, ", "), most->second.front().first, most->second.front().second);
+          verdict->culprit, verdict->culprit / args_.nproc, verdict->blamers.size() == 1 ? "" : "s",
+          fmt::join(verdict->blamers, ", "), verdict->quoted, verdict->said);
     } catch (const std::exception& e) {
       say(fmt::format("could not read whom the ranks blame: {}", e.what()));
       return "";
@@ -645,35 +381,10 @@ class Launcher {
   }
 
   int finish_success() {
-    if (multi_node()) {
-      // Node 0's store must outlive every node's last use of it.
-      try {
-        store_->add(key("done"), 1);
-        reset_heartbeats();
-        std::optional<std::string> failed;
-        while (true) {
-          failed = store_->try_get(key("failed"));
-          if (!failed) failed = silent_node();
-          if (failed) break;
-          if (std::stoll(store_->get(key("done"))) >= args_.nnodes) break;
-          std::this_thread::sleep_for(100ms);
-        }
-        if (failed) {
-          say(fmt::format("this node's ranks succeeded, but {}", *failed));
-          return 1;
-        }
-        store_->add(key("left"), 1);
-        if (args_.node_rank == 0) {
-          const auto deadline = Clock::now() + 10s;
-          while (std::stoll(store_->get(key("left"))) < args_.nnodes && Clock::now() < deadline) {
-            std::this_thread::sleep_for(50ms);
-          }
-        }
-      } catch (const Error& e) {
-        say(fmt::format("every rank here succeeded, but the nodes could not agree on the end: {}",
-                        e.what()));
-        return 1;
-      }
+    if (!team_) return 0;
+    if (const auto failed = team_->finish()) {
+      say(*failed);
+      return 1;
     }
     return 0;
   }
@@ -686,18 +397,8 @@ class Launcher {
   sigset_t signals_{};
   int signal_fd_ = -1;
   std::unique_ptr<store::StoreServer> server_;
-  std::unique_ptr<store::StoreClient> store_;
-  std::vector<LocalRank> ranks_;
-  bool stopping_ = false;
-  Clock::time_point stop_started_;
-  Clock::time_point stop_deadline_;
-  Clock::time_point next_remote_check_;
-  Clock::time_point next_heartbeat_;
-  struct Heartbeat {
-    std::string value;
-    Clock::time_point changed = Clock::now();
-  };
-  std::vector<Heartbeat> heartbeats_;
+  std::unique_ptr<NodeTeam> team_;  // several nodes only
+  LocalRanks* ranks_ = nullptr;     // this attempt's (run()'s)
   const LocalRank* first_failure_ = nullptr;
   int blamed_ = -1;  // the rank the failed ranks blame (blamed_rank()); -1: none
   std::string failure_text_;

@@ -1,0 +1,119 @@
+// The launchers of a job on several nodes, through its store (launch_nodes.hpp).
+#include "launch_nodes.hpp"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/store/keys.hpp>
+
+namespace collie::cli {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string seconds(std::chrono::steady_clock::duration d) {
+  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
+}
+
+}  // namespace
+
+NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::string& token,
+                   int node_rank, int nodes, std::chrono::milliseconds node_timeout)
+    : node_rank_(node_rank),
+      nodes_(nodes),
+      node_timeout_(node_timeout),
+      heartbeats_(static_cast<std::size_t>(nodes)) {
+  store::ClientOptions options;
+  options.token = token;
+  options.timeout = std::chrono::seconds(300);
+  store_ = std::make_unique<store::StoreClient>(host, port, options);
+}
+
+std::string NodeTeam::key(std::string_view what) const {
+  return keys::launch_attempt(attempt_, what);
+}
+
+void NodeTeam::begin_attempt(int attempt) {
+  attempt_ = attempt;
+  reset_heartbeats();
+}
+
+void NodeTeam::report_failure(const std::string& why, std::chrono::milliseconds timeout) {
+  store_->compare_set(key("failed"), "", why, timeout);
+}
+
+std::optional<std::string> NodeTeam::other_failure() {
+  if (Clock::now() < next_check_) return std::nullopt;
+  next_check_ = Clock::now() + 250ms;
+  try {
+    auto failed = store_->try_get(key("failed"), 10s);
+    if (!failed) failed = silent_node();
+    return failed;
+  } catch (const Error& e) {
+    return fmt::format("lost the store on node 0: {}", e.what());
+  }
+}
+
+void NodeTeam::restart_barrier() {
+  store_->barrier(key("restart"), static_cast<std::uint32_t>(nodes_), node_timeout_);
+}
+
+void NodeTeam::reset_heartbeats() {
+  for (auto& seen : heartbeats_)
+    seen.changed = Clock::now();
+}
+
+std::optional<std::string> NodeTeam::silent_node() {
+  const auto now = Clock::now();
+  if (now < next_heartbeat_) return std::nullopt;
+  next_heartbeat_ = now + 250ms;
+  store_->add(keys::launch_heartbeat(node_rank_), 1, 10s);
+  for (int node = 0; node < nodes_; ++node) {
+    if (node == node_rank_) continue;
+    auto beat = store_->try_get(keys::launch_heartbeat(node), 10s);
+    auto& seen = heartbeats_[static_cast<std::size_t>(node)];
+    if (beat && *beat != seen.value) {
+      seen.value = *beat;
+      seen.changed = now;
+    } else if (now - seen.changed > node_timeout_) {
+      return fmt::format("node {} {} (no heartbeat for {}, --node-timeout {})", node,
+                         seen.value.empty() ? "never joined" : "stopped answering",
+                         seconds(now - seen.changed),
+                         std::chrono::duration<double>(node_timeout_).count());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NodeTeam::finish() {
+  // Node 0's store must outlive every node's last use of it.
+  try {
+    store_->add(key("done"), 1);
+    reset_heartbeats();
+    std::optional<std::string> failed;
+    while (true) {
+      failed = store_->try_get(key("failed"));
+      if (!failed) failed = silent_node();
+      if (failed) break;
+      if (std::stoll(store_->get(key("done"))) >= nodes_) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    if (failed) return fmt::format("this node's ranks succeeded, but {}", *failed);
+    store_->add(key("left"), 1);
+    if (node_rank_ == 0) {
+      const auto deadline = Clock::now() + 10s;
+      while (std::stoll(store_->get(key("left"))) < nodes_ && Clock::now() < deadline) {
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+  } catch (const Error& e) {
+    return fmt::format("every rank here succeeded, but the nodes could not agree on the end: {}",
+                       e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace collie::cli

@@ -1,0 +1,88 @@
+// The ranks `collie launch` runs on this node, for one attempt: starting
+// them (bound to processors when asked), passing their output on line by
+// line with each rank's prefix (and to log files with --tee), reaping them,
+// and stopping them (a signal, then SIGKILL after the stop timeout). Used
+// by the launcher's one thread.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "child_process.hpp"
+#include "cpu_binding.hpp"
+
+namespace collie::cli {
+
+// One rank started on this node.
+struct LocalRank {
+  using Clock = std::chrono::steady_clock;
+  int rank = 0;
+  int local_rank = 0;
+  std::unique_ptr<ChildProcess> child;
+  pid_t pid = -1;
+  std::optional<int> status;  // wait status once reaped
+  bool stopped_by_launcher = false;
+  Clock::time_point started;
+  Clock::time_point ended;
+  std::string out_partial;
+  std::string err_partial;
+  std::ofstream log;
+};
+
+class LocalRanks {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The environment a rank gets, on top of the launcher's.
+  using Environment = std::function<std::vector<std::string>(const LocalRank&)>;
+
+  // `first_rank`: the world rank of local rank 0; `log_dir`: where --tee
+  // writes ("" for no logs).
+  LocalRanks(std::vector<std::string> command, int first_rank, int count, Placement placement,
+             std::string log_dir);
+
+  // Starts every rank of attempt `attempt`. Throws collie::Error (after
+  // killing what it started) if one cannot be started.
+  void start(int attempt, const Environment& environment);
+  // Waits up to `wait` for output from a rank, or for `extra_fd` to be
+  // readable.
+  void wait_for_output(std::chrono::milliseconds wait, int extra_fd);
+  // Passes on what the ranks printed: complete lines, with their prefix.
+  void pump_all();
+  // Reaps the ranks that exited; calls `exited` for each.
+  void reap(const std::function<void(LocalRank&)>& exited);
+  bool all_reaped() const;
+  // Sends `signal_number` to every rank still running (and SIGCONT: a
+  // stopped rank handles it only once it runs again); the first call also
+  // starts the stop timeout after which they get SIGKILL (kill_late()).
+  void begin_stop(int signal_number, double stop_timeout_s);
+  bool stopping() const { return stopping_; }
+  // SIGKILL for ranks still running past the stop timeout; true if it sent any.
+  bool kill_late();
+  Clock::duration since_stop() const { return Clock::now() - stop_started_; }
+  // After the last rank exited: what is still in the pipes, then close them
+  // (descendants of a rank may hold them open; do not wait for those).
+  void drain_output();
+  const std::vector<LocalRank>& ranks() const { return ranks_; }
+
+ private:
+  void pump(LocalRank& r, bool is_err);
+  void kill_all(int signal_number);
+
+  std::vector<std::string> command_;
+  int first_rank_;
+  int count_;
+  Placement placement_;
+  std::string log_dir_;
+  std::vector<LocalRank> ranks_;
+  bool stopping_ = false;
+  Clock::time_point stop_started_;
+  Clock::time_point stop_deadline_;
+};
+
+}  // namespace collie::cli
