@@ -20,7 +20,7 @@ namespace {
 
 // Lays the call's buffers out as the schedule expects, runs it, and puts the
 // result where the caller wants it.
-void execute(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
+void execute(detail::Group& g, const Call& call, device::Engine* engine) {
   Tracer* const trace = g.world->tracer.get();
   const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
   const int n = static_cast<int>(g.members.size());
@@ -42,7 +42,7 @@ void execute(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
 
 // Runs a call, turning transport errors into ones that name the collective,
 // and breaking the group when messages may be left in flight.
-void execute_checked(ProcessGroup::Impl& g, const Call& call, device::Engine* engine) {
+void execute_checked(detail::Group& g, const Call& call, device::Engine* engine) {
   {
     std::lock_guard lock(g.broken_mu);
     if (!g.broken.empty())
@@ -152,9 +152,21 @@ std::size_t ProcessGroup::check_all_to_all(std::size_t input, std::size_t output
   return input / n;
 }
 
-Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* input, void* output,
+void ProcessGroup::run_collective(Collective c, DataType dtype, const void* input, void* output,
                                   std::size_t count, ReduceOp op, int root,
-                                  const CollectiveOptions& o, bool async) {
+                                  const CollectiveOptions& o) {
+  start(c, dtype, input, output, count, op, root, o, Completion::Blocking);
+}
+
+Work ProcessGroup::run_collective_async(Collective c, DataType dtype, const void* input,
+                                        void* output, std::size_t count, ReduceOp op, int root,
+                                        const CollectiveOptions& o) {
+  return start(c, dtype, input, output, count, op, root, o, Completion::Async);
+}
+
+Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* output,
+                         std::size_t count, ReduceOp op, int root, const CollectiveOptions& o,
+                         Completion when) {
   auto& g = *impl_;
   g.require_member(collectives::collective_name(c));
   const int n = size();
@@ -219,7 +231,7 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
   call.input_device = placement.input;
   call.output_device = placement.output;
   call.sequence = g.sequence++;
-  if (!async) {
+  if (when == Completion::Blocking) {
     execute_checked(g, call, placement.engine.get());
     return Work();
   }
@@ -235,13 +247,13 @@ Work ProcessGroup::run_collective(Collective c, DataType dtype, const void* inpu
 }
 
 void ProcessGroup::barrier(const CollectiveOptions& o) {
-  run_collective(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1, ReduceOp::BitwiseOr, 0,
-                 o, false);
+  start(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1, ReduceOp::BitwiseOr, 0, o,
+        Completion::Blocking);
 }
 
 Work ProcessGroup::barrier_async(const CollectiveOptions& o) {
-  return run_collective(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1,
-                        ReduceOp::BitwiseOr, 0, o, true);
+  return start(Collective::Barrier, DataType::UInt8, nullptr, nullptr, 1, ReduceOp::BitwiseOr, 0, o,
+               Completion::Async);
 }
 
 }  // namespace collie

@@ -1,4 +1,5 @@
-// What a ProcessGroup handle points to (private to the runtime).
+// What a ProcessGroup handle points to (private to the runtime): the job
+// every group of a process shares (World), and one group (detail::Group).
 #pragma once
 
 #include <atomic>
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include <collie/collectives/cost.hpp>
-#include <collie/job_store.hpp>
+#include "job_store.hpp"
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
@@ -36,13 +37,13 @@ struct World {
   // This rank's groups, by slot, for the stall responder (a group adds
   // itself when made and leaves when destroyed).
   std::mutex groups_mu;
-  std::map<std::uint32_t, ProcessGroup::Impl*> groups;
+  std::map<std::uint32_t, detail::Group*> groups;
   // Answers other ranks' stall queries; null with file:// or no stall time.
   // Last: stopped first.
   std::unique_ptr<StallResponder> responder;
 };
 
-struct ProcessGroup::Impl {
+struct detail::Group {
   std::shared_ptr<World> world;
   std::string name;               // "world", "group 1 [0, 2]"
   std::vector<int> members;       // group rank -> world rank
@@ -64,7 +65,7 @@ struct ProcessGroup::Impl {
   Progress progress;
   AsyncRunner runner;  // last: stopped (and joined) first
 
-  ~Impl();
+  ~Group();
   // Adds the group to its world's list (a member only).
   void enlist();
   transport::Transport& transport() const { return *world->transport; }

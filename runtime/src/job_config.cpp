@@ -341,30 +341,31 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
         config.stage_whole_bytes));
   }
   if (options.spin) {
-    config.spin = *options.spin;
+    config.transport.spin = *options.spin;
   } else if (auto text = lookup("COLLIE_SPIN_US")) {
     const int us = parse_int(*text, "COLLIE_SPIN_US");
     if (us < 0 || us > 1000000)
       throw Error(fmt::format("collie::init: COLLIE_SPIN_US='{}': choose 0 to 1000000", *text));
-    config.spin = std::chrono::microseconds(us);
+    config.transport.spin = std::chrono::microseconds(us);
   }
-  if (config.spin.count() < 0) throw Error("collie::init: the spin must not be negative");
-  config.transport = options.transport.value_or(lookup("COLLIE_TRANSPORT").value_or("auto"));
-  if (config.transport != "auto" && config.transport != "tcp" && config.transport != "shm") {
+  if (config.transport.spin.count() < 0) throw Error("collie::init: the spin must not be negative");
+  config.transport.backend = options.transport.value_or(lookup("COLLIE_TRANSPORT").value_or("auto"));
+  if (config.transport.backend != "auto" && config.transport.backend != "tcp" &&
+      config.transport.backend != "shm") {
     throw Error(fmt::format(
         "collie::init: {}='{}': choose auto (shared memory between ranks of one host, TCP "
         "between hosts), tcp or shm",
-        options.transport ? "the transport option" : "COLLIE_TRANSPORT", config.transport));
+        options.transport ? "the transport option" : "COLLIE_TRANSPORT", config.transport.backend));
   }
   if (auto text = lookup("COLLIE_SHM_SINGLE_COPY"))
-    config.shm_single_copy_from = parse_bytes(*text, "COLLIE_SHM_SINGLE_COPY");
-  config.shm_stores = lookup("COLLIE_SHM_STORES").value_or("auto");
-  if (config.shm_stores != "auto" && config.shm_stores != "cached" &&
-      config.shm_stores != "streaming") {
+    config.transport.shm_single_copy_from = parse_bytes(*text, "COLLIE_SHM_SINGLE_COPY");
+  config.transport.shm_stores = lookup("COLLIE_SHM_STORES").value_or("auto");
+  if (config.transport.shm_stores != "auto" && config.transport.shm_stores != "cached" &&
+      config.transport.shm_stores != "streaming") {
     throw Error(fmt::format(
         "collie::init: COLLIE_SHM_STORES='{}': choose auto (whichever measures faster), cached "
         "or streaming (non-temporal)",
-        config.shm_stores));
+        config.transport.shm_stores));
   }
   config.trace_dir = options.trace_dir.value_or(lookup("COLLIE_TRACE").value_or(""));
   return config;

@@ -6,10 +6,11 @@
 
 #include <collie/address.hpp>
 #include <collie/error.hpp>
-#include <collie/job_store.hpp>
+#include "job_store.hpp"
 #include <collie/log.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/file_store.hpp>
+#include <collie/store/keys.hpp>
 #include <collie/store/prefix_store.hpp>
 
 namespace collie {
@@ -36,7 +37,7 @@ JobStore::JobStore(const JobConfig& config) {
   } else {
     key_.clear();
   }
-  prefix_ = prefix_of(config.restart_count, generation_);
+  prefix_ = keys::run(config.restart_count, generation_);
   std::shared_ptr<store::Store> root;
   if (given) {
     if (!config.given_store) throw Error("collie::init: a given store that is null");
@@ -79,11 +80,6 @@ JobStore::JobStore(const JobConfig& config) {
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
   view_ = std::make_shared<store::PrefixStore>(std::move(root), prefix_);
-}
-
-std::string JobStore::prefix_of(int restart_count, int generation) {
-  return generation == 0 ? fmt::format("collie/run/{}", restart_count)
-                         : fmt::format("collie/run/{}/gen/{}", restart_count, generation);
 }
 
 JobStore::~JobStore() {

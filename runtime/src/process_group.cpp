@@ -10,12 +10,11 @@
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
-#include <collie/job_store.hpp>
+#include "job_store.hpp"
 #include <collie/log.hpp>
 #include <collie/process_group.hpp>
 #include <collie/transport/interfaces.hpp>
 #include <collie/transport/open.hpp>
-#include <collie/transport/tcp.hpp>
 
 #include "group.hpp"
 #include "tags.hpp"
@@ -109,7 +108,7 @@ std::string who_joined(store::Store& store, int world_size) {
 
 // ---- ProcessGroup ----
 
-void ProcessGroup::Impl::require_member(std::string_view what) const {
+void detail::Group::require_member(std::string_view what) const {
   if (rank >= 0) return;
   throw Error(
       fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
@@ -117,14 +116,14 @@ void ProcessGroup::Impl::require_member(std::string_view what) const {
                   world->config.rank, what, name));
 }
 
-ProcessGroup::Impl::~Impl() {
+detail::Group::~Group() {
   if (rank < 0 || !world) return;
   std::lock_guard lock(world->groups_mu);
   const auto it = world->groups.find(slot);
   if (it != world->groups.end() && it->second == this) world->groups.erase(it);
 }
 
-void ProcessGroup::Impl::enlist() {
+void detail::Group::enlist() {
   progress.started_at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::steady_clock::now().time_since_epoch())
                                 .count());
@@ -133,7 +132,7 @@ void ProcessGroup::Impl::enlist() {
   world->groups.emplace(slot, this);
 }
 
-ProcessGroup::ProcessGroup(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(std::shared_ptr<detail::Group> group) : impl_(std::move(group)) {}
 
 int ProcessGroup::rank() const {
   return impl_->rank;
@@ -160,7 +159,7 @@ std::string ProcessGroup::describe_transport() const {
 namespace {
 
 // The world rank of group rank `peer`; a clear error for one out of range.
-int world_rank(const ProcessGroup::Impl& g, int peer, const char* op) {
+int world_rank(const detail::Group& g, int peer, const char* op) {
   if (peer < 0 || peer >= static_cast<int>(g.members.size())) {
     throw Error(fmt::format("rank {}: {} rank {}: {} has ranks 0 to {}", g.rank, op, peer, g.name,
                             g.members.size() - 1));
@@ -174,7 +173,7 @@ namespace {
 
 // A point-to-point call on device memory, staged (work.hpp); nullopt for
 // host memory, which costs a pointer query and nothing else.
-std::optional<Work> staged(ProcessGroup::Impl& g, bool sending, const void* data, std::size_t bytes,
+std::optional<Work> staged(detail::Group& g, bool sending, const void* data, std::size_t bytes,
                            int group_peer, int world_peer, int tag, const char* op) {
   if (device::backend() == nullptr || bytes == 0) return std::nullopt;
   const device::CallName name{g.rank, op, group_peer};
@@ -265,7 +264,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
     seen[static_cast<std::size_t>(r)] = true;
   }
   if (ranks.empty()) throw Error("new_group: a group needs at least one rank");
-  auto child = std::make_shared<Impl>();
+  auto child = std::make_shared<detail::Group>();
   child->world = parent.world;
   const std::uint32_t index = ++parent.children;
   // The same on every rank that makes the same calls: a mix of the parent's
@@ -311,10 +310,7 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.token = config.token;
   transport_options.timeout = config.timeout;
   transport_options.listen_address = impl->advertised_host;
-  transport_options.spin = config.spin;
-  transport_options.backend = config.transport;
-  transport_options.single_copy_from = config.shm_single_copy_from;
-  transport_options.ring_stores = config.shm_stores;
+  transport_options.settings = config.transport;
   // Each rank is claimed once per run: a second process with the same rank
   // (another job on the same store by mistake) fails here, at once, instead
   // of overwriting this job's keys.
@@ -406,7 +402,7 @@ ProcessGroup init(const InitOptions& options) {
             config.rank, text));
     }
     // Before any mesh connection opens (they open at the first message).
-    transport::set_avoid_pacing_on_this_host(impl->host_ranks <= impl->host_cores);
+    impl->transport->set_host_load(impl->host_ranks, impl->host_cores);
   }
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.
@@ -414,7 +410,7 @@ ProcessGroup init(const InitOptions& options) {
   collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
                       impl->transport->describe());
   if (impl->tracer) impl->tracer->label("transport: " + impl->transport->describe());
-  auto group = std::make_shared<ProcessGroup::Impl>();
+  auto group = std::make_shared<detail::Group>();
   group->world = std::move(impl);
   group->name = "world";
   if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
@@ -430,7 +426,7 @@ ProcessGroup init(const InitOptions& options) {
           return answer_query(*w, slot, sequence);
         });
   }
-  return ProcessGroup(std::move(group));
+  return detail::Access::group(std::move(group));
 }
 
 }  // namespace collie

@@ -245,7 +245,7 @@ StallResponder::~StallResponder() = default;
 
 // ---- the check ----------------------------------------------------------------
 
-StallCheck::StallCheck(ProcessGroup::Impl& g, const Call& call, Clock::time_point started)
+StallCheck::StallCheck(detail::Group& g, const Call& call, Clock::time_point started)
     : g_(g), call_(call), started_(started) {
   if (!g.world->responder || g.members.size() < 2) return;
   const auto stall = g.world->config.stall_time;

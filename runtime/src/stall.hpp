@@ -87,7 +87,7 @@ class StallResponder {
 class StallCheck {
  public:
   using Clock = std::chrono::steady_clock;
-  StallCheck(ProcessGroup::Impl& g, const Call& call, Clock::time_point started);
+  StallCheck(detail::Group& g, const Call& call, Clock::time_point started);
 
   // Inspects when the call has waited long enough (and again every stall
   // time after); logs the report. Never throws.
@@ -102,7 +102,7 @@ class StallCheck {
  private:
   void inspect(int round);
 
-  ProcessGroup::Impl& g_;
+  detail::Group& g_;
   const Call& call_;
   Clock::time_point started_;
   std::chrono::milliseconds stall_{0};   // 0: off

@@ -50,7 +50,7 @@ struct VectorCall {
   }
 };
 
-void run_vector(ProcessGroup::Impl& g, const VectorCall& call) {
+void run_vector(detail::Group& g, const VectorCall& call) {
   const std::string what =
       fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name);
   {
@@ -179,10 +179,26 @@ void ProcessGroup::check_counts(Collective c, std::size_t input,
   }
 }
 
-Work ProcessGroup::run_vector_collective(Collective c, DataType dtype, const void* input,
+void ProcessGroup::run_vector_collective(Collective c, DataType dtype, const void* input,
                                          std::span<const std::size_t> send_counts, void* output,
                                          std::span<const std::size_t> recv_counts, int root,
-                                         const CollectiveOptions& o, bool async) {
+                                         const CollectiveOptions& o) {
+  start_vector(c, dtype, input, send_counts, output, recv_counts, root, o, Completion::Blocking);
+}
+
+Work ProcessGroup::run_vector_collective_async(Collective c, DataType dtype, const void* input,
+                                               std::span<const std::size_t> send_counts,
+                                               void* output,
+                                               std::span<const std::size_t> recv_counts, int root,
+                                               const CollectiveOptions& o) {
+  return start_vector(c, dtype, input, send_counts, output, recv_counts, root, o,
+                      Completion::Async);
+}
+
+Work ProcessGroup::start_vector(Collective c, DataType dtype, const void* input,
+                                std::span<const std::size_t> send_counts, void* output,
+                                std::span<const std::size_t> recv_counts, int root,
+                                const CollectiveOptions& o, Completion when) {
   auto& g = *impl_;
   const char* name = vector_name(c);
   if (name == nullptr) {
@@ -271,7 +287,7 @@ Work ProcessGroup::run_vector_collective(Collective c, DataType dtype, const voi
       break;
   }
   call.sequence = g.sequence++;
-  if (!async) {
+  if (when == Completion::Blocking) {
     run_vector(g, call);
     return Work();
   }

@@ -24,6 +24,12 @@ Work::~Work() {
   }
 }
 
+Work::Work(std::unique_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+Work::Work() = default;
+
+Work::Work(Work&&) noexcept = default;
+
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     Work old(std::move(*this));  // waits for what this one held
@@ -54,7 +60,7 @@ int Work::source() const {
 
 namespace {
 
-class PointToPoint final : public Work::State {
+class PointToPoint final : public detail::WorkState {
  public:
   PointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request)
       : transport_(std::move(transport)), request_(std::move(request)) {}
@@ -72,7 +78,7 @@ class PointToPoint final : public Work::State {
 // some member's send left waiting in the transport, and until there is one
 // it has the transport move what is on its way (polling at once at first,
 // then a millisecond at a time).
-class AnySource final : public Work::State {
+class AnySource final : public detail::WorkState {
  public:
   AnySource(std::shared_ptr<transport::Transport> transport, std::vector<int> members,
             std::uint64_t tag, void* data, std::size_t bytes, std::chrono::milliseconds timeout,
@@ -188,7 +194,7 @@ device::DeviceError named(const device::CallName& call, std::size_t bytes,
   return device::DeviceError(fmt::format("{} ({} bytes): {}", call.text(), bytes, e.what()));
 }
 
-class StagedPointToPoint final : public Work::State {
+class StagedPointToPoint final : public detail::WorkState {
  public:
   StagedPointToPoint(std::shared_ptr<transport::Transport> transport, transport::RequestPtr request,
                      std::shared_ptr<device::Engine> engine, std::byte* block, void* target,
@@ -264,7 +270,7 @@ struct AsyncState {
   std::chrono::milliseconds timeout{0};
 };
 
-class AsyncTask final : public Work::State {
+class AsyncTask final : public detail::WorkState {
  public:
   explicit AsyncTask(std::shared_ptr<AsyncState> s) : s_(std::move(s)) {}
   void wait(std::optional<std::chrono::milliseconds> timeout) override {
@@ -289,13 +295,13 @@ class AsyncTask final : public Work::State {
 Work any_source_work(std::shared_ptr<transport::Transport> transport, std::vector<int> members,
                      std::uint64_t tag, void* data, std::size_t bytes,
                      std::chrono::milliseconds timeout, std::string what) {
-  return Work(std::make_unique<AnySource>(std::move(transport), std::move(members), tag, data,
+  return detail::Access::work(std::make_unique<AnySource>(std::move(transport), std::move(members), tag, data,
                                           bytes, timeout, std::move(what)));
 }
 
 Work point_to_point_work(std::shared_ptr<transport::Transport> transport,
                          transport::RequestPtr request) {
-  return Work(std::make_unique<PointToPoint>(std::move(transport), std::move(request)));
+  return detail::Access::work(std::make_unique<PointToPoint>(std::move(transport), std::move(request)));
 }
 
 Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std::uint64_t tag,
@@ -316,7 +322,7 @@ Work staged_send(std::shared_ptr<transport::Transport> transport, int peer, std:
     if (block != nullptr) engine->give_pinned(block);
     throw;
   }
-  return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
+  return detail::Access::work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
                                                    std::move(engine), block, nullptr, bytes, call));
 }
 
@@ -336,7 +342,7 @@ Work staged_recv(std::shared_ptr<transport::Transport> transport, int peer, std:
     engine->give_pinned(block);
     throw;
   }
-  return Work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
+  return detail::Access::work(std::make_unique<StagedPointToPoint>(std::move(transport), std::move(request),
                                                    std::move(engine), block, data, bytes, call));
 }
 
@@ -361,7 +367,7 @@ Work run_async(AsyncRunner& runner, std::string what, std::chrono::milliseconds 
   };
   if (!runner.post(std::move(job)))
     throw Error(fmt::format("{}: its group is being destroyed", state->what));
-  return Work(std::make_unique<AsyncTask>(std::move(state)));
+  return detail::Access::work(std::make_unique<AsyncTask>(std::move(state)));
 }
 
 }  // namespace collie

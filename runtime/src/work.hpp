@@ -17,6 +17,7 @@
 #include <collie/transport/transport.hpp>
 
 #include "async_runner.hpp"
+#include "handles.hpp"
 #include "device/device.hpp"
 
 namespace collie {

@@ -41,8 +41,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Ten
   const int root = static_cast<int>(opts.rootRank);
   return collective(c10d::OpType::BROADCAST, {t}, [=, this] {
     pg_.run_collective(collie::Collective::Broadcast, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), collie::ReduceOp::Sum, root, options_for(opts.timeout),
-                       false);
+                       count_of(t), collie::ReduceOp::Sum, root, options_for(opts.timeout));
   });
 }
 
@@ -53,7 +52,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Ten
   const auto op = op_of(opts.reduceOp);
   return collective(c10d::OpType::ALLREDUCE, {t}, [=, this] {
     pg_.run_collective(collie::Collective::AllReduce, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), op, 0, options_for(opts.timeout), false);
+                       count_of(t), op, 0, options_for(opts.timeout));
   });
 }
 
@@ -67,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
     for (std::size_t i = 0; i < tensors.size(); ++i)
       pg_.run_collective(collie::Collective::AllReduce, dtypes[i], tensors[i].data_ptr(),
                          tensors[i].data_ptr(), count_of(tensors[i]), op, 0,
-                         options_for(opts.timeout), false);
+                         options_for(opts.timeout));
   });
 }
 
@@ -80,7 +79,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor
   const int root = static_cast<int>(opts.rootRank);
   return collective(c10d::OpType::REDUCE, {t}, [=, this] {
     pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), op, root, options_for(opts.timeout), false);
+                       count_of(t), op, root, options_for(opts.timeout));
   });
 }
 
@@ -110,12 +109,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather(std::vector<std::ve
     auto flat = at::empty({static_cast<std::int64_t>(total)}, in.options());
     if (equal) {
       pg_.run_collective(collie::Collective::AllGather, dtype, in.data_ptr(), flat.data_ptr(),
-                         count_of(in), collie::ReduceOp::Sum, 0, options_for(timeout), false);
+                         count_of(in), collie::ReduceOp::Sum, 0, options_for(timeout));
     } else {
       const std::size_t own = count_of(in);
       pg_.run_vector_collective(collie::Collective::AllGather, dtype, in.data_ptr(),
                                 std::span(&own, 1), flat.data_ptr(), counts, 0,
-                                options_for(timeout), false);
+                                options_for(timeout));
     }
     unflatten(flat, outs);
   });
@@ -132,7 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_allgather_base(at::Tensor& o
   return collective(c10d::OpType::_ALLGATHER_BASE, {output}, [=, this] {
     pg_.run_collective(collie::Collective::AllGather, dtype, input.data_ptr(),
                        output.data_ptr(), count_of(input), collie::ReduceOp::Sum, 0,
-                       options_for(opts.timeout), false);
+                       options_for(opts.timeout));
   });
 }
 
@@ -162,7 +161,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vecto
       flat = at::empty({static_cast<std::int64_t>(count_of(in)) * getSize()}, in.options());
     pg_.run_collective(collie::Collective::Gather, dtype, in.data_ptr(),
                        flat.defined() ? flat.data_ptr() : nullptr, count_of(in),
-                       collie::ReduceOp::Sum, root, options_for(timeout), false);
+                       collie::ReduceOp::Sum, root, options_for(timeout));
     if (flat.defined()) unflatten(flat, outs);
   });
 }
@@ -192,7 +191,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tenso
     if (getRank() == root) flat = flatten(ins);
     pg_.run_collective(collie::Collective::Scatter, dtype,
                        flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(),
-                       count_of(out), collie::ReduceOp::Sum, root, options_for(timeout), false);
+                       count_of(out), collie::ReduceOp::Sum, root, options_for(timeout));
   });
 }
 
@@ -212,7 +211,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter(std::vector<at
   return collective(c10d::OpType::REDUCE_SCATTER, {out}, [=, this] {
     const auto flat = flatten(ins);
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, flat.data_ptr(),
-                       out.data_ptr(), count_of(out), op, 0, options_for(timeout), false);
+                       out.data_ptr(), count_of(out), op, 0, options_for(timeout));
   });
 }
 
@@ -227,8 +226,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
   const auto op = op_of(opts.reduceOp);
   return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [=, this] {
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
-                       output.data_ptr(), count_of(output), op, 0, options_for(opts.timeout),
-                       false);
+                       output.data_ptr(), count_of(output), op, 0, options_for(opts.timeout));
   });
 }
 
@@ -248,7 +246,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
     return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
       pg_.run_collective(collie::Collective::AllToAll, dtype, input.data_ptr(),
                          output.data_ptr(), count_of(input) / n, collie::ReduceOp::Sum, 0,
-                         options_for(timeout), false);
+                         options_for(timeout));
     });
   }
   // Splits count rows of dimension 0; an empty list means equal splits.
@@ -278,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   const auto recv = counts(output, output_splits, "output");
   return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
     pg_.run_vector_collective(collie::Collective::AllToAll, dtype, input.data_ptr(), send,
-                              output.data_ptr(), recv, 0, options_for(timeout), false);
+                              output.data_ptr(), recv, 0, options_for(timeout));
   });
 }
 
@@ -305,7 +303,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
     const auto total = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
     auto out = at::empty({static_cast<std::int64_t>(total)}, inputs.front().options());
     pg_.run_vector_collective(collie::Collective::AllToAll, dtype, in.data_ptr(), send,
-                              out.data_ptr(), recv, 0, options_for(timeout), false);
+                              out.data_ptr(), recv, 0, options_for(timeout));
     unflatten(out, outputs);
   });
 }

@@ -1,6 +1,9 @@
 # Installs the collie build in BUILD_DIR into a scratch prefix, then builds
 # and runs the consumer project against it, as an outside user would:
 #   find_package(collie) + target_link_libraries(app PRIVATE collie::collie)
+# and checks that a program that includes collie.hpp alone compiles without
+# Asio's headers (nor spdlog's, fmt's or OpenSSL's): the public collectives
+# header shows only what a program that runs collectives needs.
 foreach(var BUILD_DIR CONSUMER_SOURCE WORK_DIR CXX_COMPILER GENERATOR MAKE_PROGRAM)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_consumer_test.cmake needs -D${var}=...")
@@ -25,6 +28,19 @@ foreach(header collie/collie.hpp collie/version.hpp collie/store/client.hpp coll
   endif()
 endforeach()
 
+# What collie.hpp brings in, from the installed tree: no Asio.
+run_step("listing collie.hpp's headers" ${CXX_COMPILER} -std=c++20 -M -I${prefix}/include
+  "${CONSUMER_SOURCE}/collectives_only.cpp")
+foreach(unwanted asio spdlog fmt/ openssl cuda)
+  string(FIND "${step_output}" "${unwanted}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "collie.hpp brings in ${unwanted}'s headers:\n${step_output}")
+  endif()
+endforeach()
+if(NOT step_output MATCHES "collie/process_group.hpp")
+  message(FATAL_ERROR "the header listing is not what it should be:\n${step_output}")
+endif()
+
 set(flags "")
 if(SANITIZE)
   set(flags "-fsanitize=${SANITIZE}")
@@ -41,3 +57,7 @@ if(NOT step_output MATCHES "consumer: collie [0-9]+\\.[0-9]+\\.[0-9]+ stored and
   message(FATAL_ERROR "the consumer printed something unexpected:\n${step_output}")
 endif()
 message(STATUS "${step_output}")
+run_step("running the collectives-only program" "${WORK_DIR}/build/collectives_only")
+if(NOT step_output MATCHES "collectives_only: all_reduce 6, broadcast 7")
+  message(FATAL_ERROR "collectives_only printed something unexpected:\n${step_output}")
+endif()

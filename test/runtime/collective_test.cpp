@@ -130,6 +130,49 @@ TEST_CASE("many async collectives in flight complete in order and correctly", "[
   });
 }
 
+TEST_CASE("out-of-place all_reduce and reduce have async forms; the untyped ones too",
+          "[collective]") {
+  for (int world : {1, 3}) {
+    INFO("world " << world);
+    run_ranks(world, [world](collie::ProcessGroup& pg) {
+      const int r = pg.rank();
+      const std::vector<double> in = {1.0 + r, 10.0 * (r + 1), -0.5 * r};
+      std::vector<double> sum(3, -1), at_root(3, -1), untyped(3, -1), kept = in;
+      auto a = pg.all_reduce_async(std::span<const double>(in), std::span(sum));
+      auto b = pg.reduce_async(std::span<const double>(in), std::span(at_root), world - 1,
+                               collie::ReduceOp::Max);
+      auto c = pg.run_collective_async(collie::Collective::AllReduce, collie::DataType::Float64,
+                                       in.data(), untyped.data(), in.size(),
+                                       collie::ReduceOp::Min);
+      a.wait();
+      b.wait();
+      c.wait();
+      double s0 = 0, s1 = 0, s2 = 0;
+      for (int q = 0; q < world; ++q) {
+        s0 += 1.0 + q;
+        s1 += 10.0 * (q + 1);
+        s2 += -0.5 * q;
+      }
+      expect(sum == std::vector<double>{s0, s1, s2}, "all_reduce_async out of place");
+      expect(in == kept, "the input is left as it was");
+      if (r == world - 1)
+        expect(at_root == std::vector<double>{static_cast<double>(world), 10.0 * world, 0.0},
+               "reduce_async out of place, at the root");
+      else
+        expect(at_root == std::vector<double>(3, -1), "reduce_async leaves a non-root's output");
+      expect(untyped == std::vector<double>{1.0, 10.0, -0.5 * (world - 1)},
+             "run_collective_async");
+      std::vector<std::size_t> counts(static_cast<std::size_t>(world), 1);
+      std::vector<double> gathered(static_cast<std::size_t>(world), -1);
+      const std::size_t own = 1;
+      pg.run_vector_collective(collie::Collective::AllGather, collie::DataType::Float64,
+                               in.data(), std::span(&own, 1), gathered.data(), counts);
+      for (int q = 0; q < world; ++q)
+        expect(gathered[static_cast<std::size_t>(q)] == 1.0 + q, "run_vector_collective");
+    });
+  }
+}
+
 TEST_CASE("mismatched collectives raise MismatchError naming both calls", "[collective]") {
   std::vector<std::string> messages(2);
   run_ranks(2, [&](collie::ProcessGroup& pg) {

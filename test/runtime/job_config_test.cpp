@@ -275,15 +275,15 @@ TEST_CASE("Slurm node lists: the first host", "[init]") {
 TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with it", "[init]") {
   const std::map<std::string, std::string> job{
       {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
-  CHECK(resolve(job).spin == 50us);
+  CHECK(resolve(job).transport.spin == 50us);
   auto with = job;
   with["COLLIE_SPIN_US"] = "0";
-  CHECK(resolve(with).spin == 0us);
+  CHECK(resolve(with).transport.spin == 0us);
   with["COLLIE_SPIN_US"] = "250";
-  CHECK(resolve(with).spin == 250us);
+  CHECK(resolve(with).transport.spin == 250us);
   InitOptions options;
   options.spin = 7us;
-  CHECK(resolve(with, options).spin == 7us);
+  CHECK(resolve(with, options).transport.spin == 7us);
   for (const char* bad : {"-1", "fast", "2000000"}) {
     with["COLLIE_SPIN_US"] = bad;
     CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SPIN_US"));
@@ -294,16 +294,16 @@ TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose
           "[init]") {
   const std::map<std::string, std::string> job{
       {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
-  CHECK(resolve(job).transport == "auto");
-  CHECK(resolve(job).shm_single_copy_from == 0);
+  CHECK(resolve(job).transport.backend == "auto");
+  CHECK(resolve(job).transport.shm_single_copy_from == 0);
   auto with = job;
   for (const char* name : {"tcp", "shm", "auto"}) {
     with["COLLIE_TRANSPORT"] = name;
-    CHECK(resolve(with).transport == name);
+    CHECK(resolve(with).transport.backend == name);
   }
   InitOptions options;
   options.transport = "tcp";
-  CHECK(resolve(with, options).transport == "tcp");
+  CHECK(resolve(with, options).transport.backend == "tcp");
   with["COLLIE_TRANSPORT"] = "rdma";
   CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_TRANSPORT='rdma'") &&
                                        Catch::Contains("choose auto"));
@@ -311,14 +311,14 @@ TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose
   CHECK_THROWS_WITH(resolve(job, options), Catch::Contains("the transport option='udp'"));
   with = job;
   with["COLLIE_SHM_SINGLE_COPY"] = "256K";
-  CHECK(resolve(with).shm_single_copy_from == 256 * 1024);
+  CHECK(resolve(with).transport.shm_single_copy_from == 256 * 1024);
   with["COLLIE_SHM_SINGLE_COPY"] = "lots";
   CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_SINGLE_COPY"));
-  CHECK(resolve(job).shm_stores == "auto");
+  CHECK(resolve(job).transport.shm_stores == "auto");
   with = job;
   for (const char* name : {"cached", "streaming", "auto"}) {
     with["COLLIE_SHM_STORES"] = name;
-    CHECK(resolve(with).shm_stores == name);
+    CHECK(resolve(with).transport.shm_stores == name);
   }
   with["COLLIE_SHM_STORES"] = "fast";
   CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_STORES='fast'") &&

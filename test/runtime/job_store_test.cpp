@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <collie/error.hpp>
-#include <collie/job_store.hpp>
+#include "job_store.hpp"
 #include <collie/store/server.hpp>
 
 #include "support/name_resolution.hpp"

@@ -178,7 +178,7 @@ TEST_CASE("all_to_all_v, all_gather_v and gather_v move every byte of every dtyp
             for (std::size_t b = 0; b < send[j] * es; ++b)
               in[at + b] = pattern(me, static_cast<int>(j), b);
           pg.run_vector_collective(collie::Collective::AllToAll, dtype, in.data(), send,
-                                   out.data(), recv, 0, {}, false);
+                                   out.data(), recv, 0, {});
           for (std::size_t j = 0, at = 0; j < N; at += recv[j] * es, ++j)
             for (std::size_t b = 0; b < recv[j] * es; ++b)
               expect(out[at + b] == pattern(static_cast<int>(j), me, b),
@@ -201,12 +201,12 @@ TEST_CASE("all_to_all_v, all_gather_v and gather_v move every byte of every dtyp
           };
           std::vector<std::byte> all(total * es);
           pg.run_vector_collective(collie::Collective::AllGather, dtype, mine.data(),
-                                   std::span(&own, 1), all.data(), counts, 0, {}, false);
+                                   std::span(&own, 1), all.data(), counts, 0, {});
           check_gathered(all, what("all_gather_v"));
           for (int root = 0; root < n; ++root) {
             std::vector<std::byte> at_root(me == root ? total * es : 0);
             pg.run_vector_collective(collie::Collective::Gather, dtype, mine.data(),
-                                     std::span(&own, 1), at_root.data(), counts, root, {}, false);
+                                     std::span(&own, 1), at_root.data(), counts, root, {});
             if (me == root) check_gathered(at_root, what("gather_v") + fmt::format(" root {}", root));
           }
         }

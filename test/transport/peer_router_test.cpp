@@ -104,12 +104,12 @@ TEST_CASE("peer router: every pair talks through the backend chosen for it", "[r
     }
   });
   // Each backend connected only to the peers routed to it.
-  CHECK(w.tcp[0][0]->connection_count() == 1);  // 0-1
-  CHECK(w.tcp[0][1]->connection_count() == 1);  // 0-2
-  CHECK(w.tcp[1][0]->connection_count() == 1);  // 1-0
-  CHECK(w.tcp[1][1]->connection_count() == 1);  // 1-2
-  CHECK(w.tcp[2][0]->connection_count() == 0);
-  CHECK(w.tcp[2][1]->connection_count() == 2);  // 2-0, 2-1
+  CHECK(w.tcp[0][0]->open_connections() == 1);  // 0-1
+  CHECK(w.tcp[0][1]->open_connections() == 1);  // 0-2
+  CHECK(w.tcp[1][0]->open_connections() == 1);  // 1-0
+  CHECK(w.tcp[1][1]->open_connections() == 1);  // 1-2
+  CHECK(w.tcp[2][0]->open_connections() == 0);
+  CHECK(w.tcp[2][1]->open_connections() == 2);  // 2-0, 2-1
   CHECK(w.routers[0]->describe() == "tcp on " + w.tcp[0][0]->address() + " (ranks 0-1); tcp on " +
                                         w.tcp[0][1]->address() + " (ranks 2)");
   CHECK(w.routers[2]->describe() == "tcp on " + w.tcp[2][1]->address() + " (ranks 0-2)");

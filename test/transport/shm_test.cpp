@@ -106,7 +106,7 @@ TEST_CASE("shm: ring stores other than auto, cached and streaming are refused, n
   COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   collie::test::StoreFixture fixture;
   auto o = options(0, 1, collie::crypto::random_u64());
-  o.ring_stores = "fast";
+  o.settings.shm_stores = "fast";
   CHECK_THROWS_WITH(ShmTransport(fixture.shared_client(), o, {0}),
                     Catch::Contains("ring stores 'fast'") && Catch::Contains("choose auto"));
 }
@@ -195,7 +195,7 @@ TEST_CASE("open_transport: shm forced with a rank on another host says which", "
   for (int r = 0; r < 2; ++r) {
     opening.push_back(std::async(std::launch::async, [&, r]() -> std::string {
       auto o = options(r, 2, id);
-      o.backend = "shm";
+      o.settings.backend = "shm";
       o.host_id = r == 0 ? "a" : "b";
       try {
         collie::transport::open_transport(fixture.shared_client(), o);
@@ -209,7 +209,7 @@ TEST_CASE("open_transport: shm forced with a rank on another host says which", "
                                    Catch::Contains("rank 1 runs on another host ('b'"));
   CHECK_THAT(opening[1].get(), Catch::Contains("rank 0 runs on another host ('a'"));
   auto o = options(0, 1, id);
-  o.backend = "udp";
+  o.settings.backend = "udp";
   CHECK_THROWS_WITH(collie::transport::open_transport(fixture.shared_client(), o),
                     Catch::Contains("transport 'udp': choose auto"));
 }

@@ -127,7 +127,7 @@ TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
   const std::string stores =
       backend == "shm" ? GENERATE(as<std::string>{}, "auto", "cached", "streaming") : "";
   INFO("backend " << backend << " " << stores);
-  Cluster c(2, [&](MeshOptions& o) { o.ring_stores = stores.empty() ? "auto" : stores; }, backend);
+  Cluster c(2, [&](MeshOptions& o) { o.settings.shm_stores = stores.empty() ? "auto" : stores; }, backend);
   const std::vector<std::size_t> sizes = {0,     1,     7,       31,          32,
                                           33,    4095,  4096,    8191,        8193,
                                           65537, 1 << 20, (3 << 20) + 5, (9 << 20) + 17};
@@ -145,8 +145,8 @@ TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
     }
   });
   if (backend == "tcp") {
-    CHECK(c.tcp(0).connection_count() == 1);
-    CHECK(c.tcp(1).connection_count() == 1);
+    CHECK(c.tcp(0).open_connections() == 1);
+    CHECK(c.tcp(1).open_connections() == 1);
   }
 }
 
@@ -220,7 +220,7 @@ TEST_CASE("mesh sends to itself, before or after the receive is posted", "[mesh]
   CHECK(out == a);
   send(m, 0, 3, {});
   CHECK(recv(m, 0, 3, 0).empty());
-  if (backend == "tcp") CHECK(c.tcp(0).connection_count() == 0);
+  if (backend == "tcp") CHECK(c.tcp(0).open_connections() == 0);
 }
 
 TEST_CASE("mesh fails a receive of the wrong size, names both sizes, and goes on", "[mesh]") {
@@ -336,7 +336,7 @@ TEST_CASE("mesh connects lazily: a ring opens two connections per rank", "[mesh]
     m.wait(s);
   });
   for (int r = 0; r < c.size(); ++r)
-    CHECK(c.tcp(r).connection_count() == 2);
+    CHECK(c.tcp(r).open_connections() == 2);
 }
 
 TEST_CASE("mesh: two ranks connecting to each other at once end with one connection", "[mesh]") {
@@ -349,8 +349,8 @@ TEST_CASE("mesh: two ranks connecting to each other at once end with one connect
       expect(recv(m, 1 - r, 0, 64) == pattern(64, 1 - r, 0), "payload");
       m.wait(s);
     });
-    CHECK(c.tcp(0).connection_count() == 1);
-    CHECK(c.tcp(1).connection_count() == 1);
+    CHECK(c.tcp(0).open_connections() == 1);
+    CHECK(c.tcp(1).open_connections() == 1);
   }
 }
 
@@ -1033,11 +1033,9 @@ TEST_CASE("tune: a connection between two processes of one host never paces (BBR
     }
     REQUIRE(congestion(client.native_handle()) == before);
     // Where ranks outnumber cores the runtime keeps BBR's pacing.
-    collie::transport::set_avoid_pacing_on_this_host(false);
-    collie::transport::tcp::tune(client);
+    collie::transport::tcp::tune(client, false);
     CHECK(congestion(client.native_handle()) == before);
-    collie::transport::set_avoid_pacing_on_this_host(true);
-    collie::transport::tcp::tune(client);
+    collie::transport::tcp::tune(client, true);
     const auto after = congestion(client.native_handle());
     if (std::string(before) == "bbr")
       CHECK((after == "cubic" || after == "reno"));
@@ -1060,7 +1058,7 @@ TEST_CASE("tune: a connection between two processes of one host gets a fixed sen
     return bytes;
   };
   const int before = send_buffer(client.native_handle());
-  collie::transport::tcp::tune(client);
+  collie::transport::tcp::tune(client, true);
   // Linux doubles what is set (for its own bookkeeping) and clamps it to
   // net.core.wmem_max.
   int wmem_max = 0;

@@ -49,17 +49,17 @@ std::vector<std::string> host_identities(store::Store& store, const TransportOpt
 
 std::shared_ptr<Transport> open_transport(std::shared_ptr<store::Store> store,
                                           const TransportOptions& options) {
-  if (options.backend != "auto" && options.backend != "tcp" && options.backend != "shm") {
+  if (options.settings.backend != "auto" && options.settings.backend != "tcp" && options.settings.backend != "shm") {
     throw ArgumentError(fmt::format(
         "rank {}: transport '{}': choose auto (shared memory between ranks of one host, TCP "
         "between hosts), tcp or shm",
-        options.rank, options.backend));
+        options.rank, options.settings.backend));
   }
   auto tcp = std::make_shared<TcpTransport>(store, options);
-  if (options.backend == "tcp" || options.world_size == 1) return tcp;
+  if (options.settings.backend == "tcp" || options.world_size == 1) return tcp;
   std::string me = options.host_id.empty() ? host_identity() : options.host_id;
   if (const auto why = shared_memory_unusable(); !why.empty()) {
-    if (options.backend == "shm")
+    if (options.settings.backend == "shm")
       throw Error(fmt::format("rank {}: the transport is shm (COLLIE_TRANSPORT), but this process "
                               "cannot share memory with its peers: {}",
                               options.rank, why));
@@ -73,7 +73,7 @@ std::shared_ptr<Transport> open_transport(std::shared_ptr<store::Store> store,
   for (int r = 0; r < options.world_size; ++r) {
     if (hosts[static_cast<std::size_t>(r)] == me) {
       local.push_back(r);
-    } else if (options.backend == "shm") {
+    } else if (options.settings.backend == "shm") {
       throw Error(fmt::format(
           "rank {}: the transport is shm (COLLIE_TRANSPORT), but rank {} runs on another host "
           "('{}', this one is '{}'): shared memory reaches only ranks of this host; use auto "

@@ -165,6 +165,11 @@ std::shared_ptr<void> PeerRouter::claim_progress() {
   return used < backends_.size() ? backends_[used]->claim_progress() : nullptr;
 }
 
+void PeerRouter::set_host_load(int ranks, int processors) {
+  for (auto& b : backends_)
+    b->set_host_load(ranks, processors);
+}
+
 bool PeerRouter::shares_memory_with(int peer) const {
   if (peer < 0 || peer >= world_size()) return false;
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->shares_memory_with(peer);

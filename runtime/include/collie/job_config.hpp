@@ -55,7 +55,8 @@
 #include <memory>
 
 #include <collie/address.hpp>
-#include <collie/collectives/algorithms.hpp>  // HostPort, split_host_port: tcp:// addresses
+#include <collie/collectives/algorithms.hpp>
+#include <collie/transport/settings.hpp>
 
 namespace collie {
 
@@ -122,21 +123,9 @@ struct JobConfig {
   AlgorithmOverrides algorithms;  // COLLIE_ALGO
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
   std::size_t stage_whole_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_WHOLE_BYTES
-  // How long a wait polls its sockets (yielding the CPU between polls)
-  // before it sleeps in poll(): COLLIE_SPIN_US, 0 to 1000000.
-  std::chrono::microseconds spin{50};
-  // What carries messages between ranks of one host (COLLIE_TRANSPORT):
-  // "auto" (shared memory), "tcp" or "shm" (shared memory, and every rank
-  // must be on this host). Between hosts it is always TCP.
-  std::string transport = "auto";
-  // Shared memory: messages from this size on are read with one copy
-  // straight from the sender's memory (COLLIE_SHM_SINGLE_COPY, a size; 0,
-  // the default: never).
-  std::size_t shm_single_copy_from = 0;
-  // Shared memory: how a sender stores a message into a ring
-  // (COLLIE_SHM_STORES): "auto" (ordinary or non-temporal stores, whichever
-  // measures faster while the job runs), "cached" or "streaming".
-  std::string shm_stores = "auto";
+  // What carries messages and how (COLLIE_TRANSPORT, COLLIE_SPIN_US,
+  // COLLIE_SHM_SINGLE_COPY, COLLIE_SHM_STORES): transport/settings.hpp.
+  transport::TransportSettings transport;
   // Where every rank writes its Chrome trace (COLLIE_TRACE); empty: no trace.
   std::string trace_dir;
   // How long a call waits before the ranks are asked who holds it up

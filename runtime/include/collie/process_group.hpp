@@ -81,20 +81,16 @@
 
 namespace collie {
 
+namespace detail {
+struct Group;     // what a ProcessGroup handle points to (the runtime's own)
+class WorkState;  // what a Work waits on (the runtime's own)
+struct Access;    // how the runtime makes handles
+}  // namespace detail
+
 // An operation in flight: isend, irecv, or an async collective.
 class Work {
  public:
-  // What a Work waits on; implemented by each kind of operation.
-  class State {
-   public:
-    virtual ~State() = default;
-    virtual void wait(std::optional<std::chrono::milliseconds> timeout) = 0;
-    virtual bool test() const = 0;
-    virtual int source() const { return -1; }
-  };
-
-  Work() = default;  // an empty Work is complete
-  explicit Work(std::unique_ptr<State> state) : state_(std::move(state)) {}
+  Work();  // an empty Work: complete
   // A Work destroyed while pending waits for it first (with the group's
   // timeout), as a std::future from std::async does, so collie never writes
   // into or reads from a buffer after its Work is gone; that holds after a
@@ -102,7 +98,7 @@ class Work {
   // send or receive was withdrawn). Errors seen there are logged, not
   // thrown: call wait() to see them.
   ~Work();
-  Work(Work&&) noexcept = default;
+  Work(Work&&) noexcept;
   Work& operator=(Work&& other) noexcept;
 
   // Blocks until the operation is done; throws its error if it failed
@@ -120,7 +116,9 @@ class Work {
   int source() const;
 
  private:
-  std::unique_ptr<State> state_;
+  friend struct detail::Access;
+  explicit Work(std::unique_ptr<detail::WorkState> state);
+  std::unique_ptr<detail::WorkState> state_;
 };
 
 using collectives::Algorithm;
@@ -138,8 +136,6 @@ struct CollectiveOptions {
 
 class ProcessGroup {
  public:
-  struct Impl;
-  explicit ProcessGroup(std::shared_ptr<Impl> impl);
 
   // This process's rank in the group (-1 if it is not a member), and the
   // number of ranks.
@@ -195,30 +191,36 @@ class ProcessGroup {
   // Every rank's `buffer` ends equal to the root's.
   template <class T, std::size_t E>
   void broadcast(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
-    run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, false);
+    run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work broadcast_async(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
-    return run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, true);
+    return run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // In place: every rank's `buffer` ends with op over all ranks' buffers.
   template <class T, std::size_t E>
   void all_reduce(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
-    run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, false);
+    run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work all_reduce_async(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                         const CollectiveOptions& o = {}) {
-    return run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, true);
+    return run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, Completion::Async);
   }
   // Out of place: `input` is left as it was; output.size() == input.size().
   template <class In, std::size_t EI, class T, std::size_t EO>
   void all_reduce(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
     check_equal(Collective::AllReduce, input.size(), output.size());
-    run(Collective::AllReduce, input, output, input.size(), op, 0, o, false);
+    run(Collective::AllReduce, input, output, input.size(), op, 0, o, Completion::Blocking);
+  }
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work all_reduce_async(std::span<In, EI> input, std::span<T, EO> output,
+                        ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
+    check_equal(Collective::AllReduce, input.size(), output.size());
+    return run(Collective::AllReduce, input, output, input.size(), op, 0, o, Completion::Async);
   }
 
   // In place: the root's `buffer` ends with op over all ranks' buffers;
@@ -226,12 +228,12 @@ class ProcessGroup {
   template <class T, std::size_t E>
   void reduce(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
               const CollectiveOptions& o = {}) {
-    run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, false);
+    run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work reduce_async(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
                     const CollectiveOptions& o = {}) {
-    return run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, true);
+    return run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, Completion::Async);
   }
   // Out of place: `output` (input.size() elements) is written on the root
   // only; elsewhere it is ignored and may be empty.
@@ -239,7 +241,13 @@ class ProcessGroup {
   void reduce(std::span<In, EI> input, std::span<T, EO> output, int root,
               ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
     if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
-    run(Collective::Reduce, input, output, input.size(), op, root, o, false);
+    run(Collective::Reduce, input, output, input.size(), op, root, o, Completion::Blocking);
+  }
+  template <class In, std::size_t EI, class T, std::size_t EO>
+  Work reduce_async(std::span<In, EI> input, std::span<T, EO> output, int root,
+                    ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
+    if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
+    return run(Collective::Reduce, input, output, input.size(), op, root, o, Completion::Async);
   }
 
   // Every rank's `output` (size() * input.size() elements) ends with every
@@ -248,13 +256,13 @@ class ProcessGroup {
   void all_gather(std::span<In, EI> input, std::span<T, EO> output,
                   const CollectiveOptions& o = {}) {
     check_blocks(Collective::AllGather, output.size(), input.size());
-    run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, false);
+    run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_gather_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
     check_blocks(Collective::AllGather, output.size(), input.size());
-    return run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, true);
+    return run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, Completion::Async);
   }
 
   // The root's `output` (size() * input.size() elements) ends with every
@@ -263,13 +271,13 @@ class ProcessGroup {
   void gather(std::span<In, EI> input, std::span<T, EO> output, int root,
               const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
-    run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, false);
+    run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work gather_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                     const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
-    return run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, true);
+    return run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // Rank i's `output` ends with block i of the root's `input` (size() *
@@ -278,13 +286,13 @@ class ProcessGroup {
   void scatter(std::span<In, EI> input, std::span<T, EO> output, int root,
                const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
-    run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, false);
+    run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work scatter_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                      const CollectiveOptions& o = {}) {
     if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
-    return run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, true);
+    return run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // Rank i's `output` ends with op over block i of every rank's `input`
@@ -293,13 +301,13 @@ class ProcessGroup {
   void reduce_scatter(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                       const CollectiveOptions& o = {}) {
     check_blocks(Collective::ReduceScatter, input.size(), output.size());
-    run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, false);
+    run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work reduce_scatter_async(std::span<In, EI> input, std::span<T, EO> output,
                             ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
     check_blocks(Collective::ReduceScatter, input.size(), output.size());
-    return run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, true);
+    return run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, Completion::Async);
   }
 
   // Block j of rank i's `input` becomes block i of rank j's `output`; both
@@ -308,13 +316,13 @@ class ProcessGroup {
   void all_to_all(std::span<In, EI> input, std::span<T, EO> output,
                   const CollectiveOptions& o = {}) {
     const auto block = check_all_to_all(input.size(), output.size());
-    run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, false);
+    run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_to_all_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
     const auto block = check_all_to_all(input.size(), output.size());
-    return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, true);
+    return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, Completion::Async);
   }
 
   // ---- collectives with a count per rank ----
@@ -332,13 +340,13 @@ class ProcessGroup {
   void all_to_all_v(std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
                     std::span<T, EO> output, const std::vector<std::size_t>& recv_counts,
                     const CollectiveOptions& o = {}) {
-    run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, false);
+    run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_to_all_v_async(std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
                           std::span<T, EO> output, const std::vector<std::size_t>& recv_counts,
                           const CollectiveOptions& o = {}) {
-    return run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, true);
+    return run_v(Collective::AllToAll, input, send_counts, output, recv_counts, 0, o, Completion::Async);
   }
   // all_gather with inputs of any size: rank j gives counts[j] elements
   // (counts alike on every rank; input.size() == counts[rank()]), and every
@@ -346,33 +354,37 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void all_gather_v(std::span<In, EI> input, std::span<T, EO> output,
                     const std::vector<std::size_t>& counts, const CollectiveOptions& o = {}) {
-    run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, false);
+    run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_gather_v_async(std::span<In, EI> input, std::span<T, EO> output,
                           const std::vector<std::size_t>& counts, const CollectiveOptions& o = {}) {
-    return run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, true);
+    return run_v(Collective::AllGather, input, {input.size()}, output, counts, 0, o, Completion::Async);
   }
   // gather with inputs of any size: as all_gather_v, on the root only
   // (elsewhere `output` is ignored and may be empty).
   template <class In, std::size_t EI, class T, std::size_t EO>
   void gather_v(std::span<In, EI> input, std::span<T, EO> output,
                 const std::vector<std::size_t>& counts, int root, const CollectiveOptions& o = {}) {
-    run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, false);
+    run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work gather_v_async(std::span<In, EI> input, std::span<T, EO> output,
                       const std::vector<std::size_t>& counts, int root,
                       const CollectiveOptions& o = {}) {
-    return run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, true);
+    return run_v(Collective::Gather, input, {input.size()}, output, counts, root, o, Completion::Async);
   }
   // The untyped form: `send_counts` as all_to_all_v's, or for all_gather_v
   // and gather_v one entry, this rank's input count; `recv_counts` as
   // all_to_all_v's recv_counts, or the counts of all_gather_v and gather_v.
-  Work run_vector_collective(Collective c, DataType dtype, const void* input,
+  void run_vector_collective(Collective c, DataType dtype, const void* input,
                              std::span<const std::size_t> send_counts, void* output,
-                             std::span<const std::size_t> recv_counts, int root,
-                             const CollectiveOptions& o, bool async);
+                             std::span<const std::size_t> recv_counts, int root = 0,
+                             const CollectiveOptions& o = {});
+  Work run_vector_collective_async(Collective c, DataType dtype, const void* input,
+                                   std::span<const std::size_t> send_counts, void* output,
+                                   std::span<const std::size_t> recv_counts, int root = 0,
+                                   const CollectiveOptions& o = {});
 
   // Returns once every rank of the group has entered the barrier.
   void barrier(const CollectiveOptions& o = {});
@@ -380,9 +392,12 @@ class ProcessGroup {
 
   // The untyped form of every collective above: `count` per rank as the
   // collective counts it (see collectives/algorithms.hpp for the layouts).
-  Work run_collective(Collective c, DataType dtype, const void* input, void* output,
-                      std::size_t count, ReduceOp op, int root, const CollectiveOptions& o,
-                      bool async);
+  void run_collective(Collective c, DataType dtype, const void* input, void* output,
+                      std::size_t count, ReduceOp op = ReduceOp::Sum, int root = 0,
+                      const CollectiveOptions& o = {});
+  Work run_collective_async(Collective c, DataType dtype, const void* input, void* output,
+                            std::size_t count, ReduceOp op = ReduceOp::Sum, int root = 0,
+                            const CollectiveOptions& o = {});
 
   // The algorithm Auto (or COLLIE_ALGO) picks for this call.
   Algorithm choose_algorithm(Collective c, DataType dtype, std::size_t count, int root = 0) const;
@@ -407,26 +422,37 @@ class ProcessGroup {
   std::string describe_transport() const;
 
  private:
+  friend struct detail::Access;
+  explicit ProcessGroup(std::shared_ptr<detail::Group> group);
+
+  enum class Completion { Blocking, Async };
+  // Checks, picks the algorithm and runs the call (collective.cpp).
+  Work start(Collective c, DataType dtype, const void* input, void* output, std::size_t count,
+             ReduceOp op, int root, const CollectiveOptions& o, Completion when);
+  Work start_vector(Collective c, DataType dtype, const void* input,
+                    std::span<const std::size_t> send_counts, void* output,
+                    std::span<const std::size_t> recv_counts, int root,
+                    const CollectiveOptions& o, Completion when);
   template <class In, std::size_t EI, class Out, std::size_t EO>
   Work run(Collective c, std::span<In, EI> input, std::span<Out, EO> output, std::size_t count,
-           ReduceOp op, int root, const CollectiveOptions& o, bool async) {
+           ReduceOp op, int root, const CollectiveOptions& o, Completion when) {
     using T = std::remove_const_t<Out>;
     static_assert(std::is_same_v<std::remove_const_t<In>, T>,
                   "input and output must have the same element type");
     static_assert(!std::is_const_v<Out>, "the output must be writable");
-    return run_collective(c, dtype_of<T>, input.data(), output.data(), count, op, root, o, async);
+    return start(c, dtype_of<T>, input.data(), output.data(), count, op, root, o, when);
   }
   template <class In, std::size_t EI, class Out, std::size_t EO>
   Work run_v(Collective c, std::span<In, EI> input, const std::vector<std::size_t>& send_counts,
              std::span<Out, EO> output, const std::vector<std::size_t>& recv_counts, int root,
-             const CollectiveOptions& o, bool async) {
+             const CollectiveOptions& o, Completion when) {
     using T = std::remove_const_t<Out>;
     static_assert(std::is_same_v<std::remove_const_t<In>, T>,
                   "input and output must have the same element type");
     static_assert(!std::is_const_v<Out>, "the output must be writable");
     check_counts(c, input.size(), send_counts, output.size(), recv_counts, root);
-    return run_vector_collective(c, dtype_of<T>, input.data(), send_counts, output.data(),
-                                 recv_counts, root, o, async);
+    return start_vector(c, dtype_of<T>, input.data(), send_counts, output.data(), recv_counts,
+                        root, o, when);
   }
   void check_counts(Collective c, std::size_t input, const std::vector<std::size_t>& send_counts,
                     std::size_t output, const std::vector<std::size_t>& recv_counts,
@@ -435,7 +461,7 @@ class ProcessGroup {
   void check_blocks(Collective c, std::size_t blocks, std::size_t block) const;
   std::size_t check_all_to_all(std::size_t input, std::size_t output) const;
 
-  std::shared_ptr<Impl> impl_;
+  std::shared_ptr<detail::Group> impl_;
 };
 
 // Joins the job described by `options` and the environment. See above.

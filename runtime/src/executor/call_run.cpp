@@ -22,7 +22,7 @@ constexpr std::chrono::milliseconds kLongestSlice{500};
 
 }  // namespace
 
-CallRun::CallRun(ProcessGroup::Impl& group, const Call& c, std::vector<Region> regions,
+CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> regions,
                  device::Engine* staging)
     : g(group),
       transport(group.transport()),

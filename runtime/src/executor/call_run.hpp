@@ -27,7 +27,7 @@ class CallRun {
  public:
   using Clock = std::chrono::steady_clock;
 
-  CallRun(ProcessGroup::Impl& g, const Call& call, std::vector<Region> regions,
+  CallRun(detail::Group& g, const Call& call, std::vector<Region> regions,
           device::Engine* engine);
   // Lets go of what is still in flight (abandon()) and gives the pinned
   // blocks back.
@@ -35,7 +35,7 @@ class CallRun {
   CallRun(const CallRun&) = delete;
   CallRun& operator=(const CallRun&) = delete;
 
-  ProcessGroup::Impl& g;
+  detail::Group& g;
   transport::Transport& transport;
   const Call& call;
   const std::size_t esize;         // bytes per element

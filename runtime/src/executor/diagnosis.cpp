@@ -28,7 +28,7 @@ constexpr std::chrono::milliseconds kStoreWait{1000};
 
 }  // namespace
 
-Diagnosis::Diagnosis(ProcessGroup::Impl& g, const Call& call, std::uint64_t tag,
+Diagnosis::Diagnosis(detail::Group& g, const Call& call, std::uint64_t tag,
                      std::uint64_t fingerprint, const StallCheck& stall)
     : g_(g), call_(call), tag_(tag), fingerprint_(fingerprint), stall_(stall) {}
 

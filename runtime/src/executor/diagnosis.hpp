@@ -29,7 +29,7 @@ namespace collie {
 
 class Diagnosis {
  public:
-  Diagnosis(ProcessGroup::Impl& g, const Call& call, std::uint64_t tag, std::uint64_t fingerprint,
+  Diagnosis(detail::Group& g, const Call& call, std::uint64_t tag, std::uint64_t fingerprint,
             const StallCheck& stall);
 
   // ---- finding the news (they throw the error that tells it) ----
@@ -93,7 +93,7 @@ class Diagnosis {
   // The group rank of world rank `world_rank`; -1 if not a member.
   int group_rank_of(int world_rank) const;
 
-  ProcessGroup::Impl& g_;
+  detail::Group& g_;
   const Call& call_;
   std::uint64_t tag_;
   std::uint64_t fingerprint_;

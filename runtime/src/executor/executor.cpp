@@ -41,7 +41,7 @@ void run_steps(CallRun& run, const collectives::Schedule& schedule) {
 
 }  // namespace
 
-void execute_schedule(ProcessGroup::Impl& g, const Call& call,
+void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
                       device::Engine* engine) {
   CallRun run(g, call, std::move(regions), engine);

@@ -55,7 +55,7 @@ struct Region {
 // are none). Throws what the transport throws (ConnectionError,
 // TimeoutError, ProtocolError), MismatchError, or DeviceError; nothing
 // writes into the regions once it returns or throws.
-void execute_schedule(ProcessGroup::Impl& g, const Call& call,
+void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
                       device::Engine* engine);
 

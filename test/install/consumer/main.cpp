@@ -8,6 +8,8 @@
 #include <vector>
 
 #include <collie/collie.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
 
 int main() {
   collie::store::ServerOptions options;

@@ -188,14 +188,14 @@ std::string ShmTransport::Impl::attach(Peer& p, const std::string& value) {
   std::uint64_t magic = 0;
   ssize_t got = -1;
   errno = 0;
-  if (options.single_copy_from > 0) {
+  if (options.settings.shm_single_copy_from > 0) {
     iovec here{&magic, sizeof magic};
     iovec there{reinterpret_cast<void*>(h.address), sizeof magic};
     got = ::process_vm_readv(p.pid, &here, 1, &there, 1, 0);
   }
   const bool single = got == static_cast<ssize_t>(sizeof magic) && magic == kMagic;
   p.in->single_copy.store(single ? 1 : 2, std::memory_order_release);
-  if (options.single_copy_from == 0) {
+  if (options.settings.shm_single_copy_from == 0) {
     collie::log().debug("rank {}: reads messages from {} through the ring (two copies)",
                         options.rank, describe_peer(p.rank));
   } else if (single) {

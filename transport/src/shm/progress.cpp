@@ -137,8 +137,8 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   const auto began = Clock::now();
   const auto deadline = began + timeout;
   auto now = began;
-  auto spin_until = began + options.spin;
-  const auto spin_limit = began + std::max<Clock::duration>(options.spin, kSharedSpin);
+  auto spin_until = began + options.settings.spin;
+  const auto spin_limit = began + std::max<Clock::duration>(options.settings.spin, kSharedSpin);
   auto next_check = began + kLivenessEvery;
   // A wait with no time left still moves what is ready, once (a caller
   // that waits on several backends in turn polls each so).
@@ -178,12 +178,12 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
       }
       if (finished() || once) return finished();
       if (moved) {
-        spin_until = std::max(spin_until, now + options.spin);
+        spin_until = std::max(spin_until, now + options.settings.spin);
       } else if (crowded) {
         sched_yield();
         const auto after = Clock::now();
         if (after - now > kYieldedAfter)
-          spin_until = std::min(spin_limit, std::max(spin_until, after + options.spin));
+          spin_until = std::min(spin_limit, std::max(spin_until, after + options.settings.spin));
         now = after;
       } else {
         cpu_relax();

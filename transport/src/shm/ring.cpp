@@ -91,7 +91,7 @@ bool ShmTransport::Impl::push(Peer& p) {
     }
     std::size_t room = ring_bytes - used;
     if (room == 0) break;
-    if (p.send_done == 0 && options.single_copy_from > 0 && r.bytes >= options.single_copy_from &&
+    if (p.send_done == 0 && options.settings.shm_single_copy_from > 0 && r.bytes >= options.settings.shm_single_copy_from &&
         p.out->single_copy.load(std::memory_order_acquire) == 1) {
       // The header alone: the receiver reads the payload from here.
       p.send_header = {r.tag, p.send_seq++, r.bytes, r.fingerprint, kRemote,

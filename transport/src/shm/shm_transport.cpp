@@ -95,13 +95,13 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
   m.ring_bytes = ring_bytes_for(m.local.size());
   m.advertised = std::move(advertised);  // "host:port": no spaces (record() writes "-" for none)
   shm::Stores stores = shm::Stores::Auto;
-  if (m.options.ring_stores == "cached") {
+  if (m.options.settings.shm_stores == "cached") {
     stores = shm::Stores::Cached;
-  } else if (m.options.ring_stores == "streaming") {
+  } else if (m.options.settings.shm_stores == "streaming") {
     stores = shm::Stores::Streaming;
-  } else if (m.options.ring_stores != "auto") {
+  } else if (m.options.settings.shm_stores != "auto") {
     throw Error(fmt::format(
-        "shared memory: ring stores '{}': choose auto, cached or streaming", m.options.ring_stores));
+        "shared memory: ring stores '{}': choose auto, cached or streaming", m.options.settings.shm_stores));
   }
   m.stream_receives = stores != shm::Stores::Cached && shm::streaming_stores_available();
   m.peers.resize(static_cast<std::size_t>(m.options.world_size));

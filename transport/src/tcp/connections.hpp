@@ -61,6 +61,9 @@ class Connections {
   // When the background thread's poll ends (steady_clock ticks); 0 while
   // it is awake, deciding.
   std::atomic<std::int64_t> background_until{0};
+  // Connections opened from now on within the host avoid a pacing
+  // congestion control (tune(), sockets.hpp; TcpTransport::set_host_load).
+  std::atomic<bool> avoid_pacing{true};
 
   PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
   const PeerStream& peer(int rank) const { return peers[static_cast<std::size_t>(rank)]; }

@@ -40,7 +40,7 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 }  // namespace
 
 Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string& where,
-                        Clock::time_point deadline) {
+                        Clock::time_point deadline, bool avoid_pacing) {
   Attempt a;
   const auto split = split_host_port(where);
   if (!split) {
@@ -88,7 +88,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
                  [&](auto handler) { socket.async_connect(endpoint, handler); });
   if (ec == asio::error::timed_out) return fail_with("no answer in time", ErrorKind::Timeout);
   if (ec) return fail_with(ec.message() + " (has it exited?)");
-  tune(socket);
+  tune(socket, avoid_pacing);
 
   std::array<std::uint8_t, wire::kChallengeBytes> challenge_bytes{};
   if (auto e = transfer(true, challenge_bytes.data(), challenge_bytes.size(),

@@ -27,8 +27,9 @@ struct Attempt {
   ErrorKind kind = ErrorKind::Connection;
 };
 
-// Connects to rank `peer`, which listens at `where` ("host:port").
+// Connects to rank `peer`, which listens at `where` ("host:port");
+// `avoid_pacing`: as tune()'s (sockets.hpp).
 Attempt connect_to_peer(const TransportOptions& options, int peer, const std::string& where,
-                        std::chrono::steady_clock::time_point deadline);
+                        std::chrono::steady_clock::time_point deadline, bool avoid_pacing);
 
 }  // namespace collie::transport::tcp

@@ -89,7 +89,7 @@ void Listener::accept_all() {
       }
       return;
     }
-    tune(socket);
+    tune(socket, table_.avoid_pacing.load(std::memory_order_relaxed));
     Handshake h{std::move(socket),
                 endpoint_text(remote),
                 wire::random_nonce(),

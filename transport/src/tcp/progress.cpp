@@ -96,8 +96,8 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
     // the rank this one waits for runs now instead of after a wake-up.
     // Sleeping comes at most kSharedSpin after the wait began.
     const auto began = Clock::now();
-    auto spin_until = began + table_.opt.spin;
-    const auto spin_limit = began + std::max<Clock::duration>(table_.opt.spin, kSharedSpin);
+    auto spin_until = began + table_.opt.settings.spin;
+    const auto spin_limit = began + std::max<Clock::duration>(table_.opt.settings.spin, kSharedSpin);
     // Kept by the thread between waits: no allocation per wait. (A wait
     // never runs inside another on one thread: consumers may not call the
     // transport.)
@@ -124,14 +124,14 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
             sched_yield();
             const auto after = Clock::now();
             if (after - before > kYieldedAfter)
-              spin_until = std::min(spin_limit, after + table_.opt.spin);
+              spin_until = std::min(spin_limit, after + table_.opt.settings.spin);
             // Requests finished a moment ago: more are on their way (a
             // collective's next segment), so waking up for them would cost
             // more than polling on.
             const auto active = Clock::time_point(Clock::duration(
                                     table_.last_done.load(std::memory_order_relaxed))) +
                                 kActiveSpin;
-            if (table_.opt.spin.count() > 0 && active > spin_until)
+            if (table_.opt.settings.spin.count() > 0 && active > spin_until)
               spin_until = std::min(active, began + kActiveSpinMax);
           }
         }

@@ -50,8 +50,8 @@ class TcpOption {
 // chance. Such a connection gets the kernel's default algorithm instead
 // (cubic; reno where cubic is not built in) unless the runtime turned this
 // off: where a machine's ranks outnumber its cores, BBR's timer-paced
-// sending measured faster (set_avoid_pacing_on_this_host, tcp.hpp).
-std::atomic<bool> g_avoid_pacing{true};
+// sending measured faster (TcpTransport::set_host_load); docs/PERFORMANCE.md
+// has the figures.
 
 // Whether the socket's peer is a process of this host (loopback, or this
 // host's own address).
@@ -65,7 +65,6 @@ bool same_host(asio::ip::tcp::socket& socket) {
 }
 
 void avoid_pacing(int fd) {
-  if (!g_avoid_pacing.load(std::memory_order_relaxed)) return;
   char name[32] = {};
   socklen_t length = sizeof name - 1;
   if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &length) != 0) return;
@@ -79,19 +78,7 @@ void avoid_pacing(int fd) {
 
 }  // namespace
 
-}  // namespace collie::transport::tcp
-
-namespace collie::transport {
-
-void set_avoid_pacing_on_this_host(bool avoid) {
-  tcp::g_avoid_pacing.store(avoid, std::memory_order_relaxed);
-}
-
-}  // namespace collie::transport
-
-namespace collie::transport::tcp {
-
-void tune(asio::ip::tcp::socket& socket) {
+void tune(asio::ip::tcp::socket& socket, bool avoid_pacing_here) {
   // Best effort: the options are optimisations, close-on-exec cannot fail on
   // an open descriptor, and the data path asks for non-blocking calls itself
   // (MSG_DONTWAIT), whatever the descriptor's mode.
@@ -102,7 +89,7 @@ void tune(asio::ip::tcp::socket& socket) {
   socket.set_option(TcpOption<TCP_KEEPINTVL>(kKeepIntervalS), ignored);
   socket.set_option(TcpOption<TCP_KEEPCNT>(kKeepCount), ignored);
   if (same_host(socket)) {
-    avoid_pacing(socket.native_handle());
+    if (avoid_pacing_here) avoid_pacing(socket.native_handle());
     // A fixed send buffer (the kernel doubles it; autotuning grows it to
     // tcp_wmem's 4 MiB): on loopback the sender's copy into the socket
     // then lands in pages still in cache, the ones the receiver has just

@@ -57,11 +57,12 @@ inline constexpr int kSameHostSendBuffer = 384 * 1024;
 
 // The settings of docs/transport.md: TCP_NODELAY, keep-alive probes (above),
 // close-on-exec, non-blocking; between processes of one host, cubic where
-// the host's algorithm is BBR and a fixed send buffer. Asio opens
+// the host's algorithm is BBR (unless `avoid_pacing` is false: where ranks
+// outnumber processors) and a fixed send buffer. Asio opens
 // sockets without close-on-exec, so it is set here, right after: a child
 // process a rank starts must not hold a peer's connection open (a dead
 // rank's end-of-stream would never come).
-void tune(asio::ip::tcp::socket& socket);
+void tune(asio::ip::tcp::socket& socket, bool avoid_pacing);
 
 // What TCP_INFO says of a connection, for check_alive().
 struct TcpHealth {

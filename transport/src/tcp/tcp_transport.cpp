@@ -95,7 +95,8 @@ struct TcpTransport::Impl {
     lock.unlock();
     Attempt a;
     if (const auto where = find_address(peer, deadline, a); !where.empty())
-      a = connect_to_peer(options, peer, where, deadline);
+      a = connect_to_peer(options, peer, where, deadline,
+                          table.avoid_pacing.load(std::memory_order_relaxed));
     lock.lock();
     if (!a.error.empty()) {
       if (p.state == PeerState::Connecting) p.fail(a.kind, a.error);
@@ -395,7 +396,13 @@ void TcpTransport::prefetch() {
     m.table.peers[r].published = values[r];
 }
 
-int TcpTransport::connection_count() const {
+void TcpTransport::set_host_load(int ranks, int processors) {
+  // Worth it where every rank has a processor; where ranks outnumber them,
+  // a pacing algorithm's timer-driven sending measured faster.
+  impl_->table.avoid_pacing.store(ranks <= processors, std::memory_order_relaxed);
+}
+
+int TcpTransport::open_connections() const {
   std::lock_guard lock(impl_->table.mu);
   return static_cast<int>(std::count_if(
       impl_->table.peers.begin(), impl_->table.peers.end(),

@@ -55,6 +55,7 @@ class PeerRouter final : public Transport {
   // 2-7); shm (ranks 0-1)".
   std::string describe() const override;
   bool shares_memory_with(int peer) const override;
+  void set_host_load(int ranks, int processors) override;  // every backend's
   void prefetch() override;
 
  private:

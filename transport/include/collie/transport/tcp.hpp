@@ -93,23 +93,18 @@ class TcpTransport final : public Transport {
   std::string describe() const override;  // "tcp on 10.0.0.4:41234"
   void prefetch() override;
 
+  void set_host_load(int ranks, int processors) override;
+
   const TransportOptions& options() const;
   // "host:port" this rank listens on.
   std::string address() const;
-  // Connections open right now (for tests: the mesh connects lazily).
-  int connection_count() const;
+  // The peers this rank holds a connection to now: the mesh connects on
+  // first use, so a ring holds two whatever the world's size.
+  int open_connections() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Whether connections opened from now on between two processes of this
-// host trade a pacing congestion control (BBR) for cubic (sockets.cpp).
-// Worth it where every rank has a core (2 ranks on 2 cores: 1.5-1.8x from
-// 4 to 16 MiB); where ranks outnumber cores, BBR's pacing, which leaves the
-// sending to a timer, measured 1.5-2x faster from 64 KiB to 1 MiB (4 ranks on
-// 2 cores). The runtime sets it once it knows its placement (default: on).
-void set_avoid_pacing_on_this_host(bool avoid);
 
 }  // namespace collie::transport

@@ -58,6 +58,8 @@
 #include <utility>
 #include <vector>
 
+#include <collie/transport/settings.hpp>
+
 namespace collie::transport {
 
 using Tag = std::uint64_t;
@@ -73,24 +75,8 @@ struct TransportOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // connect and default waits
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};  // per accepted socket
   std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
-  std::chrono::microseconds spin{50};                         // busy polling before a wait sleeps
-  // Which backend serves which peer (open_transport(), open.hpp): "auto"
-  // (shared memory between ranks of one host, TCP between hosts), "tcp"
-  // (TCP for every peer) or "shm" (shared memory for every peer: all ranks
-  // must share this host).
-  std::string backend = "auto";
   std::string host_id;  // this host as ranks tell hosts apart; empty: host_identity() (shm.hpp)
-  // Shared memory: messages of at least this many bytes are read by the
-  // receiver straight from the sender's memory (process_vm_readv, one copy)
-  // where the kernel permits it; 0: never, every message goes through the
-  // ring (two copies, by both processes at once: faster on the machines
-  // measured, docs/PERFORMANCE.md).
-  std::size_t single_copy_from = 0;
-  // Shared memory: how a sender stores messages into a ring: "auto"
-  // (ordinary or non-temporal stores, whichever has been faster lately:
-  // it depends on whether the two cores share a cache), "cached" or
-  // "streaming" (non-temporal).
-  std::string ring_stores = "auto";
+  TransportSettings settings;  // the user's choices (settings.hpp)
 };
 
 // One send or receive in flight. A backend derives its own; callers hold it
@@ -221,6 +207,12 @@ class Transport {
   // rank's address), waiting for ranks that have not published yet, so that
   // the transport needs the store no more: rank 0 may host it and exit first.
   virtual void prefetch() = 0;
+
+  // What the runtime learned once every rank joined: `ranks` of the job
+  // run on this host, on `processors`. A backend may tune the connections
+  // it opens from then on (TCP: within the host, a pacing congestion
+  // control only where ranks outnumber processors). Default: nothing.
+  virtual void set_host_load(int /*ranks*/, int /*processors*/) {}
 };
 
 }  // namespace collie::transport

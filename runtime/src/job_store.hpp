@@ -47,11 +47,9 @@ class JobStore {
   // True if this process runs the store's server.
   bool hosts_server() const { return server_ != nullptr; }
 
-  // The namespace store() is a view of ("collie/run/0", "collie/run/0/gen/1").
+  // The namespace store() is a view of ("collie/run/0", "collie/run/0/gen/1":
+  // keys::run()).
   const std::string& prefix() const { return prefix_; }
-  // The namespace of a job's `generation`-th group in its restart
-  // `restart_count` (for tools that read a job's keys: collie launch).
-  static std::string prefix_of(int restart_count, int generation);
   // Every rank joined the group made with this store: the next JobStore of
   // this rank on this store, once this one is gone, takes the next namespace.
   void joined() { joined_ = true; }

@@ -1,0 +1,37 @@
+// What a user chooses about the transport: which backend carries messages
+// between ranks of one host, how long a wait spins, and how shared memory
+// copies. One struct, under one set of names, from the environment
+// (COLLIE_TRANSPORT, COLLIE_SPIN_US, COLLIE_SHM_SINGLE_COPY,
+// COLLIE_SHM_STORES; the runtime's JobConfig::transport) to the backends
+// (TransportOptions::settings, transport.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace collie::transport {
+
+struct TransportSettings {
+  // Which backend serves which peer (open_transport(), open.hpp): "auto"
+  // (shared memory between ranks of one host, TCP between hosts), "tcp"
+  // (TCP for every peer) or "shm" (shared memory for every peer: all ranks
+  // must share this host). Between hosts it is always TCP.
+  std::string backend = "auto";
+  // How long a wait polls (yielding the CPU between polls) before it
+  // sleeps: 0 to 1 s.
+  std::chrono::microseconds spin{50};
+  // Shared memory: messages of at least this many bytes are read by the
+  // receiver straight from the sender's memory (process_vm_readv, one copy)
+  // where the kernel permits it; 0: never, every message goes through the
+  // ring (two copies, by both processes at once: faster on the machines
+  // measured, docs/PERFORMANCE.md).
+  std::size_t shm_single_copy_from = 0;
+  // Shared memory: how a sender stores messages into a ring: "auto"
+  // (ordinary or non-temporal stores, whichever has been faster lately: it
+  // depends on whether the two cores share a cache), "cached" or
+  // "streaming" (non-temporal).
+  std::string shm_stores = "auto";
+};
+
+}  // namespace collie::transport
