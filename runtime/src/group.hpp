@@ -38,6 +38,10 @@ struct World {
   // itself when made and leaves when destroyed).
   std::mutex groups_mu;
   std::map<std::uint32_t, detail::Group*> groups;
+  // The highest tag space (slot) this rank's groups have used, and the lock
+  // that makes one new group at a time (new_group, process_group.cpp).
+  std::mutex new_group_mu;
+  std::int64_t highest_slot = 0;
   // Answers other ranks' stall queries; null with file:// or no stall time.
   // Last: stopped first.
   std::unique_ptr<StallResponder> responder;

@@ -251,6 +251,48 @@ int ProcessGroup::recv_any(void* data, std::size_t bytes, int tag) {
   return work.source();
 }
 
+namespace {
+
+// A tag space (tags.hpp) for a new group, the same on every rank of
+// `parent`: one above the highest any of them has used, agreed with an
+// all_reduce over the parent (as MPI's communicators agree on context ids).
+// Two live groups that share a rank got their slots in calls that rank took
+// part in, one after the other, so the later one's is higher: they can
+// never match each other's messages. A process makes one new group at a
+// time (the mutex), so two of its groups never agree at once.
+std::uint32_t agree_on_slot(ProcessGroup& parent_handle, const detail::Group& parent) {
+  auto& world = *parent.world;
+  std::lock_guard lock(world.new_group_mu);
+  std::int64_t highest = world.highest_slot;
+  const auto context = [&](const std::exception& e) {
+    return fmt::format(
+        "rank {}: new_group on {}: its ranks agree on the new group's tag space with a "
+        "collective, so every rank of {} must call new_group, in the same order among its "
+        "collectives on it: {}",
+        parent.rank, parent.name, parent.name, e.what());
+  };
+  try {
+    parent_handle.all_reduce(std::span(&highest, 1), ReduceOp::Max);
+  } catch (const MismatchError& e) {
+    throw MismatchError(context(e));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context(e));
+  } catch (const ConnectionError& e) {
+    throw ConnectionError(context(e));
+  } catch (const Error& e) {
+    throw Error(context(e));
+  }
+  if (highest >= static_cast<std::int64_t>(kMaxSlot)) {
+    throw Error(fmt::format(
+        "rank {}: new_group on {}: the job has made {} groups, all the tag spaces there are",
+        parent.rank, parent.name, kMaxSlot));
+  }
+  world.highest_slot = highest + 1;
+  return static_cast<std::uint32_t>(highest + 1);
+}
+
+}  // namespace
+
 ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   auto& parent = *impl_;
   const int n = size();
@@ -267,13 +309,7 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
   auto child = std::make_shared<detail::Group>();
   child->world = parent.world;
   const std::uint32_t index = ++parent.children;
-  // The same on every rank that makes the same calls: a mix of the parent's
-  // slot and this child's index (23 bits; 0 is the world's).
-  std::uint64_t h = (static_cast<std::uint64_t>(parent.slot) << 32) ^ index;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  child->slot = static_cast<std::uint32_t>(h % 0x7fffffu) + 1;
+  if (parent.rank >= 0) child->slot = agree_on_slot(*this, parent);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     child->members.push_back(parent.members[static_cast<std::size_t>(ranks[i])]);
     if (ranks[i] == parent.rank) child->rank = static_cast<int>(i);

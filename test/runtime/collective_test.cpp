@@ -130,6 +130,65 @@ TEST_CASE("many async collectives in flight complete in order and correctly", "[
   });
 }
 
+TEST_CASE("two live sub-groups never share a tag space, not even where a hash of their "
+          "places would",
+          "[collective]") {
+  // Until new_group agreed on its tag spaces, a group's came from a hash of
+  // its parent's and its index among the parent's children, modulo 2^23 - 1:
+  // the world's 345th and 4525th children landed on the same one, and a
+  // receive on one took the other's message. Both live here, each sending
+  // under tag 0 at once; every message must reach its own group.
+  constexpr int kFirst = 345, kSecond = 4525;
+  run_ranks(2, [](collie::ProcessGroup& world) {
+    std::vector<collie::ProcessGroup> kept;
+    for (int index = 1; index <= kSecond; ++index) {
+      auto g = world.new_group({0, 1});
+      if (index == kFirst || index == kSecond) kept.push_back(std::move(g));
+    }
+    auto& first = kept[0];
+    auto& second = kept[1];
+    std::vector<int> a(64, 111), b(64, 222), got_a(64, 0), got_b(64, 0);
+    if (world.rank() == 0) {
+      first.send(std::span(a), 1, 0);
+      second.send(std::span(b), 1, 0);
+    } else {
+      // The second group's receive first: the first group's message came
+      // first, and must not be the one it takes.
+      auto rb = second.irecv(std::span(got_b), 0, 0);
+      auto ra = first.irecv(std::span(got_a), 0, 0);
+      rb.wait();
+      ra.wait();
+      expect(got_b == b, "the second group's receive took the second group's message");
+      expect(got_a == a, "the first group's receive took the first group's message");
+    }
+    // Their collectives, at once, keep apart too.
+    std::vector<std::int64_t> x(8, world.rank() + 1), y(8, 10 * (world.rank() + 1));
+    auto wx = first.all_reduce_async(std::span(x));
+    auto wy = second.all_reduce_async(std::span(y));
+    wx.wait();
+    wy.wait();
+    expect(x == std::vector<std::int64_t>(8, 3) && y == std::vector<std::int64_t>(8, 30),
+           "the two groups' all_reduces");
+  });
+}
+
+TEST_CASE("new_group without every rank fails naming new_group, not a bare all_reduce",
+          "[collective]") {
+  try {
+    run_ranks(
+        2,
+        [](collie::ProcessGroup& world) {
+          if (world.rank() == 0) world.new_group({0, 1});
+        },
+        std::chrono::milliseconds(1500));
+    FAIL("new_group completed without rank 1");
+  } catch (const collie::Error& e) {
+    // Rank 0 times out, or hears that rank 1 left: either way it says why.
+    CHECK_THAT(e.what(), Catch::Contains("rank 0: new_group on world") &&
+                             Catch::Contains("every rank of world must call new_group"));
+  }
+}
+
 TEST_CASE("out-of-place all_reduce and reduce have async forms; the untyped ones too",
           "[collective]") {
   for (int world : {1, 3}) {

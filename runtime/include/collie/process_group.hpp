@@ -404,12 +404,14 @@ class ProcessGroup {
 
   // ---- sub-groups ----
   // A group of some of this group's ranks (given in this group's numbering,
-  // sorted or not: the new group numbers them in the order given). Every
-  // rank of this group must call new_group, with the same ranks, in the same
-  // order as its other new_group calls; a rank not in `ranks` gets a group it
-  // is not a member of (rank() == -1; any use throws an Error saying so).
-  // A sub-group has its own tags and sequence: its collectives never match
-  // another group's messages.
+  // sorted or not: the new group numbers them in the order given). It is a
+  // collective of this group, as in MPI: every rank of it calls new_group,
+  // with the same ranks, in the same order among its collectives on this
+  // group, and they agree there on a tag space no live group of theirs
+  // uses. A rank not in `ranks` gets a group it is not a member of (rank()
+  // == -1; any use throws an Error saying so). A sub-group has its own tags
+  // and sequence: its messages never match another group's. A process
+  // makes one group at a time (a second new_group waits for the first).
   ProcessGroup new_group(const std::vector<int>& ranks);
 
   // The job this group belongs to, and its store (namespace of this run).
