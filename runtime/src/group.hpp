@@ -69,11 +69,16 @@ struct detail::Group {
   Progress progress;
   AsyncRunner runner;  // last: stopped (and joined) first
 
-  ~Group();
-  // Adds the group to its world's list (a member only).
-  void enlist();
+  ~Group();  // leaves its world's list
   transport::Transport& transport() const { return *world->transport; }
   void require_member(std::string_view what) const;
 };
+
+// A group of `world`: its name ("world", "group 1 [0, 2]"), its members
+// (group rank -> world rank), this process's rank in it (-1: not a member)
+// and its tag space (tags.hpp); with its cost model and trace name, and
+// listed in its world for the stall responder (a member only).
+std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::string name,
+                                          std::vector<int> members, int rank, std::uint32_t slot);
 
 }  // namespace collie

@@ -1,24 +1,18 @@
-#include <algorithm>
-#include <map>
+// The process group's handle (process_group.hpp): what a group is, its
+// sends and receives (staged through pinned memory for device buffers), and
+// new_group. The collectives are collective.cpp's and vector_collective.cpp's;
+// init() is init.cpp's.
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <collie/address.hpp>
-#include <collie/crypto.hpp>
 #include <collie/error.hpp>
-#include <collie/interrupt.hpp>
-#include "job_store.hpp"
-#include <collie/log.hpp>
 #include <collie/process_group.hpp>
-#include <collie/transport/interfaces.hpp>
-#include <collie/transport/open.hpp>
 
 #include "group.hpp"
+#include "job_store.hpp"
 #include "tags.hpp"
-#include "placement.hpp"
 
 namespace collie {
 
@@ -31,106 +25,9 @@ void check_tag(int tag, int rank, const char* op, int peer) {
   }
 }
 
-// The cost model Auto picks with in a group of these world ranks: the
-// shared-memory one when this rank reaches every other member through
-// shared memory (then every member does: they share one host), else the
-// TCP one; crowding as counted on this host, and the TCP one with this
-// host's cache sizes.
-collectives::CostModel cost_model_for(const World& world, const std::vector<int>& members) {
-  const double crowded =
-      crowding(world.host_ranks, world.host_cores, static_cast<int>(members.size()));
-  const int self = world.config.rank;
-  const bool shared = std::all_of(members.begin(), members.end(), [&](int r) {
-    return r == self || world.transport->shares_memory_with(r);
-  });
-  if (shared) return collectives::shared_memory_cost_model(crowded);
-  collectives::CostModel m;
-  m.crowding = crowded;
-  const auto caches = cache_sizes();
-  if (caches.core > 0) m.core_cache_bytes = caches.core;
-  if (caches.host > 0) m.cache_bytes = caches.host;
-  return m;
-}
-
-// The address peers should use to reach this rank.
-std::string advertised_address(const JobConfig& config) {
-  const auto interfaces = transport::list_interfaces();
-  if (config.method != JobConfig::Method::File && !config.master_addr.empty()) {
-    return transport::choose_advertised_address(config.socket_ifname, config.master_addr,
-                                                interfaces);
-  }
-  if (!config.socket_ifname.empty()) {
-    return transport::choose_advertised_address(config.socket_ifname, "127.0.0.1", interfaces);
-  }
-  // file:// (or a given store with no host to route to) names no master
-  // host: the first non-loopback IPv4 address, so
-  // ranks on other hosts of the shared file system can connect.
-  for (const auto& i : interfaces) {
-    if (!i.is_v6 && !i.is_loopback) return i.address;
-  }
-  return "127.0.0.1";
-}
-
-// Which ranks have joined (their addresses are in the store) and which not:
-// "ranks 2, 3 never joined (rank 0 is at 10.0.0.1:41234, rank 1 at ...)".
-std::string who_joined(store::Store& store, int world_size) {
-  std::map<int, std::string> joined;
-  try {
-    const std::string prefix = "world/addr/";
-    const auto keys = store.list_keys(prefix, std::chrono::seconds(5));
-    const auto values = store.multi_get(keys, std::chrono::seconds(5));
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      joined[std::stoi(keys[i].substr(prefix.size()))] = values[i];
-  } catch (const std::exception& e) {
-    return fmt::format("some never did (the store could not say which: {})", e.what());
-  }
-  // Long lists are cut: the first 16 of each.
-  auto list = [](const std::vector<std::string>& items) {
-    std::string out;
-    for (std::size_t i = 0; i < items.size() && i < 16; ++i)
-      out += (i == 0 ? "" : ", ") + items[i];
-    if (items.size() > 16) out += fmt::format(" and {} more", items.size() - 16);
-    return out;
-  };
-  std::vector<std::string> missing, present;
-  for (int r = 0; r < world_size; ++r) {
-    if (auto it = joined.find(r); it == joined.end())
-      missing.push_back(std::to_string(r));
-    else
-      present.push_back(fmt::format("rank {} at {}", r, it->second));
-  }
-  if (missing.empty()) return "every rank has published its address, yet the count is short";
-  return fmt::format("rank{} {} never joined ({})", missing.size() == 1 ? "" : "s", list(missing),
-                     present.empty() ? std::string("none has") : "joined: " + list(present));
-}
-
 }  // namespace
 
 // ---- ProcessGroup ----
-
-void detail::Group::require_member(std::string_view what) const {
-  if (rank >= 0) return;
-  throw Error(
-      fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
-                  "only the ranks given to new_group may use the group",
-                  world->config.rank, what, name));
-}
-
-detail::Group::~Group() {
-  if (rank < 0 || !world) return;
-  std::lock_guard lock(world->groups_mu);
-  const auto it = world->groups.find(slot);
-  if (it != world->groups.end() && it->second == this) world->groups.erase(it);
-}
-
-void detail::Group::enlist() {
-  progress.started_at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::steady_clock::now().time_since_epoch())
-                                .count());
-  if (rank < 0) return;
-  std::lock_guard lock(world->groups_mu);
-  world->groups.emplace(slot, this);
-}
 
 ProcessGroup::ProcessGroup(std::shared_ptr<detail::Group> group) : impl_(std::move(group)) {}
 
@@ -306,163 +203,17 @@ ProcessGroup ProcessGroup::new_group(const std::vector<int>& ranks) {
     seen[static_cast<std::size_t>(r)] = true;
   }
   if (ranks.empty()) throw Error("new_group: a group needs at least one rank");
-  auto child = std::make_shared<detail::Group>();
-  child->world = parent.world;
   const std::uint32_t index = ++parent.children;
-  if (parent.rank >= 0) child->slot = agree_on_slot(*this, parent);
+  const std::uint32_t slot = parent.rank >= 0 ? agree_on_slot(*this, parent) : 0;
+  std::vector<int> members;
+  int rank = -1;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    child->members.push_back(parent.members[static_cast<std::size_t>(ranks[i])]);
-    if (ranks[i] == parent.rank) child->rank = static_cast<int>(i);
+    members.push_back(parent.members[static_cast<std::size_t>(ranks[i])]);
+    if (ranks[i] == parent.rank) rank = static_cast<int>(i);
   }
-  child->cost_model = cost_model_for(*child->world, child->members);
-  child->name = fmt::format("group {} [{}]", index, fmt::join(child->members, ", "));
-  if (auto* tracer = child->world->tracer.get()) child->trace_group = tracer->group_id(child->name);
-  child->enlist();
+  auto name = fmt::format("group {} [{}]", index, fmt::join(members, ", "));
+  auto child = make_group(parent.world, std::move(name), std::move(members), rank, slot);
   return ProcessGroup(std::move(child));
-}
-
-// ---- init ----
-
-ProcessGroup init(const InitOptions& options) {
-  // A SIGTERM handler the program has ends collie's waits first (interrupt.hpp).
-  chain_sigterm_handler();
-  auto impl = std::make_shared<World>();
-  impl->config = resolve_job_config(options);
-  const auto& config = impl->config;
-  if (!config.trace_dir.empty())
-    impl->tracer = Tracer::open(config.trace_dir, config.rank, config.world_size);
-  // Where peers reach this rank: first, so that a wrong interface fails
-  // at once, not after the store.
-  impl->advertised_host = advertised_address(config);
-  impl->job = std::make_unique<JobStore>(config);
-  auto& store = impl->job->store();
-
-  // A random id per job run: a rank of another job (or an earlier run) that
-  // reaches this one's ports is refused in the handshake.
-  transport::TransportOptions transport_options;
-  transport_options.rank = config.rank;
-  transport_options.world_size = config.world_size;
-  transport_options.group = "world";
-  transport_options.token = config.token;
-  transport_options.timeout = config.timeout;
-  transport_options.listen_address = impl->advertised_host;
-  transport_options.settings = config.transport;
-  // Each rank is claimed once per run: a second process with the same rank
-  // (another job on the same store by mistake) fails here, at once, instead
-  // of overwriting this job's keys.
-  if (store.add(fmt::format("world/rank/{}/claimed", config.rank), 1) > 1) {
-    const auto where =
-        config.method == JobConfig::Method::File
-            ? fmt::format("the store file {}: is another job using this file?", config.file_path)
-        : config.method == JobConfig::Method::Given
-            ? fmt::format("the program's store{}: is another group using it?",
-                          config.given_store_name.empty() ? "" : " (" + config.given_store_name + ")")
-            : fmt::format("the store at {}: is another job using this MASTER_PORT?",
-                          join_host_port(config.master_addr, config.master_port));
-    throw Error(fmt::format("rank {} is already taken in {}", config.rank, where));
-  }
-  if (config.rank == 0) {
-    transport_options.group_id = crypto::random_u64();
-    store.set("world/id", fmt::format("{:016x}", transport_options.group_id));
-  } else {
-    const std::string id = store.get("world/id");
-    try {
-      transport_options.group_id = std::stoull(id, nullptr, 16);
-    } catch (const std::exception&) {
-      throw Error(
-          fmt::format("rank {}: the store's 'world/id' holds '{}', not rank 0's group id: "
-                      "is another program using this store?",
-                      config.rank, id));
-    }
-  }
-  // Who this process is, for other ranks' stall reports (stall.hpp): a
-  // rank stopped before its responder spoke is still looked at in /proc.
-  const bool stall_reports = config.method != JobConfig::Method::File &&
-                             config.method != JobConfig::Method::Given &&
-                             config.stall_time.count() > 0 && config.world_size > 1;
-  if (stall_reports)
-    store.set(fmt::format("stall/proc/{}", config.rank), process_identity());
-  // How many ranks share each machine, for Auto's cost model: counted
-  // before the barrier, read by rank 0 after it and passed on.
-  const std::string machine_key = "world/machine/" + machine_id();
-  try {
-    // (Opening the transport waits for every rank to say which host it is
-    // on, to choose shared memory or TCP per peer: a rank that never comes
-    // is named here as at the barrier.)
-    impl->transport = transport::open_transport(impl->job->shared_store(), transport_options);
-    if (config.world_size > 1) store.add(machine_key, 1);
-    store.barrier("world/joined", static_cast<std::uint32_t>(config.world_size));
-    impl->job->joined();
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format(
-        "rank {} waited {:.0f} s for all {} ranks to join, and {}: check that every rank was "
-        "started with WORLD_SIZE={} and the same store ({})",
-        config.rank, std::chrono::duration<double>(config.timeout).count(), config.world_size,
-        who_joined(store, config.world_size), config.world_size, e.what()));
-  } catch (const ConnectionError& e) {
-    if (config.method == JobConfig::Method::File || config.method == JobConfig::Method::Given ||
-        config.store_hosted_by_launcher || config.rank == 0)
-      throw;
-    throw ConnectionError(fmt::format(
-        "rank {} was waiting for all {} ranks to join when the store went away ({}): rank 0 "
-        "hosts it, so rank 0 has exited, perhaps at its own timeout; its error names the ranks "
-        "that never joined",
-        config.rank, config.world_size, e.what()));
-  }
-  if (config.world_size > 1) {
-    if (config.rank == 0) {
-      impl->host_ranks = static_cast<int>(store.add(machine_key, 0));
-      impl->host_cores = usable_cores();
-      store.set("world/placement", fmt::format("{} {}", impl->host_ranks, impl->host_cores));
-    } else {
-      std::string text;
-      const auto context = [&](const std::exception& e) {
-        return fmt::format(
-            "rank {}: reading rank 0's count of the ranks on its machine ('world/placement', "
-            "written as soon as all {} joined): {}; has rank 0 exited?",
-            config.rank, config.world_size, e.what());
-      };
-      try {
-        text = store.get("world/placement");
-      } catch (const TimeoutError& e) {
-        throw TimeoutError(context(e));
-      } catch (const ConnectionError& e) {
-        throw ConnectionError(context(e));
-      }
-      std::istringstream placement(text);
-      if (!(placement >> impl->host_ranks >> impl->host_cores) || impl->host_ranks < 1 ||
-          impl->host_cores < 1)
-        throw Error(fmt::format(
-            "rank {}: the store's 'world/placement' holds '{}', not rank 0's \"<ranks> "
-            "<cores>\": is another program using this store?",
-            config.rank, text));
-    }
-    // Before any mesh connection opens (they open at the first message).
-    impl->transport->set_host_load(impl->host_ranks, impl->host_cores);
-  }
-  // Every address, now, while the store is surely up: a rank 0 that hosts
-  // the store may finish and exit before the others connect to each other.
-  if (config.world_size <= 4096) impl->transport->prefetch();
-  collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
-                      impl->transport->describe());
-  if (impl->tracer) impl->tracer->label("transport: " + impl->transport->describe());
-  auto group = std::make_shared<detail::Group>();
-  group->world = std::move(impl);
-  group->name = "world";
-  if (auto* tracer = group->world->tracer.get()) group->trace_group = tracer->group_id(group->name);
-  group->rank = config.rank;
-  for (int r = 0; r < config.world_size; ++r)
-    group->members.push_back(r);
-  group->cost_model = cost_model_for(*group->world, group->members);
-  group->enlist();
-  auto& world = *group->world;
-  if (stall_reports) {
-    world.responder = std::make_unique<StallResponder>(
-        config, world.job->prefix(), [w = &world](std::uint32_t slot, std::uint64_t sequence) {
-          return answer_query(*w, slot, sequence);
-        });
-  }
-  return detail::Access::group(std::move(group));
 }
 
 }  // namespace collie

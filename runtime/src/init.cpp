@@ -1,0 +1,248 @@
+// collie::init(): how a job's ranks meet (process_group.hpp). In order:
+//
+//   1. the job from the options and the environment (job_config.hpp), and
+//      the address this rank advertises (first: a wrong interface fails at
+//      once, not after the store);
+//   2. the job's store (job_store.hpp), and this rank claimed in it;
+//   3. the job's random group id, from rank 0;
+//   4. the transport opened (every rank says which host it is on) and every
+//      rank joined (a barrier);
+//   5. how many ranks share rank 0's machine, on how many cores, for Auto's
+//      cost model and the transport;
+//   6. every peer's address read while the store is surely up, the world
+//      group made, and the stall responder started.
+//
+// Every key it reads or writes is keys.hpp's; every wait has the job's
+// timeout, and a rank that never comes is named.
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include <collie/crypto.hpp>
+#include <collie/error.hpp>
+#include <collie/interrupt.hpp>
+#include <collie/log.hpp>
+#include <collie/process_group.hpp>
+#include <collie/store/keys.hpp>
+#include <collie/transport/interfaces.hpp>
+#include <collie/transport/open.hpp>
+
+#include "group.hpp"
+#include "job_store.hpp"
+#include "placement.hpp"
+
+namespace collie {
+
+namespace {
+
+// The address peers should use to reach this rank.
+std::string advertised_address(const JobConfig& config) {
+  const auto interfaces = transport::list_interfaces();
+  if (config.method != JobConfig::Method::File && !config.master_addr.empty()) {
+    return transport::choose_advertised_address(config.socket_ifname, config.master_addr,
+                                                interfaces);
+  }
+  if (!config.socket_ifname.empty()) {
+    return transport::choose_advertised_address(config.socket_ifname, "127.0.0.1", interfaces);
+  }
+  // file:// (or a given store with no host to route to) names no master
+  // host: the first non-loopback IPv4 address, so ranks on other hosts of
+  // the shared file system can connect.
+  for (const auto& i : interfaces) {
+    if (!i.is_v6 && !i.is_loopback) return i.address;
+  }
+  return "127.0.0.1";
+}
+
+// Which ranks have joined (their addresses are in the store) and which not:
+// "ranks 2, 3 never joined (rank 0 is at 10.0.0.1:41234, rank 1 at ...)".
+std::string who_joined(store::Store& store, int world_size) {
+  std::map<int, std::string> joined;
+  try {
+    const std::string prefix = keys::tcp_address_prefix("world");
+    const auto names = store.list_keys(prefix, std::chrono::seconds(5));
+    const auto values = store.multi_get(names, std::chrono::seconds(5));
+    for (std::size_t i = 0; i < names.size(); ++i)
+      joined[std::stoi(names[i].substr(prefix.size()))] = values[i];
+  } catch (const std::exception& e) {
+    return fmt::format("some never did (the store could not say which: {})", e.what());
+  }
+  // Long lists are cut: the first 16 of each.
+  auto list = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (std::size_t i = 0; i < items.size() && i < 16; ++i)
+      out += (i == 0 ? "" : ", ") + items[i];
+    if (items.size() > 16) out += fmt::format(" and {} more", items.size() - 16);
+    return out;
+  };
+  std::vector<std::string> missing, present;
+  for (int r = 0; r < world_size; ++r) {
+    if (auto it = joined.find(r); it == joined.end())
+      missing.push_back(std::to_string(r));
+    else
+      present.push_back(fmt::format("rank {} at {}", r, it->second));
+  }
+  if (missing.empty()) return "every rank has published its address, yet the count is short";
+  return fmt::format("rank{} {} never joined ({})", missing.size() == 1 ? "" : "s", list(missing),
+                     present.empty() ? std::string("none has") : "joined: " + list(present));
+}
+
+// Each rank is claimed once per run: a second process with the same rank
+// (another job on the same store by mistake) fails here, at once, instead
+// of overwriting this job's keys.
+void claim_rank(store::Store& store, const JobConfig& config) {
+  if (store.add(keys::rank_claimed(config.rank), 1) <= 1) return;
+  const auto where =
+      config.method == JobConfig::Method::File
+          ? fmt::format("the store file {}: is another job using this file?", config.file_path)
+      : config.method == JobConfig::Method::Given
+          ? fmt::format("the program's store{}: is another group using it?",
+                        config.given_store_name.empty() ? "" : " (" + config.given_store_name + ")")
+          : fmt::format("the store at {}: is another job using this MASTER_PORT?",
+                        join_host_port(config.master_addr, config.master_port));
+  throw Error(fmt::format("rank {} is already taken in {}", config.rank, where));
+}
+
+// A random id per job run, from rank 0: a rank of another job (or an
+// earlier run) that reaches this one's ports is refused in the handshake.
+std::uint64_t agree_on_group_id(store::Store& store, const JobConfig& config) {
+  if (config.rank == 0) {
+    const auto id = crypto::random_u64();
+    store.set(keys::kGroupId, fmt::format("{:016x}", id));
+    return id;
+  }
+  const std::string id = store.get(keys::kGroupId);
+  try {
+    return std::stoull(id, nullptr, 16);
+  } catch (const std::exception&) {
+    throw Error(
+        fmt::format("rank {}: the store's '{}' holds '{}', not rank 0's group id: is another "
+                    "program using this store?",
+                    config.rank, keys::kGroupId, id));
+  }
+}
+
+// Opens the transport (it waits for every rank to say which host it is on,
+// to choose shared memory or TCP per peer) and waits for every rank to
+// join; a rank that never comes is named.
+void join(World& world, const transport::TransportOptions& options, const std::string& machine) {
+  const auto& config = world.config;
+  auto& store = world.job->store();
+  try {
+    world.transport = transport::open_transport(world.job->shared_store(), options);
+    if (config.world_size > 1) store.add(machine, 1);
+    store.barrier(keys::kJoined, static_cast<std::uint32_t>(config.world_size));
+    world.job->joined();
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(fmt::format(
+        "rank {} waited {:.0f} s for all {} ranks to join, and {}: check that every rank was "
+        "started with WORLD_SIZE={} and the same store ({})",
+        config.rank, std::chrono::duration<double>(config.timeout).count(), config.world_size,
+        who_joined(store, config.world_size), config.world_size, e.what()));
+  } catch (const ConnectionError& e) {
+    if (config.method == JobConfig::Method::File || config.method == JobConfig::Method::Given ||
+        config.store_hosted_by_launcher || config.rank == 0)
+      throw;
+    throw ConnectionError(fmt::format(
+        "rank {} was waiting for all {} ranks to join when the store went away ({}): rank 0 "
+        "hosts it, so rank 0 has exited, perhaps at its own timeout; its error names the ranks "
+        "that never joined",
+        config.rank, config.world_size, e.what()));
+  }
+}
+
+// How many ranks share rank 0's machine and on how many cores: counted
+// before the barrier, read by rank 0 after it and passed on.
+void agree_on_placement(World& world, const std::string& machine) {
+  const auto& config = world.config;
+  auto& store = world.job->store();
+  if (config.rank == 0) {
+    world.host_ranks = static_cast<int>(store.add(machine, 0));
+    world.host_cores = usable_cores();
+    store.set(keys::kPlacement, fmt::format("{} {}", world.host_ranks, world.host_cores));
+    return;
+  }
+  std::string text;
+  const auto context = [&](const std::exception& e) {
+    return fmt::format(
+        "rank {}: reading rank 0's count of the ranks on its machine ('{}', written as soon as "
+        "all {} joined): {}; has rank 0 exited?",
+        config.rank, keys::kPlacement, config.world_size, e.what());
+  };
+  try {
+    text = store.get(keys::kPlacement);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context(e));
+  } catch (const ConnectionError& e) {
+    throw ConnectionError(context(e));
+  }
+  std::istringstream placement(text);
+  if (!(placement >> world.host_ranks >> world.host_cores) || world.host_ranks < 1 ||
+      world.host_cores < 1)
+    throw Error(fmt::format(
+        "rank {}: the store's '{}' holds '{}', not rank 0's \"<ranks> <cores>\": is another "
+        "program using this store?",
+        config.rank, keys::kPlacement, text));
+}
+
+}  // namespace
+
+ProcessGroup init(const InitOptions& options) {
+  // A SIGTERM handler the program has ends collie's waits first (interrupt.hpp).
+  chain_sigterm_handler();
+  auto world = std::make_shared<World>();
+  world->config = resolve_job_config(options);
+  const auto& config = world->config;
+  if (!config.trace_dir.empty())
+    world->tracer = Tracer::open(config.trace_dir, config.rank, config.world_size);
+  world->advertised_host = advertised_address(config);
+  world->job = std::make_unique<JobStore>(config);
+  auto& store = world->job->store();
+  claim_rank(store, config);
+
+  transport::TransportOptions transport_options;
+  transport_options.rank = config.rank;
+  transport_options.world_size = config.world_size;
+  transport_options.group = "world";
+  transport_options.token = config.token;
+  transport_options.timeout = config.timeout;
+  transport_options.listen_address = world->advertised_host;
+  transport_options.settings = config.transport;
+  transport_options.group_id = agree_on_group_id(store, config);
+
+  // Who this process is, for other ranks' stall reports (stall.hpp): a rank
+  // stopped before its responder spoke is still looked at in /proc.
+  const bool stall_reports = config.method != JobConfig::Method::File &&
+                             config.method != JobConfig::Method::Given &&
+                             config.stall_time.count() > 0 && config.world_size > 1;
+  if (stall_reports) store.set(keys::stall_process(config.rank), process_identity());
+
+  const std::string machine = keys::machine(machine_id());
+  join(*world, transport_options, machine);
+  if (config.world_size > 1) {
+    agree_on_placement(*world, machine);
+    // Before any mesh connection opens (they open at the first message).
+    world->transport->set_host_load(world->host_ranks, world->host_cores);
+  }
+  // Every address, now, while the store is surely up: a rank 0 that hosts
+  // the store may finish and exit before the others connect to each other.
+  if (config.world_size <= 4096) world->transport->prefetch();
+  collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
+                      world->transport->describe());
+  if (world->tracer) world->tracer->label("transport: " + world->transport->describe());
+
+  std::vector<int> everyone;
+  for (int r = 0; r < config.world_size; ++r)
+    everyone.push_back(r);
+  auto group = make_group(world, "world", std::move(everyone), config.rank, 0);
+  if (stall_reports) {
+    world->responder = std::make_unique<StallResponder>(
+        config, world->job->prefix(), [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
+          return answer_query(*w, slot, sequence);
+        });
+  }
+  return detail::Access::group(std::move(group));
+}
+
+}  // namespace collie
