@@ -18,6 +18,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
+#include <collie/store/keys.hpp>
 
 #include "call.hpp"
 #include "group.hpp"
@@ -199,7 +200,7 @@ class StallResponder::Impl {
   }
 
   void wait_next() {
-    keys_ = {prefix_ + fmt::format("stall/q/{}", next_)};
+    keys_ = {prefix_ + keys::stall_query(static_cast<std::int64_t>(next_))};
     client_->wait(keys_, [this](const store::Failure* f, store::Done) {
       if (f != nullptr) return quit("waiting for a query", *f);
       client_->get(keys_[0], [this](const store::Failure* failed, std::string query) {
@@ -217,7 +218,7 @@ class StallResponder::Impl {
     std::optional<std::string> text;
     if (in >> slot >> sequence) text = lookup_(slot, sequence);
     if (!text) return wait_next();
-    client_->set(prefix_ + fmt::format("stall/a/{}/{}", k, rank_), *text,
+    client_->set(prefix_ + keys::stall_answer(static_cast<std::int64_t>(k), rank_), *text,
                  [this](const store::Failure* f, store::Done) {
                    if (f != nullptr) return quit("answering", *f);
                    wait_next();
@@ -275,27 +276,27 @@ void StallCheck::inspect(int round) {
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started_);
   const auto call_name =
       fmt::format("{} #{} on {}", describe(call_.signature(), false), call_.sequence, g_.name);
-  const auto id = fmt::format("{}/{}/{}", g_.slot, call_.sequence, round);
   const int me = g_.members[static_cast<std::size_t>(g_.rank)];
   try {
-    if (store.add("stall/ask/" + id, 1, window_) > 1) {
+    if (store.add(keys::stall_ask(g_.slot, call_.sequence, round), 1, window_) > 1) {
       // Another waiting rank asks; its report is the same for all.
-      const auto text = store.get("stall/report/" + id, window_ * 2 + std::chrono::seconds(1));
+      const auto text = store.get(keys::stall_report(g_.slot, call_.sequence, round),
+                                  window_ * 2 + std::chrono::seconds(1));
       const auto space = text.find(' ');
       culprit_ = std::stoi(text.substr(0, space));
       report_ = text.substr(space + 1);
     } else {
-      const auto k = store.add("stall/n", 1, window_);
-      store.set(fmt::format("stall/q/{}", k), fmt::format("{} {}", g_.slot, call_.sequence),
+      const auto k = store.add(keys::kStallQueries, 1, window_);
+      store.set(keys::stall_query(k), fmt::format("{} {}", g_.slot, call_.sequence),
                 window_);
-      std::vector<std::string> keys;
+      std::vector<std::string> awaited;
       for (int wr : g_.members)
-        if (wr != me) keys.push_back(fmt::format("stall/a/{}/{}", k, wr));
+        if (wr != me) awaited.push_back(keys::stall_answer(k, wr));
       try {
-        store.wait(keys, window_);
+        store.wait(awaited, window_);
       } catch (const TimeoutError&) {
       }
-      const auto have = store.list_keys(fmt::format("stall/a/{}/", k), window_);
+      const auto have = store.list_keys(keys::stall_answers(k), window_);
       std::vector<std::string> values;
       if (!have.empty()) values = store.multi_get(have, window_);
       std::map<int, std::string> answers;
@@ -324,7 +325,7 @@ void StallCheck::inspect(int round) {
                                   : fmt::format("rank {} ({})", gr, transport.describe_peer(wr));
         const auto a = answers.find(wr);
         if (a == answers.end()) {
-          auto proc = store.try_get(fmt::format("stall/proc/{}", wr), window_);
+          auto proc = store.try_get(keys::stall_process(wr), window_);
           auto what = proc ? describe_process(*proc) : std::string();
           if (what.empty()) what = "it is stopped, frozen, or cannot be reached";
           const int severity = what.find("is stopped") != std::string::npos ||
@@ -379,7 +380,8 @@ void StallCheck::inspect(int round) {
       }
       culprit_ = culprit;
       report_ = text;
-      store.set("stall/report/" + id, fmt::format("{} {}", culprit, text), window_);
+      store.set(keys::stall_report(g_.slot, call_.sequence, round), fmt::format("{} {}", culprit, text),
+                window_);
     }
     collie::log().warn("rank {}: stalled: {}", g_.rank, report_);
   } catch (const std::exception& e) {

@@ -16,13 +16,7 @@
 // (stopped, or exited), else said not to answer (stopped, frozen or
 // unreachable).
 //
-// Keys, in the job's view of the store:
-//   stall/proc/<world rank>            "<kernel id>\n<pid>\n<host name>"
-//   stall/n                            the number of queries so far
-//   stall/q/<k>                        "<slot> <sequence>"
-//   stall/a/<k>/<world rank>           one rank's answer
-//   stall/ask/<slot>/<sequence>/<round>  a counter: the first to ask
-//   stall/report/<slot>/<sequence>/<round>  "<culprit world rank> <report>"
+// Its keys, in the job's view of the store, are keys.hpp's stall/ family.
 #pragma once
 
 #include <array>

@@ -6,9 +6,12 @@
 //   bits 40-62  the group's slot (its tag space: 0 for the world)
 //   bits  0-39  the call's sequence number in its group
 //
-// A point-to-point message (bit 63 clear): bits 31-62 the slot, bits 0-30
-// the program's tag (0 to 2^31 - 1). So no two calls of one group, and no
-// two live groups that share a rank (new_group gives each a slot of its
+// A point-to-point message (bit 63 clear): bits 31-53 the slot, bits 0-30
+// the program's tag (0 to 2^31 - 1). A call's diagnosis (bit 63 clear, bit
+// 62 set): bits 31-53 the slot, bits 0-30 the call's sequence (its low 31
+// bits): a failed call's words to its peers that no receive of a call or of
+// the program ever takes (diagnosis.hpp). So no two calls of one group, and
+// no two live groups that share a rank (new_group gives each a slot of its
 // own, process_group.cpp), ever match each other's messages.
 #pragma once
 
@@ -30,6 +33,12 @@ inline std::uint64_t collective_tag(std::uint32_t slot, std::uint64_t sequence) 
 // The sequence number of the call a collective tag belongs to.
 inline std::uint64_t sequence_of_tag(std::uint64_t tag) {
   return tag & kSequenceMask;
+}
+
+// The tag of call #`sequence`'s diagnosis messages.
+inline std::uint64_t diagnosis_tag(std::uint32_t slot, std::uint64_t sequence) {
+  return (std::uint64_t{1} << 62) | (static_cast<std::uint64_t>(slot & kMaxSlot) << 31) |
+         (sequence & ((std::uint64_t{1} << 31) - 1));
 }
 
 // The tag of a point-to-point message with the program's `tag`.

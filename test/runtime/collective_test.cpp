@@ -13,10 +13,13 @@
 #include <collie/error.hpp>
 #include <collie/collectives/cost.hpp>
 #include <collie/process_group.hpp>
+#include <collie/store/file_store.hpp>
 
 #include "collective_check.hpp"
 #include "placement.hpp"
 #include "support/shm_skip.hpp"
+#include "support/forgetful_store.hpp"
+#include "support/scratch_dir.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -229,6 +232,41 @@ TEST_CASE("out-of-place all_reduce and reduce have async forms; the untyped ones
       for (int q = 0; q < world; ++q)
         expect(gathered[static_cast<std::size_t>(q)] == 1.0 + q, "run_vector_collective");
     });
+  }
+}
+
+TEST_CASE("every rank names both calls of a mismatch, also when the store lost the diagnosis",
+          "[collective]") {
+  // Ranks that never receive from the odd rank hear of the mismatch from
+  // one that did, and read its diagnosis in the store; where the store is
+  // gone by then (rank 0 hosted it and exited), they read the odd rank's
+  // call that the finder sent along. Here the store forgets every
+  // diagnosis: the second way alone must name both calls, on every rank.
+  collie::test::ScratchDir dir;
+  auto shared = std::make_shared<collie::store::FileStore>((dir.path() / "store").string());
+  auto forgetful = std::make_shared<collie::test::ForgetfulStore>(shared, "mismatch/");
+  std::vector<std::string> said(4);
+  collie::test::run_ranks(
+      4,
+      [&](collie::ProcessGroup& pg) {
+        std::vector<float> v(4000 + (pg.rank() == 3 ? 1 : 0), 1.0f);
+        collie::CollectiveOptions o;
+        o.algorithm = collie::Algorithm::Ring;  // ranks 1 and 3 never meet
+        try {
+          pg.all_reduce(std::span(v), collie::ReduceOp::Sum, o);
+        } catch (const collie::MismatchError& e) {
+          said[static_cast<std::size_t>(pg.rank())] = e.what();
+        }
+      },
+      std::chrono::seconds(30), [&](collie::InitOptions& o) {
+        o.store = forgetful;
+        o.store_name = "forgetful";
+      });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << " said: " << said[static_cast<std::size_t>(r)]);
+    CHECK_THAT(said[static_cast<std::size_t>(r)],
+               Catch::Contains("all_reduce(float32, 4001, sum)") &&
+                   Catch::Contains("all_reduce(float32, 4000, sum)"));
   }
 }
 

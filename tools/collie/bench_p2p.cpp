@@ -27,6 +27,7 @@
 #include <collie/error.hpp>
 #include <collie/memory.hpp>
 #include <collie/process_group.hpp>
+#include <collie/store/keys.hpp>
 #include <collie/store/server.hpp>
 #include <collie/version.hpp>
 
@@ -204,7 +205,7 @@ int raw_connection(ProcessGroup& pg) {
     char port[NI_MAXSERV] = {};
     getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, nullptr, 0, port, sizeof(port),
                 NI_NUMERICSERV);
-    pg.store().set("bench/raw_address",
+    pg.store().set(keys::kBenchRawAddress,
                    join_host_port(own.host, static_cast<std::uint16_t>(std::atoi(port))));
     pollfd ready{listener, POLLIN, 0};
     const auto ms = static_cast<int>(std::min<long long>(pg.config().timeout.count(), 1 << 30));
@@ -212,7 +213,7 @@ int raw_connection(ProcessGroup& pg) {
     ::close(listener);
     if (fd < 0) throw Error("raw TCP baseline: rank 1 did not connect within the job's timeout");
   } else {
-    const std::string text = pg.store().get("bench/raw_address");
+    const std::string text = pg.store().get(keys::kBenchRawAddress);
     const auto where = split_host_port(text);
     if (!where) throw Error(fmt::format("raw TCP baseline: rank 0 published '{}'", text));
     const auto found = resolve(*where, 0);
@@ -341,7 +342,7 @@ int run_rank(const P2pArgs& a) {
       }
     }
     if (pg.rank() == 0) print(pg, a, latencies, bandwidths);
-    pg.store().barrier("bench/done", static_cast<std::uint32_t>(pg.size()));
+    pg.store().barrier(keys::kBenchDone, static_cast<std::uint32_t>(pg.size()));
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collie bench p2p: %s\n", e.what());

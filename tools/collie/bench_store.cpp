@@ -17,6 +17,7 @@
 #include <collie/error.hpp>
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
+#include <collie/store/keys.hpp>
 #include <collie/store/server.hpp>
 #include <collie/version.hpp>
 
@@ -80,7 +81,7 @@ OpsResult measure_ops(const std::string& op, int clients, const BenchArgs& args,
   const std::string value(args.value_bytes, 'v');
   constexpr int kKeysPerClient = 1000;
   auto key_of = [&](int client, int i) {
-    return fmt::format("bench/{}/{}/{}/{}", run, op, client, i % kKeysPerClient);
+    return keys::bench_key(run, op, client, i % kKeysPerClient);
   };
   if (op == "get") {
     for (int c = 0; c < clients; ++c) {
@@ -148,8 +149,8 @@ RendezvousResult measure_rendezvous(int n, const HostPort& server, const std::st
   store::ClientOptions options;
   options.timeout = std::chrono::seconds(60);
   options.token = token;
-  const std::string counter = fmt::format("bench/rendezvous/{}/{}/count", run, n);
-  const std::string barrier = fmt::format("bench/rendezvous/{}/{}", run, n);
+  const std::string barrier = keys::bench_rendezvous(run, n);
+  const std::string counter = barrier + "/count";
   std::vector<std::unique_ptr<store::AsyncStoreClient>> clients;
   clients.reserve(static_cast<std::size_t>(n));
   int connected = 0;

@@ -7,6 +7,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
+#include <collie/store/keys.hpp>
 #include <collie/transport/peer_router.hpp>
 #include <collie/transport/shm.hpp>
 #include <collie/transport/tcp.hpp>
@@ -21,16 +22,16 @@ std::vector<std::string> host_identities(store::Store& store, const TransportOpt
   std::vector<std::string> all;
   all.reserve(static_cast<std::size_t>(o.world_size));
   for (int first = 0; first < o.world_size; first += static_cast<int>(kBatch)) {
-    std::vector<std::string> keys;
+    std::vector<std::string> names;
     const int last = std::min(o.world_size, first + static_cast<int>(kBatch));
     for (int r = first; r < last; ++r)
-      keys.push_back(fmt::format("{}/host/{}", o.group, r));
+      names.push_back(keys::host(o.group, r));
     try {
-      store.wait(keys, o.timeout);
+      store.wait(names, o.timeout);
     } catch (const TimeoutError&) {
       std::vector<int> missing;
       for (int r = first; r < last && missing.size() < 8; ++r) {
-        const std::string key = fmt::format("{}/host/{}", o.group, r);
+        const std::string key = keys::host(o.group, r);
         if (!store.check(std::span(&key, 1))) missing.push_back(r);
       }
       throw TimeoutError(fmt::format(
@@ -39,7 +40,7 @@ std::vector<std::string> host_identities(store::Store& store, const TransportOpt
           o.rank, fmt::join(missing, ", "), missing.size() == 8 ? " and maybe more" : "",
           o.group, describe_duration(o.timeout), o.world_size));
     }
-    auto values = store.multi_get(keys);
+    auto values = store.multi_get(names);
     all.insert(all.end(), values.begin(), values.end());
   }
   return all;
@@ -67,7 +68,7 @@ std::shared_ptr<Transport> open_transport(std::shared_ptr<store::Store> store,
                        options.rank, why);
     me += fmt::format(" (rank {} without shared memory)", options.rank);  // matches no one
   }
-  store->set(fmt::format("{}/host/{}", options.group, options.rank), me);
+  store->set(keys::host(options.group, options.rank), me);
   const auto hosts = host_identities(*store, options);
   std::vector<int> local;
   for (int r = 0; r < options.world_size; ++r) {

@@ -128,7 +128,7 @@ void CallRun::wait_recv(const transport::RequestPtr& r, int from) {
     diagnosis.reported_failure(theirs, from);
   }
   if (theirs != fingerprint) {
-    diagnosis.mismatched_from = from;
+    diagnosis.found(from, theirs, fingerprint);
     throw MismatchError(diagnosis.mismatch(from, theirs));
   }
   if (size_differs) diagnosis.size_mismatch(from, size_error);

@@ -37,6 +37,30 @@ int Diagnosis::group_rank_of(int world_rank) const {
   return it == g_.members.end() ? -1 : static_cast<int>(it - g_.members.begin());
 }
 
+void Diagnosis::found(int from, std::uint64_t theirs, std::uint64_t mine) {
+  mismatched_from = from;
+  finding = Finding{peer(from), peer(g_.rank), theirs, mine};
+}
+
+std::optional<Diagnosis::Finding> Diagnosis::forwarded_finding(int from, std::uint64_t sequence) {
+  auto& transport = g_.transport();
+  const auto tag = diagnosis_tag(g_.slot, sequence);
+  const auto queued = transport.queued_fingerprints(tag);
+  const bool here = std::any_of(queued.begin(), queued.end(),
+                                [&](const auto& q) { return q.first == peer(from); });
+  if (!here) return std::nullopt;
+  Finding f;
+  try {
+    // Queued whole before the notice that sent this rank here: taken at once.
+    const auto r = transport.irecv(peer(from), tag, &f, sizeof f);
+    transport.wait(r, std::chrono::milliseconds(0));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (f.culprit < 0 || f.finder < 0) return std::nullopt;
+  return f;
+}
+
 std::string Diagnosis::mismatch(int from, std::uint64_t theirs) const {
   const auto mine = call_.signature();
   const auto other = decode_fingerprint(theirs);
@@ -65,7 +89,7 @@ void Diagnosis::check_queued() {
       const int from = group_rank_of(world_peer);
       if (from < 0) continue;
       if (notices) reported_failure(theirs, from);
-      mismatched_from = from;
+      found(from, theirs, fingerprint_);
       throw MismatchError(mismatch(from, theirs));
     }
   }
@@ -97,7 +121,7 @@ void Diagnosis::check_stray() {
         if (notices) reported_failure(theirs, from, earlier);
         const auto other = decode_fingerprint(theirs);
         const bool algo = describe(mine, false) == describe(other, false);
-        mismatched_from = from;
+        found(from, theirs, g_.progress.recent_fingerprint[i].load());
         stray = true;
         throw MismatchError(fmt::format(
             "rank {}: collective #{} on {} did not match (found after it ended here, in #{}): "
@@ -154,6 +178,23 @@ void Diagnosis::reported_failure(std::uint64_t notice, int from,
       failed_world_rank = -1;
       if (const auto saved = saved_mismatch(sequence))
         throw MismatchError(fmt::format("rank {}: as rank {} found: {}", g_.rank, from, *saved));
+      // The store is gone (its host exited): what the finder sent along.
+      if (const auto f = forwarded_finding(from, sequence)) {
+        finding = *f;
+        const auto culprit = decode_fingerprint(f->culprit_call);
+        const auto finder = decode_fingerprint(f->finder_call);
+        const bool algo = describe(culprit, false) == describe(finder, false);
+        const auto name = [&](int world_rank) {
+          const int r = group_rank_of(world_rank);
+          return r >= 0 ? fmt::format("rank {}", r) : transport.describe_peer(world_rank);
+        };
+        throw MismatchError(fmt::format(
+            "rank {}: collective #{} on {} does not match: {} called {} but {} called {}, as {} "
+            "found{}",
+            g_.rank, sequence, g_.name, name(f->culprit), describe(culprit, algo), name(f->finder),
+            describe(finder, algo), name(f->finder),
+            f->finder == peer(from) ? std::string() : fmt::format(" (rank {} passed it on)", from)));
+      }
       throw MismatchError(fmt::format(
           "rank {}: collective #{} on {} does not match: {} called another collective than its "
           "peers, as rank {} found",
@@ -282,13 +323,15 @@ void Diagnosis::blame(const std::string& why) const {
   }
 }
 
-void Diagnosis::notify(const std::vector<int>& peers, std::uint64_t fingerprint) {
+void Diagnosis::notify(const std::vector<int>& peers, std::uint64_t fingerprint,
+                       std::uint64_t tag, const void* data, std::size_t bytes) {
   auto& transport = g_.transport();
+  if (tag == 0) tag = tag_;
   const auto until = Clock::now() + std::chrono::seconds(1);
   std::vector<std::pair<transport::RequestPtr, int>> notices;
   for (int p : peers) {
     try {
-      notices.emplace_back(transport.isend(peer(p), tag_, nullptr, 0, fingerprint), p);
+      notices.emplace_back(transport.isend(peer(p), tag, data, bytes, fingerprint), p);
     } catch (const std::exception& e) {
       collie::log().debug("rank {}: telling rank {} about the failure: {}", g_.rank, p, e.what());
     }
@@ -325,6 +368,12 @@ void Diagnosis::tell_mismatch(const collectives::Schedule& schedule) {
     peers = schedule_peers(schedule);
   }
   const int culprit = mismatched_from >= 0 ? peer(mismatched_from) : peer(g_.rank);
+  // What was found first, under the call's diagnosis tag: it is here when
+  // the notice is (one peer's messages arrive in the order sent).
+  if (finding.culprit >= 0) {
+    sent_ = finding;
+    notify(peers, 0, diagnosis_tag(g_.slot, call_.sequence), &sent_, sizeof sent_);
+  }
   notify(peers, failure_notice(mismatch_culprit >= 0 ? mismatch_culprit : culprit,
                                FailureReason::Mismatch));
 }

@@ -11,6 +11,10 @@
 // - A broken connection is explained, when it can be, by what the peer
 //   left: a notice queued under another call's tag, a saved mismatch, its
 //   blame record.
+// - A rank that tells its peers of a mismatch also sends each, first, what
+//   it found (Finding: both calls and both ranks, under the call's diagnosis
+//   tag, tags.hpp): a peer whose store is gone (rank 0 hosted it and
+//   exited) still names both calls.
 // Used by the thread running the call (CallRun's).
 #pragma once
 
@@ -67,9 +71,11 @@ class Diagnosis {
   void save_stall_report() const;
   // Says in the store whom this rank's failure blames (its first only).
   void blame(const std::string& why) const;
-  // Sends `fingerprint` in a 0-byte message to each of `peers` (group
+  // Sends `fingerprint` in a message of `bytes` at `data` (none by default)
+  // under `tag` (the call's own by default) to each of `peers` (group
   // ranks): all posted at once, then one second in all to hand them over.
-  void notify(const std::vector<int>& peers, std::uint64_t fingerprint);
+  void notify(const std::vector<int>& peers, std::uint64_t fingerprint, std::uint64_t tag = 0,
+              const void* data = nullptr, std::size_t bytes = 0);
   // Tells every peer of the schedule but the failed rank (unless `all`)
   // which rank failed.
   void tell_peers(const collectives::Schedule& schedule, bool all = false);
@@ -87,11 +93,26 @@ class Diagnosis {
   bool second_hand = false;    // the mismatch was found by another rank
   bool stray = false;          // it was found in an earlier call (check_stray)
   int mismatch_culprit = -1;   // the world rank it named (second-hand)
+  // A mismatch as its finder saw it: what the culprit called, and what the
+  // finder did (world ranks, fingerprints). culprit < 0: none known.
+  struct Finding {
+    std::int32_t culprit = -1;
+    std::int32_t finder = -1;
+    std::uint64_t culprit_call = 0;
+    std::uint64_t finder_call = 0;
+  };
+  Finding finding;
+  // This rank found a mismatch itself: group rank `from` sent `theirs`
+  // where this rank's call is `mine`.
+  void found(int from, std::uint64_t theirs, std::uint64_t mine);
 
  private:
   int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
   // The group rank of world rank `world_rank`; -1 if not a member.
   int group_rank_of(int world_rank) const;
+  // What group rank `from` found, sent ahead of its mismatch notice for
+  // call #`sequence`, if it is here (it came before the notice).
+  std::optional<Finding> forwarded_finding(int from, std::uint64_t sequence);
 
   detail::Group& g_;
   const Call& call_;
@@ -99,6 +120,7 @@ class Diagnosis {
   std::uint64_t fingerprint_;
   const StallCheck& stall_;
   bool explained_ = false;  // explain_lost_connection() has looked
+  Finding sent_;            // what tell_mismatch() sends: alive until the sends are done
 };
 
 }  // namespace collie

@@ -16,6 +16,7 @@
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
+#include <collie/store/keys.hpp>
 #include <collie/transport/tcp.hpp>
 
 #include "connections.hpp"
@@ -45,7 +46,7 @@ struct TcpTransport::Impl {
   Progress progress;
   std::thread background;
 
-  std::string key(int rank) const { return fmt::format("{}/addr/{}", options.group, rank); }
+  std::string key(int rank) const { return keys::tcp_address(options.group, rank); }
 
   TcpRequest& of(const RequestPtr& r) const { return static_cast<TcpRequest&>(*r); }
 
@@ -387,10 +388,10 @@ std::string TcpTransport::address() const {
 
 void TcpTransport::prefetch() {
   auto& m = *impl_;
-  std::vector<std::string> keys;
+  std::vector<std::string> names;
   for (int r = 0; r < m.options.world_size; ++r)
-    keys.push_back(m.key(r));
-  const auto values = m.store->multi_get(keys);
+    names.push_back(m.key(r));
+  const auto values = m.store->multi_get(names);
   std::lock_guard lock(m.table.mu);
   for (std::size_t r = 0; r < values.size(); ++r)
     m.table.peers[r].published = values[r];

@@ -178,12 +178,14 @@ inline std::string barrier_open(std::string_view name, std::int64_t round) {
 
 inline constexpr std::string_view kBenchRawAddress = "bench/raw_address";
 inline constexpr std::string_view kBenchDone = "bench/done";
-inline std::string bench_key(std::string_view run, std::string_view op, int client, int index) {
-  return "bench/" + std::string(run) + "/" + std::string(op) + "/" + std::to_string(client) + "/" +
-         std::to_string(index);
+// `collie bench store`'s keys of run `run` (its pid), and its rendezvous
+// barrier of `clients` (with a counter beside it).
+inline std::string bench_key(int run, std::string_view op, int client, int index) {
+  return "bench/" + std::to_string(run) + "/" + std::string(op) + "/" + std::to_string(client) +
+         "/" + std::to_string(index);
 }
-inline std::string bench_rendezvous(std::string_view run, int clients) {
-  return "bench/rendezvous/" + std::string(run) + "/" + std::to_string(clients);
+inline std::string bench_rendezvous(int run, int clients) {
+  return "bench/rendezvous/" + std::to_string(run) + "/" + std::to_string(clients);
 }
 
 }  // namespace collie::keys
