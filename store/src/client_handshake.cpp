@@ -1,0 +1,183 @@
+// A store client's handshake (client_connection.hpp): collie's hello, the
+// server's limits and version, then, where the store has a token, the
+// proof of it both ways (auth.hpp). A store at a connection limit is
+// retried like a refusal; anything else that fails it fails the connect,
+// saying why.
+#include "client_connection.hpp"
+
+#include <algorithm>
+
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <fmt/format.h>
+
+#include <collie/address.hpp>
+#include <collie/crypto.hpp>
+#include <collie/duration.hpp>
+
+#include "auth.hpp"
+
+namespace collie::store {
+
+using asio::ip::tcp;
+
+namespace {
+
+// Something listens there: it gets until the connect deadline, and at
+// least this long, to answer like a store.
+constexpr auto kMinHandshakeTime = std::chrono::seconds(1);
+
+}  // namespace
+
+void AsyncStoreClient::Impl::start_handshake() {
+  state_ = State::Handshake;
+  std::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+  // A store whose host is lost fails the client within about 6 s
+  // (docs/failures.md), even while it only waits for a reply.
+  set_keep_alive(socket_.native_handle(), 2, 1, 4);
+  // Something listens there; it gets until the connect deadline (and at
+  // least a second) to answer like a store.
+  timer_.expires_at(std::max(connect_deadline_, Clock::now() + kMinHandshakeTime));
+  proof_sent_ = false;
+  timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    if (ec || self->state_ != State::Handshake) return;
+    const auto waited = describe_duration(Clock::now() - self->connect_started_);
+    self->connect_failed(Failure{
+        Failure::Kind::TimedOut,
+        self->proof_sent_
+            // A store slows down the proofs of an address that failed lately.
+            ? fmt::format("the store at {} did not check this client's token within {}: it "
+                          "slows down an address after too many failed attempts from it; "
+                          "check that every client has the store's token, and retry later",
+                          self->address_, waited)
+            : fmt::format("the store at {} accepted the connection but did not complete the "
+                          "handshake within {}; is a collie store listening there?",
+                          self->address_, waited)});
+  });
+  client_nonce_ = auth::random_nonce();
+  wire::ClientHello hello;
+  hello.has_token = !options_.token.empty();
+  hello.nonce = client_nonce_;
+  hello_out_ = wire::encode(hello);
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(hello_out_), [self](std::error_code ec, std::size_t) {
+    if (ec) return self->handshake_io_failed(ec);
+    asio::async_read(self->socket_, asio::buffer(self->hello_in_),
+                     [self](std::error_code ec2, std::size_t) {
+                       if (ec2) return self->handshake_io_failed(ec2);
+                       self->on_server_hello();
+                     });
+  });
+}
+
+void AsyncStoreClient::Impl::handshake_io_failed(std::error_code ec) {
+  if (state_ != State::Handshake) return;
+  connect_failed(Failure{Failure::Kind::Connection,
+                         fmt::format("the store at {} closed the connection during the "
+                                     "handshake ({}); is it a collie store of a compatible "
+                                     "version, and does it use the same token?",
+                                     address_, ec.message())});
+}
+
+void AsyncStoreClient::Impl::on_server_hello() {
+  const auto hello = wire::decode_server_hello(hello_in_);
+  if (hello.magic != wire::kMagic) {
+    return connect_failed(
+        Failure{Failure::Kind::Protocol,
+                fmt::format("{} is not a collie store: it answered the handshake with "
+                            "0x{:08x} instead of the store's magic 0x{:08x}",
+                            address_, hello.magic, wire::kMagic)});
+  }
+  if (hello.status == wire::HelloStatus::TooManyConnections ||
+      hello.status == wire::HelloStatus::TooManyFromAddress) {
+    // The limit may free up: retried until the connect timeout, like a refusal.
+    return retry(hello.status == wire::HelloStatus::TooManyConnections
+                     ? "the store serves as many connections as its limit allows (collie "
+                       "store serve --max-connections)"
+                     : "the store serves as many connections from this host's address as "
+                       "its limit allows (collie store serve --max-connections-per-address)");
+  }
+  if (hello.status == wire::HelloStatus::UnsupportedVersion || hello.version != wire::kVersion) {
+    return connect_failed(Failure{
+        Failure::Kind::Protocol,
+        fmt::format("the store at {} speaks protocol version {}, this client speaks version {}; "
+                    "use the same collie release on both sides",
+                    address_, hello.version, wire::kVersion)});
+  }
+  if (hello.limits.max_message_bytes < wire::kMinMessageBytes) {
+    return connect_failed(
+        Failure{Failure::Kind::Protocol,
+                fmt::format("the store at {} announced a message limit of {} bytes, below the "
+                            "protocol's minimum of {}",
+                            address_, hello.limits.max_message_bytes, wire::kMinMessageBytes)});
+  }
+  limits_ = hello.limits;
+  idle_timeout_ = std::chrono::milliseconds(hello.idle_timeout_ms);
+  in_.set_max_frame_bytes(limits_.max_message_bytes);
+  const bool have_token = !options_.token.empty();
+  if (!hello.auth_required) {
+    if (have_token) {
+      return connect_failed(Failure{
+          Failure::Kind::Authentication,
+          fmt::format("authentication failed: this client has a token but the store at {} "
+                      "does not use one, so it cannot prove who it is; start the store with "
+                      "the same token (COLLIE_STORE_TOKEN or --token-file) or unset the "
+                      "client's token",
+                      address_)});
+    }
+    return ready();
+  }
+  server_proof_ok_ =
+      have_token &&
+      crypto::digests_equal(hello.proof,
+                            auth::server_proof(options_.token, client_nonce_, hello.nonce));
+  proof_out_ =
+      have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce) : wire::Proof{};
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(proof_out_), [self](std::error_code ec, std::size_t) {
+    if (ec) return self->handshake_io_failed(ec);
+    self->proof_sent_ = true;
+    asio::async_read(self->socket_, asio::buffer(&self->auth_status_, 1),
+                     [self](std::error_code ec2, std::size_t) {
+                       if (ec2) return self->handshake_io_failed(ec2);
+                       self->on_auth_status();
+                     });
+  });
+}
+
+void AsyncStoreClient::Impl::on_auth_status() {
+  if (options_.token.empty()) {
+    return connect_failed(Failure{
+        Failure::Kind::Authentication,
+        fmt::format("authentication failed: the store at {} requires a token; set "
+                    "COLLIE_STORE_TOKEN (or the client's token option) to the store's token",
+                    address_)});
+  }
+  if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::Throttled)) {
+    return connect_failed(Failure{
+        Failure::Kind::Authentication,
+        fmt::format("authentication refused: the store at {} did not check this client's "
+                    "token, because of too many failed attempts from this host's address in "
+                    "the last minutes; check that every client has the store's token, and "
+                    "retry in a minute",
+                    address_)});
+  }
+  if (auth_status_ != static_cast<std::uint8_t>(wire::AuthStatus::Ok)) {
+    return connect_failed(
+        Failure{Failure::Kind::Authentication,
+                fmt::format("authentication failed: the store at {} refused this client's "
+                            "token (the tokens differ)",
+                            address_)});
+  }
+  if (!server_proof_ok_) {
+    return connect_failed(
+        Failure{Failure::Kind::Authentication,
+                fmt::format("authentication failed: the store at {} could not prove that it "
+                            "knows the token; refusing to use it",
+                            address_)});
+  }
+  ready();
+}
+
+}  // namespace collie::store
