@@ -1,3 +1,5 @@
+// Every collective and its algorithms by name, and make_schedule(), which
+// dispatches to each family's schedule (algorithms.hpp).
 #include <algorithm>
 #include <numeric>
 

@@ -1,3 +1,5 @@
+// The alpha-beta cost model and Auto's choice, run on the real schedules
+// (cost.hpp).
 #include <algorithm>
 #include <cstdint>
 #include <functional>

@@ -1,3 +1,5 @@
+// `collie explain`'s symbolic run: the real schedules executed on runs of
+// symbols, step by step (explain.hpp).
 #include <algorithm>
 #include <deque>
 

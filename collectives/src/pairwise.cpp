@@ -1,3 +1,5 @@
+// all_to_all as a pairwise exchange, and the dissemination barrier, as
+// schedules (pairwise.hpp).
 #include <collie/collectives/pairwise.hpp>
 
 namespace collie::collectives {

@@ -1,3 +1,4 @@
+// Recursive doubling and halving-doubling schedules (recursive.hpp).
 #include <functional>
 
 #include <collie/collectives/recursive.hpp>

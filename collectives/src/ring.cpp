@@ -1,3 +1,4 @@
+// Ring and pipelined-chain schedules (ring.hpp).
 #include <collie/collectives/ring.hpp>
 
 namespace collie::collectives {

@@ -1,3 +1,5 @@
+// The helpers every schedule is written with, and the checks and symbolic
+// execution that read them (schedule.hpp).
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// Binomial-tree schedules: broadcast, reduce, gather, scatter and the
+// tree all_reduce (tree.hpp).
 #include <collie/collectives/tree.hpp>
 
 namespace collie::collectives {

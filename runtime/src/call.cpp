@@ -1,3 +1,5 @@
+// A call's signature in 64 bits, back, and in words; failure notices
+// (call.hpp).
 #include "call.hpp"
 
 #include <bit>

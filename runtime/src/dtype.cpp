@@ -1,3 +1,5 @@
+// The element types: names, sizes, and which reduce ops each takes
+// (dtype.hpp).
 #include <cmath>
 #include <utility>
 

@@ -1,3 +1,5 @@
+// A job's settings from InitOptions and the environment: torchrun's,
+// Slurm's and Open MPI's variables, and collie's own (job_config.hpp).
 #include <charconv>
 #include <cmath>
 #include <cstdlib>

@@ -1,3 +1,5 @@
+// The job's rendezvous store: hosted by rank 0 or a launcher, or a file, or
+// the program's own; a namespace per run and generation (job_store.hpp).
 #include <algorithm>
 #include <map>
 #include <mutex>

@@ -1,3 +1,5 @@
+// The stall inspector: each group's progress, the responder that answers
+// other ranks' queries, and the check that asks them (stall.hpp).
 #include "stall.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Chrome trace-event JSON of a rank's calls and steps (trace.hpp).
 #include "trace.hpp"
 
 #include <atomic>

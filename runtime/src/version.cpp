@@ -1,3 +1,4 @@
+// collie's version, as the build configured it (version.hpp).
 #include <collie/version.hpp>
 
 namespace collie {

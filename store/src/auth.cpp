@@ -1,3 +1,4 @@
+// The store handshake's proofs of the shared token (auth.hpp).
 #include "auth.hpp"
 
 #include <vector>

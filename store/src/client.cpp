@@ -1,3 +1,6 @@
+// The blocking store client: the asynchronous one driven to completion on
+// an io_context of its own, in the calling thread, each call with its
+// timeout (client.hpp).
 #include <algorithm>
 #include <mutex>
 #include <thread>

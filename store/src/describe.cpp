@@ -1,3 +1,4 @@
+// Store calls and keys in words, for error messages (describe.hpp).
 #include "describe.hpp"
 
 #include <fmt/format.h>

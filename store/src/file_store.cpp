@@ -1,3 +1,5 @@
+// The store in a file on a shared file system, under a file lock
+// (file_store.hpp).
 #include <algorithm>
 #include <cerrno>
 #include <charconv>

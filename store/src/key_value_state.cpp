@@ -1,3 +1,5 @@
+// The store's data and its blocked requests, without I/O
+// (key_value_state.hpp).
 #include "key_value_state.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Which user owns the other end of a loopback TCP connection, from
+// /proc/net/tcp (peer_user.hpp).
 #include "peer_user.hpp"
 
 #include <array>

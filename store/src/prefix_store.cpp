@@ -1,3 +1,4 @@
+// A namespaced view of another store (prefix_store.hpp).
 #include <collie/error.hpp>
 #include <collie/store/prefix_store.hpp>
 

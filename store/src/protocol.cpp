@@ -1,3 +1,5 @@
+// The store's wire protocol: frames, requests and replies, parsed under
+// limits (protocol.hpp).
 #include "protocol.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// A job's secret: from the environment or a file, or a fresh random one
+// (client_options.hpp).
 #include <cstdlib>
 #include <fstream>
 #include <sstream>

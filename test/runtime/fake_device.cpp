@@ -1,3 +1,4 @@
+// A stand-in CUDA device for the staging tests (fake_device.hpp).
 #include "fake_device.hpp"
 
 #include <cstring>

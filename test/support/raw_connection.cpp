@@ -1,3 +1,5 @@
+// A plain TCP connection a test speaks the store's protocol over
+// (raw_connection.hpp).
 #include "raw_connection.hpp"
 
 #include <asio/connect.hpp>

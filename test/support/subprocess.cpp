@@ -1,3 +1,4 @@
+// Child processes a test starts and reads the output of (subprocess.hpp).
 #include "subprocess.hpp"
 
 #include <cstring>

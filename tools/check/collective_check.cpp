@@ -1,3 +1,5 @@
+// The collective checker: every case run and every element compared with
+// a reference computed independently (collective_check.hpp).
 #include "collective_check.hpp"
 
 #include <algorithm>

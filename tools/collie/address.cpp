@@ -1,3 +1,5 @@
+// What the CLI's subcommands share: store address, token, port files
+// (address.hpp).
 #include "address.hpp"
 
 #include <charconv>

@@ -1,3 +1,5 @@
+// A benchmark's ranks: the job's, or its own on this machine
+// (bench_job.hpp).
 #include "bench_job.hpp"
 
 #include <atomic>

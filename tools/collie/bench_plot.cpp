@@ -1,3 +1,4 @@
+// The benchmarks' SVG plots, and baselines read from CSV (bench_plot.hpp).
 #include "bench_plot.hpp"
 
 #include <algorithm>

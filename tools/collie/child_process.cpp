@@ -1,3 +1,5 @@
+// A rank `collie launch` starts: its process, pipes and wait status
+// (child_process.hpp).
 #include "child_process.hpp"
 
 #include <cerrno>

@@ -1,3 +1,4 @@
+// Where launched ranks run: --bind's placement and binding (cpu_binding.hpp).
 #include "cpu_binding.hpp"
 
 #include <algorithm>

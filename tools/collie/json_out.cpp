@@ -1,3 +1,4 @@
+// The benchmarks' JSON layout (json_out.hpp).
 #include "json_out.hpp"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// Which address a rank advertises: the interfaces, and the one that routes
+// to the master or COLLIE_SOCKET_IFNAME names (interfaces.hpp).
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>

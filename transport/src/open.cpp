@@ -1,3 +1,5 @@
+// open_transport(): every rank's host, and a backend for each peer
+// (open.hpp).
 #include <collie/transport/open.hpp>
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// A Transport that hands each peer's requests to its backend
+// (peer_router.hpp).
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// What every backend shares: peer checks, the exceptions of failed
+// requests, and the words of their messages (request_state.hpp).
 #include <fmt/format.h>
 
 #include <collie/duration.hpp>

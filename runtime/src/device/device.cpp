@@ -1,3 +1,5 @@
+// Device buffers, backend-neutral: where a buffer lives, the copy engines
+// and their pool, copies between host and device (device.hpp).
 #include "device.hpp"
 
 #include <algorithm>

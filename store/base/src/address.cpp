@@ -1,3 +1,5 @@
+// Host and port in text, and the socket options a connection's liveness
+// needs (address.hpp).
 #include <charconv>
 
 #include <netinet/in.h>

@@ -1,3 +1,5 @@
+// HMAC-SHA256, constant-time comparison and random bytes, from OpenSSL's
+// libcrypto (crypto.hpp).
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

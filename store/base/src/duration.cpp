@@ -1,3 +1,4 @@
+// Durations in collie's one wording (duration.hpp).
 #include <fmt/format.h>
 
 #include <collie/duration.hpp>

@@ -1,3 +1,5 @@
+// The processors this process may run on, and how many a job's ranks share
+// on this host (host_cpus.hpp).
 #include <collie/host_cpus.hpp>
 
 #include <algorithm>

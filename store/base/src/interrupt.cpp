@@ -1,3 +1,4 @@
+// Ending collie's waits from a signal handler (interrupt.hpp).
 #include <atomic>
 #include <mutex>
 #include <signal.h>

@@ -1,3 +1,4 @@
+// collie's logger (COLLIE_LOG_LEVEL) and its per-key rate limit (log.hpp).
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>

@@ -1,3 +1,5 @@
+// The connection table: finishing requests and failing peers, under its
+// lock (connections.hpp).
 #include "connections.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,5 @@
+// The connecting side of the TCP mesh: connect and handshake with a
+// deadline (connector.hpp).
 #include "connector.hpp"
 
 #include <cstring>

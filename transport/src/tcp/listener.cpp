@@ -1,3 +1,5 @@
+// The accepting side of the TCP mesh: accept and run the handshake, refusing
+// strangers (listener.hpp).
 #include "listener.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// One peer's framed stream: the send queue, the receive state machine,
+// matching by tag (peer_stream.hpp).
 #include "peer_stream.hpp"
 
 #include <algorithm>

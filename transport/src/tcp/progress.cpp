@@ -1,3 +1,5 @@
+// Who polls the sockets: the waiting thread or the background thread
+// (progress.hpp).
 #include "progress.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Socket settings for a mesh connection, and its descriptor after the
+// handshake (sockets.hpp).
 #include "sockets.hpp"
 
 #include <collie/transport/tcp.hpp>

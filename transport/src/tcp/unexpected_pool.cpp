@@ -1,3 +1,5 @@
+// The bounded memory of messages that came before their receive
+// (unexpected_pool.hpp).
 #include "unexpected_pool.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The TCP mesh's handshake records and message headers (wire.hpp).
 #include "wire.hpp"
 
 #include <collie/crypto.hpp>
