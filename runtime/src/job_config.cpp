@@ -87,19 +87,16 @@ namespace {
 // ephemeral ports).
 std::pair<int, int> parse_port_range(const std::optional<std::string>& text) {
   if (!text) return {20000, 29999};
-  const auto dash = text->find('-');
-  int low = 0, high = 0;
-  try {
-    if (dash == std::string::npos) throw std::invalid_argument("no dash");
-    std::size_t used = 0;
-    low = std::stoi(text->substr(0, dash), &used);
-    if (used != dash) throw std::invalid_argument("low");
-    const auto rest = text->substr(dash + 1);
-    high = std::stoi(rest, &used);
-    if (used != rest.size()) throw std::invalid_argument("high");
-  } catch (const std::exception&) {
-    low = high = -1;
-  }
+  // A whole number, all of `part`; -1 if it is not one.
+  const auto number = [](std::string_view part) {
+    int value = -1;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    return ec == std::errc() && end == part.data() + part.size() ? value : -1;
+  };
+  const std::string_view range = *text;
+  const auto dash = range.find('-');
+  const int low = dash == std::string_view::npos ? -1 : number(range.substr(0, dash));
+  const int high = dash == std::string_view::npos ? -1 : number(range.substr(dash + 1));
   if (low < 1 || high > 65535 || low > high)
     throw Error(fmt::format(
         "collie::init: COLLIE_PORT_RANGE='{}' is not a range of ports like 20000-29999", *text));

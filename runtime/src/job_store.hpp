@@ -44,8 +44,9 @@ class JobStore {
   store::Store& store() { return *view_; }
   std::shared_ptr<store::Store> shared_store() const { return view_; }
 
-  // True if this process runs the store's server.
+  // True if this process runs the store's server; and the server.
   bool hosts_server() const { return server_ != nullptr; }
+  store::StoreServer* server() const { return server_.get(); }
 
   // The namespace store() is a view of ("collie/run/0", "collie/run/0/gen/1":
   // keys::run()).

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/cli.hpp"
 #include "support/store_fixture.hpp"
 #include "support/shm_skip.hpp"
 #include "support/subprocess.hpp"
@@ -23,7 +24,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 // The sanitizer builds run each algorithm once per dtype family (float32,

@@ -2,13 +2,14 @@
 // tutorials promise.
 #include <catch2/catch.hpp>
 
+#include "support/cli.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 
 collie::test::RunResult launch(int ranks, const std::string& example) {

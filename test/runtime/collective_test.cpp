@@ -231,6 +231,22 @@ TEST_CASE("out-of-place all_reduce and reduce have async forms; the untyped ones
                                in.data(), std::span(&own, 1), gathered.data(), counts);
       for (int q = 0; q < world; ++q)
         expect(gathered[static_cast<std::size_t>(q)] == 1.0 + q, "run_vector_collective");
+      // all_to_all_v_async: rank r sends j + 1 elements to rank j, each
+      // worth 100 r + j; it receives r + 1 from each.
+      std::vector<std::size_t> send(static_cast<std::size_t>(world)), recv(send.size());
+      std::vector<std::int32_t> out, into;
+      for (int j = 0; j < world; ++j) {
+        send[static_cast<std::size_t>(j)] = static_cast<std::size_t>(j + 1);
+        recv[static_cast<std::size_t>(j)] = static_cast<std::size_t>(r + 1);
+        out.insert(out.end(), static_cast<std::size_t>(j + 1), 100 * r + j);
+      }
+      into.assign(static_cast<std::size_t>(world * (r + 1)), -1);
+      auto v = pg.all_to_all_v_async(std::span<const std::int32_t>(out), send, std::span(into), recv);
+      v.wait();
+      for (int j = 0; j < world; ++j)
+        for (int k = 0; k <= r; ++k)
+          expect(into[static_cast<std::size_t>(j * (r + 1) + k)] == 100 * j + r,
+                 "all_to_all_v_async");
     });
   }
 }

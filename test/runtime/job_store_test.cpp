@@ -7,10 +7,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <collie/error.hpp>
-#include "job_store.hpp"
 #include <collie/store/server.hpp>
 
+#include "job_store.hpp"
+#include "support/eventually.hpp"
+#include "support/log_capture.hpp"
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -37,18 +41,24 @@ TEST_CASE("rank 0 hosts the store and the others reach it, even when they start 
           "[job_store]") {
   // The only way to give rank 0 a port before it listens is to pick one.
   const auto port = collie::test::momentarily_free_port();
+  collie::test::LogCapture log(spdlog::level::debug);
   auto rank1 = std::async(std::launch::async, [&] {
     JobStore job(config(1, 2, port));
-    CHECK_FALSE(job.hosts_server());
+    const bool hosts = job.hosts_server();
     job.store().set("hello/1", "from 1");
-    return job.store().get("hello/0");
+    return std::make_pair(hosts, job.store().get("hello/0"));
   });
-  std::this_thread::sleep_for(200ms);
+  // Rank 0 starts once rank 1 has tried to reach the store and been refused.
+  REQUIRE(collie::test::eventually([&] {
+    return !log.containing(fmt::format("connecting to 127.0.0.1:{} failed", port)).empty();
+  }));
   JobStore rank0(config(0, 2, port));
   CHECK(rank0.hosts_server());
   rank0.store().set("hello/0", "from 0");
   CHECK(rank0.store().get("hello/1") == "from 1");
-  CHECK(rank1.get() == "from 0");
+  const auto [rank1_hosts, said] = rank1.get();
+  CHECK_FALSE(rank1_hosts);
+  CHECK(said == "from 0");
 }
 
 TEST_CASE("when the launcher hosts the store, rank 0 does not", "[job_store]") {
@@ -106,7 +116,7 @@ TEST_CASE("when rank 0 leaves, the others fail at once instead of waiting", "[jo
   auto rank0 = std::make_unique<JobStore>(config(0, 2, port));
   JobStore rank1(config(1, 2, port));
   auto blocked = std::async(std::launch::async, [&] { return rank1.store().get("never", 60s); });
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(collie::test::eventually([&] { return rank0->server()->stats().blocked >= 1; }));
   const auto start = std::chrono::steady_clock::now();
   rank0.reset();
   CHECK_THROWS_AS(blocked.get(), collie::ConnectionError);

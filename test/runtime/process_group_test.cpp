@@ -12,6 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
 
+#include "support/eventually.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -75,6 +76,7 @@ TEST_CASE("Work: wait(timeout) throws naming the peer, and is_completed never bl
           "[process_group]") {
   std::string error;
   bool completed_early = true;
+  std::atomic<bool> gave_up{false};
   run_ranks(2, [&](collie::ProcessGroup& pg) {
     std::vector<float> buffer(256);
     if (pg.rank() == 1) {
@@ -85,10 +87,12 @@ TEST_CASE("Work: wait(timeout) throws naming the peer, and is_completed never bl
       } catch (const collie::TimeoutError& e) {
         error = e.what();
       }
+      gave_up = true;
       pg.recv(std::span(buffer), 0, 4);
       expect(buffer[255] == 7.0f, "tag 4 payload");
     } else {
-      std::this_thread::sleep_for(300ms);
+      // Tag 4 goes once rank 1 has given up on tag 3.
+      expect(collie::test::eventually([&] { return gave_up.load(); }), "rank 1 gave up");
       std::fill(buffer.begin(), buffer.end(), 7.0f);
       pg.send(std::span(buffer), 1, 4);
     }
@@ -100,13 +104,19 @@ TEST_CASE("Work: wait(timeout) throws naming the peer, and is_completed never bl
 
 TEST_CASE("Work destroyed while pending waits, so the buffer is filled when it is gone",
           "[process_group]") {
-  run_ranks(2, [](collie::ProcessGroup& pg) {
+  std::atomic<bool> posted{false};
+  run_ranks(2, [&](collie::ProcessGroup& pg) {
     std::vector<int> buffer(100000, 0);
     if (pg.rank() == 1) {
-      { auto w = pg.irecv(std::span(buffer), 0); }  // waits here
+      {
+        auto w = pg.irecv(std::span(buffer), 0);
+        expect(!w.is_completed(), "pending before rank 0 sends");
+        posted = true;
+      }  // waits here
       expect(buffer.front() == 42 && buffer.back() == 42, "received before the Work was gone");
     } else {
-      std::this_thread::sleep_for(100ms);
+      // The message goes once rank 1's Work is pending and on its way out.
+      expect(collie::test::eventually([&] { return posted.load(); }), "rank 1 posted");
       std::fill(buffer.begin(), buffer.end(), 42);
       pg.send(std::span(buffer), 1);
     }
@@ -184,9 +194,7 @@ TEST_CASE("a collective that times out says how long it waited and its limit", "
       done = true;
     } else {
       // Rank 1 never calls it, and stays until rank 0 has given up.
-      const auto deadline = std::chrono::steady_clock::now() + 60s;
-      while (!done && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(5ms);
+      expect(collie::test::eventually([&] { return done.load(); }, 60s), "rank 0 gave up");
     }
   });
   INFO(error);

@@ -1,5 +1,6 @@
 // FileStore: the Store interface over a shared file, across threads and
 // processes.
+#include <atomic>
 #include <fcntl.h>
 #include <filesystem>
 #include <future>
@@ -13,6 +14,7 @@
 #include <collie/store/file_store.hpp>
 #include <collie/store/prefix_store.hpp>
 
+#include "support/eventually.hpp"
 #include "support/scratch_dir.hpp"
 
 using namespace std::chrono_literals;
@@ -70,12 +72,15 @@ TEST_CASE("file store: blocking calls wait for other writers, then time out", "[
   ScratchFile file;
   FileStore reader(file.path);
   FileStore writer(file.path);
-  auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(100ms);
-    writer.multi_set({"a", "b"}, {"1", "2"});
+  // The reader is on its way into get before the writer writes.
+  std::atomic<bool> reading{false};
+  auto got = std::async(std::launch::async, [&] {
+    reading = true;
+    return reader.get("b", 10s);
   });
-  CHECK(reader.get("b", 10s) == "2");
-  later.get();
+  REQUIRE(collie::test::eventually([&] { return reading.load(); }));
+  writer.multi_set({"a", "b"}, {"1", "2"});
+  CHECK(got.get() == "2");
   CHECK(reader.multi_get({"a", "b"}) == std::vector<std::string>{"1", "2"});
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(reader.get("never", 200ms), Catch::Contains("get('never')") &&
@@ -130,8 +135,10 @@ TEST_CASE("file store: barriers release together, are reusable, and withdraw on 
     other.get();
   }
   // A caller with another n while one waits is refused, naming both.
+  // (a's arrival is a record in the file: the file grows when it is in.)
+  const auto before = std::filesystem::file_size(file.path);
   auto waiting = std::async(std::launch::async, [&] { a.barrier("m", 3, 1s); });
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(collie::test::eventually([&] { return std::filesystem::file_size(file.path) > before; }));
   CHECK_THROWS_WITH(c.barrier("m", 2, 1s), Catch::Contains("n=2") && Catch::Contains("n=3"));
   CHECK_THROWS_AS(waiting.get(), collie::TimeoutError);
   // Once no one waits, the name may be used with another n.

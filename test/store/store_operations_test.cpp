@@ -67,14 +67,14 @@ TEST_CASE("get waits for a set from another client", "[store]") {
   StoreFixture f;
   auto waiter = f.client();
   auto writer = f.client();
+  // The set comes once the get is parked at the server.
   auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(100ms);
+    const bool parked = f.blocked(1);
     writer->set("late", "here");
+    return parked;
   });
-  const auto start = std::chrono::steady_clock::now();
   CHECK(waiter->get("late", 10s) == "here");
-  CHECK(std::chrono::steady_clock::now() - start >= 90ms);
-  later.get();
+  CHECK(later.get());
 }
 
 TEST_CASE("a timed-out get leaves the connection clean for the next call", "[store][timeout]") {
@@ -148,11 +148,12 @@ TEST_CASE("compare_set wakes a get waiting on the key", "[store]") {
   auto waiter = f.client();
   auto writer = f.client();
   auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(50ms);
+    const bool parked = f.blocked(1);
     writer->compare_set("cas", "", "made");
+    return parked;
   });
   CHECK(waiter->get("cas", 10s) == "made");
-  later.get();
+  CHECK(later.get());
 }
 
 TEST_CASE("wait returns when every key exists, and times out naming them", "[store][timeout]") {
@@ -160,14 +161,15 @@ TEST_CASE("wait returns when every key exists, and times out naming them", "[sto
   auto c = f.client();
   auto writer = f.client();
   c->wait(std::vector<std::string>{});
+  // Each key once the wait is parked, waiting for it.
   auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(50ms);
+    const bool parked = f.blocked(1);
     writer->set("a", "1");
-    std::this_thread::sleep_for(50ms);
     writer->set("b", "2");
+    return parked;
   });
   c->wait({"a", "b"}, 10s);
-  later.get();
+  CHECK(later.get());
   CHECK_THROWS_AS(c->wait({"a", "b", "c"}, 150ms), collie::TimeoutError);
   CHECK_THROWS_WITH(c->wait({"a", "zz"}, 100ms), Catch::Contains("wait(['a', 'zz'])"));
 }
@@ -215,11 +217,12 @@ TEST_CASE("multi_set then multi_get, and multi_get waits for all", "[store]") {
   c->multi_set({"a", "b", "c"}, {"1", "", "3"});
   CHECK(c->multi_get({"c", "a", "b"}) == std::vector<std::string>{"3", "1", ""});
   auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(50ms);
+    const bool parked = f.blocked(1);
     writer->multi_set({"x", "y"}, {"10", "20"});
+    return parked;
   });
   CHECK(c->multi_get({"a", "x", "y"}, 10s) == std::vector<std::string>{"1", "10", "20"});
-  later.get();
+  CHECK(later.get());
   CHECK_THROWS_AS(c->multi_set({"a", "b"}, {"1"}), collie::ArgumentError);
   CHECK_THROWS_AS(c->multi_get({"a", "never"}, 100ms), collie::TimeoutError);
 }
@@ -240,7 +243,7 @@ TEST_CASE("barrier: n of 1 passes, n of 0 is refused, a mismatch names both", "[
   a->barrier("solo", 1);
   CHECK_THROWS_AS(a->barrier("zero", 0), collie::RequestError);
   auto first = std::async(std::launch::async, [&] { a->barrier("mixed", 3, 2s); });
-  std::this_thread::sleep_for(100ms);
+  REQUIRE(f.blocked(1));
   CHECK_THROWS_WITH(b->barrier("mixed", 2, 5s), Catch::Contains("n=2") && Catch::Contains("n=3"));
   CHECK_THROWS_AS(first.get(), collie::TimeoutError);
 }

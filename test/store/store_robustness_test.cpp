@@ -11,6 +11,7 @@
 
 #include "protocol.hpp"
 #include "support/eventually.hpp"
+#include "support/log_capture.hpp"
 #include "support/name_resolution.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
@@ -187,7 +188,9 @@ TEST_CASE("a client that sends without reading cannot make the server hoard memo
     burst.insert(burst.end(), frame.begin(), frame.end());
   }
   greedy.send(burst);  // a few KiB: the kernel takes it all at once
-  std::this_thread::sleep_for(300ms);
+  // The server is answering: its replies fill the sockets, and the rest
+  // wait in its queue.
+  REQUIRE(collie::test::eventually([&] { return greedy.unread() > 0; }));
   still_serves(f);
   // Reading now drains the queue: every reply arrives, in order.
   for (std::uint32_t id = 1; id <= 200; ++id) {
@@ -206,7 +209,7 @@ TEST_CASE("stopping the server fails blocked clients at once, without a hang", "
   auto barrier_client = f->client();
   auto get_call = std::async(std::launch::async, [&] { waiter->get("never", 60s); });
   auto barrier_call = std::async(std::launch::async, [&] { barrier_client->barrier("b", 5, 60s); });
-  std::this_thread::sleep_for(200ms);
+  REQUIRE(f->blocked(2));
   const auto start = std::chrono::steady_clock::now();
   f->server.stop();
   try {
@@ -225,8 +228,11 @@ TEST_CASE("stopping the server fails blocked clients at once, without a hang", "
 TEST_CASE("a client started before its server connects once the server is up", "[robustness]") {
   // The only test that needs the port before the server exists.
   const auto port = collie::test::momentarily_free_port();
-  auto starter = std::async(std::launch::async, [port] {
-    std::this_thread::sleep_for(500ms);
+  // The server starts once the client has tried and been refused.
+  collie::test::LogCapture log(spdlog::level::debug);
+  const auto refused = fmt::format("connecting to 127.0.0.1:{} failed", port);
+  auto starter = std::async(std::launch::async, [&log, port, refused] {
+    collie::test::eventually([&] { return !log.containing(refused).empty(); });
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = port;

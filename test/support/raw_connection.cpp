@@ -2,6 +2,8 @@
 // (raw_connection.hpp).
 #include "raw_connection.hpp"
 
+#include <sys/ioctl.h>
+
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -117,6 +119,13 @@ bool ipv6_loopback_available() {
   acceptor.open(tcp::v6(), ec);
   if (!ec) acceptor.bind(tcp::endpoint(asio::ip::address_v6::loopback(), 0), ec);
   return !ec;
+}
+
+std::size_t RawConnection::unread() const {
+  int bytes = 0;
+  if (::ioctl(const_cast<asio::ip::tcp::socket&>(socket_).native_handle(), FIONREAD, &bytes) != 0)
+    return 0;
+  return static_cast<std::size_t>(bytes);
 }
 
 }  // namespace collie::test

@@ -53,6 +53,9 @@ class RawConnection {
   // True if the peer closes the connection within `timeout` (after any data).
   bool closed_by_peer(std::chrono::milliseconds timeout);
 
+  // Bytes the peer sent that wait in this side's socket, unread.
+  std::size_t unread() const;
+
  private:
   asio::io_context io_;
   asio::ip::tcp::socket socket_;

@@ -9,6 +9,8 @@
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
 
+#include "support/eventually.hpp"
+
 namespace collie::test {
 
 // A server on 127.0.0.1 and a free port, with clients made to match.
@@ -27,6 +29,13 @@ struct StoreFixture {
   }
 
   std::shared_ptr<store::StoreClient> shared_client() const { return client(); }
+
+  // Waits until `n` requests are parked at the server (a get, wait or
+  // barrier that waits for another client): the event a test's writer
+  // waits for before it writes. False if they never are.
+  bool blocked(std::size_t n) const {
+    return eventually([&] { return server.stats().blocked >= n; });
+  }
 
   store::StoreServer server;
 };

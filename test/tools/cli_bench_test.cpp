@@ -14,6 +14,7 @@
 #include <collie/host_cpus.hpp>
 #include <fmt/format.h>
 
+#include "support/cli.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -24,12 +25,10 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 
-RunResult bench(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
-  std::vector<std::string> argv = {kCollie, "bench"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, env, {}, 120s);
+RunResult bench(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return collie::test::collie_cli("bench", args, env, 120s);
 }
 
 std::vector<std::string> split(const std::string& text, char sep) {

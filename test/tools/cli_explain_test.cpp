@@ -18,6 +18,7 @@
 #include <collie/collectives/cost.hpp>
 #include <nlohmann/json.hpp>
 
+#include "support/cli.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -28,13 +29,10 @@ using collie::test::ScratchDir;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
 const std::filesystem::path kGolden = COLLIE_GOLDEN_DIR;
 
-RunResult explain(std::vector<std::string> args) {
-  std::vector<std::string> argv = {kCollie, "explain"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run(argv, {}, {}, 60s);
+RunResult explain(const std::vector<std::string>& args) {
+  return collie::test::collie_cli("explain", args);
 }
 
 std::string read_file(const std::filesystem::path& path) {

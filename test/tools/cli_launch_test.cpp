@@ -14,6 +14,11 @@
 #include <collie/host_cpus.hpp>
 #include <fmt/format.h>
 
+#include <collie/store/client.hpp>
+#include <collie/store/keys.hpp>
+
+#include "support/cli.hpp"
+#include "support/eventually.hpp"
 #include "support/name_resolution.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
@@ -26,14 +31,12 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 
 RunResult launch(std::vector<std::string> options, const std::string& script,
                  std::chrono::milliseconds timeout = 60s) {
-  std::vector<std::string> argv = {kCollie, "launch"};
-  argv.insert(argv.end(), options.begin(), options.end());
-  argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
-  return run(argv, {}, {}, timeout);
+  options.insert(options.end(), {"--", "/bin/sh", "-c", script});
+  return collie::test::collie_cli("launch", options, {}, timeout);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -199,21 +202,17 @@ bool alive(pid_t pid) {
 TEST_CASE("ranks die with their launcher, even one killed by SIGKILL", "[launch]") {
   Subprocess launcher({kCollie, "launch", "-n", "2", "--", "sleep", "60"});
   std::vector<pid_t> ranks;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (ranks.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+  collie::test::eventually([&] {
     ranks = children_of(launcher.pid());
-    if (ranks.size() < 2) std::this_thread::sleep_for(10ms);
-  }
+    return ranks.size() >= 2;
+  }, 30s);
   REQUIRE(ranks.size() == 2);
   launcher.signal(SIGKILL);
   REQUIRE(launcher.wait(10s));
-  const auto gone_by = std::chrono::steady_clock::now() + 10s;
   auto any_alive = [&] {
     return std::any_of(ranks.begin(), ranks.end(), [](pid_t p) { return alive(p); });
   };
-  while (any_alive() && std::chrono::steady_clock::now() < gone_by)
-    std::this_thread::sleep_for(10ms);
-  CHECK_FALSE(any_alive());
+  CHECK(collie::test::eventually([&] { return !any_alive(); }, 10s));
   for (const pid_t p : ranks)
     if (alive(p)) ::kill(p, SIGKILL);  // not left behind if the check failed
 }
@@ -411,10 +410,7 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     return std::make_unique<Subprocess>(argv);
   };
   auto wait_port = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (!std::filesystem::exists(port_file) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(20ms);
-    }
+    collie::test::eventually([&] { return std::filesystem::exists(port_file); }, 30s);
     std::ifstream in(port_file);
     std::string port;
     in >> port;
@@ -464,7 +460,16 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     REQUIRE_FALSE(port.empty());
     auto node1 = node(1, port, "echo ready; sleep 5", {"--node-timeout", "2"});
     REQUIRE(node1->read_line(30s));
-    std::this_thread::sleep_for(1s);  // a few heartbeats, so node 1 has joined
+    // Node 1 has beaten its heartbeat twice (it has joined): then it dies
+    // without a word.
+    collie::store::ClientOptions options;
+    options.token = collie::store::read_token_file(token_file);
+    collie::store::StoreClient store("127.0.0.1", static_cast<std::uint16_t>(std::stoi(port)),
+                                     options);
+    REQUIRE(collie::test::eventually([&] {
+      const auto beats = store.try_get(collie::keys::launch_heartbeat(1));
+      return beats && std::stoll(*beats) >= 2;
+    }, 30s));
     node1->signal(SIGKILL);
     const auto start = std::chrono::steady_clock::now();
     auto r0 = node0->wait(60s);

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/cli.hpp"
 #include "support/eventually.hpp"
 #include "support/netns.hpp"
 #include "support/scratch_dir.hpp"
@@ -20,7 +21,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
 const std::string kToken = "multi-host-test-secret-0123456789abcdef";
 

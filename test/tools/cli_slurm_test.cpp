@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/cli.hpp"
 #include "support/eventually.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
@@ -25,7 +26,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
 
 std::string find_program(const std::string& name) {

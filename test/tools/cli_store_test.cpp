@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/cli.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -19,7 +20,8 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
+
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -49,9 +51,8 @@ struct ServedStore {
   RunResult cli(std::vector<std::string> args, std::vector<std::string> env = {},
                 const std::string& input = {}) const {
     // --addr right after the subcommand, so that a "--" later still works.
-    std::vector<std::string> argv = {kCollie, "store", args.at(0), "--addr", addr};
-    argv.insert(argv.end(), args.begin() + 1, args.end());
-    return run(argv, env, input);
+    args.insert(args.begin() + 1, {"--addr", addr});
+    return collie::test::collie_cli("store", args, env, std::chrono::seconds(60), input);
   }
 
   collie::test::ScratchDir dir;

@@ -20,6 +20,7 @@
 #include <collie/dtype.hpp>
 #include <collie/job_config.hpp>
 
+#include "support/cli.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -31,7 +32,7 @@ namespace cs = collie::collectives;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 
 json read_json(const std::string& path) {
   std::ifstream in(path);

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support/cli.hpp"
 #include "support/mesh_hello.hpp"
 #include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
@@ -26,7 +27,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kCollie = COLLIE_CLI_PATH;
+using collie::test::kCollie;
 const std::string kWorker = COLLIE_P2P_WORKER_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 

@@ -14,6 +14,7 @@
 #include <collie/transport/peer_router.hpp>
 #include <collie/transport/tcp.hpp>
 
+#include "support/eventually.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
 
@@ -127,12 +128,11 @@ TEST_CASE("peer router: queued messages of every backend, and failures of one", 
   auto& t = *w.routers[0];
   // Both messages come in, each through its own backend, moved by the
   // backends' own threads while nobody waits.
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  auto queued = t.queued_fingerprints(9);
-  while (queued.size() < 2 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(5ms);
+  std::vector<std::pair<int, std::uint64_t>> queued;
+  collie::test::eventually([&] {
     queued = t.queued_fingerprints(9);
-  }
+    return queued.size() >= 2;
+  }, 30s);
   std::sort(queued.begin(), queued.end());
   REQUIRE(queued.size() == 2);
   CHECK(queued[0] == std::pair<int, std::uint64_t>{1, 101});

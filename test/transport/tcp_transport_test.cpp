@@ -34,6 +34,7 @@
 #include "support/mesh_hello.hpp"
 #include "support/shm_skip.hpp"
 #include "support/raw_connection.hpp"
+#include "support/eventually.hpp"
 #include "support/store_fixture.hpp"
 #include "support/thread_ranks.hpp"
 #include "tcp/sockets.hpp"
@@ -184,7 +185,16 @@ TEST_CASE("mesh matches tags independently and keeps order within a tag", "[mesh
           recvs.push_back(m.irecv(0, static_cast<std::uint64_t>(t), v.data(), v.size()));
         }
       }
-      std::this_thread::sleep_for(50ms);  // the rest arrive unexpected
+      // The rest arrive before their receives: queued, every one.
+      expect(collie::test::eventually([&] {
+               m.wait_any({}, 1ms);  // moves what is on its way
+               for (int t = 0; t < kTags / 2; ++t)
+                 if (m.queued_fingerprints(static_cast<std::uint64_t>(t)).size() <
+                     static_cast<std::size_t>(kPerTag))
+                   return false;
+               return true;
+             }),
+             "the rest never arrived");
       for (int t = kTags / 2 - 1; t >= 0; --t) {
         for (int k = 0; k < kPerTag; ++k) {
           auto& v = out[static_cast<std::size_t>(t * kPerTag + k)];
@@ -267,11 +277,17 @@ TEST_CASE("mesh: large messages both ways at once never deadlock", "[mesh]") {
   }
   SECTION("isend and irecv with a small unexpected-message queue") {
     Cluster c(2, [](MeshOptions& o) { o.max_unexpected_bytes = 1 << 20; }, backend);
+    std::atomic<int> sending{0};
     c.run([&](int r) {
       auto& m = c[r];
       std::vector<std::uint8_t> out(n, static_cast<std::uint8_t>(r + 1)), in(n, 0);
       auto s = m.isend(1 - r, 0, out.data(), n);
-      std::this_thread::sleep_for(20ms);
+      // Both sends under way before either receive: each message arrives
+      // with no receive for it, far larger than the queue.
+      ++sending;
+      expect(collie::test::eventually(
+                 [&] { return sending.load() == 2 && m.transferred(s) > 0; }),
+             "both sends under way");
       auto q = m.irecv(1 - r, 0, in.data(), n);
       m.wait(s);
       m.wait(q);
@@ -302,7 +318,12 @@ TEST_CASE("mesh pauses a peer when the unexpected queue is full, and resumes", "
       for (auto& s : sends)
         m.wait(s);
     } else {
-      std::this_thread::sleep_for(100ms);  // tag 0 is queued, reading paused at tag 1
+      // Tag 0 is queued, and reading pauses at tag 1 (it does not fit).
+      expect(collie::test::eventually([&] {
+               m.wait_any({}, 1ms);
+               return m.queued_fingerprints(0).size() == 1;
+             }),
+             "tag 0 never arrived");
       // Tag 2 is behind tag 1 in the stream: asking for it first cannot
       // succeed with this bound, and the timeout says why.
       std::vector<std::uint8_t> early(n);
@@ -742,10 +763,7 @@ TEST_CASE("mesh claim_progress: claims nest, and once dropped, sends finish with
         recv(m, 1, 3, 0);  // a wait under the claims drives the sockets
       }
       // No wait from here: the transport's own thread finishes the send.
-      const auto until = std::chrono::steady_clock::now() + 60s;
-      while (!m.test(s) && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(1ms);
-      finished_alone = m.test(s);
+      finished_alone = collie::test::eventually([&] { return m.test(s); }, 60s);
       m.wait(s, 0ms);
     } else {
       std::vector<unsigned char> got(kBytes);
@@ -1096,10 +1114,8 @@ TEST_CASE("mesh: a send nobody waits for, right after busy waits, still goes out
       auto s = m.isend(1, 3, out.data(), n);
       // Not waiting: only the background thread writes beyond what isend
       // wrote at once. Rank 1's receive completes only if it does.
-      const auto give_up = std::chrono::steady_clock::now() + 60s;
-      while (!received.load() && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(1ms);
-      expect(received.load(), "rank 1 never got the message");
+      expect(collie::test::eventually([&] { return received.load(); }, 60s),
+             "rank 1 never got the message");
       expect(m.test(s), "the send is complete once its bytes arrived");
     } else {
       expect(recv(m, 0, 3, n) == pattern(n, 0, 7), "the large message");
