@@ -229,8 +229,8 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
               const CostModel& model) {
   const auto n = static_cast<std::size_t>(shape.world);
   // Fitted to all_reduce only: on reduce_scatter and all_gather its ties
-  // (the same bytes in the same segments) go to the ring where recursive
-  // halving is 1.4x faster (4 ranks on 2 cores, 1 MiB).
+  // (the same bytes in the same segments) would go to the ring where
+  // recursive halving is faster on a crowded host.
   const bool crowded = model.crowding > 1 && c == Collective::AllReduce;
   std::vector<Schedule> schedules;
   Cost cost;

@@ -3,9 +3,9 @@
 //
 // With more ranks than processors, the kernel keeps moving them, and ranks
 // that exchange messages often share a processor in one launch and not in
-// the next: 4 ranks on 2 processors took 33-58 us for a small all_reduce
-// launch by launch, 34-37 us with consecutive ranks packed two to a
-// processor (docs/PERFORMANCE.md). With a processor each, binding was
+// the next, and a small all_reduce's time varies launch by launch; packed
+// two to a processor, consecutive ranks keep it steady
+// (docs/PERFORMANCE.md). With a processor each, binding was
 // slower (a rank's transport thread then shares its processor), so the
 // default binds only when the ranks outnumber the processors.
 #pragma once

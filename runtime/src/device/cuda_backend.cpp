@@ -96,8 +96,8 @@ class PointerQuery {
     auto fn = query_.load(std::memory_order_acquire);
     if (fn == nullptr) {
       // dlopen(RTLD_NOLOAD) of a library that is not loaded searches the
-      // file system (9 us here, more than a small send); the loader's count
-      // of libraries loaded so far (9 ns) says whether anything new came.
+      // file system (more than a small send costs); the loader's count of
+      // libraries loaded so far (nanoseconds) says whether anything new came.
       const auto adds = libraries_loaded();
       if (adds == checked_at_.load(std::memory_order_acquire)) return -1;
       void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);

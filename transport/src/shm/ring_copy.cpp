@@ -19,10 +19,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kPreemptedNs = 1'000'000;
 // Non-temporal stores are chosen when ordinary ones cost more than
 // kStreamAbove times as much per byte, seen from the sender, and left when
-// they cost less than kCachedBelow times as much. Measured: 0.7x (a message
-// in cache) to 1.5x (64 MiB read from memory) where the cores share a
-// cache, and there ordinary stores were the faster end to end, both times;
-// 6-12x where they do not.
+// they cost less than kCachedBelow times as much: where the cores share a
+// cache the ratio stays near 1 and ordinary stores are the faster end to
+// end; where they do not it is several times that (the figures:
+// docs/PERFORMANCE.md, "Shared memory").
 constexpr double kStreamAbove = 4.0;
 constexpr double kCachedBelow = 3.0;
 

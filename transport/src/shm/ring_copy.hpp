@@ -6,9 +6,9 @@
 // do not (two dies or sockets, which is where a virtual machine's vCPUs
 // may sit, and where ranks spread over a large machine sit), every line
 // the writer stores is first taken back from the reader's cache, and the
-// same copy runs several times slower (measured 2.3 GB/s against 20 on
-// this project's machine, docs/PERFORMANCE.md); non-temporal stores, which
-// write around the caches, keep 11-15 GB/s there. The copier times the
+// same copy runs several times slower; non-temporal stores, which write
+// around the caches, keep most of the speed there (the figures:
+// docs/PERFORMANCE.md, "Shared memory"). The copier times the
 // pieces it copies with the store kind it uses, now and then tries the
 // other, and keeps whichever has been faster lately: the placement of
 // ranks on cores is not known and changes while a job runs.

@@ -85,8 +85,8 @@ class Connections {
   // takes over once they have been quiet for kQuiet: woken only if it
   // would sleep past that, and then only to look again at when to wake.
   // (Woken at once for each, it read the sockets between the caller's
-  // waits and took turns with them: a caller posting four 256 KiB sends
-  // and receives and waiting for each took 1.5-2x as long.)
+  // waits and took turns with them, and a caller's posts and waits took
+  // up to twice as long.)
   void nudge_background();
   // Wakes the background thread to read the sockets itself at once.
   void wake_background();

@@ -99,8 +99,8 @@ void PeerStream::post_send(TcpRequestPtr r) {
   sends.push_back(std::move(r));
   // Only the first kPostFlushBytes now, in the caller's thread: the rest is
   // written by the poller, between reads. A collective posts its receives
-  // and sends together, and bytes its peers send it are read sooner (with 4
-  // ranks on 2 cores, all_reduce at 4 MiB: 4.0-4.2 ms against 5.0-5.1).
+  // and sends together, and bytes its peers send it are read sooner (large
+  // all_reduce on a crowded host: a fifth faster; docs/transport.md).
   if (sends.size() == 1) flush(kPostFlushBytes);
 }
 

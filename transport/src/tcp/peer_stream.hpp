@@ -108,10 +108,9 @@ struct PeerStream {
   std::shared_ptr<Unexpected> current_unexpected;
   std::uint64_t recv_sequence = 0;
   // The last message begun was a staging buffer or more. (current.length
-  // says as much while rx is Header, but without this member the first
-  // 1 MiB row of a 2-rank sweep ran 236-286 us against 209-220, and a
-  // member of no use in its place restored it: the layout, not the logic;
-  // docs/PERFORMANCE.md.)
+  // says as much while rx is Header, but without this member a 2-rank
+  // sweep's first 1 MiB row ran slower, and a member of no use in its place
+  // restored it: the layout, not the logic; see the commit that kept it.)
   bool last_large = false;
   TagQueues<TcpRequestPtr> posted;
   TagQueues<std::shared_ptr<Unexpected>> unexpected;

@@ -182,9 +182,9 @@ void Progress::background_loop() {
     if (!driven) {
       // While the callers' waits keep finishing requests, they move the
       // data: watching their sockets here too would wake this thread for
-      // every message, on a core a caller spins on (with 2 ranks on 2
-      // cores, 8 B calls took 7.5 us instead of 4.9 whenever this thread
-      // fell in step with the calls). It watches them when told of work
+      // every message, on a core a caller spins on (with a rank per core,
+      // small calls ran half again as slow whenever this thread fell in
+      // step with them). It watches them when told of work
       // nobody waits for, or once the callers have been quiet for kQuiet.
       const auto quiet_from =
           Clock::time_point(Clock::duration(table_.last_done.load(std::memory_order_relaxed))) +

@@ -45,15 +45,13 @@ class TcpOption {
 
 // Between two processes on one host, a pacing congestion control (BBR, the
 // default of many cloud images) only adds delay: once its bandwidth probe
-// leaves start-up, it paces loopback at a few GB/s and defers sends to a
-// timer. Measured on this project's machine: a 2-rank all_reduce of 256 KiB
-// took 160 us instead of 65 in launches where one direction paced at
-// 34.5 Gb/s, 8 B took 7.5 us instead of 4.9; which launches did was
-// chance. Such a connection gets the kernel's default algorithm instead
-// (cubic; reno where cubic is not built in) unless the runtime turned this
-// off: where a machine's ranks outnumber its cores, BBR's timer-paced
-// sending measured faster (TcpTransport::set_host_load); docs/PERFORMANCE.md
-// has the figures.
+// leaves start-up, it paces loopback and defers sends to a timer, and
+// launches where one direction paced ran up to two and a half times
+// slower; which launches did was chance. Such a connection gets the
+// kernel's default algorithm instead (cubic; reno where cubic is not built
+// in) unless the runtime turned this off: where a machine's ranks outnumber
+// its cores, BBR's timer-paced sending measured faster
+// (TcpTransport::set_host_load). docs/transport.md has the figures.
 
 // Whether the socket's peer is a process of this host (loopback, or this
 // host's own address).
@@ -95,8 +93,8 @@ void tune(asio::ip::tcp::socket& socket, bool avoid_pacing_here) {
     // A fixed send buffer (the kernel doubles it; autotuning grows it to
     // tcp_wmem's 4 MiB): on loopback the sender's copy into the socket
     // then lands in pages still in cache, the ones the receiver has just
-    // emptied, not fresh ones. All_reduce from 1 to 64 MiB on 2 and 4
-    // ranks: 1.1-1.7x faster (docs/PERFORMANCE.md). Not between hosts,
+    // emptied, not fresh ones: large all_reduce runs faster
+    // (docs/transport.md). Not between hosts,
     // where a fixed buffer would cap what one connection carries over a
     // long path.
     socket.set_option(asio::socket_base::send_buffer_size(kSameHostSendBuffer), ignored);
