@@ -6,10 +6,11 @@
 //   if (pg.rank() == 1) pg.recv(std::span(v), /*src=*/0);
 //
 // init() resolves the job from the environment (see job_config.hpp), opens
-// the job's store (job_store.hpp), agrees on a random group id, opens the
-// transport (transport/open.hpp: each rank listens on the interface that
-// routes to the master and publishes its address), and waits until every
-// rank has joined. It throws collie::Error naming what to set or who is
+// the job's store (hosted by rank 0 or a launcher, a file, or the program's
+// own: InitOptions), agrees on a random group id, opens the transport
+// (each rank listens on the interface that routes to the master and
+// publishes its address; ranks of one host share memory), and waits until
+// every rank has joined. It throws collie::Error naming what to set or who is
 // missing; it never hangs past the timeout (COLLIE_TIMEOUT, default 300 s).
 //
 // Point-to-point semantics:

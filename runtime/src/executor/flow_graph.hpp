@@ -3,17 +3,17 @@
 // tested on its own (test/runtime/flow_graph_test.cpp).
 //
 // Every copy, send and receive of the steps is an op on a range of the
-// working buffer, cut into segments. In schedule order (step by step; in a
-// step its copies, then its sends, then its receives), an op waits only for
-// the earlier ops that touch its range: what it reads, for their last
-// write; what it writes, for the last write and every read since. Sends to a
-// peer are posted in schedule order, and so are receives from a peer (the
-// transport matches them in that order): each op blocks the next in its
-// line until it is posted. So a segment is forwarded as soon as it is
-// reduced, and a step's receives are posted while the step before still runs
-// wherever they touch nothing it touches. Every op starts no later than it
-// would if each step waited for the one before, so what the schedules' rules
-// make deadlock-free stays so.
+// working buffer: a copy is one op, a send or receive one op per segment. In
+// schedule order (step by step; in a step its copies, then its sends, then
+// its receives), an op waits only for the earlier ops that touch its range:
+// what it reads, for their last write; what it writes, for the last write
+// and every read since. Sends to a peer are posted in schedule order, and so
+// are receives from a peer (the transport matches them in that order): each
+// op blocks the next in its line until it is posted. So a segment is
+// forwarded as soon as it is reduced, and a step's receives are posted while
+// the step before still runs wherever they touch nothing it touches. Every
+// op starts no later than it would if each step waited for the one before,
+// so what the schedules' rules make deadlock-free stays so.
 //
 // A step whose receives land where its sends read (recursive doubling)
 // sends from a snapshot, taken as each send is posted; its receives wait

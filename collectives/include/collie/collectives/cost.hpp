@@ -81,10 +81,10 @@ struct CostModel {
 };
 
 // The model for a group whose every member is reached through shared
-// memory (all on one host; docs/PERFORMANCE.md, "What Auto picks on shared
-// memory"). A message there costs 0.35 us one way where every rank has a
-// core; where ranks outnumber cores it costs a switch to the rank that
-// sends it, measured as 5 us a step (recursive doubling's 2 steps on 4
+// memory (all on one host; docs/PERFORMANCE.md, "Auto's picks"). A message
+// there costs 0.35 us one way where every rank has a core; where ranks
+// outnumber cores it costs a switch to the rank that sends it, measured as
+// 5 us a step (recursive doubling's 2 steps on 4
 // ranks on 2 cores took 11.8 us, a tree's 4 steps 19.8), and a rank's work
 // per message is what the runtime does, not system calls. Links move
 // 6 GB/s (a copy in, a copy out, by two cores at once); gamma is the

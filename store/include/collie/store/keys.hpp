@@ -1,7 +1,7 @@
 // Every key collie's own components write in a job's store, in one place:
 // each family, what its value holds, who writes it and who reads it.
-// Nothing else in collie spells a key; `collie store list` shows them on a
-// live job.
+// Nothing else in collie spells a key; `collie store keys PREFIX` lists
+// them on a live job.
 //
 // The launcher's keys are on the store's root; a job's ranks work in the
 // namespace of their run (run(), through a PrefixStore), so a restarted job

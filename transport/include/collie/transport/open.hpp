@@ -1,11 +1,12 @@
 // The transport a group runs on: a backend chosen for each peer.
 //
-// Today every peer is served by TCP (tcp.hpp). This is where a second
-// backend joins: open_transport() makes the backends, decides for each peer
-// which serves it (by a rule both ranks of a pair evaluate alike, such as
-// "published the same host identity in the store"), and returns a
-// PeerRouter over them (peer_router.hpp), or the one backend when a single
-// backend serves every peer.
+// Two backends: shared memory (shm.hpp) for peers on this host, TCP
+// (tcp.hpp) for the others. open_transport() makes them, decides for each
+// peer which serves it by a rule both ranks of a pair evaluate alike (they
+// published the same host identity in the store, and both can share
+// memory), and returns a PeerRouter over them (peer_router.hpp), or the one
+// backend when a single backend serves every peer. TransportSettings::backend
+// ("auto", "tcp", "shm"; COLLIE_TRANSPORT) forces one.
 #pragma once
 
 #include <memory>

@@ -23,8 +23,8 @@
 // that the receiver copies out while the sender copies in. A receive that reduces
 // (irecv_consume) reads the payload where the sender put it: one copy. The
 // sender stores with ordinary or non-temporal stores, whichever it
-// measures faster (they differ by 10x between cores that share a cache and
-// cores that do not; TransportOptions::ring_stores), and a plain receive
+// measures faster (they differ widely between cores that share a cache and
+// cores that do not: docs/transport.md; TransportSettings::shm_stores), and a plain receive
 // of 8 MiB or more stores into its destination around the caches.
 // Matching, ordering, size mismatches, fingerprints and the bounded
 // unexpected-message queue work as over TCP (transport.hpp): a message
