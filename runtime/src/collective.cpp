@@ -122,34 +122,55 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
   return best;
 }
 
-void ProcessGroup::check_equal(Collective c, std::size_t input, std::size_t output) const {
-  if (input != output) {
-    throw Error(
-        fmt::format("rank {}: {}: the output has {} elements, the input {}: they must be "
-                    "equal",
-                    rank(), collectives::collective_name(c), output, input));
-  }
-}
-
-void ProcessGroup::check_blocks(Collective c, std::size_t blocks, std::size_t block) const {
+std::size_t ProcessGroup::count_of(Collective c, std::size_t input, std::size_t output,
+                                  int root) const {
+  const auto name = collectives::collective_name(c);
   const auto n = static_cast<std::size_t>(size());
-  if (blocks != n * block) {
-    throw Error(fmt::format(
-        "rank {}: {}: a buffer of {} elements for {} ranks of {}: it must "
-        "hold {} x {} = {}",
-        rank(), collectives::collective_name(c), blocks, n, block, n, block, n * block));
+  const auto equal = [&] {
+    if (input != output) {
+      throw Error(fmt::format(
+          "rank {}: {}: the output has {} elements, the input {}: they must be equal", rank(),
+          name, output, input));
+    }
+  };
+  // A buffer of `blocks` elements must hold size() blocks of `block`.
+  const auto blocks_of = [&](std::size_t blocks, std::size_t block) {
+    if (blocks != n * block) {
+      throw Error(fmt::format(
+          "rank {}: {}: a buffer of {} elements for {} ranks of {}: it must hold {} x {} = {}",
+          rank(), name, blocks, n, block, n, block, n * block));
+    }
+  };
+  // A rooted collective's sizes are checked at the root only: elsewhere its
+  // output (reduce, gather) or input (scatter) is ignored and may be empty.
+  const bool rooted = c == Collective::Reduce || c == Collective::Gather || c == Collective::Scatter;
+  const bool check = !rooted || rank() == root;
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::Reduce:
+      if (check) equal();
+      return input;
+    case Collective::AllGather:
+    case Collective::Gather:
+      if (check) blocks_of(output, input);
+      return input;
+    case Collective::ReduceScatter:
+    case Collective::Scatter:
+      if (check) blocks_of(input, output);
+      return output;
+    case Collective::AllToAll:
+      if (input != output || n == 0 || input % n != 0) {
+        throw Error(
+            fmt::format("rank {}: all_to_all: input of {} and output of {} elements: both "
+                        "must hold {} equal blocks",
+                        rank(), input, output, n));
+      }
+      return input / n;
+    case Collective::Broadcast:  // one buffer
+    case Collective::Barrier:
+      break;
   }
-}
-
-std::size_t ProcessGroup::check_all_to_all(std::size_t input, std::size_t output) const {
-  const auto n = static_cast<std::size_t>(size());
-  if (input != output || n == 0 || input % n != 0) {
-    throw Error(
-        fmt::format("rank {}: all_to_all: input of {} and output of {} elements: both "
-                    "must hold {} equal blocks",
-                    rank(), input, output, n));
-  }
-  return input / n;
+  return input;
 }
 
 void ProcessGroup::run_collective(Collective c, DataType dtype, const void* input, void* output,

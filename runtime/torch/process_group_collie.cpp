@@ -37,8 +37,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Ten
                                          const c10d::BroadcastOptions& opts) {
   const auto& t = single(tensors, "broadcast");
   const auto dtype = check_tensor(t, "broadcast");
-  check_root(opts.rootRank, "broadcast");
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = rank_of(opts.rootRank, "broadcast");
   return collective(c10d::OpType::BROADCAST, {t}, [=, this] {
     pg_.run_collective(collie::Collective::Broadcast, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), collie::ReduceOp::Sum, root, options_for(opts.timeout));
@@ -75,8 +74,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor
   const auto& t = single(tensors, "reduce");
   const auto dtype = check_tensor(t, "reduce");
   const auto op = op_of(opts.reduceOp);
-  check_root(opts.rootRank, "reduce");
-  const int root = static_cast<int>(opts.rootRank);
+  const int root = rank_of(opts.rootRank, "reduce");
   return collective(c10d::OpType::REDUCE, {t}, [=, this] {
     pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), op, root, options_for(opts.timeout));
@@ -140,20 +138,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vecto
                                       const c10d::GatherOptions& opts) {
   const auto& in = single(inputs, "gather");
   const auto dtype = check_tensor(in, "gather");
-  check_root(opts.rootRank, "gather");
-  const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> outs;
-  if (getRank() == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs.front().size()) == getSize(),
-                "collie: gather: the root needs one list of ", getSize(), " output tensors");
-    outs = outputs.front();
-    for (const auto& o : outs)
-      TORCH_CHECK(count_of(o) == count_of(in) && o.scalar_type() == in.scalar_type(),
-                  "collie: gather: every output must have the input's size and dtype");
-  } else {
-    TORCH_CHECK(outputs.empty() || outputs.front().empty(),
-                "collie: gather: only the root passes output tensors");
-  }
+  const int root = rank_of(opts.rootRank, "gather");
+  const auto outs =
+      root_list(outputs, getRank() == root, getSize(), in, "gather", "output", "input");
   const auto timeout = opts.timeout;
   return collective(c10d::OpType::GATHER, outs, [=, this] {
     at::Tensor flat;
@@ -171,20 +158,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tenso
                                        const c10d::ScatterOptions& opts) {
   const auto& out = single(outputs, "scatter");
   const auto dtype = check_tensor(out, "scatter");
-  check_root(opts.rootRank, "scatter");
-  const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> ins;
-  if (getRank() == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs.front().size()) == getSize(),
-                "collie: scatter: the root needs one list of ", getSize(), " input tensors");
-    ins = inputs.front();
-    for (const auto& i : ins)
-      TORCH_CHECK(count_of(i) == count_of(out) && i.scalar_type() == out.scalar_type(),
-                  "collie: scatter: every input must have the output's size and dtype");
-  } else {
-    TORCH_CHECK(inputs.empty() || inputs.front().empty(),
-                "collie: scatter: only the root passes input tensors");
-  }
+  const int root = rank_of(opts.rootRank, "scatter");
+  const auto ins =
+      root_list(inputs, getRank() == root, getSize(), out, "scatter", "input", "output");
   const auto timeout = opts.timeout;
   return collective(c10d::OpType::SCATTER, {out}, [=, this] {
     at::Tensor flat;
@@ -317,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>&
                                     int tag) {
   const auto& t = single(tensors, "send");
   check_tensor(t, "send");
-  check_root(dst, "send to");
+  rank_of(dst, "send to");
   auto work = pg_.isend(t.data_ptr(), t.nbytes(), dst, tag);
   return point_to_point(c10d::OpType::SEND, t, std::move(work));
 }
@@ -326,7 +302,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>&
                                     int tag) {
   const auto& t = single(tensors, "recv");
   check_tensor(t, "recv");
-  check_root(src, "recv from");
+  rank_of(src, "recv from");
   auto work = pg_.irecv(t.data_ptr(), t.nbytes(), src, tag);
   return point_to_point(c10d::OpType::RECV, t, std::move(work));
 }
@@ -352,9 +328,10 @@ collie::ProcessGroup ProcessGroupCollie::join(const c10::intrusive_ptr<c10d::Sto
   return collie::init(o);
 }
 
-void ProcessGroupCollie::check_root(std::int64_t r, const char* what) const {
+int ProcessGroupCollie::rank_of(std::int64_t r, const char* what) const {
   TORCH_CHECK(r >= 0 && r < getSize(), "collie: ", what, " rank ", r,
               ": the group has ranks 0 to ", getSize() - 1);
+  return static_cast<int>(r);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,

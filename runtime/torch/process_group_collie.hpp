@@ -78,7 +78,8 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
  private:
   static collie::ProcessGroup join(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                    int size, std::chrono::milliseconds timeout);
-  void check_root(std::int64_t r, const char* what) const;
+  // The rank a call names (a root, a peer), checked to be one of the group.
+  int rank_of(std::int64_t r, const char* what) const;
   // Queues a collective; its Work completes when it ran.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
                                             std::function<void()> run);

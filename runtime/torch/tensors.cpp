@@ -4,58 +4,39 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 namespace collie_torch {
 
 std::optional<collie::DataType> dtype_of(at::ScalarType t) {
-  switch (t) {
-    case at::kBool:
-      return collie::DataType::Bool;
-    case at::kChar:
-      return collie::DataType::Int8;
-    case at::kByte:
-      return collie::DataType::UInt8;
-    case at::kShort:
-      return collie::DataType::Int16;
-    case at::kInt:
-      return collie::DataType::Int32;
-    case at::kLong:
-      return collie::DataType::Int64;
-    case at::kHalf:
-      return collie::DataType::Float16;
-    case at::kBFloat16:
-      return collie::DataType::BFloat16;
-    case at::kFloat:
-      return collie::DataType::Float32;
-    case at::kDouble:
-      return collie::DataType::Float64;
-    default:
-      return std::nullopt;
-  }
+  static constexpr std::pair<at::ScalarType, collie::DataType> kTypes[] = {
+      {at::kBool, collie::DataType::Bool},         {at::kChar, collie::DataType::Int8},
+      {at::kByte, collie::DataType::UInt8},        {at::kShort, collie::DataType::Int16},
+      {at::kInt, collie::DataType::Int32},         {at::kLong, collie::DataType::Int64},
+      {at::kHalf, collie::DataType::Float16},      {at::kBFloat16, collie::DataType::BFloat16},
+      {at::kFloat, collie::DataType::Float32},     {at::kDouble, collie::DataType::Float64},
+  };
+  for (const auto& [torch_type, type] : kTypes)
+    if (torch_type == t) return type;
+  return std::nullopt;
 }
 
 collie::ReduceOp op_of(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return collie::ReduceOp::Sum;
-    case c10d::ReduceOp::AVG:
-      return collie::ReduceOp::Avg;
-    case c10d::ReduceOp::PRODUCT:
-      return collie::ReduceOp::Product;
-    case c10d::ReduceOp::MIN:
-      return collie::ReduceOp::Min;
-    case c10d::ReduceOp::MAX:
-      return collie::ReduceOp::Max;
-    case c10d::ReduceOp::BAND:
-      return collie::ReduceOp::BitwiseAnd;
-    case c10d::ReduceOp::BOR:
-      return collie::ReduceOp::BitwiseOr;
-    case c10d::ReduceOp::BXOR:
-      return collie::ReduceOp::BitwiseXor;
-    default:
-      TORCH_CHECK(false, "collie: reduce op ", static_cast<int>(op.op_),
-                  " (PREMUL_SUM) is not supported; use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or "
-                  "BXOR");
-  }
+  static constexpr std::pair<c10d::ReduceOp::RedOpType, collie::ReduceOp> kOps[] = {
+      {c10d::ReduceOp::SUM, collie::ReduceOp::Sum},
+      {c10d::ReduceOp::AVG, collie::ReduceOp::Avg},
+      {c10d::ReduceOp::PRODUCT, collie::ReduceOp::Product},
+      {c10d::ReduceOp::MIN, collie::ReduceOp::Min},
+      {c10d::ReduceOp::MAX, collie::ReduceOp::Max},
+      {c10d::ReduceOp::BAND, collie::ReduceOp::BitwiseAnd},
+      {c10d::ReduceOp::BOR, collie::ReduceOp::BitwiseOr},
+      {c10d::ReduceOp::BXOR, collie::ReduceOp::BitwiseXor},
+  };
+  for (const auto& [torch_op, collie_op] : kOps)
+    if (torch_op == op.op_) return collie_op;
+  TORCH_CHECK(false, "collie: reduce op ", static_cast<int>(op.op_),
+              " (PREMUL_SUM) is not supported; use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or "
+              "BXOR");
 }
 
 collie::DataType check_tensor(const at::Tensor& t, const char* op) {
@@ -110,6 +91,22 @@ void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outputs) {
     o.copy_(flat.narrow(0, offset, n).view(o.sizes()));
     offset += n;
   }
+}
+
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, bool at_root,
+                                  int size, const at::Tensor& like, const char* op,
+                                  const char* what, const char* like_what) {
+  if (!at_root) {
+    TORCH_CHECK(lists.empty() || lists.front().empty(), "collie: ", op, ": only the root passes ",
+                what, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists.front().size()) == size, "collie: ", op,
+              ": the root needs one list of ", size, " ", what, " tensors");
+  for (const auto& t : lists.front())
+    TORCH_CHECK(count_of(t) == count_of(like) && t.scalar_type() == like.scalar_type(), "collie: ",
+                op, ": every ", what, " must have the ", like_what, "'s size and dtype");
+  return lists.front();
 }
 
 }  // namespace collie_torch

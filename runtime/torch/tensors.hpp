@@ -32,5 +32,12 @@ collie::CollectiveOptions options_for(std::chrono::milliseconds timeout);
 // Tensors laid end to end in one, and one cut back into tensors.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors);
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outputs);
+// The root's list of one tensor per rank (gather's outputs, scatter's
+// inputs), each of `like`'s size and dtype; elsewhere none, and a list given
+// there is refused. `what` names the list's tensors ("output"), `like_what`
+// the one they must match ("input").
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, bool at_root,
+                                  int size, const at::Tensor& like, const char* op,
+                                  const char* what, const char* like_what);
 
 }  // namespace collie_torch

@@ -2,6 +2,8 @@
 #include "torch_dialect.hpp"
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -234,6 +236,31 @@ void put_bytes(std::vector<std::uint8_t>& out, std::string_view v) {
   out.insert(out.end(), v.begin(), v.end());
 }
 
+namespace {
+
+// The collie operation a torch command becomes; none for the commands the
+// session answers itself (validate, ping, watch, cancel).
+std::optional<wire::Op> collie_op(Command c) {
+  static constexpr std::pair<Command, wire::Op> kOps[] = {
+      {Command::Set, wire::Op::Set},
+      {Command::Append, wire::Op::Append},
+      {Command::CompareSet, wire::Op::CompareSet},
+      {Command::Get, wire::Op::Get},
+      {Command::Add, wire::Op::Add},
+      {Command::Check, wire::Op::Check},
+      {Command::Wait, wire::Op::Wait},
+      {Command::NumKeys, wire::Op::CountKeys},
+      {Command::Delete, wire::Op::Delete},
+      {Command::MultiGet, wire::Op::MultiGet},
+      {Command::MultiSet, wire::Op::MultiSet},
+  };
+  for (const auto& [command, op] : kOps)
+    if (command == c) return op;
+  return std::nullopt;
+}
+
+}  // namespace
+
 Translation translate(const Query& q, std::uint32_t id) {
   Translation t;
   auto& r = t.request;
@@ -242,45 +269,11 @@ Translation translate(const Query& q, std::uint32_t id) {
     r.keys.emplace_back(k);
   for (const auto& v : q.values)
     r.values.emplace_back(v);
-  switch (q.command) {
-    case Command::Set:
-      r.op = wire::Op::Set;
-      break;
-    case Command::Append:
-      r.op = wire::Op::Append;
-      break;
-    case Command::CompareSet:
-      r.op = wire::Op::CompareSet;
-      break;
-    case Command::Get:
-      r.op = wire::Op::Get;
-      break;
-    case Command::Add:
-      r.op = wire::Op::Add;
-      r.delta = q.number;
-      break;
-    case Command::Check:
-      r.op = wire::Op::Check;
-      break;
-    case Command::Wait:
-      r.op = wire::Op::Wait;
-      break;
-    case Command::NumKeys:
-      r.op = wire::Op::CountKeys;
-      r.keys.emplace_back();  // no prefix: every key
-      break;
-    case Command::Delete:
-      r.op = wire::Op::Delete;
-      break;
-    case Command::MultiGet:
-      r.op = wire::Op::MultiGet;
-      break;
-    case Command::MultiSet:
-      r.op = wire::Op::MultiSet;
-      break;
-    default:
-      return t;  // Nothing
-  }
+  const auto op = collie_op(q.command);
+  if (!op) return t;  // Nothing
+  r.op = *op;
+  if (q.command == Command::Add) r.delta = q.number;
+  if (q.command == Command::NumKeys) r.keys.emplace_back();  // no prefix: every key
   // An empty list: torch's server answers at once, and so does this one.
   if (r.keys.empty()) {
     if (r.op == wire::Op::Check) {

@@ -404,6 +404,20 @@ TEST_CASE("collective argument errors say what is wrong, before any message move
         "recursive_doubling, tree");
     has(message([&] { pg.all_to_all(std::span<const float>(b), std::span(b)); }),
         "both must hold 2 equal blocks");
+    has(message([&] { pg.all_reduce_async(std::span<const float>(a), std::span(b)); }),
+        "the output has 7 elements, the input 10");
+    has(message([&] { pg.reduce_scatter(std::span<const float>(b), std::span(a)); }),
+        "a buffer of 7 elements for 2 ranks of 10: it must hold 2 x 10 = 20");
+    // A rooted collective's buffer of every rank's blocks is checked at the
+    // root (elsewhere it is ignored).
+    if (pg.rank() == 0) {
+      has(message([&] { pg.reduce(std::span<const float>(a), std::span(b), 0); }),
+          "reduce: the output has 7 elements, the input 10");
+      has(message([&] { pg.gather_async(std::span<const float>(a), std::span(b), 0); }),
+          "gather: a buffer of 7 elements for 2 ranks of 10");
+      has(message([&] { pg.scatter(std::span<const float>(b), std::span(a), 0); }),
+          "scatter: a buffer of 7 elements for 2 ranks of 10");
+    }
     // Nothing moved: the group still works.
     pg.all_reduce(std::span(c));
   });

@@ -317,6 +317,11 @@ def errors(rank, size, path):
         (lambda: dist.broadcast(torch.ones(2), src=size), "rank"),
         (lambda: dist.all_gather_into_tensor(torch.zeros(2 * size, dtype=torch.float64),
                                              torch.ones(2)), "must be the same"),
+        # The root's lists are collie's to check; torch refuses lists elsewhere.
+        (lambda: dist.gather(torch.ones(2), gather_list=[torch.zeros(2)] * (size + 1), dst=0),
+         f"the root needs one list of {size} output tensors" if rank == 0 else "gather_list"),
+        (lambda: dist.scatter(torch.zeros(2), scatter_list=[torch.ones(3)] * size, src=0),
+         "every input must have the output's size" if rank == 0 else "scatter_list"),
     ]
     for call, words in expected:
         try:

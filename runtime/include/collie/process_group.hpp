@@ -192,36 +192,34 @@ class ProcessGroup {
   // Every rank's `buffer` ends equal to the root's.
   template <class T, std::size_t E>
   void broadcast(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
-    run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, Completion::Blocking);
+    run(Collective::Broadcast, buffer, buffer, ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work broadcast_async(std::span<T, E> buffer, int root, const CollectiveOptions& o = {}) {
-    return run(Collective::Broadcast, buffer, buffer, buffer.size(), ReduceOp::Sum, root, o, Completion::Async);
+    return run(Collective::Broadcast, buffer, buffer, ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // In place: every rank's `buffer` ends with op over all ranks' buffers.
   template <class T, std::size_t E>
   void all_reduce(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
-    run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, Completion::Blocking);
+    run(Collective::AllReduce, buffer, buffer, op, 0, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work all_reduce_async(std::span<T, E> buffer, ReduceOp op = ReduceOp::Sum,
                         const CollectiveOptions& o = {}) {
-    return run(Collective::AllReduce, buffer, buffer, buffer.size(), op, 0, o, Completion::Async);
+    return run(Collective::AllReduce, buffer, buffer, op, 0, o, Completion::Async);
   }
   // Out of place: `input` is left as it was; output.size() == input.size().
   template <class In, std::size_t EI, class T, std::size_t EO>
   void all_reduce(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                   const CollectiveOptions& o = {}) {
-    check_equal(Collective::AllReduce, input.size(), output.size());
-    run(Collective::AllReduce, input, output, input.size(), op, 0, o, Completion::Blocking);
+    run(Collective::AllReduce, input, output, op, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_reduce_async(std::span<In, EI> input, std::span<T, EO> output,
                         ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
-    check_equal(Collective::AllReduce, input.size(), output.size());
-    return run(Collective::AllReduce, input, output, input.size(), op, 0, o, Completion::Async);
+    return run(Collective::AllReduce, input, output, op, 0, o, Completion::Async);
   }
 
   // In place: the root's `buffer` ends with op over all ranks' buffers;
@@ -229,26 +227,24 @@ class ProcessGroup {
   template <class T, std::size_t E>
   void reduce(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
               const CollectiveOptions& o = {}) {
-    run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, Completion::Blocking);
+    run(Collective::Reduce, buffer, buffer, op, root, o, Completion::Blocking);
   }
   template <class T, std::size_t E>
   Work reduce_async(std::span<T, E> buffer, int root, ReduceOp op = ReduceOp::Sum,
                     const CollectiveOptions& o = {}) {
-    return run(Collective::Reduce, buffer, buffer, buffer.size(), op, root, o, Completion::Async);
+    return run(Collective::Reduce, buffer, buffer, op, root, o, Completion::Async);
   }
   // Out of place: `output` (input.size() elements) is written on the root
   // only; elsewhere it is ignored and may be empty.
   template <class In, std::size_t EI, class T, std::size_t EO>
   void reduce(std::span<In, EI> input, std::span<T, EO> output, int root,
               ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
-    if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
-    run(Collective::Reduce, input, output, input.size(), op, root, o, Completion::Blocking);
+    run(Collective::Reduce, input, output, op, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work reduce_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                     ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
-    if (rank() == root) check_equal(Collective::Reduce, input.size(), output.size());
-    return run(Collective::Reduce, input, output, input.size(), op, root, o, Completion::Async);
+    return run(Collective::Reduce, input, output, op, root, o, Completion::Async);
   }
 
   // Every rank's `output` (size() * input.size() elements) ends with every
@@ -256,14 +252,12 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void all_gather(std::span<In, EI> input, std::span<T, EO> output,
                   const CollectiveOptions& o = {}) {
-    check_blocks(Collective::AllGather, output.size(), input.size());
-    run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, Completion::Blocking);
+    run(Collective::AllGather, input, output, ReduceOp::Sum, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_gather_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
-    check_blocks(Collective::AllGather, output.size(), input.size());
-    return run(Collective::AllGather, input, output, input.size(), ReduceOp::Sum, 0, o, Completion::Async);
+    return run(Collective::AllGather, input, output, ReduceOp::Sum, 0, o, Completion::Async);
   }
 
   // The root's `output` (size() * input.size() elements) ends with every
@@ -271,14 +265,12 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void gather(std::span<In, EI> input, std::span<T, EO> output, int root,
               const CollectiveOptions& o = {}) {
-    if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
-    run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, Completion::Blocking);
+    run(Collective::Gather, input, output, ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work gather_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                     const CollectiveOptions& o = {}) {
-    if (rank() == root) check_blocks(Collective::Gather, output.size(), input.size());
-    return run(Collective::Gather, input, output, input.size(), ReduceOp::Sum, root, o, Completion::Async);
+    return run(Collective::Gather, input, output, ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // Rank i's `output` ends with block i of the root's `input` (size() *
@@ -286,14 +278,12 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void scatter(std::span<In, EI> input, std::span<T, EO> output, int root,
                const CollectiveOptions& o = {}) {
-    if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
-    run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, Completion::Blocking);
+    run(Collective::Scatter, input, output, ReduceOp::Sum, root, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work scatter_async(std::span<In, EI> input, std::span<T, EO> output, int root,
                      const CollectiveOptions& o = {}) {
-    if (rank() == root) check_blocks(Collective::Scatter, input.size(), output.size());
-    return run(Collective::Scatter, input, output, output.size(), ReduceOp::Sum, root, o, Completion::Async);
+    return run(Collective::Scatter, input, output, ReduceOp::Sum, root, o, Completion::Async);
   }
 
   // Rank i's `output` ends with op over block i of every rank's `input`
@@ -301,14 +291,12 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void reduce_scatter(std::span<In, EI> input, std::span<T, EO> output, ReduceOp op = ReduceOp::Sum,
                       const CollectiveOptions& o = {}) {
-    check_blocks(Collective::ReduceScatter, input.size(), output.size());
-    run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, Completion::Blocking);
+    run(Collective::ReduceScatter, input, output, op, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work reduce_scatter_async(std::span<In, EI> input, std::span<T, EO> output,
                             ReduceOp op = ReduceOp::Sum, const CollectiveOptions& o = {}) {
-    check_blocks(Collective::ReduceScatter, input.size(), output.size());
-    return run(Collective::ReduceScatter, input, output, output.size(), op, 0, o, Completion::Async);
+    return run(Collective::ReduceScatter, input, output, op, 0, o, Completion::Async);
   }
 
   // Block j of rank i's `input` becomes block i of rank j's `output`; both
@@ -316,14 +304,12 @@ class ProcessGroup {
   template <class In, std::size_t EI, class T, std::size_t EO>
   void all_to_all(std::span<In, EI> input, std::span<T, EO> output,
                   const CollectiveOptions& o = {}) {
-    const auto block = check_all_to_all(input.size(), output.size());
-    run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, Completion::Blocking);
+    run(Collective::AllToAll, input, output, ReduceOp::Sum, 0, o, Completion::Blocking);
   }
   template <class In, std::size_t EI, class T, std::size_t EO>
   Work all_to_all_async(std::span<In, EI> input, std::span<T, EO> output,
                         const CollectiveOptions& o = {}) {
-    const auto block = check_all_to_all(input.size(), output.size());
-    return run(Collective::AllToAll, input, output, block, ReduceOp::Sum, 0, o, Completion::Async);
+    return run(Collective::AllToAll, input, output, ReduceOp::Sum, 0, o, Completion::Async);
   }
 
   // ---- collectives with a count per rank ----
@@ -436,13 +422,16 @@ class ProcessGroup {
                     std::span<const std::size_t> send_counts, void* output,
                     std::span<const std::size_t> recv_counts, int root,
                     const CollectiveOptions& o, Completion when);
+  // The typed collectives' one path: the count per rank from the two
+  // buffers' sizes, checked as the collective needs them.
   template <class In, std::size_t EI, class Out, std::size_t EO>
-  Work run(Collective c, std::span<In, EI> input, std::span<Out, EO> output, std::size_t count,
-           ReduceOp op, int root, const CollectiveOptions& o, Completion when) {
+  Work run(Collective c, std::span<In, EI> input, std::span<Out, EO> output, ReduceOp op,
+           int root, const CollectiveOptions& o, Completion when) {
     using T = std::remove_const_t<Out>;
     static_assert(std::is_same_v<std::remove_const_t<In>, T>,
                   "input and output must have the same element type");
     static_assert(!std::is_const_v<Out>, "the output must be writable");
+    const std::size_t count = count_of(c, input.size(), output.size(), root);
     return start(c, dtype_of<T>, input.data(), output.data(), count, op, root, o, when);
   }
   template <class In, std::size_t EI, class Out, std::size_t EO>
@@ -460,9 +449,7 @@ class ProcessGroup {
   void check_counts(Collective c, std::size_t input, const std::vector<std::size_t>& send_counts,
                     std::size_t output, const std::vector<std::size_t>& recv_counts,
                     int root) const;
-  void check_equal(Collective c, std::size_t input, std::size_t output) const;
-  void check_blocks(Collective c, std::size_t blocks, std::size_t block) const;
-  std::size_t check_all_to_all(std::size_t input, std::size_t output) const;
+  std::size_t count_of(Collective c, std::size_t input, std::size_t output, int root) const;
 
   std::shared_ptr<detail::Group> impl_;
 };

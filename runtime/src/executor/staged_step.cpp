@@ -118,6 +118,30 @@ void run_staged(CallRun& run, const collectives::Step& step, std::uint32_t index
     run.posted_send(x.request);
     x.state = StagedSend::Sending;
   };
+  // A receive that has arrived: checked, reduced into place or copied, and
+  // its copy back to the device started.
+  auto land = [&](StagedRecv& r) {
+    run.wait_recv(r.request, r.from);  // checks who sent it; throws its error
+    const auto begin = run.mark();
+    if (r.reduce) {
+      std::byte* into = r.target;
+      if (r.device) {
+        engine->wait(r.target_copied);
+        into = r.target_copy;
+      }
+      reduce(run.call.dtype, run.call.op, into, r.block, r.count);
+      if (trace) trace->event(Tracer::Kind::Reduce, begin, run.mark(), index, -1, r.count * esize);
+      if (r.device) run.give_block(r.block);
+    }
+    if (r.device) {
+      r.written =
+          engine->to_device(r.target, r.reduce ? r.target_copy : r.block, r.count * esize);
+      r.state = StagedRecv::Writing;
+    } else {
+      run.give_block(r.block);
+      r.state = StagedRecv::Done;
+    }
+  };
   std::size_t send_next = 0;         // the next send to start
   std::size_t send_copying = 0;      // the oldest send whose copy may be pending
   std::size_t device_sends = 0;      // device sends holding a block
@@ -182,31 +206,10 @@ void run_staged(CallRun& run, const collectives::Step& step, std::uint32_t index
       ++recv_next;
       moved = true;
     }
-    // Receives that have arrived, in order: reduce or copy, then start the
-    // copy back to the device (several may be in flight).
-    while (recv_handled < recv_next) {
-      auto& r = recvs[recv_handled];
-      if (!transport.test(r.request)) break;
-      run.wait_recv(r.request, r.from);  // checks who sent it; throws its error
-      const auto begin = run.mark();
-      if (r.reduce) {
-        std::byte* into = r.target;
-        if (r.device) {
-          engine->wait(r.target_copied);
-          into = r.target_copy;
-        }
-        reduce(run.call.dtype, run.call.op, into, r.block, r.count);
-        if (trace) trace->event(Tracer::Kind::Reduce, begin, run.mark(), index, -1, r.count * esize);
-        if (r.device) run.give_block(r.block);
-      }
-      if (r.device) {
-        r.written =
-            engine->to_device(r.target, r.reduce ? r.target_copy : r.block, r.count * esize);
-        r.state = StagedRecv::Writing;
-      } else {
-        run.give_block(r.block);
-        r.state = StagedRecv::Done;
-      }
+    // Receives that have arrived, in order (several copies back may be in
+    // flight).
+    while (recv_handled < recv_next && transport.test(recvs[recv_handled].request)) {
+      land(recvs[recv_handled]);
       ++recv_handled;
       moved = true;
     }
