@@ -192,7 +192,7 @@ TEST_CASE("new_group without every rank fails naming new_group, not a bare all_r
   }
 }
 
-TEST_CASE("out-of-place all_reduce and reduce have async forms; the untyped ones too",
+TEST_CASE("out-of-place all_reduce and reduce have async forms, as do the untyped calls",
           "[collective]") {
   for (int world : {1, 3}) {
     INFO("world " << world);

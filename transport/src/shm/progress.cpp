@@ -32,7 +32,8 @@ constexpr auto kSharedSpin = 2ms;
 
 }  // namespace
 
-bool ShmTransport::Impl::progress_all() {
+// (inline: every turn of a wait runs it; its callers are in this file.)
+inline bool ShmTransport::Impl::progress_all() {
   bool moved = false;
   // Every ring into this mailbox is read, also from peers this rank has
   // not attached to yet: a message under a tag it waits for may come
@@ -239,9 +240,11 @@ bool ShmTransport::Impl::drive_until_done(const ShmRequest& r, std::chrono::mill
   return drive([&r] { return !r.pending(); }, timeout);
 }
 
-bool ShmTransport::Impl::drive_until_any(const std::function<bool()>& finished,
-                                         std::chrono::milliseconds timeout) {
-  return drive(finished, timeout);
+int ShmTransport::Impl::drive_until_any(std::span<const RequestPtr> requests,
+                                        std::chrono::milliseconds timeout) {
+  int found = -1;
+  drive([&] { return (found = first_finished(requests)) >= 0; }, timeout);
+  return found;
 }
 
 }  // namespace collie::transport

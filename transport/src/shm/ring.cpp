@@ -127,7 +127,8 @@ bool ShmTransport::Impl::push(Peer& p) {
   return wrote;
 }
 
-void ShmTransport::Impl::write_ring(Peer& p, const ShmRequest& r, std::size_t from, std::size_t n) {
+inline void ShmTransport::Impl::write_ring(Peer& p, const ShmRequest& r, std::size_t from,
+                                          std::size_t n) {
   std::size_t at = static_cast<std::size_t>(p.out_head % ring_bytes);
   while (n > 0) {
     const std::size_t span = std::min(n, ring_bytes - at);
@@ -215,7 +216,7 @@ bool ShmTransport::Impl::pull(Peer& p) {
   return read;
 }
 
-bool ShmTransport::Impl::start_message(Peer& p) {
+inline bool ShmTransport::Impl::start_message(Peer& p) {
   std::array<std::uint64_t, 6> h{};
   const std::size_t at = static_cast<std::size_t>(p.in_tail % ring_bytes);
   std::memcpy(h.data(), p.in_ring + at, sizeof h);  // never wraps: at is a multiple of 64

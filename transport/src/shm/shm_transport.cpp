@@ -240,9 +240,7 @@ bool ShmTransport::wait_some(const RequestPtr& request, std::chrono::millisecond
 }
 
 int ShmTransport::wait_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout) {
-  int found = -1;
-  impl_->drive_until_any([&] { return (found = first_finished(requests)) >= 0; }, timeout);
-  return found;
+  return impl_->drive_until_any(requests, timeout);
 }
 
 bool ShmTransport::test(const RequestPtr& request) const {

@@ -24,7 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <functional>
+#include <span>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -230,8 +230,8 @@ struct ShmTransport::Impl {
   void sleep_on_bell(std::chrono::microseconds d);
   // Moves data until `r` is done, or `timeout` has passed; true if done.
   bool drive_until_done(const ShmRequest& r, std::chrono::milliseconds timeout);
-  // The same until `finished()` is true (it is asked often: keep it cheap).
-  bool drive_until_any(const std::function<bool()>& finished, std::chrono::milliseconds timeout);
+  // The same until one of `requests` is done: its index, or -1.
+  int drive_until_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout);
   void background_loop();
   template <class Finished>
   bool drive(const Finished& finished, std::chrono::milliseconds timeout);

@@ -18,18 +18,18 @@
 //
 // Rings. A message is a 64-byte header (tag, sequence, length, fingerprint)
 // and its payload, padded to 64 bytes, written by the sender into its ring
-// (1 MiB) in the receiver's mailbox and read out by the receiver: two
-// copies, by the two processes at once, in pieces of at most 32 KiB so
-// that the receiver copies out while the sender copies in. A receive that reduces
-// (irecv_consume) reads the payload where the sender put it: one copy. The
-// sender stores with ordinary or non-temporal stores, whichever it
-// measures faster (they differ widely between cores that share a cache and
-// cores that do not: docs/transport.md; TransportSettings::shm_stores), and a plain receive
-// of 8 MiB or more stores into its destination around the caches.
-// Matching, ordering, size mismatches, fingerprints and the bounded
-// unexpected-message queue work as over TCP (transport.hpp): a message
-// that does not fit the queue stays in the ring, and the sender waits for
-// room.
+// (1-2 MiB: layout.hpp) in the receiver's mailbox and read out by the
+// receiver: two copies, by the two processes at once, in pieces of at most
+// 32 KiB so that the receiver copies out while the sender copies in. A
+// receive that reduces (irecv_consume) reads the payload where the sender
+// put it: one copy. The sender stores with ordinary or non-temporal stores,
+// whichever it measures faster (they differ widely between cores that share
+// a cache and cores that do not: docs/transport.md;
+// TransportSettings::shm_stores), and a plain receive of 8 MiB or more
+// stores into its destination around the caches. Matching, ordering, size
+// mismatches, fingerprints and the bounded unexpected-message queue work as
+// over TCP (transport.hpp): a message that does not fit the queue stays in
+// the ring, and the sender waits for room.
 //
 // Waits spin (`spin`, yielding the CPU), then sleep on a futex in the
 // rank's mailbox ("the bell"), which a peer rings after it writes to the
