@@ -226,8 +226,8 @@ int blame_chain(collie::ProcessGroup& pg) {
   return 1;
 }
 
-int loop(collie::ProcessGroup& pg) {
-  std::vector<float> v(std::size_t{1} << 18);
+int loop(collie::ProcessGroup& pg, std::size_t count) {
+  std::vector<float> v(count);
   for (int i = 0;; ++i) {
     std::fill(v.begin(), v.end(), static_cast<float>(pg.rank() + i % 7));
     if (!all_reduce_or_say(pg, std::span(v))) return 1;
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: collie_collective_worker matrix [full|smoke] | victim | mismatch | "
-                 "mismatches SMALL LARGE | mismatch_exit | blame_chain | loop | "
+                 "mismatches SMALL LARGE | mismatch_exit | blame_chain | loop [COUNT] | "
                  "stall stop|MS | reinit\n");
     return 2;
   }
@@ -334,7 +334,8 @@ int main(int argc, char** argv) {
     if (scenario == "matrix") return matrix(pg, argc > 2 && std::string(argv[2]) == "full");
     if (scenario == "victim") return victim(pg, argc > 2 && std::string(argv[2]) == "exit");
     if (scenario == "mismatch") return mismatch(pg);
-    if (scenario == "loop") return loop(pg);
+    if (scenario == "loop")
+      return loop(pg, argc > 2 ? std::stoul(argv[2]) : std::size_t{1} << 18);
     if (scenario == "blame_chain") return blame_chain(pg);
     if (scenario == "mismatches" && argc > 3)
       return mismatches(pg, std::stoi(argv[2]), std::stoi(argv[3]));

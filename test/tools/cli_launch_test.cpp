@@ -82,6 +82,23 @@ TEST_CASE("launch gives every rank torchrun's environment and a free store port"
   CHECK(ports.size() == 1);
 }
 
+TEST_CASE("a child's environment: an override replaces the variable, the last of a name wins",
+          "[launch]") {
+  // ExecArgs builds every child's environment, `collie launch`'s ranks too.
+  ::setenv("COLLIE_TEST_INHERITED", "parent", 1);
+  const auto r = run({"/usr/bin/env"}, {"COLLIE_TEST_INHERITED=child", "COLLIE_TEST_TWICE=first",
+                                        "COLLIE_TEST_TWICE=second"});
+  ::unsetenv("COLLIE_TEST_INHERITED");
+  INFO(r.out);
+  CHECK(r.exit_code == 0);
+  std::istringstream in(r.out);
+  std::vector<std::string> ours;
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("COLLIE_TEST_")) ours.push_back(line);
+  std::sort(ours.begin(), ours.end());
+  CHECK(ours == std::vector<std::string>{"COLLIE_TEST_INHERITED=child", "COLLIE_TEST_TWICE=second"});
+}
+
 TEST_CASE("launch hosts a store the ranks can use", "[launch]") {
   // Every rank adds 1 and waits until all have: the store is really there.
   const std::string script = kCollie + " store add arrived 1 >/dev/null && while [ \"$(" + kCollie +

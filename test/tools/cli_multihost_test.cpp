@@ -135,16 +135,25 @@ TEST_CASE("three hosts: a host whose link goes silent is named by every other ra
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int i = 0; i < 3; ++i)
     ranks.push_back(
-        std::make_unique<Subprocess>(hosts.exec(i, {kWorker, "loop"}), store.env(i, 3)));
+        std::make_unique<Subprocess>(hosts.exec(i, {kWorker, "loop"}),
+                                     store.env(i, 3, {"COLLIE_LOG_LEVEL=warn"})));
   for (int i = 0; i < 3; ++i)
     REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
             "rank " + std::to_string(i) + ": looping");
   REQUIRE(hosts.cut(2));
   const auto cut = std::chrono::steady_clock::now();
   for (int i : {0, 1}) {
-    const auto line = ranks[static_cast<std::size_t>(i)]->read_line(60s);
+    auto& rank = *ranks[static_cast<std::size_t>(i)];
+    const auto line = rank.read_line(60s);
     const auto after = std::chrono::steady_clock::now() - cut;
-    REQUIRE(line);
+    if (!line) {
+      // Where it waits: its host's TCP connections, and its warnings.
+      const auto sockets = collie::test::run(hosts.exec(i, {"ss", "-tnoi"}), {}, {}, 10s);
+      rank.signal(SIGKILL);
+      const auto r = rank.wait(10s);
+      FAIL("rank " << i << " said nothing in 60 s; its host's sockets:\n"
+                   << sockets.out << sockets.err << "its stderr:\n" << (r ? r->err : "?"));
+    }
     INFO(*line);
     CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(i) + ": failed after "));
     CHECK_THAT(*line, Catch::Contains("rank 2 at 10.77.0.3:"));
@@ -189,4 +198,46 @@ TEST_CASE("three hosts: loopback advertised to a remote master, and a host that 
                                        "rank 0 at 10.77.0.1:") &&
                            Catch::Contains("rank 1 at 10.77.0.2:"));
   }
+}
+
+TEST_CASE("two hosts: a host cut while its rank's receive window is closed is named within 10 s",
+          "[multihost]") {
+  // Rank 1 stops reading (SIGSTOP), so what rank 0 sends it fills its window
+  // and rank 0's kernel probes the zero window: no data is in flight to be
+  // retransmitted, and keep-alive does not probe a connection with data
+  // queued. Then rank 1's host goes silent, and only the unanswered window
+  // probes tell rank 0 that the host is gone.
+  NetworkNamespaces hosts(2);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  HostStore store(hosts);
+  REQUIRE_FALSE(store.port.empty());
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int i = 0; i < 2; ++i)
+    ranks.push_back(std::make_unique<Subprocess>(
+        hosts.exec(i, {kWorker, "loop", std::to_string(std::size_t{1} << 23)}),  // 32 MiB
+        store.env(i, 2, {"COLLIE_LOG_LEVEL=warn", "COLLIE_STALL_TIME=1"})));
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
+            "rank " + std::to_string(i) + ": looping");
+  ranks[1]->signal(SIGSTOP);
+  // The stall inspector's report: rank 0 has waited a second for rank 1.
+  if (!ranks[0]->wait_for_stderr("does not answer", 60s)) {
+    ranks[0]->signal(SIGKILL);
+    const auto r = ranks[0]->wait(10s);
+    FAIL("rank 0 made no stall report in 60 s; its stderr:\n" << (r ? r->err : "?"));
+  }
+  REQUIRE(hosts.cut(1));
+  const auto cut = std::chrono::steady_clock::now();
+  const auto line = ranks[0]->read_line(60s);
+  const auto after = std::chrono::steady_clock::now() - cut;
+  ranks[1]->signal(SIGKILL);
+  REQUIRE(line);
+  INFO(*line);
+  CHECK_THAT(*line, Catch::StartsWith("rank 0: failed after "));
+  CHECK_THAT(*line, Catch::Contains("rank 1 at 10.77.0.2:") &&
+                        Catch::Contains("cannot be reached"));
+  CHECK(after < 10s);
 }

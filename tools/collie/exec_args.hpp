@@ -1,9 +1,10 @@
 // The argv and envp arrays for execve: this process's environment with
-// "NAME=value" overrides. Built before fork (the child may only call
+// "NAME=value" overrides (the last of a name wins). Built before fork (the child may only call
 // async-signal-safe functions). Shared by `collie launch` and the tests'
 // Subprocess helper.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -20,7 +21,14 @@ struct ExecArgs {
         overridden = overridden || extra.starts_with(name);
       if (!overridden) environment_.push_back(entry);
     }
-    environment_.insert(environment_.end(), overrides.begin(), overrides.end());
+    // Of two overrides of one name, the later wins (getenv would find the first).
+    for (std::size_t i = 0; i < overrides.size(); ++i) {
+      const auto name = overrides[i].substr(0, overrides[i].find('=') + 1);
+      bool later = false;
+      for (std::size_t j = i + 1; j < overrides.size(); ++j)
+        later = later || overrides[j].starts_with(name);
+      if (!later) environment_.push_back(overrides[i]);
+    }
     arguments_ = args;
     for (auto& a : arguments_)
       argv.push_back(a.data());

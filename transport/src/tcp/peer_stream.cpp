@@ -52,16 +52,23 @@ std::string PeerStream::error_reason(int error) const {
 void PeerStream::check_alive(std::chrono::steady_clock::time_point now) {
   if (state != PeerState::Ready || !connection.valid()) return;
   const auto h = tcp_health(fd());
-  if (!h.known || !h.retransmitting) {
+  if (!h.known || !(h.retransmitting || h.probing)) {
     unacked_since = {};
     return;
   }
   if (unacked_since == std::chrono::steady_clock::time_point{}) unacked_since = now;
   if (now - unacked_since < kLostAfter || h.since_last_ack < kLostAfter) return;
+  const auto seconds = h.since_last_ack.count() / 1000;
   fail(ErrorKind::Connection,
-       fmt::format("{} cannot be reached: data sent to it has gone unacknowledged for {} s "
-                   "(retransmitted): its host is down, or the network between is cut",
-                   table.describe_peer(rank), h.since_last_ack.count() / 1000));
+       fmt::format("{} cannot be reached: {}: its host is down, or the network between is cut",
+                   table.describe_peer(rank),
+                   h.retransmitting
+                       ? fmt::format("data sent to it has gone unacknowledged for {} s "
+                                     "(retransmitted)",
+                                     seconds)
+                       : fmt::format("its receive window is closed and the probes sent to it "
+                                     "have gone unanswered for {} s",
+                                     seconds)));
 }
 
 void PeerStream::fail(ErrorKind kind, const std::string& reason) {

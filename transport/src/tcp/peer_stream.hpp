@@ -75,8 +75,9 @@ struct PeerStream {
   void fail(ErrorKind kind, const std::string& reason);
 
   // Fails a Ready stream whose unacknowledged data has been retransmitted,
-  // with no acknowledgement, for kLostAfter (sockets.hpp): its host is gone
-  // or cut off. A stopped peer's kernel still acknowledges, so it stays.
+  // or whose probes have gone out, with no acknowledgement, for kLostAfter
+  // (sockets.hpp): its host is gone or cut off. A stopped peer's kernel
+  // still acknowledges, so it stays.
   // Called about once a second.
   void check_alive(std::chrono::steady_clock::time_point now);
 
@@ -91,7 +92,7 @@ struct PeerStream {
   std::string address;    // host:port of its end of an accepted connection
   std::string failure;
   ErrorKind failure_kind = ErrorKind::None;
-  // Since when check_alive() has seen it retransmit without an ack.
+  // Since when check_alive() has seen it retransmit or probe without an ack.
   std::chrono::steady_clock::time_point unacked_since{};
   // Sending.
   std::deque<TcpRequestPtr> sends;

@@ -5,8 +5,10 @@
 #include <collie/transport/tcp.hpp>
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -128,6 +130,11 @@ TcpHealth tcp_health(int fd) {
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return h;
   h.known = true;
   h.retransmitting = info.tcpi_unacked > 0 && info.tcpi_retransmits > 0;
+  // Probes with our data queued (SIOCOUTQ: bytes not yet acknowledged) and
+  // none in flight: the zero-window probes of a closed receive window.
+  int queued = 0;
+  h.probing = info.tcpi_probes > 0 && info.tcpi_unacked == 0 &&
+              ::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0;
   h.since_last_ack = std::chrono::milliseconds(info.tcpi_last_ack_recv);
   return h;
 }

@@ -41,7 +41,9 @@ Descriptor release(asio::ip::tcp::socket& socket);
 // How a lost host is noticed (docs/failures.md): an idle connection sends
 // keep-alive probes after kKeepIdleS seconds, kKeepCount of them
 // kKeepIntervalS apart, and fails when none is answered (about 6 s); a
-// connection with data unacknowledged and retransmitting for kLostAfter is
+// connection with data unacknowledged and retransmitting for kLostAfter, or
+// with data queued behind a closed receive window whose probes have gone
+// unanswered that long (keep-alive does not probe such a connection), is
 // failed by the transport (PeerStream::check_alive). TCP_USER_TIMEOUT is not
 // used: since Linux 5.11 it also drops a connection whose receiver keeps a
 // zero window that long, so a rank stopped in a debugger would lose its
@@ -68,6 +70,11 @@ void tune(asio::ip::tcp::socket& socket, bool avoid_pacing);
 struct TcpHealth {
   bool known = false;             // getsockopt worked
   bool retransmitting = false;    // unacknowledged data is being sent again
+  // Our data waits behind a receive window the peer closed, and probes of
+  // the window have gone out since the last acknowledgement: a peer's kernel
+  // answers each, however stopped the process, so unanswered ones mean it
+  // is gone.
+  bool probing = false;
   std::chrono::milliseconds since_last_ack{0};
 };
 TcpHealth tcp_health(int fd);
