@@ -73,9 +73,17 @@ int matrix(collie::ProcessGroup& pg, bool full) {
   return 0;
 }
 
+// Milliseconds of the monotonic clock, which every process of a host shares:
+// tests compare one rank's time of death with another's time of failure.
+long long clock_ms() {
+  return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::steady_clock::now().time_since_epoch())
+                                    .count());
+}
+
 // One all_reduce, timed. On a collie::Error it prints "rank R: failed after
-// MS ms of waiting: MESSAGE" (MESSAGE led by "InterruptedError: " for one)
-// and returns false.
+// MS ms of waiting (clock C ms): MESSAGE" (MESSAGE led by "InterruptedError: "
+// for one) and returns false.
 bool all_reduce_or_say(collie::ProcessGroup& pg, std::span<float> v) {
   const auto start = Clock::now();
   try {
@@ -85,7 +93,8 @@ bool all_reduce_or_say(collie::ProcessGroup& pg, std::span<float> v) {
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     std::printf(
-        "rank %d: failed after %lld ms of waiting: %s%s\n", pg.rank(), static_cast<long long>(ms),
+        "rank %d: failed after %lld ms of waiting (clock %lld ms): %s%s\n", pg.rank(),
+        static_cast<long long>(ms), clock_ms(),
         dynamic_cast<const collie::InterruptedError*>(&e) != nullptr ? "InterruptedError: " : "",
         e.what());
     std::fflush(stdout);
@@ -100,7 +109,7 @@ int victim(collie::ProcessGroup& pg, bool exit_at_once) {
       // Die in the middle of the next collective: after its first messages.
       auto w = pg.all_reduce_async(std::span(v));
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      std::printf("rank 2: dying\n");
+      std::printf("rank 2: dying (clock %lld ms)\n", clock_ms());
       std::fflush(stdout);
       std::raise(SIGKILL);
     }
