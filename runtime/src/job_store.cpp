@@ -1,6 +1,7 @@
 // The job's rendezvous store: hosted by rank 0 or a launcher, or a file, or
 // the program's own; a namespace per run and generation (job_store.hpp).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -22,6 +23,63 @@ namespace {
 // Per store and rank: how many groups this process made and saw join.
 std::mutex generations_mu;
 std::map<std::string, int> generations;
+
+// The stores rank 0 hosts, by port. A store outlives the group it was made
+// for once every rank joined that group, until the process exits: the other
+// ranks may still be leaving that group, or already joining the next one
+// (destroy, then init again), and must not find it gone. The next group on
+// the same port takes it over. A store whose group never formed stops with
+// its JobStore.
+struct Hosted {
+  std::string host;
+  std::string token;
+  std::shared_ptr<store::StoreServer> server;
+};
+std::mutex hosted_mu;
+std::map<std::uint16_t, Hosted>* hosted = nullptr;  // made once; emptied at exit
+
+void stop_hosted_at_exit() {
+  std::map<std::uint16_t, Hosted> last;
+  {
+    std::lock_guard lock(hosted_mu);
+    if (hosted != nullptr) last.swap(*hosted);
+  }
+  // Clients still connected get a ConnectionError at once, as when the
+  // process is killed.
+  for (auto& [port, h] : last)
+    h.server->stop();
+}
+
+std::shared_ptr<store::StoreServer> hosted_server(const store::ServerOptions& options) {
+  std::lock_guard lock(hosted_mu);
+  if (hosted == nullptr) {
+    collie::log();  // made before the exit handler, so destroyed after it
+    hosted = new std::map<std::uint16_t, Hosted>();
+    std::atexit(stop_hosted_at_exit);
+  }
+  if (options.port != 0) {
+    if (const auto it = hosted->find(options.port); it != hosted->end()) {
+      if (it->second.host == options.host && it->second.token == options.token)
+        return it->second.server;
+      it->second.server->stop();  // another address or secret: the port is needed
+      hosted->erase(it);
+    }
+  }
+  auto server = std::make_shared<store::StoreServer>(options);
+  (*hosted)[server->port()] = Hosted{options.host, options.token, server};
+  return server;
+}
+
+// Stops a hosted store now (its group never formed).
+void stop_hosted(const std::shared_ptr<store::StoreServer>& server) {
+  {
+    std::lock_guard lock(hosted_mu);
+    if (const auto it = hosted->find(server->port());
+        it != hosted->end() && it->second.server == server)
+      hosted->erase(it);
+  }
+  server->stop();
+}
 
 }  // namespace
 
@@ -65,7 +123,7 @@ JobStore::JobStore(const JobConfig& config) {
             config.master_port);
       }
       try {
-        server_ = std::make_unique<store::StoreServer>(options);
+        server_ = hosted_server(options);
       } catch (const Error& e) {
         throw Error(
             fmt::format("rank 0 hosts the job's store on MASTER_PORT={}{} but cannot: {} "
@@ -85,6 +143,10 @@ JobStore::JobStore(const JobConfig& config) {
 }
 
 JobStore::~JobStore() {
+  if (server_ && !joined_) {
+    view_.reset();  // this rank's client first, as before
+    stop_hosted(server_);
+  }
   if (!joined_ || key_.empty()) return;
   std::lock_guard lock(generations_mu);
   auto& next = generations[key_];

@@ -9,9 +9,13 @@
 // TCPStore. With file:// every rank opens the shared file. Every rank's
 // client retries until the store is up, for the job's timeout.
 //
-// If rank 0 hosts the store and exits (or dies), the other ranks' calls fail
-// at once with a ConnectionError naming the store's address: nobody is left
-// waiting without an error.
+// Rank 0's store stays up after its group is destroyed (one that every rank
+// joined), until the process exits: the others may still be leaving the
+// group, or already joining the next, and a JobStore made again on the same
+// port takes it over. If rank 0
+// exits (or dies), the other ranks' calls fail at once with a
+// ConnectionError naming the store's address: nobody is left waiting
+// without an error.
 //
 // store() is a view of the namespace "collie/run/<restart count>/", so a job
 // restarted by `collie launch --max-restarts` never reads its previous
@@ -56,7 +60,7 @@ class JobStore {
   void joined() { joined_ = true; }
 
  private:
-  std::unique_ptr<store::StoreServer> server_;
+  std::shared_ptr<store::StoreServer> server_;  // shared with the next group (job_store.cpp)
   std::shared_ptr<store::Store> view_;
   std::string key_;     // the store and the rank, for the generations
   int generation_ = 0;  // groups this rank made on this store before

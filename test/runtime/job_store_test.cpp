@@ -123,6 +123,31 @@ TEST_CASE("when rank 0 leaves, the others fail at once instead of waiting", "[jo
   CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
 
+TEST_CASE("rank 0's store outlives a group that formed, and its next group takes it over",
+          "[job_store]") {
+  // destroy, then init again by hand: the others may still be leaving the
+  // first group, or already joining the second, on rank 0's store.
+  const auto port = collie::test::momentarily_free_port();
+  auto rank0 = std::make_unique<JobStore>(config(0, 2, port));
+  auto rank1 = std::make_unique<JobStore>(config(1, 2, port));
+  const auto* server = rank0->server();
+  rank0->joined();
+  rank1->joined();
+  rank0.reset();
+  // Rank 1, still in the first group, is served on.
+  rank1->store().set("late", "1");
+  CHECK(rank1->store().get("late") == "1");
+  rank1.reset();
+  // Rank 1 is first in the second group; rank 0 takes its store over.
+  JobStore again1(config(1, 2, port));
+  again1.store().set("early", "1");
+  JobStore again0(config(0, 2, port));
+  CHECK(again0.server() == server);
+  CHECK(again0.prefix() == "collie/run/0/gen/1");
+  CHECK(again0.store().get("early") == "1");
+  CHECK(again1.prefix() == again0.prefix());
+}
+
 TEST_CASE("rank 0 says which port it could not host the store on", "[job_store]") {
   collie::test::StoreFixture other_job;
   CHECK_THROWS_WITH(JobStore(config(0, 2, other_job.server.port())),
