@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include "job_store.hpp"
 #include <collie/log.hpp>
@@ -53,7 +54,13 @@ void stop_hosted_at_exit() {
 std::shared_ptr<store::StoreServer> hosted_server(const store::ServerOptions& options) {
   std::lock_guard lock(hosted_mu);
   if (hosted == nullptr) {
-    collie::log();  // made before the exit handler, so destroyed after it
+    // What the servers use is set up before the exit handler is registered,
+    // so it is torn down after the handler ran: the logger, and OpenSSL
+    // (which registers its own clean-up on first use; a server stopped after
+    // it would set it up again, and leak).
+    collie::log();
+    (void)crypto::random_u64();
+    (void)crypto::hmac_sha256("", {});
     hosted = new std::map<std::uint16_t, Hosted>();
     std::atexit(stop_hosted_at_exit);
   }
