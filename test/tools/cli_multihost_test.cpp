@@ -2,6 +2,7 @@
 // namespaces on a bridge (support/netns.hpp), 10.77.0.1 to .3. A test skips,
 // saying why, where namespaces cannot be made (not root, no iproute2).
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -64,6 +65,31 @@ struct HostStore {
   Subprocess server;
   std::string port;  // empty: it did not come up
 };
+
+// One `collie_collective_worker loop [COUNT]` rank per host, on `store`,
+// each past its fifth all_reduce ("rank R: looping") when this returns.
+std::vector<std::unique_ptr<Subprocess>> start_looping(const NetworkNamespaces& hosts,
+                                                       const HostStore& store, int world,
+                                                       std::vector<std::string> loop_args,
+                                                       const std::vector<std::string>& env) {
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  loop_args.insert(loop_args.begin(), {kWorker, "loop"});
+  for (int i = 0; i < world; ++i)
+    ranks.push_back(std::make_unique<Subprocess>(hosts.exec(i, loop_args), store.env(i, world, env)));
+  for (int i = 0; i < world; ++i)
+    REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
+            "rank " + std::to_string(i) + ": looping");
+  return ranks;
+}
+
+// Kills a rank that did not say what was waited for, and fails with its
+// standard error (its warnings) and `more`.
+[[noreturn]] void fail_silent(Subprocess& rank, const std::string& what, const std::string& more) {
+  rank.signal(SIGKILL);
+  const auto r = rank.wait(10s);
+  FAIL(what << more << "its stderr:\n" << (r ? r->err : "?"));
+  std::abort();  // (FAIL throws)
+}
 
 }  // namespace
 
@@ -132,14 +158,7 @@ TEST_CASE("three hosts: a host whose link goes silent is named by every other ra
   // first), on a store of the test's own on host 0.
   HostStore store(hosts);
   REQUIRE_FALSE(store.port.empty());
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int i = 0; i < 3; ++i)
-    ranks.push_back(
-        std::make_unique<Subprocess>(hosts.exec(i, {kWorker, "loop"}),
-                                     store.env(i, 3, {"COLLIE_LOG_LEVEL=warn"})));
-  for (int i = 0; i < 3; ++i)
-    REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
-            "rank " + std::to_string(i) + ": looping");
+  auto ranks = start_looping(hosts, store, 3, {}, {"COLLIE_LOG_LEVEL=warn"});
   REQUIRE(hosts.cut(2));
   const auto cut = std::chrono::steady_clock::now();
   for (int i : {0, 1}) {
@@ -149,10 +168,8 @@ TEST_CASE("three hosts: a host whose link goes silent is named by every other ra
     if (!line) {
       // Where it waits: its host's TCP connections, and its warnings.
       const auto sockets = collie::test::run(hosts.exec(i, {"ss", "-tnoi"}), {}, {}, 10s);
-      rank.signal(SIGKILL);
-      const auto r = rank.wait(10s);
-      FAIL("rank " << i << " said nothing in 60 s; its host's sockets:\n"
-                   << sockets.out << sockets.err << "its stderr:\n" << (r ? r->err : "?"));
+      fail_silent(rank, "rank " + std::to_string(i) + " said nothing in 60 s; ",
+                  "its host's sockets:\n" + sockets.out + sockets.err);
     }
     INFO(*line);
     CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(i) + ": failed after "));
@@ -214,21 +231,12 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
   }
   HostStore store(hosts);
   REQUIRE_FALSE(store.port.empty());
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int i = 0; i < 2; ++i)
-    ranks.push_back(std::make_unique<Subprocess>(
-        hosts.exec(i, {kWorker, "loop", std::to_string(std::size_t{1} << 23)}),  // 32 MiB
-        store.env(i, 2, {"COLLIE_LOG_LEVEL=warn", "COLLIE_STALL_TIME=1"})));
-  for (int i = 0; i < 2; ++i)
-    REQUIRE(ranks[static_cast<std::size_t>(i)]->read_line(120s) ==
-            "rank " + std::to_string(i) + ": looping");
+  auto ranks = start_looping(hosts, store, 2, {std::to_string(std::size_t{1} << 23)},  // 32 MiB
+                             {"COLLIE_LOG_LEVEL=warn", "COLLIE_STALL_TIME=1"});
   ranks[1]->signal(SIGSTOP);
   // The stall inspector's report: rank 0 has waited a second for rank 1.
-  if (!ranks[0]->wait_for_stderr("does not answer", 60s)) {
-    ranks[0]->signal(SIGKILL);
-    const auto r = ranks[0]->wait(10s);
-    FAIL("rank 0 made no stall report in 60 s; its stderr:\n" << (r ? r->err : "?"));
-  }
+  if (!ranks[0]->wait_for_stderr("does not answer", 60s))
+    fail_silent(*ranks[0], "rank 0 made no stall report in 60 s; ", "");
   REQUIRE(hosts.cut(1));
   const auto cut = std::chrono::steady_clock::now();
   const auto line = ranks[0]->read_line(60s);
