@@ -35,6 +35,12 @@ inline std::uint64_t sequence_of_tag(std::uint64_t tag) {
   return tag & kSequenceMask;
 }
 
+// Whether `tag` is one of the collectives of the group with `slot` (not
+// another group's, nor a point-to-point or diagnosis message).
+inline bool is_collective_of(std::uint64_t tag, std::uint32_t slot) {
+  return (tag >> 63) == 1 && ((tag >> 40) & kMaxSlot) == (slot & kMaxSlot);
+}
+
 // The tag of call #`sequence`'s diagnosis messages.
 inline std::uint64_t diagnosis_tag(std::uint32_t slot, std::uint64_t sequence) {
   return (std::uint64_t{1} << 62) | (static_cast<std::uint64_t>(slot & kMaxSlot) << 31) |

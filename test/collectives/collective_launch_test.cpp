@@ -385,17 +385,7 @@ TEST_CASE("mismatches of count, dtype, op, root and algorithm: every rank names 
   // the odd rank moving. A rank whose own call completed (it heard nothing
   // from the odd rank) hears of it in the group's next call.
   const int small = repeats(8, 3);
-#if defined(__SANITIZE_THREAD__)
-  // An open bug, left out of this preset only so that it does not hide the
-  // rest: under ThreadSanitizer's timing, after a 16 MiB mismatch a rank's
-  // next world call sometimes finds "another collective" from the odd rank
-  // (2 of 4 full tsan runs, never in release or ASan, which keep these
-  // cases). Details in the closing note of issue 36.
-  const int large = 0;
-  WARN("the 16 MiB cases are left out under ThreadSanitizer (an open bug, see the comment)");
-#else
   const int large = repeats(3, 1);
-#endif
   const std::map<std::string, std::pair<std::string, std::string>> calls{
       {"count", {"all_reduce(float32, {N+1}, sum)", "all_reduce(float32, {N}, sum)"}},
       {"dtype", {"all_reduce(int32, {N}, sum)", "all_reduce(float32, {N}, sum)"}},

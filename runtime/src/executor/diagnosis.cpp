@@ -243,8 +243,10 @@ void Diagnosis::explain_lost_connection(int with) {
     // what is on its way itself (another rank's message of this call, say).
     transport.wait_any({}, std::chrono::milliseconds(10));
   }
+  // Only this group's calls: a notice of another group (one that shares
+  // this peer, its failed call's notice still queued) is no news of this one.
   for (const auto& [tag, theirs] : transport.queued_from(peer(with)))
-    if (tag != tag_ && is_failure_notice(theirs))
+    if (tag != tag_ && is_collective_of(tag, g_.slot) && is_failure_notice(theirs))
       reported_failure(theirs, with, sequence_of_tag(tag));
   // A rank that found a mismatch saved it before it dropped anything.
   if (auto saved = saved_mismatch(call_.sequence)) {

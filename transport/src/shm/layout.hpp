@@ -73,10 +73,19 @@ struct RingCursors {
   // that timed out while the receiver may read it): the other fails the
   // pair too.
   std::atomic<std::uint32_t> broken;
-  // Written by the sender: 1 + the sequence number of the last message it
-  // withdrew half-way (its send timed out or was abandoned). The rest of
-  // that message is filler; the receiver drops it, and the pair goes on.
-  alignas(kLine) std::atomic<std::uint64_t> withdrawn;
+  // Written by the sender: for a message it withdrew half-way (its send
+  // timed out or its collective was abandoned), 1 + its sequence number in
+  // entry seq % kWithdrawSlots. The rest of that message is filler; the
+  // receiver drops it, and the pair goes on. An entry is reused only once
+  // the receiver has read past the message it names, so up to
+  // kWithdrawSlots withdrawn messages may wait unread (a receiver busy
+  // elsewhere while one collective after another is abandoned).
+  static constexpr std::size_t kWithdrawSlots = 32;
+  alignas(kLine) std::atomic<std::uint64_t> withdrawn[kWithdrawSlots];
+
+  std::atomic<std::uint64_t>& withdrawn_of(std::uint64_t seq) {
+    return withdrawn[seq % kWithdrawSlots];
+  }
 };
 static_assert(sizeof(RingCursors) <= kPage);
 

@@ -239,7 +239,7 @@ inline bool ShmTransport::Impl::start_message(Peer& p) {
     return false;
   }
   auto r = p.posted.take_first(tag);
-  if (p.in->withdrawn.load(std::memory_order_acquire) == seq + 1) {
+  if (p.in->withdrawn_of(seq).load(std::memory_order_acquire) == seq + 1) {
     // Withdrawn half-way by the sender: dropped as it comes.
     if (r) withdrawn(*r);
   } else if (!r) {
@@ -311,7 +311,8 @@ void ShmTransport::Impl::withdrawn(ShmRequest& r) {
 }
 
 bool ShmTransport::Impl::drop_if_withdrawn(Peer& p) {
-  if (p.length == 0 || p.in->withdrawn.load(std::memory_order_acquire) != p.reading_seq + 1)
+  if (p.length == 0 ||
+      p.in->withdrawn_of(p.reading_seq).load(std::memory_order_acquire) != p.reading_seq + 1)
     return false;
   if (p.target) withdrawn(*p.target);
   p.target.reset();

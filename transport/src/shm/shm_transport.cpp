@@ -39,8 +39,10 @@ void ShmTransport::Impl::time_out(const RequestPtr& request, std::chrono::millis
     } else if (it != p.sends.end()) {
       withdraw = it == p.sends.begin() && p.send_done > 0;
       if (!withdraw) p.sends.erase(it);
-      // One withdrawn message unread at a time: `withdrawn` names one.
-      if (withdraw && p.out->tail.load(std::memory_order_acquire) < p.withdrawn_end) {
+      // Its entry of `withdrawn` must be free: the receiver has read past
+      // the message it last named.
+      const auto entry = p.send_header[1] % RingCursors::kWithdrawSlots;
+      if (withdraw && p.out->tail.load(std::memory_order_acquire) < p.withdrawn_end[entry]) {
         withdraw = false;
         half_way_send = true;
       }
@@ -58,10 +60,12 @@ void ShmTransport::Impl::time_out(const RequestPtr& request, std::chrono::millis
   if (withdraw) {
     // Its rest is written as filler (the caller's buffer is the caller's
     // again), and the receiver told to drop the message: the pair goes on.
-    p.out->withdrawn.store(p.send_header[1] + 1, std::memory_order_release);
+    const auto seq = p.send_header[1];
+    p.out->withdrawn_of(seq).store(seq + 1, std::memory_order_release);
     p.sends.front() =
         std::make_shared<ShmRequest>(r.peer(), true, r.tag, nullptr, r.bytes, r.fingerprint);
-    p.withdrawn_end = p.out_head + (kHeaderBytes + round_up(r.bytes, kLine) - p.send_done);
+    p.withdrawn_end[seq % RingCursors::kWithdrawSlots] =
+        p.out_head + (kHeaderBytes + round_up(r.bytes, kLine) - p.send_done);
     push(p);
   }
   if (half_way_send) {
@@ -70,7 +74,7 @@ void ShmTransport::Impl::time_out(const RequestPtr& request, std::chrono::millis
     fail_peer(p, ErrorKind::Connection,
               fmt::format("the shared-memory channel to {} was closed after a send timed out "
                           "half-way through a message it could not withdraw (one read from "
-                          "this rank's memory, or one more before {} read the last withdrawn)",
+                          "this rank's memory, or one of many withdrawn that {} has not read)",
                           describe_peer(r.peer()), describe_peer(r.peer())));
   }
 }

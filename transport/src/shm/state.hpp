@@ -83,9 +83,10 @@ struct Peer {
   std::deque<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
   std::uint64_t acks_seen = 0;
   std::uint64_t send_seq = 0;
-  // Where the last message this rank withdrew ends in the ring (its write
-  // cursor then): until the receiver has read that far, `withdrawn` names it.
-  std::uint64_t withdrawn_end = 0;
+  // Per entry of the ring's `withdrawn`: where the message it names ends in
+  // the ring (the write cursor then); until the receiver has read that
+  // far, the entry is not free.
+  std::array<std::uint64_t, RingCursors::kWithdrawSlots> withdrawn_end{};
   RingCopier copier;  // ordinary or non-temporal stores, by what they cost
   // Receiving: its ring in my mailbox.
   RingCursors* in = nullptr;
