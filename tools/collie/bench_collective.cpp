@@ -28,6 +28,7 @@
 #include "bench_collective.hpp"
 #include "bench_job.hpp"
 #include "bench_output.hpp"
+#include "bench_plot.hpp"
 #include "collective_check.hpp"
 #include "commands.hpp"
 #include "json_out.hpp"

@@ -29,7 +29,19 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
   store::ClientOptions options;
   options.token = token;
   options.timeout = std::chrono::seconds(300);
+  // The store's node may start it after this one: wait for it as for a
+  // node that has not joined yet.
+  options.connect_timeout = node_timeout;
   store_ = std::make_unique<store::StoreClient>(host, port, options);
+  if (node_rank_ >= 0) return;
+  const auto joined = store_->add(keys::launch_round(0, "joined"), 1, 10s);
+  if (joined >= nodes) {
+    throw Error(fmt::format(
+        "collie launch: {} nodes have joined the job at {}:{}, and it has --nnodes {}: this one "
+        "is not needed",
+        joined + 1, host, port, nodes));
+  }
+  node_rank_ = static_cast<int>(joined);
 }
 
 std::string NodeTeam::key(std::string_view what) const {

@@ -22,11 +22,14 @@ class NodeTeam {
   using Clock = std::chrono::steady_clock;
 
   // Connects to the job's store at host:port; this launcher is node
-  // `node_rank` of `nodes`.
+  // `node_rank` of `nodes`, or with -1 the next to join (torchrun's c10d:
+  // the store's own node is 0, the others are numbered as they join).
+  // Throws collie::Error when more than `nodes` join.
   NodeTeam(const std::string& host, std::uint16_t port, const std::string& token, int node_rank,
            int nodes, std::chrono::milliseconds node_timeout);
 
   store::StoreClient& store() { return *store_; }
+  int node_rank() const { return node_rank_; }
 
   // The attempt the next calls are about.
   void begin_attempt(int attempt);

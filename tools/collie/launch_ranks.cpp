@@ -1,6 +1,7 @@
 // This node's ranks for one attempt of `collie launch` (launch_ranks.hpp).
 #include "launch_ranks.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -28,12 +29,16 @@ void write_all(FILE* stream, const std::string& text) {
 }  // namespace
 
 LocalRanks::LocalRanks(std::vector<std::string> command, int first_rank, int count,
-                       Placement placement, std::string log_dir)
+                       Placement placement, RankOutput output)
     : command_(std::move(command)),
       first_rank_(first_rank),
       count_(count),
       placement_(std::move(placement)),
-      log_dir_(std::move(log_dir)) {}
+      output_(std::move(output)) {
+  output_.logged.resize(static_cast<std::size_t>(count), 0);
+  output_.shown.resize(static_cast<std::size_t>(count), 3);
+  if (output_.log_dir.empty()) std::fill(output_.logged.begin(), output_.logged.end(), 0);
+}
 
 void LocalRanks::start(int attempt, const Environment& environment) {
   ranks_.clear();
@@ -42,8 +47,8 @@ void LocalRanks::start(int attempt, const Environment& environment) {
     auto& r = ranks_.emplace_back();
     r.local_rank = local;
     r.rank = first_rank_ + local;
-    if (!log_dir_.empty()) {
-      const auto dir = std::filesystem::path(log_dir_) / fmt::format("attempt-{}", attempt);
+    if (output_.logged[static_cast<std::size_t>(local)] != 0) {
+      const auto dir = std::filesystem::path(output_.log_dir) / fmt::format("attempt-{}", attempt);
       std::filesystem::create_directories(dir);
       r.log.open(dir / fmt::format("rank-{}.log", r.rank));
       if (!r.log) throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
@@ -99,12 +104,16 @@ void LocalRanks::pump(LocalRank& r, bool is_err) {
     is_err ? r.child->close_err() : r.child->close_out();
     break;
   }
+  const int stream = is_err ? 2 : 1;
+  const auto local = static_cast<std::size_t>(r.local_rank);
+  const bool shown = (output_.shown[local] & stream) != 0;
+  const bool logged = r.log.is_open() && (output_.logged[local] & stream) != 0;
   std::string out;
   std::size_t start = 0;
   for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
     const auto line = std::string_view(partial).substr(start, nl - start + 1);
-    out += fmt::format("[rank {}] {}", r.rank, line);
-    if (r.log) r.log << line;
+    if (shown) out += fmt::format("[rank {}] {}", r.rank, line);
+    if (logged) r.log << line;
   }
   partial.erase(0, start);
   if (!out.empty()) write_all(is_err ? stderr : stdout, out);
@@ -176,7 +185,11 @@ void LocalRanks::drain_output() {
     for (bool is_err : {false, true}) {
       std::string& partial = is_err ? r.err_partial : r.out_partial;
       if (!partial.empty()) {
-        write_all(is_err ? stderr : stdout, fmt::format("[rank {}] {}\n", r.rank, partial));
+        const auto local = static_cast<std::size_t>(r.local_rank);
+        if ((output_.shown[local] & (is_err ? 2 : 1)) != 0)
+          write_all(is_err ? stderr : stdout, fmt::format("[rank {}] {}\n", r.rank, partial));
+        if (r.log.is_open() && (output_.logged[local] & (is_err ? 2 : 1)) != 0)
+          r.log << partial << "\n";
         partial.clear();
       }
     }

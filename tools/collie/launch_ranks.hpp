@@ -1,6 +1,7 @@
 // The ranks `collie launch` runs on this node, for one attempt: starting
 // them (bound to processors when asked), passing their output on line by
-// line with each rank's prefix (and to log files with --tee), reaping them,
+// line with each rank's prefix (and to log files with --tee or
+// --redirects), reaping them,
 // and stopping them (a signal, then SIGKILL after the stop timeout). Used
 // by the launcher's one thread.
 #pragma once
@@ -35,16 +36,23 @@ struct LocalRank {
   std::ofstream log;
 };
 
+// Where each local rank's streams go (bits: 1 its stdout, 2 its stderr).
+struct RankOutput {
+  std::string log_dir;      // "" for no log files
+  std::vector<int> logged;  // written to LOG_DIR/attempt-A/rank-R.log
+  std::vector<int> shown;   // passed on to the launcher's stdout/stderr, prefixed
+};
+
 class LocalRanks {
  public:
   using Clock = std::chrono::steady_clock;
   // The environment a rank gets, on top of the launcher's.
   using Environment = std::function<std::vector<std::string>(const LocalRank&)>;
 
-  // `first_rank`: the world rank of local rank 0; `log_dir`: where --tee
-  // writes ("" for no logs).
+  // `first_rank`: the world rank of local rank 0; `output`: where each
+  // rank's streams go (--tee, --redirects, --local-ranks-filter).
   LocalRanks(std::vector<std::string> command, int first_rank, int count, Placement placement,
-             std::string log_dir);
+             RankOutput output);
 
   // Starts every rank of attempt `attempt`. Throws collie::Error (after
   // killing what it started) if one cannot be started.
@@ -78,7 +86,7 @@ class LocalRanks {
   int first_rank_;
   int count_;
   Placement placement_;
-  std::string log_dir_;
+  RankOutput output_;
   std::vector<LocalRank> ranks_;
   bool stopping_ = false;
   Clock::time_point stop_started_;

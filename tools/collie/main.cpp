@@ -1,5 +1,8 @@
 // collie: launch jobs, serve the rendezvous store, benchmark, explain.
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +13,7 @@
 #include <collie/version.hpp>
 
 #include "commands.hpp"
+#include "torchrun_args.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app(
@@ -40,7 +44,12 @@ int main(int argc, char** argv) {
   collie::cli::add_trace_command(app);
 
   try {
-    app.parse(argc, argv);
+    // torchrun's spelling of `collie launch` (torchrun_args.hpp); CLI11
+    // takes the words last first.
+    std::vector<std::string> words(argv + 1, argv + argc);
+    collie::cli::normalize_launch_words(words, *app.get_subcommand("launch"));
+    std::reverse(words.begin(), words.end());
+    app.parse(words);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const collie::cli::Exit& e) {

@@ -15,6 +15,7 @@
 // | collie/launch/attempt/<a>/done, /left  | counters of nodes           | launcher → launchers |
 // | collie/launch/attempt/<a>/restart      | (a barrier)                 | launchers            |
 // | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms | launcher → launchers |
+// | collie/launch/round/<r>/joined         | a counter: the nodes numbered as they join (c10d) | launcher → launchers |
 // | world/rank/<r>/claimed                 | a counter: 1 once taken     | init → init          |
 // | world/id                               | the job's group id, 16 hex  | init of rank 0 → init |
 // | <group>/host/<r>                       | the rank's host identity    | open_transport → open_transport |
@@ -64,6 +65,12 @@ inline std::string run(int restart_count, int generation) {
 // "left", "restart".
 inline std::string launch_attempt(int attempt, std::string_view what) {
   return detail::join("collie/launch/attempt/", static_cast<std::uint64_t>(attempt)) + "/" +
+         std::string(what);
+}
+// The launchers' rendezvous of round `round` (torchrun's c10d: the nodes
+// other than the store's own numbered as they join): "joined".
+inline std::string launch_round(int round, std::string_view what) {
+  return detail::join("collie/launch/round/", static_cast<std::uint64_t>(round)) + "/" +
          std::string(what);
 }
 inline std::string launch_heartbeat(int node) {
