@@ -208,6 +208,15 @@ AsyncStoreClient::RequestId AsyncStoreClient::ping(Handler<Done> done) {
   return impl_->send(request, decode_done(std::move(done)));
 }
 
+AsyncStoreClient::RequestId AsyncStoreClient::torch(Handler<Done> done) {
+  auto request = make(wire::Op::Torch);
+  return impl_->send(request, decode_done(std::move(done)));
+}
+
+int AsyncStoreClient::duplicate_socket() const {
+  return impl_->duplicate_socket();
+}
+
 void AsyncStoreClient::abandon(RequestId id) {
   impl_->abandon(id);
 }

@@ -77,6 +77,15 @@ class StoreClient::Impl {
     timeout_ = timeout;
   }
   const std::string& address() const { return client_.address(); }
+  // The connection's socket, for the caller to own; the client is closed.
+  int release_socket() {
+    std::lock_guard lock(mutex_);
+    const int fd = client_.duplicate_socket();
+    client_.close();
+    io_.poll();  // the handlers of what close() cancelled
+    if (fd < 0) throw ConnectionError(fmt::format("store at {}: torch tunnel: no connection", client_.address()));
+    return fd;
+  }
   StoreLimits limits() const {
     std::lock_guard lock(mutex_);
     return client_.limits();
@@ -247,6 +256,13 @@ std::chrono::nanoseconds StoreClient::ping(Timeout timeout) {
       timeout, [&](AsyncStoreClient& c, auto done) { return c.ping(std::move(done)); },
       [] { return std::string("ping"); });
   return Clock::now() - start;
+}
+
+int StoreClient::into_torch_tunnel(Timeout timeout) {
+  impl_->call<Done>(
+      timeout, [&](AsyncStoreClient& c, auto done) { return c.torch(std::move(done)); },
+      [] { return std::string("torch tunnel"); });
+  return impl_->release_socket();
 }
 
 std::chrono::milliseconds StoreClient::timeout() const {

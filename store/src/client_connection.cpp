@@ -3,6 +3,7 @@
 #include "client_connection.hpp"
 
 #include <algorithm>
+#include <fcntl.h>
 
 #include <asio/connect.hpp>
 #include <asio/post.hpp>
@@ -88,6 +89,11 @@ void AsyncStoreClient::Impl::abandon(RequestId id) {
     request.number = id;
     enqueue(wire::encode(request));
   }
+}
+
+int AsyncStoreClient::Impl::duplicate_socket() {
+  if (state_ != State::Ready || !socket_.is_open()) return -1;
+  return ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
 }
 
 void AsyncStoreClient::Impl::close() {

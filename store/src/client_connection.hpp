@@ -44,6 +44,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   RequestId send(wire::Request& request, Decoder decoder);
   void abandon(RequestId id);
   void close();
+  int duplicate_socket();
 
   const std::string& address() const { return address_; }
   const StoreLimits& limits() const { return limits_; }

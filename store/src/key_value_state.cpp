@@ -330,6 +330,9 @@ void KeyValueState::handle(ReplyTarget& client, const Request& req) {
     case Op::Ping:
       reply_ok(client, req.id);
       return;
+    case Op::Torch:  // a connection's own change (Session), never a request of the state
+      reply_error(client, req.id, ErrorCode::Malformed, "torch: not a request of the store's state");
+      return;
   }
 }
 

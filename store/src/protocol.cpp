@@ -43,6 +43,8 @@ std::string_view op_name(Op op) {
       return "cancel";
     case Op::Ping:
       return "ping";
+    case Op::Torch:
+      return "torch";
   }
   return "unknown";
 }
@@ -290,6 +292,7 @@ std::optional<Layout> layout_of(std::uint8_t op) {
     case Op::Cancel:
       return Layout::Number;
     case Op::Ping:
+    case Op::Torch:
       return Layout::Empty;
   }
   return std::nullopt;

@@ -49,6 +49,10 @@ enum class Op : std::uint8_t {
   Barrier = 14,
   Cancel = 15,
   Ping = 16,
+  // The rest of this connection speaks torch's TCPStore protocol, as from a
+  // torch client (after collie's handshake: a relay's tunnel, proven by the
+  // token, for torch clients that cannot prove it themselves).
+  Torch = 17,
 };
 std::string_view op_name(Op op);
 

@@ -22,6 +22,8 @@
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
+#include <collie/store/torch_relay.hpp>
+#include <collie/transport/interfaces.hpp>
 
 #include "address.hpp"
 #include "launch_blame.hpp"
@@ -216,10 +218,13 @@ class Launcher {
       // below): on one node its clients are on loopback and must run as
       // this user; across nodes torch's protocol cannot prove the job's
       // secret, so only with --insecure.
-      options.torch_clients = serves_torch();
+      options.torch_clients = true;
+      // Across nodes, on loopback only: the other nodes' torch clients come
+      // through their launcher's relay, which proves the job's secret.
+      options.torch_loopback_only = secure_nodes();
       options.torch_refusal_hint =
-          "collie launch serves torch's clients across nodes only with --insecure (torch's "
-          "protocol cannot prove the job's secret); docs/torch.md";
+          "collie launch's ranks reach the store through their node's relay on loopback; "
+          "docs/launching.md";
       store::raise_open_file_limit();
       try {
         server_ = std::make_unique<store::StoreServer>(options);
@@ -245,9 +250,44 @@ class Launcher {
                                          node_timeout());
       if (args_.node_rank_value < 0) say(fmt::format("joined as node {}", team_->node_rank()));
     }
+    store_host_ = args_.master_addr;
+    store_port_ = port_;
+    if (secure_nodes()) {
+      // The ranks reach the store on this host's loopback: torch's clients
+      // there are served (as this user's), where across hosts they could
+      // not prove the secret. Off the store's node, through a relay.
+      if (!args_.host_store) {
+        store::ClientOptions options;
+        options.token = token_;
+        options.connect_timeout = node_timeout();
+        relay_ = std::make_unique<store::TorchRelay>(args_.master_addr,
+                                                     static_cast<std::uint16_t>(port_), options);
+      }
+      store_host_ = "127.0.0.1";
+      store_port_ = relay_ ? relay_->port() : port_;
+      // Their own connections still leave by the interface toward the store's host.
+      socket_ifname_ = args_.socket_ifname;
+      const char* set = std::getenv("COLLIE_SOCKET_IFNAME");
+      if (socket_ifname_.empty() && (set == nullptr || *set == '\0'))
+        socket_ifname_ = interface_toward(args_.master_addr);
+    } else {
+      socket_ifname_ = args_.socket_ifname;
+    }
   }
 
-  bool serves_torch() const { return !multi_node() || args_.insecure; }
+  // Several nodes with a secret: the ranks meet on loopback (above).
+  bool secure_nodes() const { return multi_node() && !args_.insecure; }
+
+  // "=eth0": the interface this host reaches `host` by ("" if none is found).
+  static std::string interface_toward(const std::string& host) {
+    try {
+      const auto source = transport::route_source_address(host);
+      for (const auto& i : transport::list_interfaces())
+        if (i.address == source) return "=" + i.name;
+    } catch (const std::exception&) {
+    }
+    return "";
+  }
 
   std::vector<std::string> environment_for(const LocalRank& r) const {
     RankPlace place;
@@ -256,9 +296,10 @@ class Launcher {
     place.node_rank = node_rank_;
     place.nodes = nodes();
     place.attempt = attempt_;
-    place.port = port_;
+    place.store_host = store_host_;
+    place.port = store_port_;
+    place.socket_ifname = socket_ifname_;
     place.token = token_;
-    place.serves_torch = serves_torch();
     place.shared_cpus = placement_.shared;
     place.error_file = error_files_.path(attempt_, r.rank);
     return rank_environment(args_, place);
@@ -457,6 +498,10 @@ class Launcher {
   sigset_t signals_{};
   int signal_fd_ = -1;
   std::unique_ptr<store::StoreServer> server_;
+  std::unique_ptr<store::TorchRelay> relay_;  // nodes but the store's, with a secret
+  std::string store_host_;     // the store as the ranks reach it (MASTER_ADDR, MASTER_PORT)
+  int store_port_ = 0;
+  std::string socket_ifname_;  // the ranks' COLLIE_SOCKET_IFNAME ("" to leave theirs)
   std::unique_ptr<NodeTeam> team_;  // several nodes only
   LocalRanks* ranks_ = nullptr;     // this attempt's (run()'s)
   const LocalRank* first_failure_ = nullptr;

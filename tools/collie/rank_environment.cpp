@@ -27,7 +27,7 @@ std::optional<std::string> python_path() {
 std::vector<std::string> rank_environment(const LaunchArgs& a, const RankPlace& p) {
   const int world = a.nproc_count * p.nodes;
   std::vector<std::string> env{
-      fmt::format("MASTER_ADDR={}", a.master_addr),
+      fmt::format("MASTER_ADDR={}", p.store_host),
       fmt::format("MASTER_PORT={}", p.port),
       fmt::format("WORLD_SIZE={}", world),
       fmt::format("RANK={}", p.rank),
@@ -50,11 +50,12 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, const RankPlace& 
       "COLLIE_STORE_TOKEN_FILE=",
   };
   if (a.omp_threads_one) env.emplace_back("OMP_NUM_THREADS=1");
-  if (!a.socket_ifname.empty()) env.push_back("COLLIE_SOCKET_IFNAME=" + a.socket_ifname);
+  if (!p.socket_ifname.empty()) env.push_back("COLLIE_SOCKET_IFNAME=" + p.socket_ifname);
   // Bound ranks: how many processors they share, unless the user said.
   if (p.shared_cpus > 0 && std::getenv(kHostCpusVariable) == nullptr)
     env.push_back(fmt::format("{}={}", kHostCpusVariable, p.shared_cpus));
-  if (p.serves_torch) env.emplace_back("TORCHELASTIC_USE_AGENT_STORE=True");
+  // torch's env:// meets in the launcher's store (its clients served there).
+  env.emplace_back("TORCHELASTIC_USE_AGENT_STORE=True");
   if (const auto path = python_path()) env.push_back("PYTHONPATH=" + *path);
   return env;
 }

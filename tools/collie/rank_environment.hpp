@@ -18,11 +18,12 @@ struct RankPlace {
   int node_rank = 0;
   int nodes = 1;
   int attempt = 0;
-  int port = 0;                 // the store's
+  std::string store_host;       // the store's, as the ranks reach it (MASTER_ADDR)
+  int port = 0;                 // the store's, as the ranks reach it (MASTER_PORT)
   std::string token;            // the job's secret
-  bool serves_torch = false;    // the store answers torch's clients
   int shared_cpus = 0;          // bound ranks: how many processors they share (0: not bound)
   std::string error_file;       // TORCHELASTIC_ERROR_FILE
+  std::string socket_ifname;    // COLLIE_SOCKET_IFNAME, "" to leave it
 };
 
 // "NAME=value" overrides for the rank's environment.

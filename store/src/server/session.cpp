@@ -233,6 +233,7 @@ void Session::process() {
         // state decides whether it fits.
         server_.budget().give(in_counted_);
         in_counted_ = 0;
+        if (parsed.request.op == wire::Op::Torch) return become_torch_tunnel(parsed.request.id);
         server_.state().handle(*this, parsed.request);
         break;
       case wire::ParsedRequest::Kind::LimitExceeded:

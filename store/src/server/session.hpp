@@ -85,6 +85,9 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   // ---- session_torch.cpp ----
   void start_torch();
+  // Op::Torch on a connection that proved the token: the rest of it is a
+  // torch client's (a relay's tunnel).
+  void become_torch_tunnel(std::uint32_t id);
   void torch_read();
   void torch_receive();
   // Keeps the memory budget up to date with what the torch buffer holds.

@@ -18,6 +18,18 @@ namespace collie::store {
 
 using asio::ip::tcp;
 
+namespace {
+
+// Loopback, also as an IPv4-mapped address (a dual-stack listener's view
+// of 127.0.0.1).
+bool is_loopback(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).is_loopback();
+  return a.is_loopback();
+}
+
+}  // namespace
+
 void Session::start_torch() {
   if (refusal_) {
     return close(spdlog::level::info,
@@ -25,11 +37,17 @@ void Session::start_torch() {
   }
   // torch cannot prove the token: on loopback, its client must at least
   // run as this server's user (who can read a rank's token anyway).
+  std::error_code a, b;
+  const auto local = socket_.local_endpoint(a);
+  const auto remote = socket_.remote_endpoint(b);
+  if (server_.options().torch_loopback_only && (a || b || !is_loopback(remote.address()))) {
+    return close(spdlog::level::warn,
+                 "refused a torch TCPStore client from another host: torch's protocol cannot "
+                 "prove the job's token, so its clients are served on loopback only. " +
+                     server_.options().torch_refusal_hint);
+  }
   if (server_.options().torch_same_user) {
-    std::error_code a, b;
-    const auto local = socket_.local_endpoint(a);
-    const auto remote = socket_.remote_endpoint(b);
-    if (!a && !b && remote.address().is_loopback()) {
+    if (!a && !b && is_loopback(remote.address())) {
       const auto uid = peer_user(local, remote);
       if (!uid || *uid != ::geteuid()) {
         return close(spdlog::level::warn,
@@ -47,6 +65,24 @@ void Session::start_torch() {
   torch_account();
   std::error_code ignored;
   socket_.non_blocking(true, ignored);
+  torch_process();
+}
+
+void Session::become_torch_tunnel(std::uint32_t id) {
+  deliver(std::move(wire::begin_reply(wire::ReplyStatus::Ok, id)).finish());
+  phase_ = Phase::Torch;
+  // Bytes after the request are already the torch client's.
+  const auto rest = in_.buffered_bytes();
+  torch_in_.assign(rest.begin(), rest.end());
+  in_.drop();
+  in_.release();
+  account_input();
+  // As a torch client's own connection: no idle timeout (torch keeps one
+  // idle for its callbacks).
+  timer_.cancel();
+  last_activity_ = Clock::now();
+  torch_account();
+  log().debug("store: {} carries a torch client's queries from now on (a relay's tunnel)", peer_);
   torch_process();
 }
 

@@ -82,6 +82,13 @@ class AsyncStoreClient {
   RequestId append(std::string_view key, std::string_view value, Handler<Done> done);
   RequestId barrier(std::string_view name, std::uint32_t n, Handler<Done> done);
   RequestId ping(Handler<Done> done);
+  // Asks the server to take the rest of this connection as a torch
+  // TCPStore client's (StoreClient::into_torch_tunnel); no other request
+  // may follow.
+  RequestId torch(Handler<Done> done);
+  // A duplicate of the connection's socket, which the caller owns (-1 when
+  // not connected): after torch(), the tunnel; close() this client then.
+  int duplicate_socket() const;
 
   // Stops waiting for request `id`: its handler is dropped, never called.
   // A blocked request (get, wait, multi_get, barrier) is cancelled on the server.

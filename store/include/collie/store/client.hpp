@@ -60,6 +60,13 @@ class StoreClient final : public Store {
   // Round trip to the server; returns how long it took.
   std::chrono::nanoseconds ping(Timeout timeout = {});
 
+  // Turns this connection into a torch TCPStore client's: the returned
+  // socket (the caller owns it) carries torch's protocol to the store from
+  // now on, under this client's proof of the token, as if a torch client
+  // ran there; this client is closed. For relays of torch clients, which
+  // cannot prove a token (collie launch on nodes other than the store's).
+  int into_torch_tunnel(Timeout timeout = {});
+
   // Changes the default timeout of later calls.
   void set_timeout(std::chrono::milliseconds timeout);
 

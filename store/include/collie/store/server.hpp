@@ -82,6 +82,10 @@ struct ServerOptions {
   // out that user's processes either, since they can read a rank's
   // environment. Clients from other hosts cannot be told apart.
   bool torch_same_user = true;
+  // With torch_clients: serve them only on loopback (to this user, as
+  // above). A torch client elsewhere reaches the store only through a relay
+  // that proves the token (Op::Torch; collie launch runs one per node).
+  bool torch_loopback_only = false;
   // What the log says to a torch client refused because torch_clients is
   // off.
   std::string torch_refusal_hint = "The server serves those with --torch";
