@@ -1,0 +1,125 @@
+// store::TorchRelay: torch's clients on loopback carried to a store that
+// wants the job's token, over a tunnel that proved it (op 17), and
+// collie's clients passed through, proving it themselves.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <collie/error.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/torch_relay.hpp>
+
+#include "support/raw_connection.hpp"
+#include "support/store_fixture.hpp"
+#include "torch_dialect.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// torch 1.x's SET, GET and ADD queries, little-endian.
+void put_u64(Bytes& b, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i)
+    b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+Bytes query(std::uint8_t type, const std::vector<std::string>& strings, std::int64_t number = 0,
+            bool with_number = false) {
+  Bytes b{type};
+  for (const auto& s : strings) {
+    put_u64(b, s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  if (with_number) put_u64(b, static_cast<std::uint64_t>(number));
+  return b;
+}
+std::uint64_t le64(const Bytes& b) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
+  return v;
+}
+constexpr std::uint8_t kSet = 0, kGet = 2, kAdd = 3;
+
+const std::string kToken = "relay-test-token-0123456789";
+
+collie::store::ServerOptions guarded() {
+  auto o = collie::test::StoreFixture::loopback();
+  o.token = kToken;
+  o.torch_clients = true;
+  o.torch_loopback_only = true;
+  return o;
+}
+
+collie::store::ClientOptions with_token(const std::string& token) {
+  collie::store::ClientOptions o;
+  o.token = token;
+  o.timeout = 10s;
+  o.connect_timeout = 10s;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("torch relay: a torch client's queries reach a store that wants a token",
+          "[store][torch]") {
+  collie::test::StoreFixture f(guarded());
+  collie::store::TorchRelay relay("127.0.0.1", f.server.port(), with_token(kToken));
+  REQUIRE(relay.port() != 0);
+  REQUIRE(relay.port() != f.server.port());
+  collie::test::RawConnection t(relay.port());
+  t.send(query(kSet, {"/a", "through the relay"}));
+  t.send(query(kGet, {"/a"}));
+  auto n = t.read_exactly(8, 10s);
+  REQUIRE(n);
+  auto value = t.read_exactly(le64(*n), 10s);
+  REQUIRE(value);
+  CHECK(std::string(value->begin(), value->end()) == "through the relay");
+  // The same data a collie client sees.
+  auto collie_client = f.client(with_token(kToken));
+  CHECK(collie_client->get("/a") == "through the relay");
+  collie_client->add("/n", 40);
+  t.send(query(kAdd, {"/n"}, 2, true));
+  auto sum = t.read_exactly(8, 10s);
+  REQUIRE(sum);
+  CHECK(le64(*sum) == 42);
+  // A second torch client at once has a tunnel of its own.
+  collie::test::RawConnection u(relay.port());
+  u.send(query(kGet, {"/n"}));
+  n = u.read_exactly(8, 10s);
+  REQUIRE(n);
+  value = u.read_exactly(le64(*n), 10s);
+  REQUIRE(value);
+  CHECK(std::string(value->begin(), value->end()) == "42");
+}
+
+TEST_CASE("torch relay: collie's clients pass through and prove the token themselves",
+          "[store][torch]") {
+  collie::test::StoreFixture f(guarded());
+  collie::store::TorchRelay relay("127.0.0.1", f.server.port(), with_token(kToken));
+  collie::store::StoreClient through("127.0.0.1", relay.port(), with_token(kToken));
+  through.set("k", "v");
+  CHECK(f.client(with_token(kToken))->get("k") == "v");
+  // The relay proves nothing for them: a wrong token is refused end to end.
+  CHECK_THROWS_AS(collie::store::StoreClient("127.0.0.1", relay.port(), with_token("wrong")),
+                  collie::AuthenticationError);
+}
+
+TEST_CASE("torch relay: a store it cannot reach closes the torch client, nothing hangs",
+          "[store][torch]") {
+  std::uint16_t gone = 0;
+  {
+    collie::test::StoreFixture f(guarded());
+    gone = f.server.port();
+  }
+  auto options = with_token(kToken);
+  options.connect_timeout = 500ms;
+  collie::store::TorchRelay relay("127.0.0.1", gone, options);
+  collie::test::RawConnection t(relay.port());
+  t.send(query(kGet, {"/a"}));
+  CHECK(t.closed_by_peer(20s));
+}
