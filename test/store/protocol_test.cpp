@@ -137,7 +137,7 @@ TEST_CASE("trailing bytes and unknown operations are malformed", "[protocol]") {
   CHECK(parsed.kind == ParsedRequest::Kind::Malformed);
   CHECK_THAT(parsed.error, Catch::Contains("trailing"));
 
-  for (std::uint8_t op : {std::uint8_t{0}, std::uint8_t{17}, std::uint8_t{255}}) {
+  for (std::uint8_t op : {std::uint8_t{0}, std::uint8_t{18}, std::uint8_t{255}}) {
     const std::vector<std::uint8_t> unknown = {op, 0, 0, 0, 9};
     parsed = parse_request(unknown, StoreLimits{});
     CHECK(parsed.kind == ParsedRequest::Kind::Malformed);

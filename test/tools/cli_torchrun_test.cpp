@@ -166,7 +166,7 @@ TEST_CASE("a .py script or -m module runs with a Python that has torch", "[launc
   CHECK(lines_of_rank(r.out, 0) == std::vector<std::string>{"the python without torch"});
 }
 
-TEST_CASE("-t/--tee, -r/--redirects and --local_ranks_filter send each stream where they say",
+TEST_CASE("torchrun's output flags: -t/--tee, -r/--redirects and --local_ranks_filter",
           "[launch][torchrun]") {
   ScratchDir dir;
   const std::string both = "echo out $RANK; echo err $RANK >&2";
