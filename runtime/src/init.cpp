@@ -214,7 +214,7 @@ ProcessGroup init(const InitOptions& options) {
   // Who this process is, for other ranks' stall reports (stall.hpp): a rank
   // stopped before its responder spoke is still looked at in /proc.
   const bool stall_reports = config.method != JobConfig::Method::File &&
-                             config.method != JobConfig::Method::Given &&
+                             (config.method != JobConfig::Method::Given || config.given_served) &&
                              config.stall_time.count() > 0 && config.world_size > 1;
   if (stall_reports) store.set(keys::stall_process(config.rank), process_identity());
 
@@ -237,8 +237,12 @@ ProcessGroup init(const InitOptions& options) {
     everyone.push_back(r);
   auto group = make_group(world, "world", std::move(everyone), config.rank, 0);
   if (stall_reports) {
+    // A given store's keys lie under its own prefix in the collie store.
+    const auto prefix = config.given_key_prefix.empty()
+                            ? world->job->prefix()
+                            : config.given_key_prefix + "/" + world->job->prefix();
     world->responder = std::make_unique<StallResponder>(
-        config, world->job->prefix(), [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
+        config, prefix, [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
           return answer_query(*w, slot, sequence);
         });
   }

@@ -145,6 +145,18 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
     config.given_store_name = options.store_name;
     config.master_addr =
         !options.route_to.empty() ? options.route_to : lookup("MASTER_ADDR").value_or("");
+    if (!options.store_served_at.empty()) {
+      const auto at = split_host_port(options.store_served_at);
+      if (!at) {
+        throw Error(fmt::format("collie::init: store_served_at '{}' is not HOST:PORT",
+                                options.store_served_at));
+      }
+      config.given_served = true;
+      config.given_key_prefix = options.store_key_prefix;
+      config.master_addr = at->host;
+      config.master_port = at->port;
+      config.store_hosted_by_launcher = true;
+    }
   } else if (url == "env://" || url.empty()) {
     config.method = JobConfig::Method::Env;
   } else if (url.starts_with("tcp://")) {
@@ -311,7 +323,8 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   config.socket_ifname =
       options.socket_ifname.value_or(lookup("COLLIE_SOCKET_IFNAME").value_or(""));
   config.token = options.token ? *options.token : store::token_from_environment(lookup);
-  config.store_hosted_by_launcher = lookup("COLLIE_STORE_HOSTED").value_or("0") == "1";
+  config.store_hosted_by_launcher =
+      config.given_served || lookup("COLLIE_STORE_HOSTED").value_or("0") == "1";
   if (auto restarts = lookup("COLLIE_RESTART_COUNT")) {
     config.restart_count = parse_int(*restarts, "COLLIE_RESTART_COUNT");
   }

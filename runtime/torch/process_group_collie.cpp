@@ -319,7 +319,13 @@ collie::ProcessGroup ProcessGroupCollie::join(const c10::intrusive_ptr<c10d::Sto
                                  int size, std::chrono::milliseconds timeout) {
   const auto id = identify(store);
   collie::InitOptions o;
-  o.store = adapt(store);
+  o.store = collie_served(id, timeout);
+  if (o.store) {
+    o.store_served_at = id.host + ":" + std::to_string(id.port);
+    o.store_key_prefix = id.prefix;
+  } else {
+    o.store = adapt(store);
+  }
   o.store_name = id.name;
   o.route_to = id.host;
   o.rank = rank;

@@ -4,6 +4,7 @@
 // here). Calls are serialised: a torch store client is one socket.
 #include "torch_store.hpp"
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -14,7 +15,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <collie/error.hpp>
+#include <collie/store/client.hpp>
 #include <collie/store/keys.hpp>
+#include <collie/store/prefix_store.hpp>
 
 namespace collie_torch {
 
@@ -174,6 +177,23 @@ std::shared_ptr<collie::store::Store> adapt(c10::intrusive_ptr<c10d::Store> stor
   return std::make_shared<TorchStore>(std::move(store));
 }
 
+std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
+                                                   std::chrono::milliseconds timeout) {
+  const char* hosted = std::getenv("COLLIE_STORE_HOSTED");
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (hosted == nullptr || std::string(hosted) != "1" || addr == nullptr || port == nullptr ||
+      id.host.empty() || id.host != addr || std::to_string(id.port) != port)
+    return nullptr;
+  collie::store::ClientOptions options;
+  options.token = collie::store::token_from_environment();
+  if (timeout.count() > 0) options.timeout = timeout;
+  std::shared_ptr<collie::store::Store> client = std::make_shared<collie::store::StoreClient>(
+      id.host, static_cast<std::uint16_t>(id.port), options);
+  if (id.prefix.empty()) return client;
+  return std::make_shared<collie::store::PrefixStore>(client, id.prefix);
+}
+
 StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
   StoreIdentity id;
   std::string prefixes;
@@ -185,6 +205,7 @@ StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
     }
     if (auto* t = dynamic_cast<c10d::TCPStore*>(store.get())) {
       id.host = t->getHost();
+      id.port = t->getPort();
       id.name = t->getHost() + ":" + std::to_string(t->getPort());
     } else {
       id.name = "store";
@@ -192,6 +213,7 @@ StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
     break;
   }
   id.name += " " + prefixes;
+  id.prefix = prefixes;
   return id;
 }
 

@@ -2,6 +2,8 @@
 // in (InitOptions::store), and where that store is, alike on every rank.
 #pragma once
 
+#include <chrono>
+#include <memory>
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -18,8 +20,17 @@ std::shared_ptr<collie::store::Store> adapt(c10::intrusive_ptr<c10d::Store> stor
 // every rank ("127.0.0.1:29500 default_pg/1"), and the host to route to.
 struct StoreIdentity {
   std::string name;
-  std::string host;
+  std::string host;  // the TCPStore's ("" if it is no TCPStore)
+  int port = 0;
+  std::string prefix;  // its PrefixStores' prefixes, outermost last: "a/b"
 };
 StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store);
+
+// Under collie launch (COLLIE_STORE_HOSTED=1, and the TCPStore is at
+// MASTER_ADDR:MASTER_PORT) the store is collie's: a collie client of it
+// with the job's token, under the same prefix, so the group has every
+// store operation (stall reports among them). nullptr otherwise.
+std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
+                                                   std::chrono::milliseconds timeout);
 
 }  // namespace collie_torch

@@ -277,3 +277,35 @@ TEST_CASE("torchrun's flags that collie cannot honour are errors that name them"
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.err, Catch::Contains("--start-method spawn is not needed"));
 }
+
+TEST_CASE("a torch group under collie launch names a stopped rank within the stall time",
+          "[launch][torchrun]") {
+  if (!COLLIE_TORCH_BACKEND_BUILT || !has_torch("/usr/bin/python3")) {
+    WARN("skipped: no collie_torch backend in this build, or /usr/bin/python3 has no torch");
+    return;
+  }
+  // Rank 2 stops itself before an all_reduce; the stall time is 2 s, the
+  // group's timeout 12 s.
+  const auto r = launch({"--nproc_per_node=3", COLLIE_SOURCE_DIR "/test/torch/stopped_rank.py"},
+                        {"COLLIE_STALL_TIME=2", "COLLIE_LOG_LEVEL=warn"}, 180s);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 3);
+  for (int rank : {0, 1}) {
+    // Its log, within the stall time...
+    const auto lines = lines_of_rank(r.err, rank);
+    const auto first = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("stalled: all_reduce") != std::string::npos;
+    });
+    REQUIRE(first != lines.end());
+    CHECK_THAT(*first, Catch::Contains("rank 2 at") && Catch::Contains("is stopped (SIGSTOP"));
+    const auto at = first->find("has waited ");
+    REQUIRE(at != std::string::npos);
+    CHECK(std::stod(first->substr(at + 11)) <= 2.5);
+    // ... and what it raised.
+    const auto out = lines_of_rank(r.out, rank);
+    REQUIRE(!out.empty());
+    CHECK_THAT(out.back(), Catch::Contains("the stall inspector found") &&
+                               Catch::Contains("rank 2 at") && Catch::Contains("is stopped"));
+  }
+}
+

@@ -336,8 +336,40 @@ def errors(rank, size, path):
     dist.destroy_process_group()
 
 
+def monitored(rank, size, path):
+    # torch 1.13's own works with gloo alone; collie_torch's names who is missing.
+    import collie_torch
+    init("collie", rank, size, path)
+    collie_torch.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    short = datetime.timedelta(seconds=2)
+    # The last rank does not come: every rank hears it named.
+    if rank != size - 1:
+        try:
+            collie_torch.monitored_barrier(timeout=short, wait_all_ranks=True)
+            raise AssertionError("a rank that never came went unnoticed")
+        except RuntimeError as e:
+            check(f"Rank {size - 1} failed to pass monitoredBarrier in 2000 ms" in str(e), str(e))
+    # Two missing (the first two after rank 0): all named with wait_all_ranks,
+    # the first alone without.
+    for wait_all in (True, False):
+        if rank in (1, 2):
+            continue
+        try:
+            collie_torch.monitored_barrier(timeout=short, wait_all_ranks=wait_all)
+            raise AssertionError("missing ranks went unnoticed")
+        except RuntimeError as e:
+            if rank == 0:
+                want = "Ranks 1, 2 failed" if wait_all else "Rank 1 failed"
+                check(want in str(e), str(e))
+    # The store is this group's: its keys do not disturb a later barrier.
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    check(t.item() == size, "the group after the barriers")
+    dist.destroy_process_group()
+
+
 CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
-         "errors": errors}
+         "errors": errors, "monitored": monitored}
 
 
 def _entry(rank, size, path, case):

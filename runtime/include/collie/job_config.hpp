@@ -92,6 +92,12 @@ struct InitOptions {
   // the interface this rank advertises (the store's host); empty:
   // MASTER_ADDR, else the first address that is not loopback.
   std::string route_to;
+  // With `store`: "HOST:PORT" when a collie store serves it (collie_torch
+  // under collie launch), its keys under `store_key_prefix` there ("" for
+  // none). Stall reports are then on: the stall inspector reaches that
+  // store itself, with the token.
+  std::string store_served_at;
+  std::string store_key_prefix;
 };
 
 // The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
@@ -114,6 +120,10 @@ struct JobConfig {
   std::string file_path;          // file://
   std::shared_ptr<store::Store> given_store;  // Method::Given
   std::string given_store_name;               // Method::Given (InitOptions::store_name)
+  // Method::Given: a collie store at master_addr:master_port serves it, its
+  // keys under this prefix there (InitOptions::store_served_at).
+  bool given_served = false;
+  std::string given_key_prefix;
   bool store_hosted_by_launcher = false;
   int restart_count = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};

@@ -12,8 +12,9 @@ docs/torch.md says more.
 import torch.distributed as _dist
 
 from ._collie_torch import __version__, create_process_group, describe_transport
+from .monitored import monitored_barrier
 
-__all__ = ["__version__", "create_process_group", "describe_transport"]
+__all__ = ["__version__", "create_process_group", "describe_transport", "monitored_barrier"]
 
 
 def _create(store, rank, size, timeout):
