@@ -40,14 +40,16 @@ asio::ip::tcp::endpoint endpoint_of(const sockaddr_in& a) {
   return {asio::ip::address_v4(ntohl(a.sin_addr.s_addr)), ntohs(a.sin_port)};
 }
 
-// Writes all of `n` bytes; false if the socket failed or closed.
-bool write_all(int fd, const char* data, std::size_t n) {
+// Writes all of `n` bytes; false if the socket failed or closed, or the
+// relay stops (`stop_fd` readable) while the other side takes nothing, so
+// that a client that never reads cannot hold the relay's destructor.
+bool write_all(int fd, int stop_fd, const char* data, std::size_t n) {
   while (n > 0) {
     const ssize_t put = ::send(fd, data, n, MSG_NOSIGNAL);
     if (put < 0 && errno == EINTR) continue;
     if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 1000);
+      pollfd p[2] = {{fd, POLLOUT, 0}, {stop_fd, POLLIN, 0}};
+      if (::poll(p, 2, -1) > 0 && p[1].revents != 0) return false;
       continue;
     }
     if (put <= 0) return false;
@@ -228,7 +230,7 @@ class TorchRelay::Impl {
         const ssize_t got = ::recv(from, buffer.data(), buffer.size(), MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
         if (got <= 0) return;
-        if (!write_all(to, buffer.data(), static_cast<std::size_t>(got))) return;
+        if (!write_all(to, stop_fd_, buffer.data(), static_cast<std::size_t>(got))) return;
       }
     }
   }

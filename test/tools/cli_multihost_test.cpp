@@ -13,11 +13,13 @@
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
 #include "support/netns.hpp"
+#include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::NetworkNamespaces;
+using collie::test::read_file;
 using collie::test::Subprocess;
 
 namespace {
@@ -26,12 +28,6 @@ using collie::test::kCollie;
 const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
 const std::string kToken = "multi-host-test-secret-0123456789abcdef";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The job's store on host 0 (10.77.0.1), on a port it picks (port 0), for
 // ranks started by hand: `collie store serve` says which port it got.

@@ -15,22 +15,18 @@
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
 #include "support/netns.hpp"
+#include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::kCollie;
 using collie::test::NetworkNamespaces;
+using collie::test::read_file;
 using collie::test::Subprocess;
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A torch program as the seeds write them: env://, the collie backend, an
 // all_reduce checked against the sum it must give; then, once the test has

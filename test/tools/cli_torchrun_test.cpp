@@ -17,11 +17,13 @@
 
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
+#include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::kCollie;
+using collie::test::read_file;
 using collie::test::run;
 using collie::test::RunResult;
 using collie::test::ScratchDir;
@@ -45,12 +47,6 @@ std::vector<std::string> lines_of_rank(const std::string& text, int rank) {
   return lines;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void write_executable(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;

@@ -31,6 +31,7 @@
 #include "launch_ranks.hpp"
 #include "rank_environment.hpp"
 #include "rank_error_file.hpp"
+#include "torchrun_args.hpp"
 
 namespace collie::cli {
 
@@ -281,12 +282,10 @@ class Launcher {
   // "=eth0": the interface this host reaches `host` by ("" if none is found).
   static std::string interface_toward(const std::string& host) {
     try {
-      const auto source = transport::route_source_address(host);
-      for (const auto& i : transport::list_interfaces())
-        if (i.address == source) return "=" + i.name;
+      return interface_with(transport::route_source_address(host));
     } catch (const std::exception&) {
+      return "";
     }
-    return "";
   }
 
   std::vector<std::string> environment_for(const LocalRank& r) const {

@@ -56,21 +56,27 @@ std::optional<int> parse_int(std::string_view text) {
   return value;
 }
 
+// The comma-separated items of `text` ("" has none; "a,,b" has an empty one).
+std::vector<std::string_view> items_of(std::string_view text) {
+  std::vector<std::string_view> items;
+  for (std::size_t at = 0; at <= text.size() && !text.empty();) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    items.push_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 // torchrun's stream spec: "0".."3" (none, stdout, stderr, both) for every
 // local rank, or "LOCAL_RANK:N,..." for some.
 bool is_stream_spec(const std::string& text) {
   if (text.size() == 1) return text[0] >= '0' && text[0] <= '3';
-  std::size_t at = 0;
-  while (at < text.size()) {
-    const auto comma = std::min(text.find(',', at), text.size());
-    const auto item = std::string_view(text).substr(at, comma - at);
+  const auto items = items_of(text);
+  return !items.empty() && std::all_of(items.begin(), items.end(), [](std::string_view item) {
     const auto colon = item.find(':');
-    if (colon == std::string_view::npos || !parse_int(item.substr(0, colon)) ||
-        item.size() != colon + 2 || item[colon + 1] < '0' || item[colon + 1] > '3')
-      return false;
-    at = comma + 1;
-  }
-  return !text.empty() && text.back() != ',';
+    return colon != std::string_view::npos && parse_int(item.substr(0, colon)) &&
+           item.size() == colon + 2 && item[colon + 1] >= '0' && item[colon + 1] <= '3';
+  });
 }
 
 // Each local rank's streams under `spec` (1 stdout, 2 stderr, 3 both).
@@ -87,17 +93,13 @@ std::vector<int> parse_streams(const std::string& spec, const char* flag, int ra
     std::fill(streams.begin(), streams.end(), spec[0] - '0');
     return streams;
   }
-  std::size_t at = 0;
-  while (at < spec.size()) {
-    const auto comma = std::min(spec.find(',', at), spec.size());
-    const auto item = spec.substr(at, comma - at);
-    const int local = *parse_int(std::string_view(item).substr(0, item.find(':')));
+  for (const auto item : items_of(spec)) {
+    const int local = *parse_int(item.substr(0, item.find(':')));
     if (local < 0 || local >= ranks) {
       throw Error(fmt::format("collie launch: {} '{}' names local rank {}, but this node runs {}",
                               flag, spec, local, ranks));
     }
     streams[static_cast<std::size_t>(local)] = item.back() - '0';
-    at = comma + 1;
   }
   return streams;
 }
@@ -145,16 +147,11 @@ bool truthy(const std::string& value) {
 
 // torchrun's --rdzv-conf: "key=value,key=value".
 void apply_rdzv_conf(LaunchArgs& a) {
-  std::size_t at = 0;
-  const auto& conf = a.rdzv_conf;
-  while (at < conf.size()) {
-    const auto comma = std::min(conf.find(',', at), conf.size());
-    const auto item = conf.substr(at, comma - at);
-    at = comma + 1;
+  for (const auto item : items_of(a.rdzv_conf)) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
-    const auto key = item.substr(0, eq);
-    const auto value = eq == std::string::npos ? std::string() : item.substr(eq + 1);
+    const std::string key(item.substr(0, eq));
+    const std::string value(eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1));
     if (key == "join_timeout" || key == "timeout") {
       const auto s = parse_int(value);
       if (!s || *s <= 0)
@@ -184,12 +181,7 @@ bool is_this_host(const std::string& host) {
   if (host == "localhost" || host.starts_with("127.") || host == "::1") return true;
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) == 0 && host == name) return true;
-  try {
-    for (const auto& i : transport::list_interfaces())
-      if (i.address == host) return true;
-  } catch (const std::exception&) {
-  }
-  return false;
+  return !interface_with(host).empty();
 }
 
 void resolve_rendezvous(LaunchArgs& a) {
@@ -270,29 +262,21 @@ void resolve_output(LaunchArgs& a) {
   a.tee_streams = parse_streams(a.tee, "--tee", n);
   a.redirect_streams = parse_streams(a.redirects, "--redirects", n);
   a.shown.assign(static_cast<std::size_t>(n), a.local_ranks_filter.empty());
-  std::size_t at = 0;
-  const auto& filter = a.local_ranks_filter;
-  while (at < filter.size()) {
-    const auto comma = std::min(filter.find(',', at), filter.size());
-    const auto rank = parse_int(std::string_view(filter).substr(at, comma - at));
+  for (const auto item : items_of(a.local_ranks_filter)) {
+    const auto rank = parse_int(item);
     if (!rank || *rank < 0 || *rank >= n) {
       throw Error(fmt::format(
-          "collie launch: --local-ranks-filter '{}': each must be a local rank, 0 to {}", filter,
-          n - 1));
+          "collie launch: --local-ranks-filter '{}': each must be a local rank, 0 to {}",
+          a.local_ranks_filter, n - 1));
     }
     a.shown[static_cast<std::size_t>(*rank)] = true;
-    at = comma + 1;
   }
 }
 
 void resolve_local_addr(LaunchArgs& a) {
   if (a.local_addr.empty()) return;
-  for (const auto& i : transport::list_interfaces()) {
-    if (i.address == a.local_addr) {
-      a.socket_ifname = "=" + i.name;
-      return;
-    }
-  }
+  a.socket_ifname = interface_with(a.local_addr);
+  if (!a.socket_ifname.empty()) return;
   throw Error(fmt::format(
       "collie launch: --local-addr {} is not an address of this host's interfaces", a.local_addr));
 }
@@ -335,6 +319,15 @@ std::string on_path(const std::string& name) {
 }
 
 }  // namespace
+
+std::string interface_with(const std::string& address) {
+  try {
+    for (const auto& i : transport::list_interfaces())
+      if (i.address == address) return "=" + i.name;
+  } catch (const std::exception&) {
+  }
+  return "";
+}
 
 void normalize_launch_words(std::vector<std::string>& words, CLI::App& launch) {
   if (words.empty() || words[0] != "launch") return;

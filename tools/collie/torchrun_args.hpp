@@ -32,6 +32,10 @@ void normalize_launch_words(std::vector<std::string>& words, CLI::App& launch);
 // naming a flag or value that collie cannot honour.
 void resolve_torchrun(LaunchArgs& args);
 
+// "=eth0": the COLLIE_SOCKET_IFNAME that picks the interface holding
+// `address` ("" if none here has it).
+std::string interface_with(const std::string& address);
+
 // The Python that runs a script: $PYTHON_EXEC, else the first of python3 on
 // PATH and /usr/bin/python3 that has torch, else python3.
 std::string python_for_torch();
