@@ -87,6 +87,8 @@ struct Call {
   // The CUDA device of each buffer (-1: host memory); see device/device.hpp.
   int input_device = -1;
   int output_device = -1;
+  // Run in chunks staged whole (chunked_call.hpp).
+  bool in_chunks = false;
 
   Signature signature() const { return Signature{collective, dtype, op, algorithm, root, count}; }
 };

@@ -10,6 +10,7 @@
 
 #include "buffer_layout.hpp"
 #include "call.hpp"
+#include "chunked_call.hpp"
 #include "executor/executor.hpp"
 #include "group.hpp"
 #include "work.hpp"
@@ -20,9 +21,8 @@ namespace {
 
 // Lays the call's buffers out as the schedule expects, runs it, and puts the
 // result where the caller wants it.
-void execute(detail::Group& g, const Call& call, device::Engine* engine) {
-  Tracer* const trace = g.world->tracer.get();
-  const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
+// Returns the number of steps of its schedule.
+std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* engine) {
   const int n = static_cast<int>(g.members.size());
   const collectives::Shape shape{
       g.rank, n, call.count, call.root,
@@ -32,11 +32,24 @@ void execute(detail::Group& g, const Call& call, device::Engine* engine) {
                       g.world->config.stage_whole_bytes);
   execute_schedule(g, call, schedule, layout.regions(), engine);
   layout.finish();
+  return schedule.steps.size();
+}
+
+void execute(detail::Group& g, const Call& call, device::Engine* engine) {
+  Tracer* const trace = g.world->tracer.get();
+  const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
+  std::size_t steps = 0;
+  if (call.in_chunks) {
+    run_in_chunks(call, engine, g.world->config.stage_chunk_bytes,
+                  [&](const Call& chunk) { steps = run_schedule(g, chunk, nullptr); });
+  } else {
+    steps = run_schedule(g, call, engine);
+  }
   if (trace != nullptr) {
     trace->collective(begin, Tracer::now(),
                       Tracer::CallInfo{call.collective, call.dtype, call.op, call.algorithm,
                                        call.root, call.count, call.sequence, g.trace_group,
-                                       static_cast<std::uint32_t>(schedule.steps.size())});
+                                       static_cast<std::uint32_t>(steps)});
   }
 }
 
@@ -251,6 +264,7 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
       device::CallName{rank(), collectives::collective_name(c)}, call.timeout);
   call.input_device = placement.input;
   call.output_device = placement.output;
+  call.in_chunks = runs_in_chunks(call, o.memory, g.world->config.stage_chunk_bytes);
   call.sequence = g.sequence++;
   if (when == Completion::Blocking) {
     execute_checked(g, call, placement.engine.get());

@@ -352,6 +352,17 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
         "collie::init: staging device buffers of {} bytes whole: choose at most 1 GiB",
         config.stage_whole_bytes));
   }
+  if (options.stage_chunk_bytes) {
+    config.stage_chunk_bytes = *options.stage_chunk_bytes;
+  } else if (auto text = lookup("COLLIE_STAGE_CHUNK_BYTES")) {
+    config.stage_chunk_bytes = parse_bytes(*text, "COLLIE_STAGE_CHUNK_BYTES");
+  }
+  if (config.stage_chunk_bytes > (std::size_t{1} << 30)) {
+    throw Error(fmt::format(
+        "collie::init: staging device buffers in chunks of {} bytes: choose at most 1 GiB (0: "
+        "segment by segment)",
+        config.stage_chunk_bytes));
+  }
   if (options.spin) {
     config.transport.spin = *options.spin;
   } else if (auto text = lookup("COLLIE_SPIN_US")) {

@@ -1,6 +1,6 @@
-// collie as a torch.distributed backend (torch 1.13's c10d API): the Python
-// module `collie_torch._collie_torch`, which collie_torch/__init__.py
-// registers as backend "collie".
+// collie as a torch.distributed backend (torch 1.13's c10d API, and torch
+// 2's): the Python module `collie_torch._collie_torch`, which
+// collie_torch/__init__.py registers as backend "collie".
 //
 //   import collie_torch                       # registers "collie"
 //   dist.init_process_group("collie", ...)    # every tutorial call runs on collie
@@ -12,22 +12,61 @@
 
 #include <pybind11/chrono.h>
 
+#include <mutex>
+
 #include <collie/version.hpp>
 
 #include "process_group_collie.hpp"
+#include "torch_store.hpp"
 
 namespace collie_torch {
 
 namespace {
 
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
-                                              int rank, int size,
-                                              std::chrono::milliseconds timeout) {
+#if TORCH_VERSION_MAJOR >= 2
+// torch 2 asks for a backend per device a group serves, one after the other,
+// each meeting in its own namespace of the group's store ("cpu/", then
+// "cuda/"). One collie group serves both: the CUDA one is the CPU one just
+// made for the same group.
+struct JustMade {
+  c10::weak_intrusive_ptr<c10d::Store> group_store;
+  int rank = -1;
+  int size = 0;
+  c10::weak_intrusive_ptr<ProcessGroupCollie> backend;
+};
+#endif
+
+c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                        int size, std::chrono::milliseconds timeout) {
+#if TORCH_VERSION_MAJOR >= 2
+  static std::mutex mu;
+  static JustMade last{c10::weak_intrusive_ptr<c10d::Store>(c10::intrusive_ptr<c10d::Store>()),
+                       -1, 0,
+                       c10::weak_intrusive_ptr<ProcessGroupCollie>(
+                           c10::intrusive_ptr<ProcessGroupCollie>())};
+  const auto [prefix, group_store] = outer_prefix(store);
+  const std::lock_guard lock(mu);
+  if (prefix.rfind("cuda", 0) == 0 && group_store && rank == last.rank && size == last.size &&
+      last.group_store.lock() == group_store) {
+    if (auto made = last.backend.lock()) return made;
+  }
+  auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout);
+  last = JustMade{c10::weak_intrusive_ptr<c10d::Store>(group_store), rank, size,
+                  c10::weak_intrusive_ptr<ProcessGroupCollie>(made)};
+  return made;
+#else
   return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout);
+#endif
 }
 
 std::string describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+#if TORCH_VERSION_MAJOR >= 2
+  // torch 2's ProcessGroup holds a backend per device; collie's serves both.
+  const auto backend = pg->getBackend(c10::DeviceType::CPU);
+  auto* p = dynamic_cast<ProcessGroupCollie*>(backend.get());
+#else
   auto* p = dynamic_cast<ProcessGroupCollie*>(pg.get());
+#endif
   TORCH_CHECK(p != nullptr, "collie: not a collie process group (its backend is ",
               pg->getBackendName(), ")");
   return p->describe();

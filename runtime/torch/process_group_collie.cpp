@@ -7,14 +7,29 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include "call_place.hpp"
 #include "tensors.hpp"
 #include "torch_store.hpp"
 
 namespace collie_torch {
 
+namespace {
+
+// collie's collectives of uneven counts take host memory only: a call on
+// CUDA tensors runs them on host copies, made and copied back by torch on
+// the caller's stream (and waited for).
+at::Tensor on_host(const at::Tensor& t) {
+  return t.is_cuda() ? t.cpu() : t;
+}
+at::TensorOptions host_options(const at::Tensor& like) {
+  return like.options().device(at::kCPU);
+}
+
+}  // namespace
+
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), pg_(join(store, rank, size, timeout)) {}
+    : TorchBackend(rank, size), pg_(join(store, rank, size, timeout)) {}
 
 ProcessGroupCollie::~ProcessGroupCollie() {
   runner_->stop();
@@ -38,9 +53,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Ten
   const auto& t = single(tensors, "broadcast");
   const auto dtype = check_tensor(t, "broadcast");
   const int root = rank_of(opts.rootRank, "broadcast");
-  return collective(c10d::OpType::BROADCAST, {t}, [=, this] {
+  const auto place = CallPlace::of(t);
+  return collective(c10d::OpType::BROADCAST, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::Broadcast, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), collie::ReduceOp::Sum, root, options_for(opts.timeout));
+                       count_of(t), collie::ReduceOp::Sum, root, place.options(opts.timeout));
   });
 }
 
@@ -49,9 +65,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Ten
   const auto& t = single(tensors, "allreduce");
   const auto dtype = check_tensor(t, "allreduce");
   const auto op = op_of(opts.reduceOp);
-  return collective(c10d::OpType::ALLREDUCE, {t}, [=, this] {
+  const auto place = CallPlace::of(t);
+  return collective(c10d::OpType::ALLREDUCE, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::AllReduce, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), op, 0, options_for(opts.timeout));
+                       count_of(t), op, 0, place.options(opts.timeout));
   });
 }
 
@@ -61,11 +78,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
   for (const auto& t : tensors)
     dtypes.push_back(check_tensor(t, "allreduce_coalesced"));
   const auto op = op_of(opts.reduceOp);
-  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, [=, this] {
+  const auto place = tensors.empty() ? CallPlace() : CallPlace::of(tensors.front());
+  for (const auto& t : tensors)
+    place.check(t, "allreduce_coalesced");
+  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, place, [=, this] {
     for (std::size_t i = 0; i < tensors.size(); ++i)
       pg_.run_collective(collie::Collective::AllReduce, dtypes[i], tensors[i].data_ptr(),
                          tensors[i].data_ptr(), count_of(tensors[i]), op, 0,
-                         options_for(opts.timeout));
+                         place.options(opts.timeout));
   });
 }
 
@@ -75,9 +95,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor
   const auto dtype = check_tensor(t, "reduce");
   const auto op = op_of(opts.reduceOp);
   const int root = rank_of(opts.rootRank, "reduce");
-  return collective(c10d::OpType::REDUCE, {t}, [=, this] {
+  const auto place = CallPlace::of(t);
+  return collective(c10d::OpType::REDUCE, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
-                       count_of(t), op, root, options_for(opts.timeout));
+                       count_of(t), op, root, place.options(opts.timeout));
   });
 }
 
@@ -101,20 +122,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather(std::vector<std::ve
               " elements but its input ", count_of(in));
   const bool equal = std::all_of(counts.begin(), counts.end(),
                                  [&](std::size_t c) { return c == counts.front(); });
+  const auto place = CallPlace::of(in);
+  for (const auto& o : outs)
+    place.check(o, "allgather");
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::ALLGATHER, outs, [=, this] {
-    const auto total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    auto flat = at::empty({static_cast<std::int64_t>(total)}, in.options());
+  return collective(c10d::OpType::ALLGATHER, outs, place, [=, this] {
+    const auto total = static_cast<std::int64_t>(
+        std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
     if (equal) {
+      auto flat = at::empty({total}, in.options());
       pg_.run_collective(collie::Collective::AllGather, dtype, in.data_ptr(), flat.data_ptr(),
-                         count_of(in), collie::ReduceOp::Sum, 0, options_for(timeout));
+                         count_of(in), collie::ReduceOp::Sum, 0, place.options(timeout));
+      unflatten(flat, outs);
     } else {
       const std::size_t own = count_of(in);
-      pg_.run_vector_collective(collie::Collective::AllGather, dtype, in.data_ptr(),
+      const auto host_in = on_host(in);
+      auto flat = at::empty({total}, host_options(in));
+      pg_.run_vector_collective(collie::Collective::AllGather, dtype, host_in.data_ptr(),
                                 std::span(&own, 1), flat.data_ptr(), counts, 0,
-                                options_for(timeout));
+                                CallPlace().options(timeout));
+      unflatten(flat, outs);
+      place.synchronize();
     }
-    unflatten(flat, outs);
   });
 }
 
@@ -123,13 +152,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_allgather_base(at::Tensor& o
   const auto dtype = check_tensor(input, "_allgather_base");
   check_tensor(output, "_allgather_base");
   check_same_dtype(input, output, "_allgather_base");
+  const auto place = CallPlace::of(input);
+  place.check(output, "_allgather_base");
   TORCH_CHECK(count_of(output) == count_of(input) * static_cast<std::size_t>(getSize()),
               "collie: _allgather_base: the output has ", count_of(output),
               " elements; it must hold the world size times the input's ", count_of(input));
-  return collective(c10d::OpType::_ALLGATHER_BASE, {output}, [=, this] {
+  return collective(c10d::OpType::_ALLGATHER_BASE, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::AllGather, dtype, input.data_ptr(),
                        output.data_ptr(), count_of(input), collie::ReduceOp::Sum, 0,
-                       options_for(opts.timeout));
+                       place.options(opts.timeout));
   });
 }
 
@@ -141,14 +172,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vecto
   const int root = rank_of(opts.rootRank, "gather");
   const auto outs =
       root_list(outputs, getRank() == root, getSize(), in, "gather", "output", "input");
+  const auto place = CallPlace::of(in);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::GATHER, outs, [=, this] {
+  return collective(c10d::OpType::GATHER, outs, place, [=, this] {
     at::Tensor flat;
     if (getRank() == root)
       flat = at::empty({static_cast<std::int64_t>(count_of(in)) * getSize()}, in.options());
     pg_.run_collective(collie::Collective::Gather, dtype, in.data_ptr(),
                        flat.defined() ? flat.data_ptr() : nullptr, count_of(in),
-                       collie::ReduceOp::Sum, root, options_for(timeout));
+                       collie::ReduceOp::Sum, root, place.options(timeout));
     if (flat.defined()) unflatten(flat, outs);
   });
 }
@@ -161,13 +193,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tenso
   const int root = rank_of(opts.rootRank, "scatter");
   const auto ins =
       root_list(inputs, getRank() == root, getSize(), out, "scatter", "input", "output");
+  const auto place = CallPlace::of(out);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::SCATTER, {out}, [=, this] {
+  return collective(c10d::OpType::SCATTER, {out}, place, [=, this] {
     at::Tensor flat;
     if (getRank() == root) flat = flatten(ins);
     pg_.run_collective(collie::Collective::Scatter, dtype,
                        flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(),
-                       count_of(out), collie::ReduceOp::Sum, root, options_for(timeout));
+                       count_of(out), collie::ReduceOp::Sum, root, place.options(timeout));
   });
 }
 
@@ -179,15 +212,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter(std::vector<at
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs.front().size()) == getSize(),
               "collie: reduce_scatter: one list of ", getSize(), " input tensors, please");
   auto ins = inputs.front();
-  for (const auto& i : ins)
+  const auto place = CallPlace::of(out);
+  for (const auto& i : ins) {
     TORCH_CHECK(count_of(i) == count_of(out) && i.scalar_type() == out.scalar_type(),
                 "collie: reduce_scatter: every input must have the output's size and dtype");
+    place.check(i, "reduce_scatter");
+  }
   const auto op = op_of(opts.reduceOp);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::REDUCE_SCATTER, {out}, [=, this] {
+  return collective(c10d::OpType::REDUCE_SCATTER, {out}, place, [=, this] {
     const auto flat = flatten(ins);
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, flat.data_ptr(),
-                       out.data_ptr(), count_of(out), op, 0, options_for(timeout));
+                       out.data_ptr(), count_of(out), op, 0, place.options(timeout));
   });
 }
 
@@ -196,13 +232,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
   const auto dtype = check_tensor(output, "_reduce_scatter_base");
   check_tensor(input, "_reduce_scatter_base");
   check_same_dtype(output, input, "_reduce_scatter_base");
+  const auto place = CallPlace::of(output);
+  place.check(input, "_reduce_scatter_base");
   TORCH_CHECK(count_of(input) == count_of(output) * static_cast<std::size_t>(getSize()),
               "collie: _reduce_scatter_base: the input has ", count_of(input),
               " elements; it must hold the world size times the output's ", count_of(output));
   const auto op = op_of(opts.reduceOp);
-  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, [=, this] {
+  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
-                       output.data_ptr(), count_of(output), op, 0, options_for(opts.timeout));
+                       output.data_ptr(), count_of(output), op, 0, place.options(opts.timeout));
   });
 }
 
@@ -213,16 +251,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   const auto dtype = check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
   check_same_dtype(input, output, "alltoall_base");
+  const auto place = CallPlace::of(input);
+  place.check(output, "alltoall_base");
   const auto n = static_cast<std::size_t>(getSize());
   const auto timeout = opts.timeout;
   if (output_splits.empty() && input_splits.empty()) {
     TORCH_CHECK(count_of(input) == count_of(output) && count_of(input) % n == 0,
                 "collie: alltoall_base: input and output of ", count_of(input), " and ",
                 count_of(output), " elements: both must hold ", n, " equal blocks");
-    return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
+    return collective(c10d::OpType::ALLTOALL_BASE, {output}, place, [=, this] {
       pg_.run_collective(collie::Collective::AllToAll, dtype, input.data_ptr(),
                          output.data_ptr(), count_of(input) / n, collie::ReduceOp::Sum, 0,
-                         options_for(timeout));
+                         place.options(timeout));
     });
   }
   // Splits count rows of dimension 0; an empty list means equal splits.
@@ -250,9 +290,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   };
   const auto send = counts(input, input_splits, "input");
   const auto recv = counts(output, output_splits, "output");
-  return collective(c10d::OpType::ALLTOALL_BASE, {output}, [=, this] {
-    pg_.run_vector_collective(collie::Collective::AllToAll, dtype, input.data_ptr(), send,
-                              output.data_ptr(), recv, 0, options_for(timeout));
+  return collective(c10d::OpType::ALLTOALL_BASE, {output}, place, [=, this] {
+    const auto in = on_host(input);
+    auto out = place.on_device() ? at::empty(output.sizes(), host_options(output)) : output;
+    pg_.run_vector_collective(collie::Collective::AllToAll, dtype, in.data_ptr(), send,
+                              out.data_ptr(), recv, 0, CallPlace().options(timeout));
+    if (place.on_device()) {
+      output.copy_(out);
+      place.synchronize();
+    }
   });
 }
 
@@ -263,10 +309,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
   TORCH_CHECK(outputs.size() == n && inputs.size() == n, "collie: alltoall: ", inputs.size(),
               " inputs and ", outputs.size(), " outputs for ", n, " ranks");
   const auto dtype = check_tensor(inputs.front(), "alltoall");
+  const auto place = CallPlace::of(inputs.front());
   std::vector<std::size_t> send, recv;
   for (std::size_t j = 0; j < n; ++j) {
     check_tensor(inputs[j], "alltoall");
     check_tensor(outputs[j], "alltoall");
+    place.check(inputs[j], "alltoall");
+    place.check(outputs[j], "alltoall");
     TORCH_CHECK(inputs[j].scalar_type() == inputs.front().scalar_type() &&
                     outputs[j].scalar_type() == inputs.front().scalar_type(),
                 "collie: alltoall: every tensor must have the same dtype");
@@ -274,19 +323,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
     recv.push_back(count_of(outputs[j]));
   }
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::ALLTOALL, outputs, [=, this] {
-    const auto in = flatten(inputs);
+  return collective(c10d::OpType::ALLTOALL, outputs, place, [=, this] {
+    const auto in = on_host(flatten(inputs));
     const auto total = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
-    auto out = at::empty({static_cast<std::int64_t>(total)}, inputs.front().options());
+    auto out = at::empty({static_cast<std::int64_t>(total)}, host_options(inputs.front()));
     pg_.run_vector_collective(collie::Collective::AllToAll, dtype, in.data_ptr(), send,
-                              out.data_ptr(), recv, 0, options_for(timeout));
+                              out.data_ptr(), recv, 0, CallPlace().options(timeout));
     unflatten(out, outputs);
+    place.synchronize();
   });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
-  return collective(c10d::OpType::BARRIER, {},
-                    [=, this] { pg_.barrier(options_for(opts.timeout)); });
+  const CallPlace place;
+  return collective(c10d::OpType::BARRIER, {}, place,
+                    [=, this] { pg_.barrier(place.options(opts.timeout)); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>& tensors, int dst,
@@ -294,6 +345,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>&
   const auto& t = single(tensors, "send");
   check_tensor(t, "send");
   rank_of(dst, "send to");
+  CallPlace::of(t).synchronize();
   auto work = pg_.isend(t.data_ptr(), t.nbytes(), dst, tag);
   return point_to_point(c10d::OpType::SEND, t, std::move(work));
 }
@@ -303,6 +355,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>&
   const auto& t = single(tensors, "recv");
   check_tensor(t, "recv");
   rank_of(src, "recv from");
+  CallPlace::of(t).synchronize();
   auto work = pg_.irecv(t.data_ptr(), t.nbytes(), src, tag);
   return point_to_point(c10d::OpType::RECV, t, std::move(work));
 }
@@ -311,6 +364,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recvAnysource(std::vector<at:
                                              int tag) {
   const auto& t = single(tensors, "recv");
   check_tensor(t, "recv");
+  CallPlace::of(t).synchronize();
   auto work = pg_.irecv_any(t.data_ptr(), t.nbytes(), tag);
   return point_to_point(c10d::OpType::RECVANYSOURCE, t, std::move(work));
 }
@@ -342,12 +396,14 @@ int ProcessGroupCollie::rank_of(std::int64_t r, const char* what) const {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
                                                               std::vector<at::Tensor> outputs,
+                                                              const CallPlace& place,
                                                               std::function<void()> run) {
   auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
   auto error = std::make_shared<std::exception_ptr>();
   collie::AsyncRunner::Task task;
-  task.run = [run = std::move(run), error] {
+  task.run = [run = std::move(run), place, error] {
     try {
+      const auto on = place.enter();
       run();
     } catch (...) {
       *error = std::current_exception();

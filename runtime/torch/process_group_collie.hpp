@@ -1,4 +1,6 @@
-// A torch process group that is a collie group (torch 1.13's c10d API).
+// A torch process group that is a collie group: a c10d::ProcessGroup on
+// torch 1.13 (Debian 12's), a c10d::Backend for CPU and CUDA tensors on
+// torch 2 (which wraps it in its own ProcessGroup).
 //
 // Each torch process group (the default one, and each new_group) is a collie
 // group of its own: its ranks meet in the store torch hands the backend
@@ -16,6 +18,10 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 #include <collie/process_group.hpp>
 
@@ -24,7 +30,15 @@
 
 namespace collie_torch {
 
-class ProcessGroupCollie final : public c10d::ProcessGroup {
+#if TORCH_VERSION_MAJOR >= 2
+using TorchBackend = c10d::Backend;
+#else
+using TorchBackend = c10d::ProcessGroup;
+#endif
+
+class CallPlace;
+
+class ProcessGroupCollie final : public TorchBackend {
  public:
   // Joins the collie group of torch's group `rank` of `size` in `store`.
   ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -80,9 +94,9 @@ class ProcessGroupCollie final : public c10d::ProcessGroup {
                                    int size, std::chrono::milliseconds timeout);
   // The rank a call names (a root, a peer), checked to be one of the group.
   int rank_of(std::int64_t r, const char* what) const;
-  // Queues a collective; its Work completes when it ran.
+  // Queues a collective, run at `place`; its Work completes when it ran.
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            std::function<void()> run);
+                                            const CallPlace& place, std::function<void()> run);
   // A send or receive posted as `work`.
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
                                                 collie::Work work);

@@ -41,9 +41,8 @@ collie::ReduceOp op_of(const c10d::ReduceOp& op) {
 
 collie::DataType check_tensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.defined(), "collie: ", op, ": an undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "collie: ", op, ": a tensor on ", t.device().str(),
-              "; the collie backend takes CPU tensors (use gloo or nccl for device tensors, or "
-              "move it with .cpu())");
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "collie: ", op, ": a tensor on ",
+              t.device().str(), "; the collie backend takes CPU and CUDA tensors");
   TORCH_CHECK(t.layout() == at::kStrided, "collie: ", op, ": a sparse tensor; only dense ones");
   TORCH_CHECK(t.is_contiguous(), "collie: ", op,
               ": a tensor that is not contiguous; pass tensor.contiguous() (and copy the result "
@@ -68,13 +67,6 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op)
 
 std::size_t count_of(const at::Tensor& t) {
   return static_cast<std::size_t>(t.numel());
-}
-
-collie::CollectiveOptions options_for(std::chrono::milliseconds timeout) {
-  collie::CollectiveOptions o;
-  o.memory = collie::MemoryKind::Host;
-  if (timeout.count() >= 0 && timeout != c10d::kUnsetTimeout) o.timeout = timeout;
-  return o;
 }
 
 at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
@@ -104,8 +96,10 @@ std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& li
   TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists.front().size()) == size, "collie: ", op,
               ": the root needs one list of ", size, " ", what, " tensors");
   for (const auto& t : lists.front())
-    TORCH_CHECK(count_of(t) == count_of(like) && t.scalar_type() == like.scalar_type(), "collie: ",
-                op, ": every ", what, " must have the ", like_what, "'s size and dtype");
+    TORCH_CHECK(count_of(t) == count_of(like) && t.scalar_type() == like.scalar_type() &&
+                    t.device() == like.device(),
+                "collie: ", op, ": every ", what, " must have the ", like_what,
+                "'s size, dtype and device");
   return lists.front();
 }
 

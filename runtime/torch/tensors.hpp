@@ -1,9 +1,10 @@
 // torch's tensors and ops as collie's: which a collie group can move, and
 // the message that says what is wrong with one it cannot.
 //
-// Tensors: CPU, contiguous, dense, one per list (torch's lists of several
-// are for several GPUs per process), of the dtypes collie has: bool, int8,
-// uint8, int16, int32, int64, float16, bfloat16, float32, float64.
+// Tensors: CPU or CUDA (call_place.hpp), contiguous, dense, one per list
+// (torch's lists of several are for several GPUs per process), of the
+// dtypes collie has: bool, int8, uint8, int16, int32, int64, float16,
+// bfloat16, float32, float64.
 #pragma once
 
 #include <chrono>
@@ -27,8 +28,6 @@ void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op);
 // The one tensor of a list.
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op);
 std::size_t count_of(const at::Tensor& t);
-// A call's options: host memory, torch's timeout where it gave one.
-collie::CollectiveOptions options_for(std::chrono::milliseconds timeout);
 // Tensors laid end to end in one, and one cut back into tensors.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors);
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outputs);

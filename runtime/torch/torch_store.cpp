@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -194,6 +195,13 @@ std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
   return std::make_shared<collie::store::PrefixStore>(client, id.prefix);
 }
 
+std::pair<std::string, c10::intrusive_ptr<c10d::Store>> outer_prefix(
+    const c10::intrusive_ptr<c10d::Store>& store) {
+  if (auto* p = dynamic_cast<c10d::PrefixStore*>(store.get()))
+    return {PrefixOf::of(*p), p->getUnderlyingStore()};
+  return {};
+}
+
 StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
   StoreIdentity id;
   std::string prefixes;
@@ -207,6 +215,10 @@ StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store) {
       id.host = t->getHost();
       id.port = t->getPort();
       id.name = t->getHost() + ":" + std::to_string(t->getPort());
+    } else if (auto* f = dynamic_cast<c10d::FileStore*>(store.get())) {
+      // (Its path tells two file stores apart: a group made again on a new
+      // file starts afresh, whenever the old one's ranks dropped it.)
+      id.name = "file:" + f->getPath();
     } else {
       id.name = "store";
     }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -25,6 +26,11 @@ struct StoreIdentity {
   std::string prefix;  // its PrefixStores' prefixes, outermost last: "a/b"
 };
 StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store);
+
+// A PrefixStore's own prefix ("cuda/") and the store under it; "" and
+// nullptr for any other store.
+std::pair<std::string, c10::intrusive_ptr<c10d::Store>> outer_prefix(
+    const c10::intrusive_ptr<c10d::Store>& store);
 
 // Under collie launch (COLLIE_STORE_HOSTED=1, and the TCPStore is at
 // MASTER_ADDR:MASTER_PORT) the store is collie's: a collie client of it

@@ -28,11 +28,13 @@ namespace {
 // 1 KiB segments: several per message at modest counts. Buffers up to
 // `whole` bytes are staged whole: 64 by default here, so that the matrix's
 // edge counts are and its 1009-element cases go segment by segment.
+// Calls in chunks (chunked_call.hpp) only where `chunk` says.
 void run_ranks(int world, const std::function<void(collie::ProcessGroup&)>& body,
-               std::size_t segment_bytes = 1024, std::size_t whole = 64) {
+               std::size_t segment_bytes = 1024, std::size_t whole = 64, std::size_t chunk = 0) {
   collie::test::run_ranks(world, body, 60s, [&](collie::InitOptions& o) {
     o.segment_bytes = segment_bytes;
     o.stage_whole_bytes = whole;
+    o.stage_chunk_bytes = chunk;
   });
 }
 
@@ -102,6 +104,72 @@ TEST_CASE("every dtype and op on device buffers (CUDA stand-in), 3 ranks", "[dev
     INFO("staged whole up to " << whole << " bytes");
     run_ranks(
         3, [&](collie::ProcessGroup& pg) { run_cases(pg, cases, *device); }, 1024, whole);
+  }
+}
+
+TEST_CASE("all_reduce, broadcast and reduce said to be on a device run in chunks, worlds 1 to 4",
+          "[device]") {
+  FakeDeviceScope device;
+  // Chunks of 40 bytes: none (10 elements), two (11), and 101, a short one
+  // last (1009); the collective's own segments are 1 KiB.
+  const std::size_t chunk = 40;
+  for (int world = 1; world <= 4; ++world) {
+    INFO("world " << world);
+    const auto before = device->copies();
+    run_ranks(
+        world,
+        [&](collie::ProcessGroup& pg) {
+          const auto me = static_cast<float>(pg.rank());
+          const auto n = static_cast<float>(world);
+          collie::CollectiveOptions said;
+          said.memory = collie::MemoryKind::Cuda;
+          for (std::size_t count : {std::size_t{10}, std::size_t{11}, std::size_t{1009}}) {
+            const std::size_t bytes = count * sizeof(float);
+            auto* in = static_cast<float*>(device->allocate(bytes));
+            auto* out = static_cast<float*>(device->allocate(bytes));
+            std::vector<float> host(count), got(count);
+            auto fill = [&](float base) {
+              for (std::size_t i = 0; i < count; ++i)
+                host[i] = static_cast<float>(i % 13) + base;
+              device->upload(in, host.data(), bytes);
+            };
+            auto expect_all = [&](const float* where, auto want, const std::string& what) {
+              device->download(got.data(), where, bytes);
+              for (std::size_t i = 0; i < count; ++i)
+                expect(got[i] == want(i), fmt::format("{} count {}: element {} is {}, want {}",
+                                                      what, count, i, got[i], want(i)));
+            };
+            const auto sum = [&](std::size_t i) {
+              return n * static_cast<float>(i % 13) + n * (n - 1) / 2;
+            };
+            fill(me);
+            pg.all_reduce(std::span(in, count), collie::ReduceOp::Sum, said);
+            expect_all(in, sum, "all_reduce in place");
+            fill(me);
+            pg.all_reduce(std::span<const float>(in, count), std::span(out, count),
+                          collie::ReduceOp::Max, said);
+            expect_all(out, [&](std::size_t i) { return static_cast<float>(i % 13) + n - 1; },
+                       "all_reduce max out of place");
+            for (int root = 0; root < world; ++root) {
+              fill(me + 100);
+              pg.broadcast(std::span(in, count), root, said);
+              expect_all(in, [&](std::size_t i) {
+                return static_cast<float>(i % 13) + static_cast<float>(root) + 100;
+              }, "broadcast");
+              fill(me);
+              pg.reduce(std::span<const float>(in, count), std::span(out, count), root,
+                        collie::ReduceOp::Sum, said);
+              if (pg.rank() == root) expect_all(out, sum, "reduce");
+            }
+            device->release(in);
+            device->release(out);
+          }
+        },
+        1024, 64, chunk);
+    // Two copies a chunk and rank at least (the 1009-element calls alone
+    // make 101 chunks each); segment by segment would make far fewer.
+    INFO("copies: " << device->copies() - before);
+    CHECK(device->copies() - before > 400 * static_cast<std::size_t>(world));
   }
 }
 

@@ -7,8 +7,10 @@ reference computed in Python from the ranks' inputs.
 Cases: tutorials (point-to-point and every collective, every dtype and
 op), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
 SIGKILLed mid all_reduce is named on the others), mismatch (MismatchError
-naming both calls), errors (what collie cannot take is named). Exit 77
-(skipped) where Debian's python3-torch is not installed."""
+naming both calls), errors (what collie cannot take is named), cuda
+(every collective and send/recv on CUDA tensors, on torch's current
+stream). Exit 77 (skipped) where Debian's python3-torch is not installed,
+and for cuda where torch sees no GPU."""
 
 import datetime
 import os
@@ -368,8 +370,111 @@ def monitored(rank, size, path):
     dist.destroy_process_group()
 
 
+# ---- CUDA tensors -------------------------------------------------------------
+
+def cuda(rank, size, path):
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    init("collie", rank, size, path)
+    world = list(range(size))
+
+    def on(t):
+        return t.to(dev)
+
+    def same(t, ref):
+        return t.device == dev and torch.equal(t.cpu(), ref)
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        for n in (0, 1, size - 1 if size > 1 else 2, 37):
+            what = f"cuda {dtype} n={n}"
+            for op in ops_for(dtype):
+                t = on(tensor_of(rank, n, dtype))
+                dist.all_reduce(t, op=OPS[op])
+                ref = reference(op, size, n, dtype)
+                check(same(t, ref), f"all_reduce {op} {what}: {t} != {ref}")
+            root = n % size
+            t = on(tensor_of(rank, n, dtype))
+            dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+            if rank == root:
+                check(same(t, reference("max", size, n, dtype)), f"reduce {what}")
+            t = on(tensor_of(rank, n, dtype))
+            dist.broadcast(t, src=root)
+            check(same(t, tensor_of(root, n, dtype)), f"broadcast {what}")
+            bucket = [on(torch.zeros(n, dtype=dtype)) for _ in world] if rank == root else None
+            dist.gather(on(tensor_of(rank, n, dtype)), gather_list=bucket, dst=root)
+            if rank == root:
+                check(all(same(bucket[r], tensor_of(r, n, dtype)) for r in world),
+                      f"gather {what}")
+            piece = on(torch.zeros(n, dtype=dtype))
+            pieces = [on(tensor_of(r + 10, n, dtype)) for r in world] if rank == root else None
+            dist.scatter(piece, scatter_list=pieces, src=root)
+            check(same(piece, tensor_of(rank + 10, n, dtype)), f"scatter {what}")
+            everyone = [on(torch.zeros(n, dtype=dtype)) for _ in world]
+            dist.all_gather(everyone, on(tensor_of(rank, n, dtype)))
+            check(all(same(everyone[r], tensor_of(r, n, dtype)) for r in world),
+                  f"all_gather {what}")
+            flat = on(torch.zeros(n * size, dtype=dtype))
+            dist.all_gather_into_tensor(flat, on(tensor_of(rank, n, dtype)))
+            check(same(flat, torch.cat([tensor_of(r, n, dtype) for r in world])),
+                  f"all_gather_into_tensor {what}")
+            if dtype != torch.bool:
+                out = on(torch.zeros(n, dtype=dtype))
+                dist.reduce_scatter(out, [on(tensor_of(rank + 5 * j, n, dtype)) for j in world])
+                ref = torch.zeros(n, dtype=dtype)
+                for r in world:
+                    ref += tensor_of(r + 5 * rank, n, dtype)
+                check(same(out, ref), f"reduce_scatter {what}")
+            outs = [on(torch.zeros(n, dtype=dtype)) for _ in world]
+            dist.all_to_all(outs, [on(tensor_of(rank * size + j, n, dtype)) for j in world])
+            check(all(same(outs[j], tensor_of(j * size + rank, n, dtype)) for j in world),
+                  f"all_to_all {what}")
+    # Large tensors: staged in segments through pinned memory (above 4 MiB).
+    n = (3 << 20) + 5
+    big = on(torch.arange(n, dtype=torch.float64) % 7 + rank)
+    dist.all_reduce(big)
+    ref = (torch.arange(n, dtype=torch.float64) % 7) * size + sum(world)
+    check(same(big, ref), "all_reduce of 24 MiB")
+    flat = on(torch.zeros(n * size, dtype=torch.float32))
+    dist.all_gather_into_tensor(flat, on(torch.full((n,), float(rank))))
+    check(same(flat, torch.cat([torch.full((n,), float(r)) for r in world])),
+          "all_gather_into_tensor of 12 MiB each")
+    # The caller's stream: the tensor is written on a side stream behind a
+    # long kernel; collie's copies must follow that stream, not the default.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = torch.empty(1 << 22, device=dev)
+        torch.cuda._sleep(100_000_000)
+        t.fill_(rank + 1.0)
+        dist.all_reduce(t)
+        got = t.cpu()
+    check(torch.equal(got, torch.full((1 << 22,), float(sum(r + 1 for r in world)))),
+          f"all_reduce on a side stream: {got[:4]}")
+    with torch.cuda.stream(side):
+        t = torch.empty(1000, device=dev)
+        torch.cuda._sleep(100_000_000)
+        t.fill_(rank + 1.0)
+        work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    check(torch.equal(t.cpu(), torch.full((1000,), float(size * (size + 1) / 2))),
+          "async all_reduce on a side stream")
+    # Send and receive: a ring, the send written on a side stream.
+    if size > 1:
+        right, left = (rank + 1) % size, (rank - 1) % size
+        got = on(torch.zeros(5))
+        with torch.cuda.stream(side):
+            out = torch.empty(5, device=dev)
+            torch.cuda._sleep(50_000_000)
+            out.copy_(torch.arange(5, dtype=torch.float32) + 100 * rank)
+            reqs = [dist.isend(out, right), dist.irecv(got, left)]
+        for r in reqs:
+            r.wait()
+        check(same(got, torch.arange(5, dtype=torch.float32) + 100 * left), f"ring {got}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
-         "errors": errors, "monitored": monitored}
+         "errors": errors, "monitored": monitored, "cuda": cuda}
 
 
 def _entry(rank, size, path, case):
@@ -385,6 +490,9 @@ def _entry(rank, size, path, case):
 if __name__ == "__main__":
     case = sys.argv[1]
     size = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    if case == "cuda" and not torch.cuda.is_available():
+        print(f"SKIP: torch {torch.__version__} sees no CUDA device here")
+        sys.exit(77)
     spawn = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
         ranks = [spawn.Process(target=_entry, args=(r, size, os.path.join(d, "store"), case))

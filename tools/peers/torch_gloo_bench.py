@@ -4,12 +4,13 @@ backend, or (--backend collie) collie's (runtime/torch; put
 build/release/python on PYTHONPATH).
 
   python3 tools/peers/torch_gloo_bench.py --ranks 2 --collective all_reduce \
-      -b 8 -e 64M -f 4 -n 20 -w 5 [--backend collie] > torch.csv
+      -b 8 -e 64M -f 4 -n 20 -w 5 [--backend collie] [--device cuda] > torch.csv
 
 Prints CSV (collective, size_bytes, time_us, busbw_gbps) with the columns
 `collie bench --baseline` reads. Time: mean over iterations, maximum across
 ranks; bus factors as nccl-tests (and collie bench). float32, sum, in place
-where torch has one buffer. Used for docs/PERFORMANCE.md; not part of the build.
+where torch has one buffer. --device cuda: tensors on the GPU (rank r on
+cuda:r modulo the GPUs), the device synchronised before each clock read. Used for docs/PERFORMANCE.md; not part of the build.
 """
 import argparse, os, socket, sys, time
 
@@ -32,6 +33,10 @@ def run(rank, args, port, queue):
     os.environ["MASTER_PORT"] = str(port)
     if args.backend == "collie":
         import collie_torch  # noqa: F401  (registers "collie")
+    dev = torch.device("cpu")
+    if args.device == "cuda":
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
     dist.init_process_group(args.backend, rank=rank, world_size=args.ranks)
     n = args.ranks
     size = args.b
@@ -42,9 +47,13 @@ def run(rank, args, port, queue):
         if count == 0:
             size *= args.f
             continue
-        x = torch.ones(count, dtype=torch.float32)
-        full = [torch.ones(count) for _ in range(n)]
-        big = torch.ones(count * n)
+        x = torch.ones(count, dtype=torch.float32, device=dev)
+        full = [torch.ones(count, device=dev) for _ in range(n)]
+        big = torch.ones(count * n, device=dev)
+
+        def sync():
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
 
         def once():
             c = args.collective
@@ -68,10 +77,12 @@ def run(rank, args, port, queue):
 
         for _ in range(args.w):
             once()
+        sync()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(args.n):
             once()
+        sync()
         mine = torch.tensor([(time.perf_counter() - start) / args.n * 1e6])
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         t = mine.item()
@@ -93,6 +104,7 @@ def main():
     p.add_argument("-n", type=int, default=20)
     p.add_argument("-w", type=int, default=5)
     p.add_argument("--backend", default="gloo", choices=["gloo", "collie"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
     torch.set_num_threads(1)
     with socket.socket() as s:
@@ -108,7 +120,8 @@ def main():
         proc.join()
     print("collective,size_bytes,time_us,busbw_gbps,label")
     for nbytes, t, bw in rows:
-        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},torch-{args.backend}")
+        label = f"torch-{args.backend}" + ("-cuda" if args.device == "cuda" else "")
+        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},{label}")
     sys.stdout.flush()
 
 

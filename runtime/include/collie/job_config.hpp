@@ -38,6 +38,9 @@
 // or streaming stores into a ring; default auto),
 // COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
 // to pinned memory whole, larger ones a segment at a time; default 4 MiB),
+// COLLIE_STAGE_CHUNK_BYTES (all_reduce, broadcast and reduce on a larger
+// CUDA buffer run in chunks of this size, each staged whole; 0: segment by
+// segment; default 4 MiB),
 // COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE, a file holding it),
 // COLLIE_STORE_HOSTED (set by `collie launch`: the
 // launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
@@ -74,6 +77,7 @@ struct InitOptions {
   std::optional<std::string> algorithms;             // overrides COLLIE_ALGO
   std::optional<std::size_t> segment_bytes;          // overrides COLLIE_SEGMENT_BYTES
   std::optional<std::size_t> stage_whole_bytes;      // overrides COLLIE_STAGE_WHOLE_BYTES
+  std::optional<std::size_t> stage_chunk_bytes;      // overrides COLLIE_STAGE_CHUNK_BYTES
   std::optional<std::chrono::microseconds> spin;     // overrides COLLIE_SPIN_US
   std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
@@ -133,6 +137,7 @@ struct JobConfig {
   AlgorithmOverrides algorithms;  // COLLIE_ALGO
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
   std::size_t stage_whole_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_WHOLE_BYTES
+  std::size_t stage_chunk_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_CHUNK_BYTES
   // What carries messages and how (COLLIE_TRANSPORT, COLLIE_SPIN_US,
   // COLLIE_SHM_SINGLE_COPY, COLLIE_SHM_STORES): transport/settings.hpp.
   transport::TransportSettings transport;

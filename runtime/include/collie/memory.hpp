@@ -15,8 +15,10 @@
 // wire or being reduced; reductions run on the host, by the kernels host
 // buffers use. A buffer of COLLIE_STAGE_WHOLE_BYTES or less (4 MiB) is
 // copied in whole before the collective and out after it (fewer, larger
-// copies: faster at those sizes). A point-to-point message on a device is
-// staged whole (one pinned buffer of its size, kept for reuse).
+// copies: faster at those sizes); all_reduce, broadcast and reduce on a
+// larger one run in chunks of COLLIE_STAGE_CHUNK_BYTES (4 MiB), each copied
+// whole while the chunk before runs. A point-to-point message on a device
+// is staged whole (one pinned buffer of its size, kept for reuse).
 //
 // Streams, what a caller must synchronise (torch.distributed's rules for
 // its gloo backend):

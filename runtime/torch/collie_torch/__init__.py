@@ -5,9 +5,11 @@
 
 Every collective and point-to-point call of torch.distributed then runs over
 collie's mesh and algorithms (shared memory between ranks of one host, TCP
-between hosts). CPU tensors, contiguous, of the dtypes collie carries.
-docs/torch.md says more.
+between hosts). CPU and CUDA tensors (staged through pinned host memory),
+contiguous, of the dtypes collie carries. docs/torch.md says more.
 """
+
+import inspect
 
 import torch.distributed as _dist
 
@@ -26,6 +28,15 @@ def _create(store, rank, size, timeout):
     return create_process_group(store, rank, size, timeout)
 
 
-# Importing twice (a module reloaded, mp.spawn's children) registers once.
-if "COLLIE" not in getattr(_dist.Backend, "_plugins", {}):
-    _dist.Backend.register_backend("collie", _create)
+def _register():
+    # Importing twice (a module reloaded, mp.spawn's children) registers once.
+    if "COLLIE" in getattr(_dist.Backend, "_plugins", {}):
+        return
+    # torch 2 asks which devices a backend serves; torch 1.13 does not.
+    if "devices" in inspect.signature(_dist.Backend.register_backend).parameters:
+        _dist.Backend.register_backend("collie", _create, devices=["cpu", "cuda"])
+    else:
+        _dist.Backend.register_backend("collie", _create)
+
+
+_register()

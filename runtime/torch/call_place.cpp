@@ -1,0 +1,44 @@
+// Where one of torch's calls runs (call_place.hpp).
+#include "call_place.hpp"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/version.h>
+
+namespace collie_torch {
+
+CallPlace CallPlace::of(const at::Tensor& t) {
+  CallPlace p;
+  p.device_ = t.device();
+  if (!t.device().is_cuda()) return p;
+  const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  p.stream_ = impl.getStream(t.device());
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  // torch 2.2 gave streams their native handle.
+  p.native_ = p.stream_->native_handle();
+#else
+  p.synchronize();
+#endif
+  return p;
+}
+
+void CallPlace::check(const at::Tensor& other, const char* op) const {
+  TORCH_CHECK(other.device() == device_, "collie: ", op, ": tensors on ", device_.str(), " and ",
+              other.device().str(), "; one call's tensors must be on one device");
+}
+
+collie::CollectiveOptions CallPlace::options(std::chrono::milliseconds timeout) const {
+  collie::CollectiveOptions o;
+  o.memory = on_device() ? collie::MemoryKind::Cuda : collie::MemoryKind::Host;
+  o.cuda_stream = native_;
+  if (timeout.count() >= 0 && timeout != c10d::kUnsetTimeout) o.timeout = timeout;
+  return o;
+}
+
+void CallPlace::synchronize() const {
+  if (!stream_) return;
+  const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  impl.synchronizeStream(*stream_);
+}
+
+}  // namespace collie_torch
