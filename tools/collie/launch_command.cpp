@@ -24,7 +24,9 @@ void add_launch_command(CLI::App& app) {
                   "launcher may use), gpu (one per CUDA device), auto (gpu where there is one, "
                   "else cpu)")
       ->capture_default_str();
-  cmd->add_option("--nnodes", args->nnodes, "Number of nodes in the job")->capture_default_str();
+  cmd->add_option("--nnodes", args->nnodes,
+                  "Number of nodes in the job, or MIN:MAX for an elastic one (with c10d)")
+      ->capture_default_str();
   cmd->add_option("--node-rank", *node_rank,
                   "This node's index, 0 to nnodes-1 (default 0; with --rdzv-backend c10d, the "
                   "order in which the nodes join)");
@@ -125,7 +127,9 @@ void add_launch_command(CLI::App& app) {
       "forwarded.\n"
       "Several nodes: run the same command on each with --nnodes K --node-rank R\n"
       "--master-addr NODE0 --master-port P (or --rdzv-backend c10d --rdzv-endpoint\n"
-      "NODE0:P, every node the same line); a failure on any node stops (or restarts) all.");
+      "NODE0:P, every node the same line); a failure on any node stops (or restarts) all.\n"
+      "Elastic: --nnodes MIN:MAX with c10d: the nodes meet again for each attempt, without\n"
+      "a node that left, and with one that came (docs/launching.md).");
   cmd->callback([args, master_port, node_rank] {
     if (*master_port >= 0) args->master_port = *master_port;
     if (*node_rank != -1) args->node_rank = *node_rank;

@@ -4,10 +4,15 @@
 // and every node stops; each launcher beats a heartbeat, and one that stops
 // beating for --node-timeout counts as failed; restarts wait at a barrier;
 // at the end every node waits for the others, and node 0 (whose store they
-// use) for every node to leave. Used by the launcher's one thread.
+// use) for every node to leave. An elastic job (--nnodes MIN:MAX) meets
+// again for each attempt: a round of the rendezvous, closed by the store's
+// node once MIN nodes joined and the last call for more ended; a node that
+// comes later waits for the next round, and the running nodes, seeing it,
+// start one. Used by the launcher's one thread.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,13 +28,48 @@ class NodeTeam {
 
   // Connects to the job's store at host:port; this launcher is node
   // `node_rank` of `nodes`, or with -1 the next to join (torchrun's c10d:
-  // the store's own node is 0, the others are numbered as they join).
-  // Throws collie::Error when more than `nodes` join.
+  // the store's own node is 0, the others are numbered as they join), or
+  // with kElastic numbered by each round (rendezvous()). Throws
+  // collie::Error when more than `nodes` join.
+  static constexpr int kElastic = -2;
   NodeTeam(const std::string& host, std::uint16_t port, const std::string& token, int node_rank,
            int nodes, std::chrono::milliseconds node_timeout);
 
   store::StoreClient& store() { return *store_; }
   int node_rank() const { return node_rank_; }
+
+  // An elastic job's round: its attempt, this node's number in it, its
+  // nodes, and who each is ("host pid 123").
+  struct Round {
+    int attempt = 0;
+    int node_rank = 0;
+    int nodes = 0;
+    std::vector<std::string> members;
+  };
+  struct Elastic {
+    int min_nodes = 1;
+    int max_nodes = 1;
+    std::chrono::milliseconds last_call{0};
+    bool closes = false;  // this node hosts the store and closes each round
+    // Asked while waiting: a signal to the launcher ends the wait (throws).
+    std::function<void()> check_signals;
+  };
+  // Joins the first round, from `attempt` on, that still takes nodes, and
+  // returns it once closed: its nodes are the first to join, at least MIN,
+  // as many as joined within the last call after that, MAX at most. Throws
+  // collie::Error when MIN do not join within the node timeout, or when the
+  // job ended (keys::launch_ended) while this node waited.
+  Round rendezvous(int attempt, const Elastic& elastic, const std::string& who);
+  // A node waits to join the round after this attempt's (nullopt if none,
+  // or the job has `max_nodes` already); asked at most every 250 ms.
+  std::optional<std::string> newcomer(int max_nodes);
+  // Marks this attempt as ended for a change of nodes, not a failure (the
+  // first to see the change does, before stopping its ranks), and whether
+  // it is so marked.
+  void mark_regroup();
+  bool regrouped();
+  // Says how the job ended, for nodes still waiting to join it.
+  void end_job(const std::string& how);
 
   // The attempt the next calls are about.
   void begin_attempt(int attempt);
@@ -41,9 +81,10 @@ class NodeTeam {
   std::optional<std::string> other_failure();
   // Waits for every node before a restart.
   void restart_barrier();
-  // This node's ranks all succeeded: waits for the others. nullopt when
+  // This node's ranks all succeeded: waits for the others (and, on the
+  // store's node, `hosts_store`, for every node to leave). nullopt when
   // every node did, else what to say.
-  std::optional<std::string> finish();
+  std::optional<std::string> finish(bool hosts_store);
 
  private:
   std::string key(std::string_view what) const;
@@ -62,6 +103,7 @@ class NodeTeam {
   std::chrono::milliseconds node_timeout_;
   int attempt_ = 0;
   Clock::time_point next_check_;
+  Clock::time_point next_newcomer_check_;
   Clock::time_point next_heartbeat_;
   struct Heartbeat {
     std::string value;

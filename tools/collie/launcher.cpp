@@ -29,8 +29,8 @@
 #include "launch_blame.hpp"
 #include "launch_nodes.hpp"
 #include "launch_ranks.hpp"
+#include "launch_summary.hpp"
 #include "rank_environment.hpp"
-#include "rank_error_file.hpp"
 #include "torchrun_args.hpp"
 
 namespace collie::cli {
@@ -52,39 +52,6 @@ std::string seconds(Clock::duration d) {
   return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
 
-// Where the ranks' error files go (TORCHELASTIC_ERROR_FILE): a directory of
-// the launcher's own, removed when it ends.
-class ErrorFiles {
- public:
-  ErrorFiles() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp")) +
-        "/collie-launch-XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
-  }
-  ~ErrorFiles() {
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
-  }
-  ErrorFiles(const ErrorFiles&) = delete;
-  ErrorFiles& operator=(const ErrorFiles&) = delete;
-
-  // The file of `rank` in `attempt` (its directory made); "" if there is
-  // no directory to put it in.
-  std::string path(int attempt, int rank) const {
-    if (dir_.empty()) return "";
-    const auto dir =
-        std::filesystem::path(dir_) / fmt::format("attempt-{}", attempt) / std::to_string(rank);
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    return (dir / "error.json").string();
-  }
-
- private:
-  std::string dir_;
-};
-
 class Launcher {
  public:
   explicit Launcher(LaunchArgs args) : args_(std::move(args)) { validate(); }
@@ -94,8 +61,7 @@ class Launcher {
       say(note);
     block_signals();
     start_store();
-    const int node = team_ ? team_->node_rank() : args_.node_rank_value;
-    node_rank_ = node;
+    node_rank_ = team_ ? team_->node_rank() : args_.node_rank_value;
     RankOutput output;
     if (!args_.tee.empty() || !args_.redirects.empty()) output.log_dir = args_.log_dir;
     for (int local = 0; local < args_.nproc_count; ++local) {
@@ -103,29 +69,76 @@ class Launcher {
       output.logged.push_back(args_.tee_streams[i] | args_.redirect_streams[i]);
       output.shown.push_back(args_.shown[i] ? 3 & ~args_.redirect_streams[i] : 0);
     }
-    LocalRanks ranks(args_.command, node * args_.nproc_count, args_.nproc_count, placement_,
-                     std::move(output));
-    ranks_ = &ranks;
+    int restarts = 0;  // failures restarted; a change of nodes is no failure
     for (attempt_ = 0;; ++attempt_) {
+      if (elastic()) join_round();
+      // (An elastic job's node may have another number in each round.)
+      LocalRanks ranks(args_.command, node_rank_ * args_.nproc_count, args_.nproc_count,
+                       placement_, output);
+      ranks_ = &ranks;
       const Outcome outcome = run_attempt();
       if (outcome == Outcome::Success) return finish_success();
       summarize(outcome);
       if (outcome == Outcome::Interrupted) return 128 + interrupt_signal_;
-      if (attempt_ >= args_.max_restarts) {
+      const bool regroup = elastic() && team_->regrouped();
+      if (!regroup && restarts++ >= args_.max_restarts) {
         say(fmt::format("no restarts left (--max-restarts {}); exiting with code {}",
                         args_.max_restarts, exit_code_));
+        if (team_) team_->end_job(fmt::format("it failed (no restarts left): {}",
+                                              failure_text_.empty() ? remote_failure_
+                                                                    : failure_text_));
         return exit_code_;
       }
-      say(fmt::format("restarting every rank (restart {} of {})", attempt_ + 1,
-                      args_.max_restarts));
-      if (team_) team_->restart_barrier();
+      if (regroup) {
+        say("meeting again to take in the waiting node (a change of nodes, not a restart)");
+      } else if (elastic()) {
+        say(fmt::format("restart {} of {}: meeting again with the nodes that come (--nnodes {})",
+                        restarts, args_.max_restarts, args_.nnodes));
+      } else {
+        say(fmt::format("restarting every rank (restart {} of {})", restarts,
+                        args_.max_restarts));
+      }
+      if (team_ && !elastic()) team_->restart_barrier();
     }
   }
 
  private:
   bool multi_node() const { return args_.nnodes_max > 1; }
-  int nodes() const { return args_.nnodes_max; }
-  int world_size() const { return args_.nproc_count * nodes(); }
+  bool elastic() const { return args_.nnodes_min != args_.nnodes_max; }
+  int nodes() const { return nodes_; }
+
+  // An elastic job's round: who is in it, and who left since the last.
+  void join_round() {
+    NodeTeam::Elastic e;
+    e.min_nodes = args_.nnodes_min;
+    e.max_nodes = args_.nnodes_max;
+    e.last_call = std::chrono::milliseconds(static_cast<std::int64_t>(args_.last_call_s * 1000));
+    e.closes = args_.host_store;
+    e.check_signals = [this] {
+      signalfd_siginfo info{};
+      while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGINT || info.ssi_signo == SIGTERM) {
+          throw Error(fmt::format("collie launch: stopped by {} while waiting for round {} of "
+                                  "the rendezvous",
+                                  info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", attempt_));
+        }
+      }
+    };
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const auto round = team_->rendezvous(attempt_, e, fmt::format("{} pid {}", host, getpid()));
+    std::vector<std::string> left;
+    for (const auto& m : members_)
+      if (std::find(round.members.begin(), round.members.end(), m) == round.members.end())
+        left.push_back(m);
+    attempt_ = round.attempt;
+    node_rank_ = round.node_rank;
+    nodes_ = round.nodes;
+    members_ = round.members;
+    say(fmt::format("round {}: {} nodes ({}), {} ranks; this is node {}", attempt_, nodes_,
+                    fmt::join(members_, ", "), nodes_ * args_.nproc_count, node_rank_));
+    if (!left.empty()) say(fmt::format("not in this round: {}", fmt::join(left, ", ")));
+  }
   std::chrono::milliseconds node_timeout() const {
     return std::chrono::milliseconds(static_cast<std::int64_t>(args_.node_timeout_s * 1000));
   }
@@ -136,10 +149,11 @@ class Launcher {
           "collie launch: no program given; usage: collie launch -n N -- PROGRAM [ARGS...] (or "
           "torchrun's form: collie launch --nproc_per_node=N script.py [ARGS...])");
     }
-    if (args_.nnodes_min != args_.nnodes_max) {
+    nodes_ = args_.nnodes_max;
+    if (elastic() && args_.node_rank_value != -1) {
       throw Error(fmt::format(
-          "collie launch: --nnodes {}: elastic jobs (MIN:MAX) are not supported yet; give a "
-          "number of nodes",
+          "collie launch: --nnodes {}: an elastic job numbers its nodes as they join each "
+          "round: use --rdzv-backend c10d (with --rdzv-endpoint), without --node-rank",
           args_.nnodes));
     }
     if (args_.node_rank_value >= nodes()) {
@@ -244,12 +258,15 @@ class Launcher {
       }
     }
     if (multi_node()) {
-      const int rank = args_.host_store ? 0 : args_.node_rank_value;
+      const int rank = elastic()          ? NodeTeam::kElastic
+                       : args_.host_store ? 0
+                                          : args_.node_rank_value;
       team_ = std::make_unique<NodeTeam>(args_.host_store ? std::string("127.0.0.1")
                                                           : args_.master_addr,
                                          static_cast<std::uint16_t>(port_), token_, rank, nodes(),
                                          node_timeout());
-      if (args_.node_rank_value < 0) say(fmt::format("joined as node {}", team_->node_rank()));
+      if (args_.node_rank_value < 0 && !elastic())
+        say(fmt::format("joined as node {}", team_->node_rank()));
     }
     store_host_ = args_.master_addr;
     store_port_ = port_;
@@ -366,6 +383,16 @@ class Launcher {
           remote_failure_ = *failed;
           exit_code_ = 1;
           ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+        } else if (auto waiting = elastic() ? team_->newcomer(args_.nnodes_max) : std::nullopt) {
+          // Marked before any rank stops: every node then counts it alike.
+          remote_failure_ = *waiting;
+          try {
+            team_->mark_regroup();
+            team_->report_failure(*waiting, 10s);
+          } catch (const Error& e) {
+            say(fmt::format("could not tell the other nodes: {}", e.what()));
+          }
+          ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
         }
       }
       if (ranks_->kill_late()) {
@@ -393,58 +420,17 @@ class Launcher {
       } else {
         say(failure_text_);
       }
+    } else if (elastic() && team_->regrouped()) {
+      say(fmt::format("a change of nodes: {}", remote_failure_));
     } else {
       say(fmt::format("another node failed: {}", remote_failure_));
     }
-    quote_root_cause();
-    std::string table = fmt::format("collie launch: ranks on node {}:\n", node_rank_);
-    for (const auto& r : ranks_->ranks()) {
-      std::string how = describe_wait_status(*r.status);
-      if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
-      const char* mark = r.rank == blamed_      ? "   <- blamed by the others"
-                         : &r != first_failure_ ? ""
-                         : blamed_ >= 0         ? "   <- exited first"
-                                                : "   <- failed first";
-      table += fmt::format("  rank {:>3}  pid {:>7}  {}{}\n", r.rank, r.pid, how, mark);
-    }
+    if (const auto cause = root_cause(error_files_, attempt_, *ranks_, first_failure_);
+        !cause.empty())
+      say(cause);
+    const auto table = rank_table(node_rank_, *ranks_, first_failure_, blamed_);
     std::fwrite(table.data(), 1, table.size(), stderr);
     std::fflush(stderr);
-  }
-
-  // What the first rank here that recorded its exception (torch's @record,
-  // in TORCHELASTIC_ERROR_FILE) raised: torchrun's "root cause".
-  void quote_root_cause() {
-    std::optional<RankError> first;
-    int who = -1;
-    for (const auto& r : ranks_->ranks()) {
-      auto e = read_rank_error(error_files_.path(attempt_, r.rank));
-      if (!e) continue;
-      const bool earlier = !first || (e->timestamp != 0 && e->timestamp < first->timestamp) ||
-                           (e->timestamp == first->timestamp && &r == first_failure_);
-      if (earlier) {
-        first = std::move(e);
-        who = r.rank;
-      }
-    }
-    if (!first) return;
-    std::string text = fmt::format("rank {} raised {} (its error file, torch's @record)", who,
-                                   first->message);
-    if (!first->traceback.empty()) {
-      // The traceback's last lines: where it was raised.
-      std::vector<std::string> lines;
-      std::size_t at = 0;
-      while (at < first->traceback.size()) {
-        const auto nl = std::min(first->traceback.find('\n', at), first->traceback.size());
-        lines.push_back(first->traceback.substr(at, nl - at));
-        at = nl + 1;
-      }
-      constexpr std::size_t kLines = 12;
-      text += ":";
-      for (std::size_t i = lines.size() > kLines ? lines.size() - kLines : 0; i < lines.size();
-           ++i)
-        text += "\n  " + lines[i];
-    }
-    say(text);
   }
 
   // "rank 2 (node 0) is the one the others blame: ..." (launch_blame.hpp);
@@ -480,16 +466,19 @@ class Launcher {
 
   int finish_success() {
     if (!team_) return 0;
-    if (const auto failed = team_->finish()) {
+    if (const auto failed = team_->finish(args_.host_store)) {
       say(*failed);
       return 1;
     }
+    if (elastic()) team_->end_job("it succeeded");
     return 0;
   }
 
   LaunchArgs args_;
   int port_ = 0;
   int node_rank_ = 0;
+  int nodes_ = 1;                     // this attempt's (an elastic job's change)
+  std::vector<std::string> members_;  // an elastic job's nodes this round
   int attempt_ = 0;
   Placement placement_;  // where each local rank runs (--bind)
   std::string token_;    // the job's secret (resolve_token())

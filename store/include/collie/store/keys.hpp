@@ -14,8 +14,12 @@
 // | collie/launch/attempt/<a>/failed       | why a node stopped          | launcher → launchers |
 // | collie/launch/attempt/<a>/done, /left  | counters of nodes           | launcher → launchers |
 // | collie/launch/attempt/<a>/restart      | (a barrier)                 | launchers            |
+// | collie/launch/attempt/<a>/regroup      | "1": it ended for a change of nodes | launcher → launchers |
 // | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms | launcher → launchers |
 // | collie/launch/round/<r>/joined         | a counter: the nodes numbered as they join (c10d) | launcher → launchers |
+// | collie/launch/round/<r>/node/<n>       | "<host> pid <pid>" of the n-th to join | launcher → launchers |
+// | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |
+// | collie/launch/ended                    | how the job ended, for nodes still waiting | launcher → launchers |
 // | world/rank/<r>/claimed                 | a counter: 1 once taken     | init → init          |
 // | world/id                               | the job's group id, 16 hex  | init of rank 0 → init |
 // | <group>/host/<r>                       | the rank's host identity    | open_transport → open_transport |
@@ -62,16 +66,20 @@ inline std::string run(int restart_count, int generation) {
   return key;
 }
 // The launchers' coordination of attempt `attempt`: "failed", "done",
-// "left", "restart".
+// "left", "restart", "regroup".
 inline std::string launch_attempt(int attempt, std::string_view what) {
   return detail::join("collie/launch/attempt/", static_cast<std::uint64_t>(attempt)) + "/" +
          std::string(what);
 }
 // The launchers' rendezvous of round `round` (torchrun's c10d: the nodes
-// other than the store's own numbered as they join): "joined".
+// other than the store's own numbered as they join; an elastic job's nodes,
+// again for each attempt): "joined", "node/<n>", "closed".
 inline std::string launch_round(int round, std::string_view what) {
   return detail::join("collie/launch/round/", static_cast<std::uint64_t>(round)) + "/" +
          std::string(what);
+}
+inline std::string launch_ended() {
+  return "collie/launch/ended";
 }
 inline std::string launch_heartbeat(int node) {
   return detail::join("collie/launch/heartbeat/", static_cast<std::uint64_t>(node));

@@ -1,0 +1,157 @@
+// An elastic job (--nnodes 2:3) on three hosts (network namespaces,
+// support/netns.hpp): one node's launcher is killed mid-run and the job
+// goes on with two; started again, the next round has three. The torch
+// program checkpoints each step and resumes from it, as seed 001 advises,
+// and ends with every step counted once. Skips, saying why, without
+// namespaces or torch.
+#include <csignal>
+#include <fstream>
+#include <memory>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "support/cli.hpp"
+#include "support/eventually.hpp"
+#include "support/netns.hpp"
+#include "support/read_file.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::kCollie;
+using collie::test::NetworkNamespaces;
+using collie::test::read_file;
+using collie::test::Subprocess;
+
+namespace {
+
+// Resumes from the checkpoint and sums the step numbers through all_reduce
+// (each rank gives step * (rank + 1)); ends once it has run on 3 nodes, then
+// 2, then 3 again, and `more` steps after that. A step lost or done twice
+// across a resume, or a wrong sum, leaves `sum` off N(N+1)/2.
+constexpr const char* kTrain = R"(import json, os, sys, time, torch
+import torch.distributed as dist
+ckpt, more = sys.argv[1], int(sys.argv[2])
+dist.init_process_group("collie")
+rank, world = dist.get_rank(), dist.get_world_size()
+state = {"step": 0, "sum": 0, "worlds": []}
+if os.path.exists(ckpt):
+    with open(ckpt) as f:
+        state = json.load(f)
+if not state["worlds"] or state["worlds"][-1] != world:
+    state["worlds"].append(world)
+print(f"rank {rank} of {world}: from step {state['step']}", flush=True)
+
+def back_again(w):  # a world of 3, then 2, then 3
+    return any(w[i] == 3 and 2 in w[i + 1:j] and w[j] == 3
+               for i in range(len(w)) for j in range(i + 2, len(w)))
+
+here = 0
+while not (back_again(state["worlds"]) and here >= more):
+    step = state["step"] + 1
+    t = torch.full((8,), float(step * (rank + 1)), dtype=torch.float64)
+    dist.all_reduce(t)
+    state["sum"] += int(t[0].item()) * 2 // (world * (world + 1))
+    state["step"] = step
+    here += 1
+    if rank == 0:
+        with open(ckpt + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.05)
+dist.barrier()
+print(f"rank {rank}: finished at step {state['step']}", flush=True)
+dist.destroy_process_group()
+)";
+
+}  // namespace
+
+TEST_CASE("elastic nodes: --nnodes 2:3 goes on without a lost node and takes it back",
+          "[multihost][elastic]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  if (!COLLIE_TORCH_BACKEND_BUILT) {
+    WARN("skipped: this build has no collie_torch backend (the sanitizer presets build none)");
+    return;
+  }
+  if (collie::test::run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
+    WARN("skipped: /usr/bin/python3 has no torch (python3-torch)");
+    return;
+  }
+  collie::test::ScratchDir dir;
+  std::ofstream(dir.file("train.py")) << kTrain;
+  std::ofstream(dir.file("job.token")) << "elastic-job-secret-0123456789abcdef\n";
+  const std::vector<std::string> env{"COLLIE_STORE_TOKEN_FILE=" + dir.file("job.token"),
+                                     "COLLIE_STORE_TOKEN=", "COLLIE_LOG_LEVEL=warn"};
+  const auto ckpt = dir.file("ckpt.json");
+  // torchrun's elastic line; the store's node picks its port and writes it
+  // down (tests never use a fixed one).
+  auto node = [&](int i, const std::string& port) {
+    std::vector<std::string> line{kCollie,
+                                  "launch",
+                                  "--nnodes=2:3",
+                                  "--nproc_per_node=1",
+                                  "--max_restarts=3",
+                                  "--rdzv_backend=c10d",
+                                  "--rdzv_endpoint=" + NetworkNamespaces::address(0) + ":" + port,
+                                  "--rdzv_conf=last_call_timeout=2,join_timeout=20"};
+    if (i == 0) line.insert(line.end(), {"--port-file", dir.file("port")});
+    line.insert(line.end(), {dir.file("train.py"), ckpt, "10"});
+    return std::make_unique<Subprocess>(hosts.exec(i, line), env);
+  };
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  auto stop_all = [&] {
+    for (auto& n : nodes)
+      if (n) n->signal(SIGTERM);
+  };
+  // Every line a node's ranks print, until one says `words`.
+  auto until = [&](std::size_t i, const std::string& words) {
+    while (true) {
+      const auto line = nodes[i]->read_line(180s);
+      if (!line) {
+        stop_all();
+        const auto r = nodes[i]->wait(30s);
+        FAIL("node " << i << " never said '" << words << "'; its stderr:\n" << (r ? r->err : "?"));
+      }
+      if (line->find(words) != std::string::npos) return;
+    }
+  };
+  nodes.push_back(node(0, "0"));
+  REQUIRE(collie::test::eventually([&] { return !read_file(dir.file("port")).empty(); }, 60s));
+  auto port = read_file(dir.file("port"));
+  port = port.substr(0, port.find('\n'));
+  nodes.push_back(node(1, port));
+  nodes.push_back(node(2, port));
+  // All three in a round, and a few steps done.
+  until(0, "of 3: from step");
+  REQUIRE(collie::test::eventually([&] { return !read_file(ckpt).empty(); }, 120s));
+  // Node 2's launcher dies (its rank with it): the others go on as two.
+  nodes[2]->signal(SIGKILL);
+  nodes[2]->wait(30s);
+  until(0, "of 2: from step");
+  // Node 2 comes back: the next round has three again.
+  nodes[2] = node(2, port);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto r = nodes[i]->wait(300s);
+    if (!r) stop_all();
+    REQUIRE(r);
+    INFO("node " << i << " stdout:\n" << r->out << "\nstderr:\n" << r->err);
+    CHECK(r->exit_code == 0);
+    if (i == 0) {
+      CHECK_THAT(r->err, Catch::Contains("not in this round:"));
+      CHECK_THAT(r->err, Catch::Contains("is waiting to join"));
+    }
+  }
+  // Every step summed once, across the three rounds and the resumes.
+  const auto state = read_file(ckpt);
+  INFO(state);
+  CHECK_THAT(state, Catch::Contains("\"worlds\": [3, 2, 3]"));
+  const long long steps = std::stoll(state.substr(state.find("\"step\": ") + 8));
+  const long long sum = std::stoll(state.substr(state.find("\"sum\": ") + 7));
+  CHECK(steps >= 10);
+  CHECK(sum == steps * (steps + 1) / 2);
+}
