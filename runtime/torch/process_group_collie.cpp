@@ -29,7 +29,9 @@ at::TensorOptions host_options(const at::Tensor& like) {
 
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : TorchBackend(rank, size), pg_(join(store, rank, size, timeout)) {}
+    : TorchBackend(rank, size), pg_(join(store, rank, size, timeout)) {
+  if (rank != 0 && hosted_by_rank_zero(identify(store))) wait_for_close_ = store;
+}
 
 ProcessGroupCollie::~ProcessGroupCollie() {
   runner_->stop();
@@ -39,6 +41,8 @@ ProcessGroupCollie::~ProcessGroupCollie() {
   auto finish = [&] {
     runner_.reset();
     completer_.reset();
+    // Made again at once, the world group would reach rank 0's old store.
+    if (wait_for_close_) wait_until_closed(wait_for_close_, std::chrono::seconds(10));
   };
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release unlocked;

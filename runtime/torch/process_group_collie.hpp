@@ -101,6 +101,9 @@ class ProcessGroupCollie final : public TorchBackend {
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
                                                 collie::Work work);
 
+  // torch's store, where a rank other than 0 waits for rank 0's to close
+  // when it drops the world group (torch_store.hpp); null otherwise.
+  c10::intrusive_ptr<c10d::Store> wait_for_close_;
   collie::ProcessGroup pg_;
   std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
   std::shared_ptr<collie::AsyncRunner> runner_ = std::make_shared<collie::AsyncRunner>();

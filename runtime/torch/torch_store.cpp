@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -193,6 +194,31 @@ std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
       id.host, static_cast<std::uint16_t>(id.port), options);
   if (id.prefix.empty()) return client;
   return std::make_shared<collie::store::PrefixStore>(client, id.prefix);
+}
+
+bool hosted_by_rank_zero(const StoreIdentity& id) {
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const char* hosted = std::getenv("COLLIE_STORE_HOSTED");
+  if ((agent != nullptr && std::string(agent) == "True") ||
+      (hosted != nullptr && std::string(hosted) == "1") || id.host.empty())
+    return false;
+  // torch 1.13 names the world's namespace "default_pg"; torch 2 "0".
+  return id.prefix.rfind("default_pg", 0) == 0 || id.prefix == "0" ||
+         id.prefix.rfind("0/", 0) == 0;
+}
+
+void wait_until_closed(const c10::intrusive_ptr<c10d::Store>& store,
+                       std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const std::vector<std::string> probe{"collie/probe"};
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      store->check(probe);
+    } catch (const std::exception&) {
+      return;  // closed
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 std::pair<std::string, c10::intrusive_ptr<c10d::Store>> outer_prefix(

@@ -9,7 +9,8 @@ op), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
 SIGKILLed mid all_reduce is named on the others), mismatch (MismatchError
 naming both calls), errors (what collie cannot take is named), cuda
 (every collective and send/recv on CUDA tensors, on torch's current
-stream). Exit 77 (skipped) where Debian's python3-torch is not installed,
+stream), reinit_tcp (destroy and init again at once on rank 0's tcp://
+store). Exit 77 (skipped) where Debian's python3-torch is not installed,
 and for cuda where torch sees no GPU."""
 
 import datetime
@@ -370,6 +371,36 @@ def monitored(rank, size, path):
     dist.destroy_process_group()
 
 
+# ---- init again by hand, on rank 0's TCPStore ------------------------------------
+
+def reinit_tcp(rank, size, path):
+    """mp.spawn's pattern: init_method tcp:// (rank 0's process serves torch's
+    store), destroy, init again at once on the same port, three times."""
+    port_file = path + ".port"
+    if rank == 0:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(port_file + ".tmp", "w") as f:
+            f.write(str(port))
+        os.replace(port_file + ".tmp", port_file)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(port_file):
+        check(time.monotonic() < deadline, "rank 0 never wrote its port")
+        time.sleep(0.01)
+    with open(port_file) as f:
+        port = int(f.read())
+    for again in range(3):
+        dist.init_process_group("collie", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=size, timeout=TIMEOUT)
+        t = torch.full((100,), float(rank + 1 + again))
+        dist.all_reduce(t)
+        want = size * (size + 1) / 2 + size * again
+        check(t.eq(want).all(), f"group {again}: {t[:4]} != {want}")
+        dist.destroy_process_group()
+
+
 # ---- CUDA tensors -------------------------------------------------------------
 
 def cuda(rank, size, path):
@@ -474,7 +505,7 @@ def cuda(rank, size, path):
 
 
 CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
-         "errors": errors, "monitored": monitored, "cuda": cuda}
+         "errors": errors, "monitored": monitored, "cuda": cuda, "reinit_tcp": reinit_tcp}
 
 
 def _entry(rank, size, path, case):
