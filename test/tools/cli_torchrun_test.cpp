@@ -303,5 +303,8 @@ TEST_CASE("a torch group under collie launch names a stopped rank within the sta
     CHECK_THAT(out.back(), Catch::Contains("the stall inspector found") &&
                                Catch::Contains("rank 2 at") && Catch::Contains("is stopped"));
   }
+  // The launcher's summary reads the torch group's blames (under torch's
+  // prefixes) and names rank 2.
+  CHECK_THAT(r.err, Catch::Contains("rank 2 (node 0) is the one the others blame"));
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <string_view>
 
 #include <collie/store/keys.hpp>
 
@@ -55,6 +57,34 @@ std::optional<BlameVerdict> judge_blames(
   return v;
 }
 
+namespace {
+
+// A torch program's world group under collie launch meets under torch's
+// prefixes: torchelastic's agent store's ("/worker/attempt_<a>"), then the
+// group's ("default_pg" on torch 1.13; "0" then the device on torch 2).
+// Its blame keys, of its latest generation; none if no rank blamed.
+std::vector<std::string> torch_blame_keys(store::Store& store, int attempt) {
+  const auto under = "/worker/attempt_" + std::to_string(attempt) + "/";
+  std::map<std::string, std::vector<std::string>> by_group;  // namespace -> keys
+  for (auto& name : store.list_keys(under, 2s)) {
+    const auto blame = name.rfind("/" + std::string(keys::kBlamePrefix));
+    const auto run = name.find("collie/run/");
+    if (blame == std::string::npos || run == std::string::npos) continue;
+    const auto group = std::string_view(name).substr(under.size(), run - under.size());
+    if (!group.starts_with("default_pg") && !group.starts_with("0/")) continue;
+    by_group[name.substr(0, blame)].push_back(name);
+  }
+  if (by_group.empty()) return {};
+  // The latest generation ("…/collie/run/<a>/gen/<g>") sorts last but for
+  // g of 10 and more; take the longest name, then the greatest.
+  const auto latest = std::max_element(by_group.begin(), by_group.end(), [](auto& a, auto& b) {
+    return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.first < b.first;
+  });
+  return latest->second;
+}
+
+}  // namespace
+
 std::optional<BlameVerdict> read_blames(store::Store& store, int attempt) {
   // Ranks that made their group again (destroy, then init) blame in that
   // group's namespace: the latest group, the last whose rank 0 published
@@ -63,7 +93,8 @@ std::optional<BlameVerdict> read_blames(store::Store& store, int attempt) {
   while (store.try_get(keys::run(attempt, latest + 1) + "/" + std::string(keys::kGroupId), 2s))
     ++latest;
   const auto prefix = keys::run(attempt, latest) + "/" + std::string(keys::kBlamePrefix);
-  const auto names = store.list_keys(prefix, 2s);
+  auto names = store.list_keys(prefix, 2s);
+  if (names.empty()) names = torch_blame_keys(store, attempt);
   if (names.empty()) return std::nullopt;
   const auto values = store.multi_get(names, 2s);
   std::map<int, std::pair<int, std::string>> records;
