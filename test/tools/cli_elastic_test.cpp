@@ -17,6 +17,7 @@
 #include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
+#include "support/torch_hosts.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::kCollie;
@@ -70,23 +71,13 @@ dist.destroy_process_group()
 TEST_CASE("elastic nodes: --nnodes 2:3 goes on without a lost node and takes it back",
           "[multihost][elastic]") {
   NetworkNamespaces hosts(3);
-  if (!hosts.ok()) {
-    WARN("skipped: " << hosts.why());
-    return;
-  }
-  if (!COLLIE_TORCH_BACKEND_BUILT) {
-    WARN("skipped: this build has no collie_torch backend (the sanitizer presets build none)");
-    return;
-  }
-  if (collie::test::run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
-    WARN("skipped: /usr/bin/python3 has no torch (python3-torch)");
+  if (const auto missing = collie::test::torch_hosts_missing(hosts); !missing.empty()) {
+    WARN("skipped: " << missing);
     return;
   }
   collie::test::ScratchDir dir;
   std::ofstream(dir.file("train.py")) << kTrain;
-  std::ofstream(dir.file("job.token")) << "elastic-job-secret-0123456789abcdef\n";
-  const std::vector<std::string> env{"COLLIE_STORE_TOKEN_FILE=" + dir.file("job.token"),
-                                     "COLLIE_STORE_TOKEN=", "COLLIE_LOG_LEVEL=warn"};
+  const auto env = collie::test::job_secret(dir, "elastic-job-secret-0123456789abcdef");
   const auto ckpt = dir.file("ckpt.json");
   // torchrun's elastic line; the store's node picks its port and writes it
   // down (tests never use a fixed one).
@@ -121,9 +112,8 @@ TEST_CASE("elastic nodes: --nnodes 2:3 goes on without a lost node and takes it 
     }
   };
   nodes.push_back(node(0, "0"));
-  REQUIRE(collie::test::eventually([&] { return !read_file(dir.file("port")).empty(); }, 60s));
-  auto port = read_file(dir.file("port"));
-  port = port.substr(0, port.find('\n'));
+  const auto port = collie::test::port_written(dir.file("port"));
+  REQUIRE(!port.empty());
   nodes.push_back(node(1, port));
   nodes.push_back(node(2, port));
   // All three in a round, and a few steps done.

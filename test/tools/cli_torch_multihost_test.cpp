@@ -18,6 +18,7 @@
 #include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
+#include "support/torch_hosts.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::kCollie;
@@ -66,24 +67,14 @@ except Exception as e:
 TEST_CASE("two hosts: a torch program under torchrun's command line, closed to strangers",
           "[multihost][torchrun]") {
   NetworkNamespaces hosts(2);
-  if (!hosts.ok()) {
-    WARN("skipped: " << hosts.why());
-    return;
-  }
-  if (!COLLIE_TORCH_BACKEND_BUILT) {
-    WARN("skipped: this build has no collie_torch backend (the sanitizer presets build none)");
-    return;
-  }
-  if (collie::test::run({"/usr/bin/python3", "-c", "import torch"}).exit_code != 0) {
-    WARN("skipped: /usr/bin/python3 has no torch (python3-torch)");
+  if (const auto missing = collie::test::torch_hosts_missing(hosts); !missing.empty()) {
+    WARN("skipped: " << missing);
     return;
   }
   collie::test::ScratchDir dir;
   std::ofstream(dir.file("main.py")) << kMain;
   std::ofstream(dir.file("stranger.py")) << kStranger;
-  std::ofstream(dir.file("job.token")) << "two-hosts-torch-secret-0123456789\n";
-  const std::vector<std::string> env{"COLLIE_STORE_TOKEN_FILE=" + dir.file("job.token"),
-                                     "COLLIE_STORE_TOKEN=", "COLLIE_LOG_LEVEL=warn"};
+  const auto env = collie::test::job_secret(dir, "two-hosts-torch-secret-0123456789");
   const auto go = dir.file("go");
   // torchrun's line, `collie launch` in its place (node 0 picks its port
   // and writes it down, since tests never use a fixed one).
@@ -101,9 +92,8 @@ TEST_CASE("two hosts: a torch program under torchrun's command line, closed to s
   };
   std::vector<std::unique_ptr<Subprocess>> nodes;
   nodes.push_back(node(0, "0"));
-  REQUIRE(collie::test::eventually([&] { return !read_file(dir.file("port")).empty(); }, 60s));
-  auto port = read_file(dir.file("port"));
-  port = port.substr(0, port.find('\n'));
+  const auto port = collie::test::port_written(dir.file("port"));
+  REQUIRE(!port.empty());
   nodes.push_back(node(1, port));
   // Every rank's first all_reduce is done: the job is up.
   std::string seen[2];
