@@ -18,6 +18,12 @@ bool runs_in_chunks(const Call& call, MemoryKind said, std::size_t chunk_bytes) 
          call.count * dtype_size(call.dtype) > chunk_bytes;
 }
 
+std::size_t chunks_of(const Call& call, std::size_t chunk_bytes) {
+  if (!call.in_chunks) return 1;
+  const std::size_t per = std::max<std::size_t>(1, chunk_bytes / dtype_size(call.dtype));
+  return (call.count + per - 1) / per;
+}
+
 namespace {
 
 // Two pinned blocks per device side of the call, given back when it ends.
@@ -57,10 +63,10 @@ class Blocks {
 }  // namespace
 
 void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_bytes,
-                   const std::function<void(const Call&)>& run_host) {
+                   const std::function<void(const Call&, std::exception_ptr)>& run_host) {
   const std::size_t es = dtype_size(call.dtype);
   const std::size_t per = std::max<std::size_t>(1, chunk_bytes / es);
-  const std::size_t chunks = (call.count + per - 1) / per;
+  const std::size_t chunks = chunks_of(call, chunk_bytes);
   const bool in_dev = engine != nullptr && call.input != nullptr && call.input_device >= 0;
   const bool out_dev = engine != nullptr && call.output != nullptr && call.output_device >= 0;
   const Blocks blocks(engine, per * es, in_dev, out_dev, call.input == call.output);
@@ -76,12 +82,22 @@ void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_b
   };
   // The copy back of chunk k, from the block chunk k+2 writes again.
   std::optional<device::Engine::Ticket> stored[2];
-  fetch(0);
+  std::exception_ptr failed;  // a device error: every later chunk fails alike
+  auto staged = [&](auto&& step) {
+    if (failed) return;
+    try {
+      step();
+    } catch (const device::DeviceError&) {
+      failed = std::current_exception();
+    }
+  };
+  staged([&] { fetch(0); });
   for (std::size_t k = 0; k < chunks; ++k) {
-    if (k + 1 < chunks) fetch(k + 1);
-    if (in_dev) engine->wait(fetched[k % 2]);
+    if (k + 1 < chunks) staged([&] { fetch(k + 1); });
+    if (in_dev) staged([&] { engine->wait(fetched[k % 2]); });
     Call chunk = call;
     chunk.count = count_of(k);
+    chunk.sequence = call.sequence + k;
     chunk.input = call.input == nullptr ? nullptr
                   : in_dev              ? static_cast<const void*>(blocks.in(k))
                                         : static_cast<const void*>(in_at(k));
@@ -89,8 +105,8 @@ void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_b
                    : out_dev              ? static_cast<void*>(blocks.out(k))
                                           : static_cast<void*>(out_at(k));
     chunk.input_device = chunk.output_device = -1;
-    if (auto& before = stored[k % 2]) engine->wait(*before);
-    run_host(chunk);
+    if (auto& before = stored[k % 2]) staged([&] { engine->wait(*before); });
+    run_host(chunk, failed);  // throws `failed`, if any, in the chunk's collective
     if (out_dev) stored[k % 2] = engine->to_device(out_at(k), blocks.out(k), chunk.count * es);
   }
   for (const auto& last : stored)

@@ -12,12 +12,14 @@
 // torch backend says for CUDA tensors) run so, for every rank must cut a
 // call alike: a rank that did not would find its chunks mismatched (a
 // MismatchError naming the counts). Every rank cuts a call into the same
-// chunks (the same count, the same setting), and the chunks run in order
-// under the call's sequence number: each message of a chunk comes after
-// those of the chunk before on its connection and tag.
+// chunks (the same count, the same setting), and each chunk is a call of
+// its own in the group's numbering (the call takes a sequence number per
+// chunk): a rank that runs ahead (a reduce's leaf) sends for a later chunk
+// as it would for a later call.
 #pragma once
 
 #include <cstddef>
+#include <exception>
 #include <functional>
 
 #include <collie/memory.hpp>
@@ -31,11 +33,17 @@ namespace collie {
 // is on a device (MemoryKind::Cuda), so that every rank decides alike.
 bool runs_in_chunks(const Call& call, MemoryKind said, std::size_t chunk_bytes);
 
-// Runs it: `run_host` runs each chunk's call (host buffers only); `engine`
-// stages the device buffers (null where this rank has none: its chunks run
-// all the same). Device errors throw DeviceError; the engine is drained
-// before pinned blocks go back.
+// How many chunks it makes (the sequence numbers it takes); 1 if it runs
+// whole.
+std::size_t chunks_of(const Call& call, std::size_t chunk_bytes);
+
+// Runs it: `run_host` runs each chunk's call (host buffers only), given the
+// device error this rank met staging the chunk, if any, to throw inside the
+// chunk's collective (where its peers hear of it, as of one met
+// mid-collective); `engine` stages the device buffers (null where this rank
+// has none: its chunks run all the same). The engine is drained before
+// pinned blocks go back.
 void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_bytes,
-                   const std::function<void(const Call&)>& run_host);
+                   const std::function<void(const Call&, std::exception_ptr)>& run_host);
 
 }  // namespace collie

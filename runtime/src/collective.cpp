@@ -21,8 +21,10 @@ namespace {
 
 // Lays the call's buffers out as the schedule expects, runs it, and puts the
 // result where the caller wants it.
-// Returns the number of steps of its schedule.
-std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* engine) {
+// Returns the number of steps of its schedule. `failed_first`: see
+// execute_schedule().
+std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* engine,
+                         std::exception_ptr failed_first = nullptr) {
   const int n = static_cast<int>(g.members.size());
   const collectives::Shape shape{
       g.rank, n, call.count, call.root,
@@ -30,7 +32,7 @@ std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* eng
   const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
   BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes,
                       g.world->config.stage_whole_bytes);
-  execute_schedule(g, call, schedule, layout.regions(), engine);
+  execute_schedule(g, call, schedule, layout.regions(), engine, std::move(failed_first));
   layout.finish();
   return schedule.steps.size();
 }
@@ -41,7 +43,9 @@ void execute(detail::Group& g, const Call& call, device::Engine* engine) {
   std::size_t steps = 0;
   if (call.in_chunks) {
     run_in_chunks(call, engine, g.world->config.stage_chunk_bytes,
-                  [&](const Call& chunk) { steps = run_schedule(g, chunk, nullptr); });
+                  [&](const Call& chunk, std::exception_ptr failed) {
+                    steps = run_schedule(g, chunk, nullptr, std::move(failed));
+                  });
   } else {
     steps = run_schedule(g, call, engine);
   }
@@ -265,7 +269,8 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   call.input_device = placement.input;
   call.output_device = placement.output;
   call.in_chunks = runs_in_chunks(call, o.memory, g.world->config.stage_chunk_bytes);
-  call.sequence = g.sequence++;
+  // (A call in chunks takes a number per chunk: chunked_call.hpp.)
+  call.sequence = g.sequence.fetch_add(chunks_of(call, g.world->config.stage_chunk_bytes));
   if (when == Completion::Blocking) {
     execute_checked(g, call, placement.engine.get());
     return Work();

@@ -256,6 +256,9 @@ TEST_CASE("point-to-point on device buffers, to and from host buffers too", "[de
 
 TEST_CASE("a device error mid-collective fails every rank, naming the call and the error",
           "[device]") {
+  // Staged segment by segment, and in chunks (the call said to be on a device).
+  const bool chunked = GENERATE(false, true);
+  INFO((chunked ? "in chunks of 4000 bytes" : "segment by segment"));
   FakeDeviceScope device;
   const std::size_t count = 20000;
   std::vector<std::string> errors(3);
@@ -272,6 +275,7 @@ TEST_CASE("a device error mid-collective fails every rank, naming the call and t
     pg.barrier();
     collie::CollectiveOptions o;
     o.algorithm = collie::Algorithm::Ring;
+    if (chunked) o.memory = collie::MemoryKind::Cuda;
     try {
       pg.all_reduce(std::span(buf, count), collie::ReduceOp::Sum, o);
     } catch (const collie::Error& e) {
@@ -282,7 +286,7 @@ TEST_CASE("a device error mid-collective fails every rank, naming the call and t
     } catch (const collie::Error& e) {
       later[static_cast<std::size_t>(pg.rank())] = e.what();
     }
-  });
+  }, 1024, 64, chunked ? 4000 : 0);
   INFO(errors[0] << "\n" << errors[1] << "\n" << errors[2]);
   // The failing rank names the call and the CUDA error.
   CHECK_THAT(errors[1], Catch::Contains("rank 1: all_reduce(float32, 20000, sum)") &&

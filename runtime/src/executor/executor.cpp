@@ -43,13 +43,14 @@ void run_steps(CallRun& run, const collectives::Schedule& schedule) {
 
 void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
-                      device::Engine* engine) {
+                      device::Engine* engine, std::exception_ptr failed_first) {
   CallRun run(g, call, std::move(regions), engine);
   auto& diagnosis = run.diagnosis;
   // This thread drives the sockets from here to the end: the transport's
   // own thread stays out of the way (no hand-off between threads).
   const auto claim = run.transport.claim_progress();
   try {
+    if (failed_first) std::rethrow_exception(failed_first);
     diagnosis.check_stray();
     run_steps(run, schedule);
     diagnosis.check_stray();

@@ -29,6 +29,8 @@
 // receive, a send that holds a block.
 #pragma once
 
+#include <exception>
+
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -54,10 +56,12 @@ struct Region {
 // `regions` map; `engine` stages the regions on a device (null when there
 // are none). Throws what the transport throws (ConnectionError,
 // TimeoutError, ProtocolError), MismatchError, or DeviceError; nothing
-// writes into the regions once it returns or throws.
+// writes into the regions once it returns or throws. `failed_first`: a
+// device error this rank met before the schedule (a chunk's copy,
+// chunked_call.hpp), thrown at once and told to the peers as one met in it.
 void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
-                      device::Engine* engine);
+                      device::Engine* engine, std::exception_ptr failed_first = nullptr);
 
 // After a call failed: lets go of its requests still in flight, so that
 // none reads or writes the caller's buffers once this returns. Receives
