@@ -333,36 +333,24 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   } else if (auto algo = lookup("COLLIE_ALGO")) {
     config.algorithms = parse_algorithm_overrides(*algo, "COLLIE_ALGO");
   }
-  if (options.segment_bytes) {
-    config.segment_bytes = *options.segment_bytes;
-  } else if (auto text = lookup("COLLIE_SEGMENT_BYTES")) {
-    config.segment_bytes = parse_bytes(*text, "COLLIE_SEGMENT_BYTES");
-  }
-  if (config.segment_bytes < 1024 || config.segment_bytes > (std::size_t{1} << 30)) {
-    throw Error(fmt::format("collie::init: a segment of {} bytes: choose 1 KiB to 1 GiB",
-                            config.segment_bytes));
-  }
-  if (options.stage_whole_bytes) {
-    config.stage_whole_bytes = *options.stage_whole_bytes;
-  } else if (auto text = lookup("COLLIE_STAGE_WHOLE_BYTES")) {
-    config.stage_whole_bytes = parse_bytes(*text, "COLLIE_STAGE_WHOLE_BYTES");
-  }
-  if (config.stage_whole_bytes > (std::size_t{1} << 30)) {
-    throw Error(fmt::format(
-        "collie::init: staging device buffers of {} bytes whole: choose at most 1 GiB",
-        config.stage_whole_bytes));
-  }
-  if (options.stage_chunk_bytes) {
-    config.stage_chunk_bytes = *options.stage_chunk_bytes;
-  } else if (auto text = lookup("COLLIE_STAGE_CHUNK_BYTES")) {
-    config.stage_chunk_bytes = parse_bytes(*text, "COLLIE_STAGE_CHUNK_BYTES");
-  }
-  if (config.stage_chunk_bytes > (std::size_t{1} << 30)) {
-    throw Error(fmt::format(
-        "collie::init: staging device buffers in chunks of {} bytes: choose at most 1 GiB (0: "
-        "segment by segment)",
-        config.stage_chunk_bytes));
-  }
+  // A size in bytes: InitOptions' value, else the variable's, within range.
+  auto bytes_setting = [&](const std::optional<std::size_t>& given, const char* variable,
+                           std::size_t& value, std::size_t low, const char* what) {
+    if (given) {
+      value = *given;
+    } else if (auto text = lookup(variable)) {
+      value = parse_bytes(*text, variable);
+    }
+    if (value < low || value > (std::size_t{1} << 30))
+      throw Error(fmt::format("collie::init: {} of {} bytes ({}): {}", what, value, variable,
+                              low > 0 ? "choose 1 KiB to 1 GiB" : "choose at most 1 GiB"));
+  };
+  bytes_setting(options.segment_bytes, "COLLIE_SEGMENT_BYTES", config.segment_bytes, 1024,
+                "a segment");
+  bytes_setting(options.stage_whole_bytes, "COLLIE_STAGE_WHOLE_BYTES", config.stage_whole_bytes, 0,
+                "a limit for staging whole");
+  bytes_setting(options.stage_chunk_bytes, "COLLIE_STAGE_CHUNK_BYTES", config.stage_chunk_bytes, 0,
+                "a staging chunk (0: segment by segment)");
   if (options.spin) {
     config.transport.spin = *options.spin;
   } else if (auto text = lookup("COLLIE_SPIN_US")) {
