@@ -472,10 +472,10 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK_THAT(r0->err, Catch::Contains("another node failed: rank 3 (node 1"));
   }
   SECTION("a launcher that dies without a word is noticed through its heartbeat") {
-    auto node0 = node(0, "0", "sleep 60", {"--node-timeout", "2"});
+    auto node0 = node(0, "0", "sleep 60", {"--node-timeout", "3"});
     const auto port = wait_port();
     REQUIRE_FALSE(port.empty());
-    auto node1 = node(1, port, "echo ready; sleep 5", {"--node-timeout", "2"});
+    auto node1 = node(1, port, "echo ready; sleep 5", {"--node-timeout", "3"});
     REQUIRE(node1->read_line(30s));
     // Node 1 has beaten its heartbeat twice (it has joined): then it dies
     // without a word.
@@ -494,7 +494,19 @@ TEST_CASE("two nodes on one machine form one job and share its failures", "[laun
     CHECK(std::chrono::steady_clock::now() - start < 20s);
     CHECK(r0->exit_code == 1);
     CHECK_THAT(r0->err,
-               Catch::Contains("node 1 stopped answering") && Catch::Contains("--node-timeout 2"));
+               Catch::Contains("node 1 stopped answering") && Catch::Contains("--node-timeout 3"));
+  }
+  SECTION("a node that never joins fails the job at the join timeout, not at the node timeout") {
+    // (The join timeout counts from the attempt's start; a node that joins
+    // late but in time is then held to the shorter heartbeat timeout.)
+    const auto start = std::chrono::steady_clock::now();
+    auto node0 = node(0, "0", "sleep 60", {"--join-timeout", "3", "--node-timeout", "1"});
+    auto r0 = node0->wait(60s);
+    REQUIRE(r0);
+    CHECK(std::chrono::steady_clock::now() - start >= 3s);
+    CHECK(r0->exit_code == 1);
+    CHECK_THAT(r0->err,
+               Catch::Contains("node 1 never joined") && Catch::Contains("--join-timeout 3"));
   }
 }
 

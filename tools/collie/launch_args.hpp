@@ -33,7 +33,8 @@ struct LaunchArgs {
   std::string local_addr;
   std::string log_dir = "collie-logs";
   double stop_timeout_s = 5;
-  double node_timeout_s = 300;
+  double node_timeout_s = 60;   // a node's launcher silent this long has failed
+  double join_timeout_s = 300;  // torchrun's join_timeout: waiting for the nodes to join
   std::string token_file;     // the job's secret; see Launcher::resolve_token()
   bool insecure = false;      // several nodes without a secret
   std::string bind = "auto";  // cpu_binding.hpp

@@ -44,7 +44,7 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--rdzv-id", args->rdzv_id, "The job's id: TORCHELASTIC_RUN_ID of its ranks")
       ->capture_default_str();
   cmd->add_option("--rdzv-conf", args->rdzv_conf,
-                  "KEY=VALUE,...: join_timeout (or timeout) as --node-timeout, is_host, "
+                  "KEY=VALUE,...: join_timeout (or timeout) as --join-timeout, is_host, "
                   "last_call_timeout; any other key is an error");
   cmd->add_flag("--standalone", args->standalone,
                 "A job on this node alone, its store on a free port of loopback (the default "
@@ -85,6 +85,10 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--node-timeout", args->node_timeout_s,
                   "Several nodes: seconds without a heartbeat from another node's launcher "
                   "before the job is stopped as failed")
+      ->capture_default_str();
+  cmd->add_option("--join-timeout", args->join_timeout_s,
+                  "Several nodes: seconds to wait for the other nodes to join (and for the "
+                  "store's node to start) before the job is stopped as failed")
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,
                   "The job's secret, the same file on every node (default: "

@@ -22,17 +22,17 @@ std::string seconds(std::chrono::steady_clock::duration d) {
 }  // namespace
 
 NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::string& token,
-                   int node_rank, int nodes, std::chrono::milliseconds node_timeout)
+                   int node_rank, int nodes, Timeouts timeouts)
     : node_rank_(node_rank),
       nodes_(nodes),
-      node_timeout_(node_timeout),
+      timeouts_(timeouts),
       heartbeats_(static_cast<std::size_t>(nodes)) {
   store::ClientOptions options;
   options.token = token;
   options.timeout = std::chrono::seconds(300);
   // The store's node may start it after this one: wait for it as for a
   // node that has not joined yet.
-  options.connect_timeout = node_timeout;
+  options.connect_timeout = timeouts.join;
   store_ = std::make_unique<store::StoreClient>(host, port, options);
   if (node_rank_ >= 0 || node_rank_ == kElastic) return;
   const auto joined = store_->add(keys::launch_round(0, "joined"), 1, 10s);
@@ -47,7 +47,7 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
 
 NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
                                      const std::string& who) {
-  const auto deadline = Clock::now() + node_timeout_;
+  const auto deadline = Clock::now() + timeouts_.join;
   auto ended = [&] {
     if (elastic.check_signals) elastic.check_signals();
     if (auto how = store_->try_get(keys::launch_ended(), 10s))
@@ -60,8 +60,8 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
   auto too_late = [&](int round, const std::string& what) {
     if (Clock::now() < deadline) return;
     throw Error(fmt::format(
-        "collie launch: round {} of the rendezvous: {} within {} (--node-timeout; --nnodes {}:{})",
-        round, what, seconds(node_timeout_), elastic.min_nodes, elastic.max_nodes));
+        "collie launch: round {} of the rendezvous: {} within {} (--join-timeout; --nnodes {}:{})",
+        round, what, seconds(timeouts_.join), elastic.min_nodes, elastic.max_nodes));
   };
   for (int round = attempt;; ++round) {
     ended();
@@ -162,7 +162,7 @@ std::optional<std::string> NodeTeam::other_failure() {
 }
 
 void NodeTeam::restart_barrier() {
-  store_->barrier(key("restart"), static_cast<std::uint32_t>(nodes_), node_timeout_);
+  store_->barrier(key("restart"), static_cast<std::uint32_t>(nodes_), timeouts_.join);
 }
 
 void NodeTeam::reset_heartbeats() {
@@ -182,11 +182,13 @@ std::optional<std::string> NodeTeam::silent_node() {
     if (beat && *beat != seen.value) {
       seen.value = *beat;
       seen.changed = now;
-    } else if (now - seen.changed > node_timeout_) {
-      return fmt::format("node {} {} (no heartbeat for {}, --node-timeout {})", node,
-                         seen.value.empty() ? "never joined" : "stopped answering",
-                         seconds(now - seen.changed),
-                         std::chrono::duration<double>(node_timeout_).count());
+    } else if (const bool joined = !seen.value.empty();
+               now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
+      return fmt::format("node {} {} (no heartbeat for {}, --{}-timeout {})", node,
+                         joined ? "stopped answering" : "never joined",
+                         seconds(now - seen.changed), joined ? "node" : "join",
+                         std::chrono::duration<double>(joined ? timeouts_.node : timeouts_.join)
+                             .count());
     }
   }
   return std::nullopt;

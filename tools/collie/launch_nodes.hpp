@@ -2,7 +2,8 @@
 // failures, restarts and the end, through the job's store (keys.hpp's
 // collie/launch/ keys): the first failure of an attempt is recorded once
 // and every node stops; each launcher beats a heartbeat, and one that stops
-// beating for --node-timeout counts as failed; restarts wait at a barrier;
+// beating for --node-timeout (or never beats within --join-timeout) counts
+// as failed; restarts wait at a barrier;
 // at the end every node waits for the others, and node 0 (whose store they
 // use) for every node to leave. An elastic job (--nnodes MIN:MAX) meets
 // again for each attempt: a round of the rendezvous, closed by the store's
@@ -29,11 +30,17 @@ class NodeTeam {
   // Connects to the job's store at host:port; this launcher is node
   // `node_rank` of `nodes`, or with -1 the next to join (torchrun's c10d:
   // the store's own node is 0, the others are numbered as they join), or
-  // with kElastic numbered by each round (rendezvous()). Throws
+  // with kElastic numbered by each round (rendezvous()). A node that
+  // stops beating for `node_timeout` has failed; one that has not joined
+  // (or the store's node not started) within `join_timeout` too. Throws
   // collie::Error when more than `nodes` join.
   static constexpr int kElastic = -2;
+  struct Timeouts {
+    std::chrono::milliseconds node;
+    std::chrono::milliseconds join;
+  };
   NodeTeam(const std::string& host, std::uint16_t port, const std::string& token, int node_rank,
-           int nodes, std::chrono::milliseconds node_timeout);
+           int nodes, Timeouts timeouts);
 
   store::StoreClient& store() { return *store_; }
   int node_rank() const { return node_rank_; }
@@ -57,7 +64,7 @@ class NodeTeam {
   // Joins the first round, from `attempt` on, that still takes nodes, and
   // returns it once closed: its nodes are the first to join, at least MIN,
   // as many as joined within the last call after that, MAX at most. Throws
-  // collie::Error when MIN do not join within the node timeout, or when the
+  // collie::Error when MIN do not join within the join timeout, or when the
   // job ended (keys::launch_ended) while this node waited.
   Round rendezvous(int attempt, const Elastic& elastic, const std::string& who);
   // A node waits to join the round after this attempt's (nullopt if none,
@@ -90,7 +97,8 @@ class NodeTeam {
   std::string key(std::string_view what) const;
   // Beats this node's heartbeat, and names the first other node whose
   // heartbeat has not moved for the node timeout (a launcher that died
-  // without reporting, or a node that never joined), if any.
+  // without reporting), or that has not beaten within the join timeout of
+  // the attempt's start (a node that never joined), if any.
   std::optional<std::string> silent_node();
   // Starts the silence clock of every other node afresh: between phases (a
   // restart barrier, the end of an attempt) nobody beats, and that pause
@@ -100,7 +108,7 @@ class NodeTeam {
   std::unique_ptr<store::StoreClient> store_;
   int node_rank_;
   int nodes_;
-  std::chrono::milliseconds node_timeout_;
+  Timeouts timeouts_;
   int attempt_ = 0;
   Clock::time_point next_check_;
   Clock::time_point next_newcomer_check_;

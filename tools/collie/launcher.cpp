@@ -138,8 +138,11 @@ class Launcher {
                     fmt::join(members_, ", "), nodes_ * args_.nproc_count, node_rank_));
     if (!left.empty()) say(fmt::format("not in this round: {}", fmt::join(left, ", ")));
   }
-  std::chrono::milliseconds node_timeout() const {
-    return std::chrono::milliseconds(static_cast<std::int64_t>(args_.node_timeout_s * 1000));
+  static std::chrono::milliseconds of_seconds(double s) {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+  }
+  NodeTeam::Timeouts timeouts() const {
+    return {of_seconds(args_.node_timeout_s), of_seconds(args_.join_timeout_s)};
   }
 
   void validate() {
@@ -166,6 +169,7 @@ class Launcher {
     if (!(args_.stop_timeout_s >= 0))
       throw Error("collie launch: --stop-timeout must not be negative");
     if (!(args_.node_timeout_s > 0)) throw Error("collie launch: --node-timeout must be positive");
+    if (!(args_.join_timeout_s > 0)) throw Error("collie launch: --join-timeout must be positive");
     // torchrun's default port when several nodes must agree on one; a free
     // port when the job is on this node alone.
     port_ = args_.master_port.value_or(multi_node() ? 29500 : 0);
@@ -263,7 +267,7 @@ class Launcher {
       team_ = std::make_unique<NodeTeam>(args_.host_store ? std::string("127.0.0.1")
                                                           : args_.master_addr,
                                          static_cast<std::uint16_t>(port_), token_, rank, nodes(),
-                                         node_timeout());
+                                         timeouts());
       if (args_.node_rank_value < 0 && !elastic())
         say(fmt::format("joined as node {}", team_->node_rank()));
     }
@@ -276,7 +280,7 @@ class Launcher {
       if (!args_.host_store) {
         store::ClientOptions options;
         options.token = token_;
-        options.connect_timeout = node_timeout();
+        options.connect_timeout = timeouts().join;
         relay_ = std::make_unique<store::TorchRelay>(args_.master_addr,
                                                      static_cast<std::uint16_t>(port_), options);
       }

@@ -157,7 +157,7 @@ void apply_rdzv_conf(LaunchArgs& a) {
       if (!s || *s <= 0)
         throw Error(fmt::format("collie launch: --rdzv-conf {}={}: not a number of seconds", key,
                                 value));
-      a.node_timeout_s = *s;
+      a.join_timeout_s = *s;
     } else if (key == "last_call_timeout") {
       const auto s = parse_int(value);
       if (!s || *s < 0)
@@ -169,7 +169,7 @@ void apply_rdzv_conf(LaunchArgs& a) {
     } else {
       throw Error(fmt::format(
           "collie launch: --rdzv-conf {}: collie cannot honour this key (it honours join_timeout "
-          "and timeout, as --node-timeout; last_call_timeout; is_host)",
+          "and timeout, as --join-timeout; last_call_timeout; is_host)",
           key));
     }
   }
