@@ -98,6 +98,9 @@ void run_vector(detail::Group& g, const VectorCall& call) {
       std::string size_error;
       try {
         t.wait(receives[i], remaining());
+      } catch (const WithdrawnError& e) {  // its sender failed and gave the call up
+        throw ConnectionError(
+            fmt::format("rank {}: rank {} gave up this call: {}", g.rank, m.peer, e.what()));
       } catch (const RequestError& e) {
         size_error = e.what();
       }

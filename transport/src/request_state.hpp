@@ -18,7 +18,7 @@ namespace collie::transport {
 enum class State : int { Pending = 0, Done = 1, Failed = 2 };
 
 // Which exception a failed request throws.
-enum class ErrorKind { None, Connection, Protocol, Request, Timeout };
+enum class ErrorKind { None, Connection, Protocol, Request, Withdrawn, Timeout };
 
 // A send or receive of a backend. Pending until Done or Failed, once. The
 // state is an atomic, read without a lock (test(), a spinning waiter);

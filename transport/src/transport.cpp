@@ -26,6 +26,8 @@ void throw_failure(ErrorKind kind, const std::string& message, bool interrupted)
       throw ProtocolError(message);
     case ErrorKind::Request:
       throw RequestError(message);
+    case ErrorKind::Withdrawn:
+      throw WithdrawnError(message);
     default:
       throw ConnectionError(message);
   }

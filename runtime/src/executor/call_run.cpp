@@ -118,6 +118,8 @@ void CallRun::wait_recv(const transport::RequestPtr& r, int from) {
     diagnosis.explain_lost_connection(from);
     if (diagnosis.failed_world_rank < 0) diagnosis.failed_world_rank = peer(from);
     throw;
+  } catch (const WithdrawnError& e) {  // the peer gave its call up: why comes after
+    diagnosis.withdrawn(from, e.what());
   } catch (const RequestError& e) {  // a size mismatch: the fingerprint says why
     size_differs = true;
     size_error = e.what();

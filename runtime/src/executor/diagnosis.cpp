@@ -232,6 +232,17 @@ void Diagnosis::reported_failure(std::uint64_t notice, int from,
 // its notice waits in the queue, and it is the news, not the closed
 // connection.
 void Diagnosis::explain_lost_connection(int with) {
+  explain_departure(with, fmt::format("its connection to rank {} broke after that", with));
+}
+
+void Diagnosis::withdrawn(int from, const std::string& error) {
+  explain_departure(from, fmt::format("it gave up its message to rank {} after that", g_.rank));
+  failed_world_rank = peer(from);
+  throw ConnectionError(fmt::format("{}; rank {} gave up this call and left no word of why", error,
+                                    from));
+}
+
+void Diagnosis::explain_departure(int with, const std::string& after) {
   if (explained_) return;
   explained_ = true;
   auto& transport = g_.transport();
@@ -251,8 +262,7 @@ void Diagnosis::explain_lost_connection(int with) {
   // A rank that found a mismatch saved it before it dropped anything.
   if (auto saved = saved_mismatch(call_.sequence)) {
     second_hand = true;
-    throw MismatchError(fmt::format("rank {}: {} (its connection to rank {} broke after that)",
-                                    g_.rank, *saved, with));
+    throw MismatchError(fmt::format("rank {}: {} ({})", g_.rank, *saved, after));
   }
   // A peer that failed said whom it blames before it did anything else
   // (blame()); if it then exited at once, its notice to this rank may have
@@ -271,11 +281,9 @@ void Diagnosis::explain_lost_connection(int with) {
   // What rank `with` said of it (why the culprit failed: its device, a
   // timeout, a lost host): its first line.
   const auto said = blamed->said.substr(0, blamed->said.find('\n'));
-  throw ConnectionError(fmt::format(
-      "rank {}: {} failed, as rank {} recorded before it left (its connection to rank {} broke "
-      "after that){}",
-      g_.rank, transport.describe_peer(failed_world_rank), with, with,
-      said.empty() ? "" : "; it said: " + said));
+  throw ConnectionError(fmt::format("rank {}: {} failed, as rank {} recorded before it left ({}){}",
+                                    g_.rank, transport.describe_peer(failed_world_rank), with,
+                                    after, said.empty() ? "" : "; it said: " + said));
 }
 
 void Diagnosis::size_mismatch(int from, const std::string& error) {

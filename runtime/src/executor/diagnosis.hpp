@@ -56,6 +56,10 @@ class Diagnosis {
   // A connection to group rank `with` broke: looks a moment for the news
   // that explains it (throws it), once per call; returns if there is none.
   void explain_lost_connection(int with);
+  // Group rank `from` withdrew its message of this call part-way (it gave
+  // the call up: shared memory, error the WithdrawnError's text): throws the
+  // news that explains it, else a ConnectionError that names rank `from`.
+  [[noreturn]] void withdrawn(int from, const std::string& error);
   // A receive's size differed from what group rank `from` sent, and its
   // fingerprint was this call's: throws the MismatchError that says why.
   [[noreturn]] void size_mismatch(int from, const std::string& error);
@@ -108,6 +112,10 @@ class Diagnosis {
 
  private:
   int peer(int group_rank) const { return g_.members[static_cast<std::size_t>(group_rank)]; }
+  // Group rank `with` left this call (`after`: how, "its connection to
+  // rank 2 broke after that"): looks a moment for the news (throws it),
+  // once per call; returns if there is none.
+  void explain_departure(int with, const std::string& after);
   // The group rank of world rank `world_rank`; -1 if not a member.
   int group_rank_of(int world_rank) const;
   // What group rank `from` found, sent ahead of its mismatch notice for

@@ -241,7 +241,10 @@ inline bool ShmTransport::Impl::start_message(Peer& p) {
   auto r = p.posted.take_first(tag);
   if (p.in->withdrawn_of(seq).load(std::memory_order_acquire) == seq + 1) {
     // Withdrawn half-way by the sender: dropped as it comes.
-    if (r) withdrawn(*r);
+    if (r) {
+      r->fingerprint = print;
+      withdrawn(*r);
+    }
   } else if (!r) {
     if (held + length > options.max_unexpected_bytes && length > 0) {
       p.paused = true;
@@ -304,7 +307,7 @@ void ShmTransport::Impl::deliver(Peer& p, const std::byte* piece, std::size_t n)
 }
 
 void ShmTransport::Impl::withdrawn(ShmRequest& r) {
-  fail(r, ErrorKind::Request,
+  fail(r, ErrorKind::Withdrawn,
        fmt::format("{} failed: {} withdrew its message half-way (its send timed out or its "
                    "collective was abandoned); what came of it was dropped",
                    describe_request(r), describe_peer(r.peer())));

@@ -66,6 +66,14 @@ class RequestError : public Error {
   using Error::Error;
 };
 
+// A receive matched a message its sender withdrew part-way (shared memory:
+// the sender's call failed and was abandoned, or its send timed out). What
+// came of it was dropped; the sender's news of why follows it, if any.
+class WithdrawnError : public RequestError {
+ public:
+  using RequestError::RequestError;
+};
+
 // Ranks called different collectives, or the same one with different
 // arguments (dtype, count, root, op, algorithm), at the same point of a
 // group's sequence. The message names both calls and both ranks.

@@ -29,7 +29,8 @@
 //
 // Fingerprints. Every send carries 64 bits of the caller's (the runtime
 // encodes its call there); a finished receive reports the sender's, also
-// when it failed for a size mismatch, so the caller can say why sizes differ.
+// when it failed for a size mismatch or a withdrawn message, so the caller
+// can say why sizes differ.
 //
 // Failure. When a peer dies, closes, resets its connection or breaks the
 // protocol, every pending and later operation with that peer fails within a
@@ -40,7 +41,9 @@
 // bytes; a request that had not started is withdrawn (the pair stays
 // usable), and so is a receive half-way through its message (the rest of
 // the message is dropped as it comes); a send half-way through a message
-// fails the peer (a byte stream cannot resume).
+// fails the peer (a byte stream cannot resume), or a backend that can
+// withdraw it (shared memory) does: its receive then fails with
+// WithdrawnError (a RequestError) and the sender's fingerprint.
 //
 // Thread safety. Every method may be called from any thread at once. Waits
 // by several threads on different requests progress together.
