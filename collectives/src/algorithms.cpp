@@ -11,6 +11,7 @@
 #include <collie/collectives/recursive.hpp>
 #include <collie/collectives/ring.hpp>
 #include <collie/collectives/tree.hpp>
+#include <collie/collectives/two_level.hpp>
 #include <collie/error.hpp>
 
 namespace collie::collectives {
@@ -77,6 +78,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "pairwise";
     case Algorithm::Dissemination:
       return "dissemination";
+    case Algorithm::TwoLevel:
+      return "two_level";
   }
   return "unknown";
 }
@@ -90,7 +93,7 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
 const std::vector<Algorithm>& algorithms_for(Collective c) {
   using A = Algorithm;
   static const std::vector<A> broadcast{A::Tree, A::Ring}, reduce{A::Tree, A::Ring},
-      all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree},
+      all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree, A::TwoLevel},
       gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling},
       reduce_scatter{A::Ring, A::RecursiveHalving}, all_to_all{A::Pairwise},
       barrier{A::Dissemination};
@@ -165,6 +168,7 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
       if (a == A::HalvingDoubling) return halving_doubling_all_reduce(shape);
       if (a == A::RecursiveDoubling) return recursive_doubling_all_reduce(shape);
       if (a == A::Tree) return tree_all_reduce(shape);
+      if (a == A::TwoLevel) return two_level_all_reduce(shape);
       break;
     case Collective::Gather:
       if (a == A::Tree) return tree_gather(shape);

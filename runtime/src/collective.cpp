@@ -28,7 +28,8 @@ std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* eng
   const int n = static_cast<int>(g.members.size());
   const collectives::Shape shape{
       g.rank, n, call.count, call.root,
-      collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes)};
+      collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes),
+      g.hosts};
   const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
   BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes,
                       g.world->config.stage_whole_bytes);

@@ -47,6 +47,10 @@ std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::str
   g->rank = rank;
   g->slot = slot;
   g->cost_model = cost_model_for(*g->world, g->members);
+  if (g->world->hosts) {
+    g->hosts = std::make_shared<const collectives::Hosts>(
+        collectives::hosts_of_members(*g->world->hosts, g->members));
+  }
   if (auto* tracer = g->world->tracer.get()) g->trace_group = tracer->group_id(g->name);
   g->progress.started_at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())

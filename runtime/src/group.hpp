@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <collie/collectives/cost.hpp>
+#include <collie/collectives/hosts.hpp>
 #include "job_store.hpp"
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
@@ -34,6 +35,9 @@ struct World {
   // cores (placement.hpp; CostModel::crowding).
   int host_ranks = 1;
   int host_cores = 1;
+  // [world rank] its host (init.cpp); null when not known (one rank, or
+  // more than init reads).
+  std::shared_ptr<const collectives::Hosts> hosts;
   // This rank's groups, by slot, for the stall responder (a group adds
   // itself when made and leaves when destroyed).
   std::mutex groups_mu;
@@ -57,6 +61,8 @@ struct detail::Group {
   std::atomic<std::uint64_t> sequence{0};
   std::atomic<std::uint32_t> children{0};
   collectives::CostModel cost_model;
+  // [group rank] its host, for the schedules; null when not known.
+  std::shared_ptr<const collectives::Hosts> hosts;
   // Auto's choices, by (collective, dtype size, log2 bytes, root).
   mutable std::mutex choice_mu;
   mutable std::map<std::uint64_t, Algorithm> choices;

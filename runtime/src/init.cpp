@@ -14,6 +14,7 @@
 //
 // Every key it reads or writes is keys.hpp's; every wait has the job's
 // timeout, and a rank that never comes is named.
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -27,6 +28,7 @@
 #include <collie/store/keys.hpp>
 #include <collie/transport/interfaces.hpp>
 #include <collie/transport/open.hpp>
+#include <collie/transport/shm.hpp>
 
 #include "group.hpp"
 #include "job_store.hpp"
@@ -131,7 +133,11 @@ void join(World& world, const transport::TransportOptions& options, const std::s
   auto& store = world.job->store();
   try {
     world.transport = transport::open_transport(world.job->shared_store(), options);
-    if (config.world_size > 1) store.add(machine, 1);
+    if (config.world_size > 1) {
+      store.add(machine, 1);
+      store.set(keys::rank_host(config.rank),
+                options.host_id.empty() ? transport::host_identity() : options.host_id);
+    }
     store.barrier(keys::kJoined, static_cast<std::uint32_t>(config.world_size));
     world.job->joined();
   } catch (const TimeoutError& e) {
@@ -152,15 +158,30 @@ void join(World& world, const transport::TransportOptions& options, const std::s
   }
 }
 
-// How many ranks share rank 0's machine and on how many cores: counted
-// before the barrier, read by rank 0 after it and passed on.
+// Rank 0 reads every rank's host (up to this many ranks; beyond, the
+// algorithms do without).
+constexpr int kMostRanksWithHosts = 4096;
+
+// How many ranks share rank 0's machine and on how many cores, and which
+// host each rank is on: counted and said before the barrier, read by rank 0
+// after it and passed on.
 void agree_on_placement(World& world, const std::string& machine) {
   const auto& config = world.config;
   auto& store = world.job->store();
   if (config.rank == 0) {
     world.host_ranks = static_cast<int>(store.add(machine, 0));
     world.host_cores = usable_cores();
-    store.set(keys::kPlacement, fmt::format("{} {}", world.host_ranks, world.host_cores));
+    std::string text = fmt::format("{} {}", world.host_ranks, world.host_cores);
+    if (config.world_size <= kMostRanksWithHosts) {
+      std::vector<std::string> keys;
+      for (int r = 0; r < config.world_size; ++r)
+        keys.push_back(keys::rank_host(r));
+      auto hosts = collectives::hosts_from_names(store.multi_get(keys));
+      for (int h : hosts.host_of)
+        text += fmt::format(" {}", h);
+      world.hosts = std::make_shared<const collectives::Hosts>(std::move(hosts));
+    }
+    store.set(keys::kPlacement, text);
     return;
   }
   std::string text;
@@ -178,12 +199,27 @@ void agree_on_placement(World& world, const std::string& machine) {
     throw ConnectionError(context(e));
   }
   std::istringstream placement(text);
-  if (!(placement >> world.host_ranks >> world.host_cores) || world.host_ranks < 1 ||
-      world.host_cores < 1)
+  std::vector<int> numbers;
+  for (int x = 0; placement >> x;)
+    numbers.push_back(x);
+  const auto n = static_cast<std::size_t>(config.world_size);
+  const bool valid =
+      placement.eof() && numbers.size() >= 2 && numbers[0] >= 1 && numbers[1] >= 1 &&
+      (numbers.size() == 2 || numbers.size() == 2 + n) &&
+      std::all_of(numbers.begin() + 2, numbers.end(),
+                  [&](int h) { return h >= 0 && h < config.world_size; });
+  if (!valid)
     throw Error(fmt::format(
-        "rank {}: the store's '{}' holds '{}', not rank 0's \"<ranks> <cores>\": is another "
-        "program using this store?",
+        "rank {}: the store's '{}' holds '{}', not rank 0's \"<ranks> <cores> <host of each "
+        "rank>\": is another program using this store?",
         config.rank, keys::kPlacement, text));
+  world.host_ranks = numbers[0];
+  world.host_cores = numbers[1];
+  if (numbers.size() > 2) {
+    collectives::Hosts hosts;
+    hosts.host_of.assign(numbers.begin() + 2, numbers.end());
+    world.hosts = std::make_shared<const collectives::Hosts>(std::move(hosts));
+  }
 }
 
 }  // namespace

@@ -52,6 +52,9 @@ const std::string& ProcessGroup::advertised_host() const {
 std::string ProcessGroup::describe_transport() const {
   return impl_->transport().describe();
 }
+std::string ProcessGroup::describe_hosts() const {
+  return impl_->hosts ? collectives::describe(*impl_->hosts) : "not known";
+}
 
 namespace {
 

@@ -167,6 +167,46 @@ TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs a
   CHECK(dev_shm() == before);
 }
 
+TEST_CASE("hosts numbered round robin and hosts of different sizes: every collective and "
+          "algorithm, rings by host and two_level",
+          "[collective][launch][hosts]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
+  // COLLIE_HOST_ID makes "hosts" of one machine's ranks: shared memory
+  // within each, TCP between. The group learns them at init; the header of
+  // `collie bench` says what it learned.
+  struct Layout {
+    int ranks;
+    std::string host;  // a shell expression of $RANK
+    std::string described;
+  };
+  const std::vector<Layout> layouts = {
+      {8, "$((RANK % 4))", "4 hosts x 2 ranks, round robin"},
+      {6, "$((RANK % 3))", "3 hosts x 2 ranks, round robin"},
+      {5, "$((RANK < 3 ? 0 : RANK - 2))", "3 hosts (3, 1, 1 ranks), by host"},
+      {7, "$((RANK % 2))", "2 hosts (4, 3 ranks), round robin"}};
+  for (const auto& layout : layouts) {
+    INFO(layout.described);
+    const auto r = launch(
+        layout.ranks,
+        {"/bin/sh", "-c", "COLLIE_HOST_ID=node" + layout.host + " exec \"$0\" matrix smoke", kWorker},
+        {"COLLIE_SEGMENT_BYTES=1024"});
+    INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+    REQUIRE_FALSE(r.timed_out);
+    REQUIRE(r.exit_code == 0);
+    for (int rank = 0; rank < layout.ranks; ++rank)
+      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": matrix ok ("));
+    const auto bench = launch(layout.ranks,
+                              {"/bin/sh", "-c",
+                               "COLLIE_HOST_ID=node" + layout.host +
+                                   " exec \"$0\" bench all_reduce -b 8 -e 8 -n 1 -w 0",
+                               kCollie},
+                              {});
+    INFO("bench stdout:\n" << bench.out << "\nstderr:\n" << bench.err);
+    CHECK(bench.exit_code == 0);
+    CHECK_THAT(bench.out, Catch::Contains("#  hosts: " + layout.described));
+  }
+}
+
 TEST_CASE("a rank killed mid-collective: the others fail within a second, naming it",
           "[collective][launch]") {
   // Four processes on a store of the test's own (collie launch would stop

@@ -212,6 +212,47 @@ TEST_CASE("explain --transport shm: shared memory's model, as the runtime's on o
   CHECK(bad.err.find("rdma") != std::string::npos);
 }
 
+TEST_CASE("explain --hosts: the hosts named, rings by host, two_level step by step",
+          "[explain][hosts]") {
+  const auto two = explain({"all_reduce", "--algo", "two_level", "--hosts", "4",
+                            "--ranks-per-host", "2", "--color", "never"});
+  INFO(two.out << two.err);
+  REQUIRE(two.exit_code == 0);
+  CHECK_THAT(two.out, Catch::StartsWith("all_reduce on 8 ranks (4 hosts x 2 ranks, by host)"));
+  CHECK_THAT(two.out, Catch::Contains("with two_level: 8 steps"));
+  CHECK_THAT(two.out, Catch::Contains("Hosts (4 hosts x 2 ranks, by host): host 0: ranks 0, 1; "
+                                      "host 1: ranks 2, 3;"));
+  // Within each host first (a reduce-scatter between its two ranks)...
+  CHECK_THAT(two.out, Catch::Contains("step 1: 8 messages (128 B)\n  rank 1 -> rank 0: [0..3] "
+                                      "b[0..3], reduced"));
+  // ... then across: each host's stripe owners in a ring of hosts.
+  CHECK_THAT(two.out, Catch::Contains("step 2: 8 messages (32 B)\n  rank 6 -> rank 0: [3] g3+h3, "
+                                      "reduced"));
+  CHECK_THAT(two.out, Catch::Contains("Final state checked"));
+  // Numbered round robin, the ring still goes host by host: 0, 4, 1, 5, ...
+  const auto ring = explain({"all_reduce", "--algo", "ring", "--hosts", "4", "--placement",
+                             "round-robin", "--ranks", "8", "--format", "json"});
+  REQUIRE(ring.exit_code == 0);
+  const auto doc = nlohmann::json::parse(ring.out);
+  CHECK(doc["hosts"] == nlohmann::json::array({0, 1, 2, 3, 0, 1, 2, 3}));
+  CHECK(doc["schedule"][0][0]["sends"][0]["peer"] == 4);
+  CHECK(doc["schedule"][4][0]["sends"][0]["peer"] == 1);
+  CHECK(doc["check"] == "ok");
+  // Without --hosts, no hosts.
+  const auto plain = explain({"all_reduce", "--format", "json"});
+  CHECK(nlohmann::json::parse(plain.out)["hosts"].is_null());
+  const auto uneven = explain({"all_reduce", "--hosts", "3", "--ranks", "7"});
+  CHECK(uneven.exit_code == 1);
+  CHECK_THAT(uneven.err, Catch::Contains("--ranks 7 does not divide among them"));
+  const auto clash = explain({"all_reduce", "--hosts", "2", "--ranks-per-host", "2", "--ranks",
+                              "6"});
+  CHECK(clash.exit_code == 1);
+  CHECK_THAT(clash.err, Catch::Contains("--ranks 6 is not --hosts 2 x --ranks-per-host 2"));
+  const auto alone = explain({"all_reduce", "--ranks-per-host", "2"});
+  CHECK(alone.exit_code == 1);
+  CHECK_THAT(alone.err, Catch::Contains("--ranks-per-host needs --hosts"));
+}
+
 TEST_CASE("explain: more than 8 ranks are summarised, --full shows them all", "[explain]") {
   const auto summary = explain({"all_gather", "--ranks", "12"});
   REQUIRE(summary.exit_code == 0);
@@ -266,11 +307,16 @@ TEST_CASE("explain: the html page loads in headless Chromium, steps through with
   struct Case {
     std::vector<std::string> args;
     std::string steps;
+    std::string drawn = "";  // also on the page
   };
   for (const auto& c : std::vector<Case>{
            {{"all_reduce", "--algo", "ring", "--ranks", "4"}, "6 steps"},
            {{"broadcast", "--algo", "tree", "--ranks", "5", "--root", "2", "--compare"}, "3 steps"},
-           {{"all_to_all", "--ranks", "3", "--count", "40"}, "3 steps"}}) {
+           {{"all_to_all", "--ranks", "3", "--count", "40"}, "3 steps"},
+           {{"all_reduce", "--algo", "two_level", "--hosts", "4", "--ranks-per-host", "2",
+             "--placement", "round-robin"},
+            "8 steps",
+            "class=\"host-label\" x=\""}}) {
     INFO(c.args[0] << ": " << c.steps);
     const auto page = dir.file("page.html");
     auto args = c.args;
@@ -293,6 +339,7 @@ TEST_CASE("explain: the html page loads in headless Chromium, steps through with
     REQUIRE(loaded.out.find("data-selftest=\"ok ") != std::string::npos);
     REQUIRE(loaded.out.find(", " + c.steps + "\"") != std::string::npos);
     REQUIRE(loaded.out.find("data-errors=") == std::string::npos);
+    if (!c.drawn.empty()) REQUIRE(loaded.out.find(c.drawn) != std::string::npos);
     REQUIRE(loaded.err.find("Uncaught") == std::string::npos);
     // What a person sees: a screenshot, mid-way.
     auto shot = browser;

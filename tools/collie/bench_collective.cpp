@@ -336,7 +336,8 @@ int run_rank(const Args& a, const Plan& plan, const std::string& how) {
     if (a.root < 0 || a.root >= pg.size())
       throw Error(
           fmt::format("-r: root {} is not a rank of this job (0 to {})", a.root, pg.size() - 1));
-    Printer printer{a, pg.size(), plan.dtype, plan.op, pg.describe_transport()};
+    Printer printer{a, pg.size(), plan.dtype, plan.op, pg.describe_transport(),
+                    pg.describe_hosts()};
     printer.tty_progress = a.progress && pg.rank() == 0 && isatty(STDERR_FILENO) != 0;
     printer.algo_width = algo_column_width(plan);
     for (const auto& [c, algos] : plan.runs) {

@@ -44,6 +44,7 @@ void Printer::header(const ProcessGroup& pg, const std::string& how) {
       a.iters, a.warmup, a.barrier_each ? ", each after a barrier" : "",
       a.check ? "on" : "off");
   std::printf("#  transport (rank 0's peers): %s\n", transport.c_str());
+  std::printf("#  hosts: %s\n", hosts.c_str());
   if (a.device == "cuda") {
     std::printf(
         "#  buffers in CUDA device memory (%s), staged through pinned host memory; each row "
@@ -158,6 +159,7 @@ void Printer::print_json(const std::vector<Result>& results, std::size_t wrong, 
                                 {"host", host_name()},
                                 {"ranks", ranks},
                                 {"transport", transport},
+                                {"hosts", hosts},
                                 {"dtype", dtype_name(dtype)},
                                 {"op", reduce_op_name(op)},
                                 {"root", a.root},

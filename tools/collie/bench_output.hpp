@@ -25,6 +25,7 @@ struct Printer {
   DataType dtype;
   ReduceOp op;
   std::string transport;  // rank 0's description of its peers' backends
+  std::string hosts;      // ProcessGroup::describe_hosts()
   std::size_t algo_width = 4;
   bool tty_progress = false;
   std::size_t rows_total = 0;

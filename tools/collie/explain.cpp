@@ -228,6 +228,7 @@ std::string model_words(const Request& r) {
 std::string request_words(const Request& r) {
   std::string out = fmt::format("{} on {} rank{}", cs::collective_name(r.collective),
                                 r.shape.world, r.shape.world == 1 ? "" : "s");
+  if (r.hosts) out += " (" + cs::describe(*r.hosts) + ")";
   if (r.collective != cs::Collective::Barrier)
     out += fmt::format(", {} {} element{} per rank ({})", r.shape.count, r.dtype,
                        r.shape.count == 1 ? "" : "s", bytes_label(r.shape.count * r.element_bytes));
@@ -291,6 +292,7 @@ ordered_json to_json(const Request& r, const Run& run, bool compare) {
   doc["element_bytes"] = r.element_bytes;
   doc["pieces"] = r.shape.pieces;
   doc["segment_bytes"] = r.segment_bytes;
+  doc["hosts"] = r.hosts ? ordered_json(r.hosts->host_of) : ordered_json(nullptr);
   auto legend = ordered_json::array();
   for (int rank = 0; rank < r.shape.world; ++rank)
     legend.push_back({{"rank", rank}, {"letter", cs::rank_letter(rank)}});
@@ -395,6 +397,12 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
            "...); \".\" is an element nothing has reached yet.\n";
   else
     out += "a+c is a token that has heard from ranks 0 and 2.\n";
+  if (r.hosts) {
+    std::vector<std::string> each;
+    for (int h = 0; h < r.hosts->hosts(); ++h)
+      each.push_back(fmt::format("host {}: ranks {}", h, fmt::join(r.hosts->ranks_on(h), ", ")));
+    out += fmt::format("Hosts ({}): {}.\n", cs::describe(*r.hosts), fmt::join(each, "; "));
+  }
   out += layout_words(r) + "\n";
   if (!all_ranks)
     out += fmt::format("{} ranks: showing ranks {} (--full shows every rank).\n", n,

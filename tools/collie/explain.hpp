@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include <collie/collectives/cost.hpp>
 #include <collie/collectives/explain.hpp>
+#include <collie/collectives/hosts.hpp>
 
 namespace collie::cli::explain {
 
@@ -25,6 +27,7 @@ struct Request {
   std::size_t segment_bytes = 0;
   cs::CostModel model;
   bool shared_memory = false;  // the model is shared memory's (--transport shm)
+  std::shared_ptr<const cs::Hosts> hosts;  // --hosts; null: not given
 };
 
 // One algorithm's cost, as the summary and --compare show it.

@@ -25,6 +25,10 @@ struct ExplainArgs {
   std::string collective;
   std::string algo = "auto";
   int ranks = 4;
+  bool ranks_given = false;
+  int hosts = 0;           // 0: not given (no hosts: each rank on its own)
+  int ranks_per_host = 0;  // 0: --ranks / --hosts
+  std::string placement = "by-host";
   std::size_t count = 0;  // 0 with count_given false: the default for the collective
   bool count_given = false;
   int root = 0;
@@ -53,15 +57,35 @@ explain::Request resolve(const ExplainArgs& a) {
     throw Error(fmt::format("explain: unknown collective '{}'; collie has: {}", a.collective,
                             collective_list()));
   r.collective = *c;
+  int ranks = a.ranks;
+  if (a.hosts > 0 || a.ranks_per_host > 0) {
+    if (a.hosts < 1)
+      throw Error("explain: --ranks-per-host needs --hosts (how many hosts)");
+    int per_host = a.ranks_per_host;
+    if (per_host == 0) {
+      if (ranks % a.hosts != 0)
+        throw Error(fmt::format("explain: --hosts {}: --ranks {} does not divide among them; give "
+                                "--ranks-per-host",
+                                a.hosts, ranks));
+      per_host = ranks / a.hosts;
+    }
+    if (per_host < 1) throw Error("explain: --ranks-per-host must be at least 1");
+    if (a.ranks_given && ranks != a.hosts * per_host)
+      throw Error(fmt::format("explain: --ranks {} is not --hosts {} x --ranks-per-host {}", ranks,
+                              a.hosts, per_host));
+    ranks = a.hosts * per_host;
+    r.hosts = std::make_shared<const cs::Hosts>(
+        cs::uniform_hosts(a.hosts, per_host, a.placement == "round-robin"));
+  }
   const int limit = a.compare ? 1024 : explain::kMaxRanks;
-  if (a.ranks < 1 || a.ranks > limit)
-    throw Error(fmt::format("explain: --ranks {}: explain shows 1 to {} ranks{}", a.ranks,
+  if (ranks < 1 || ranks > limit)
+    throw Error(fmt::format("explain: --ranks {}: explain shows 1 to {} ranks{}", ranks,
                             explain::kMaxRanks,
                             a.compare ? "" : " (--compare alone costs up to 1024)"));
   if (cs::has_root(r.collective)) {
-    if (a.root < 0 || a.root >= a.ranks)
+    if (a.root < 0 || a.root >= ranks)
       throw Error(fmt::format("explain: {}: root {} is not a rank of {} (ranks 0 to {})",
-                              cs::collective_name(r.collective), a.root, a.ranks, a.ranks - 1));
+                              cs::collective_name(r.collective), a.root, ranks, ranks - 1));
   } else if (a.root != 0) {
     throw Error(fmt::format("explain: {} has no root; --root is for {}",
                             cs::collective_name(r.collective),
@@ -83,7 +107,7 @@ explain::Request resolve(const ExplainArgs& a) {
   if (a.cores < 0)
     throw Error(
         fmt::format("explain: --cores {}: a number of cores, or 0 for one per rank", a.cores));
-  const double crowding = a.cores > 0 ? static_cast<double>(a.ranks) / a.cores : 1.0;
+  const double crowding = a.cores > 0 ? static_cast<double>(ranks) / a.cores : 1.0;
   r.shared_memory = a.transport == "shm";
   if (r.shared_memory) r.model = cs::shared_memory_cost_model(crowding);
   r.model.crowding = crowding;
@@ -95,21 +119,21 @@ explain::Request resolve(const ExplainArgs& a) {
     const bool buffer = r.collective == cs::Collective::AllReduce ||
                         r.collective == cs::Collective::Reduce ||
                         r.collective == cs::Collective::Broadcast;
-    count = buffer ? static_cast<std::size_t>(a.ranks) : 1;
+    count = buffer ? static_cast<std::size_t>(ranks) : 1;
   }
   if (r.collective == cs::Collective::Barrier) count = 1;
   if (a.algo == "auto") {
     r.automatic = true;
     r.algorithm =
-        cs::auto_algorithm(r.collective, a.ranks, count, r.element_bytes, r.segment_bytes, r.model);
+        cs::auto_algorithm(r.collective, ranks, count, r.element_bytes, r.segment_bytes, r.model);
   } else {
     const auto algo = cs::parse_algorithm(a.algo);
     if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))
       throw Error(fmt::format("explain: {}", cs::no_algorithm_message(r.collective, a.algo, true)));
     r.algorithm = *algo;
   }
-  r.shape = cs::Shape{0, a.ranks, count, cs::has_root(r.collective) ? a.root : 0,
-                      cs::pieces_for(count * r.element_bytes, r.segment_bytes)};
+  r.shape = cs::Shape{0, ranks, count, cs::has_root(r.collective) ? a.root : 0,
+                      cs::pieces_for(count * r.element_bytes, r.segment_bytes), r.hosts};
   return r;
 }
 
@@ -163,7 +187,23 @@ void add_explain_command(CLI::App& app) {
                   "The algorithm (ring, tree, recursive_doubling, ...: the error lists a "
                   "collective's), or auto: what the runtime's cost model picks for this size")
       ->capture_default_str();
-  cmd->add_option("-n,--ranks", args->ranks, "World size (1 to 64; with --compare up to 1024)")
+  cmd->add_option_function<int>(
+         "-n,--ranks",
+         [args](int n) {
+           args->ranks = n;
+           args->ranks_given = true;
+         },
+         "World size (1 to 64; with --compare up to 1024; default 4, or --hosts x "
+         "--ranks-per-host)");
+  cmd->add_option("--hosts", args->hosts,
+                  "The ranks are on this many hosts: rings go by host, two_level works within "
+                  "each host, then across (as the runtime, which learns its hosts at init)");
+  cmd->add_option("--ranks-per-host", args->ranks_per_host,
+                  "Ranks on each host (default: --ranks / --hosts)");
+  cmd->add_option("--placement", args->placement,
+                  "How ranks are numbered over the hosts: by-host (0, 1, ... on host 0) or "
+                  "round-robin (rank r on host r % hosts)")
+      ->check(CLI::IsMember({"by-host", "round-robin"}))
       ->capture_default_str();
   cmd->add_option_function<std::size_t>(
          "-c,--count",
@@ -216,6 +256,7 @@ void add_explain_command(CLI::App& app) {
       "  collie explain all_reduce --algo ring --ranks 4\n"
       "  collie explain broadcast --algo tree --ranks 5 --root 2\n"
       "  collie explain all_reduce --ranks 8 --count 16M --compare\n"
+      "  collie explain all_reduce --algo two_level --hosts 4 --ranks-per-host 2\n"
       "  collie explain all_gather --ranks 6 --format html -o all_gather.html\n"
       "Symbols: rank 0's input is a, rank 1's b, ...; a2 is element 2 of rank 0's input; a2+b2 "
       "the two combined by the reduce op. The cost is the alpha-beta model of\n"

@@ -3,7 +3,7 @@
 //   collective      algorithms (first: the family's classic choice)
 //   broadcast       tree (binomial), ring (pipelined chain)
 //   reduce          tree (binomial), ring (pipelined chain)
-//   all_reduce      ring, halving_doubling, recursive_doubling, tree
+//   all_reduce      ring, halving_doubling, recursive_doubling, tree, two_level
 //   gather          tree (binomial), linear
 //   scatter         tree (binomial), linear
 //   all_gather      ring, recursive_doubling
@@ -53,7 +53,8 @@ enum class Algorithm : std::uint8_t {
   RecursiveHalving,
   Linear,
   Pairwise,
-  Dissemination
+  Dissemination,
+  TwoLevel  // within hosts, across them, within again (two_level.hpp)
 };
 
 inline constexpr Collective kCollectives[] = {
@@ -70,7 +71,8 @@ inline constexpr Algorithm kAlgorithms[] = {Algorithm::Auto,
                                             Algorithm::RecursiveHalving,
                                             Algorithm::Linear,
                                             Algorithm::Pairwise,
-                                            Algorithm::Dissemination};
+                                            Algorithm::Dissemination,
+                                            Algorithm::TwoLevel};
 
 // "all_reduce", ...; parse accepts "allreduce" and "all-reduce" too.
 std::string_view collective_name(Collective c);

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <deque>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,17 +65,26 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
+struct Hosts;  // hosts.hpp
+
 // What a schedule is made for: this rank, the world size, the element count
 // (per rank, as the collective's caller counts it: see algorithms.hpp), the
-// root of rooted collectives, and the number of pipeline pieces for the
-// chain algorithms (the runtime derives it from the segment size).
+// root of rooted collectives, the number of pipeline pieces for the chain
+// algorithms (the runtime derives it from the segment size), and which
+// host each rank is on (null: not known; each rank counts as a host of its
+// own).
 struct Shape {
   int rank = 0;
   int world = 1;
   std::size_t count = 0;
   int root = 0;
   int pieces = 1;
+  std::shared_ptr<const Hosts> hosts = nullptr;
 };
+
+// The order rings and chains take through the ranks: by host, then by rank
+// (Hosts::ring_order()), or rank order when the hosts are not known.
+std::vector<int> ring_order(const Shape& shape);
 
 // Helpers for writing schedules: steps with nothing in them, and transfers
 // of empty ranges, are left out (on both sides alike, since both sides

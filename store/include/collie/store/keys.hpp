@@ -21,13 +21,14 @@
 // | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |
 // | collie/launch/ended                    | how the job ended, for nodes still waiting | launcher → launchers |
 // | world/rank/<r>/claimed                 | a counter: 1 once taken     | init → init          |
+// | world/rank/<r>/host                    | its host identity (transport::host_identity()) | init → init of rank 0 |
 // | world/id                               | the job's group id, 16 hex  | init of rank 0 → init |
 // | <group>/host/<r>                       | the rank's host identity    | open_transport → open_transport |
 // | <group>/addr/<r>                       | "host:port" it listens on   | TCP backend → TCP backend, init |
 // | <group>/shm/<r>                        | its mailbox record          | shm backend → shm backend |
 // | world/machine/<machine>                | ranks on that machine       | init → init of rank 0 |
 // | world/joined                           | (a barrier)                 | init                 |
-// | world/placement                        | "<ranks> <cores>"           | init of rank 0 → init |
+// | world/placement                        | "<ranks> <cores> <host of rank 0> ..." | init of rank 0 → init |
 // | blame/<world rank>                     | "<blamed rank> <message>"   | executor → executor, launcher |
 // | mismatch/<slot>/<seq>                  | the first diagnosis         | executor → executor  |
 // | stall/final/<slot>/<seq>               | "<culprit> <group rank> <report>" | executor → executor |
@@ -89,6 +90,9 @@ inline std::string launch_heartbeat(int node) {
 
 inline std::string rank_claimed(int world_rank) {
   return detail::join("world/rank/", static_cast<std::uint64_t>(world_rank)) + "/claimed";
+}
+inline std::string rank_host(int world_rank) {
+  return detail::join("world/rank/", static_cast<std::uint64_t>(world_rank)) + "/host";
 }
 inline constexpr std::string_view kGroupId = "world/id";
 inline std::string machine(std::string_view machine_id) {

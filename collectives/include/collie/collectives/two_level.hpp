@@ -1,0 +1,26 @@
+// Two-level schedules: within each host, then across hosts, then within
+// each host again, so that each host's link carries what the cluster's
+// bound asks of it and no more (the hierarchical all-reduce of NCCL's trees
+// and of Horovod; Thakur et al. 2005 section 5 on SMP clusters).
+//
+// - two_level_all_reduce: the buffer is cut into S stripes, S the most
+//   ranks on one host; on a host of L ranks, stripe s belongs to its local
+//   rank s % L. (1) Within each host, a pairwise reduce-scatter: in step k
+//   local rank i sends the stripes of local rank i + k to it and reduces
+//   into its own those of local rank i - k (L - 1 steps). (2) Across hosts,
+//   for each stripe, the ranks that own it (one per host) run a ring
+//   all_reduce on it, every stripe's ring at once: each host sends
+//   2 (H - 1) / H of the buffer over its link, spread over all its ranks.
+//   (3) Within each host, a pairwise all-gather of the stripes. Hosts of
+//   different sizes work (a rank of a smaller host owns several stripes);
+//   with one host it is a reduce-scatter and an all-gather over shared
+//   memory, with one rank per host a ring.
+#pragma once
+
+#include <collie/collectives/schedule.hpp>
+
+namespace collie::collectives {
+
+Schedule two_level_all_reduce(const Shape& shape);
+
+}  // namespace collie::collectives

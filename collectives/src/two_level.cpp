@@ -1,0 +1,109 @@
+// Two-level schedules (two_level.hpp).
+#include <collie/collectives/two_level.hpp>
+
+#include <algorithm>
+
+#include <collie/collectives/hosts.hpp>
+
+namespace collie::collectives {
+
+namespace {
+
+// This rank's view of the hosts: its own host's ranks, its place among
+// them, and each host's ranks.
+struct Site {
+  std::vector<std::vector<int>> ranks;  // [host] its ranks, ascending
+  int host = 0;                         // this rank's
+  int local = 0;                        // its index on its host
+  int stripes = 1;                      // the most ranks on one host
+  int hosts() const { return static_cast<int>(ranks.size()); }
+  const std::vector<int>& here() const { return ranks[static_cast<std::size_t>(host)]; }
+  // The rank of `host` that owns stripe s.
+  int owner(int h, int s) const {
+    const auto& on = ranks[static_cast<std::size_t>(h)];
+    return on[static_cast<std::size_t>(s) % on.size()];
+  }
+  // Whether local rank `i` of this host owns stripe s.
+  bool owns(int i, int s) const { return s % static_cast<int>(here().size()) == i; }
+};
+
+Site site_of(const Shape& shape) {
+  Hosts hosts;
+  if (shape.hosts) {
+    (void)ring_order(shape);  // checks the size
+    hosts = *shape.hosts;
+  } else {
+    for (int r = 0; r < shape.world; ++r)
+      hosts.host_of.push_back(r);
+  }
+  Site site;
+  for (int h = 0; h < hosts.hosts(); ++h)
+    site.ranks.push_back(hosts.ranks_on(h));
+  site.host = hosts.host_of[static_cast<std::size_t>(shape.rank)];
+  const auto& here = site.here();
+  site.local = static_cast<int>(std::find(here.begin(), here.end(), shape.rank) - here.begin());
+  site.stripes = std::max(1, hosts.most_per_host());
+  return site;
+}
+
+}  // namespace
+
+Schedule two_level_all_reduce(const Shape& shape) {
+  Schedule s;
+  s.buffer_count = shape.count;
+  const auto site = site_of(shape);
+  const int local_ranks = static_cast<int>(site.here().size());
+  const int stripes = site.stripes;
+  auto stripe = [&](int i) { return chunk(shape.count, stripes, i); };
+  // (1) Within the host: each stripe reduced into its owner.
+  for (int k = 1; k < local_ranks; ++k) {
+    Step st;
+    const int to = (site.local + k) % local_ranks;
+    const int from = (site.local - k + local_ranks) % local_ranks;
+    for (int i = 0; i < stripes; ++i) {
+      if (site.owns(to, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], stripe(i));
+      if (site.owns(site.local, i))
+        add_recv(st, site.here()[static_cast<std::size_t>(from)], stripe(i), Combine::Reduce);
+    }
+    push_step(s, std::move(st));
+  }
+  // (2) Across hosts: a ring all_reduce of each stripe among its owners, in
+  // host order; the rings of this rank's stripes step together.
+  const int hosts = site.hosts();
+  const int next = (site.host + 1) % hosts;
+  const int prev = (site.host - 1 + hosts) % hosts;
+  auto piece = [&](int i, int j) {  // piece j of stripe i
+    const Range r = stripe(i);
+    const Range p = chunk(r.count, hosts, wrap(j, hosts));
+    return Range{r.offset + p.offset, p.count};
+  };
+  for (int step = 0; step < 2 * (hosts - 1); ++step) {
+    Step st;
+    const bool reducing = step < hosts - 1;
+    const int t = reducing ? step : step - (hosts - 1);
+    // As ring.hpp's ring: reduce-scatter, then all-gather, with shift 1.
+    const int out = reducing ? site.host - t : site.host + 1 - t;
+    for (int i = 0; i < stripes; ++i) {
+      if (!site.owns(site.local, i)) continue;
+      add_send(st, site.owner(next, i), piece(i, out));
+      add_recv(st, site.owner(prev, i), piece(i, out - 1),
+               reducing ? Combine::Reduce : Combine::Copy);
+    }
+    push_step(s, std::move(st));
+  }
+  // (3) Within the host: every stripe from its owner to the others.
+  for (int k = 1; k < local_ranks; ++k) {
+    Step st;
+    const int to = (site.local + k) % local_ranks;
+    const int from = (site.local - k + local_ranks) % local_ranks;
+    for (int i = 0; i < stripes; ++i) {
+      if (site.owns(site.local, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], stripe(i));
+      if (site.owns(from, i))
+        add_recv(st, site.here()[static_cast<std::size_t>(from)], stripe(i), Combine::Copy);
+    }
+    push_step(s, std::move(st));
+  }
+  return s;
+}
+
+}  // namespace collie::collectives

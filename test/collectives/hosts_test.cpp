@@ -1,0 +1,155 @@
+// Schedules that know the hosts: every algorithm of every collective on
+// hosts of every shape (by host, round robin, uneven), checked by symbolic
+// execution; and what crosses each host's link, counted from the schedules.
+#include <algorithm>
+#include <memory>
+
+#include <catch2/catch.hpp>
+
+#include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/hosts.hpp>
+#include <collie/collectives/schedule.hpp>
+
+using namespace collie::collectives;
+
+namespace {
+
+std::vector<Schedule> schedules_on(Collective c, Algorithm a, const Hosts& hosts,
+                                   std::size_t count, int root, int pieces) {
+  const auto shared = std::make_shared<const Hosts>(hosts);
+  const int world = static_cast<int>(hosts.host_of.size());
+  std::vector<Schedule> s;
+  for (int r = 0; r < world; ++r)
+    s.push_back(make_schedule(c, a, Shape{r, world, count, root, pieces, shared}));
+  return s;
+}
+
+// The layouts tried: H hosts of L ranks by host and round robin, and
+// hosts of different sizes.
+std::vector<Hosts> layouts() {
+  std::vector<Hosts> out;
+  for (int h = 1; h <= 4; ++h) {
+    for (int l = 1; l <= 4; ++l) {
+      out.push_back(uniform_hosts(h, l, false));
+      if (h > 1 && l > 1) out.push_back(uniform_hosts(h, l, true));
+    }
+  }
+  for (const auto& sizes : std::vector<std::vector<int>>{{3, 1, 2}, {1, 4}, {2, 2, 1}, {5, 3}})
+    out.push_back(hosts_of_sizes(sizes));
+  Hosts interleaved;  // neither by host nor round robin
+  interleaved.host_of = {0, 1, 1, 0, 2, 1, 0};
+  out.push_back(interleaved);
+  return out;
+}
+
+// Bytes (elements) each host sends to other hosts.
+std::vector<std::size_t> sent_across(const std::vector<Schedule>& s, const Hosts& hosts) {
+  std::vector<std::size_t> out(static_cast<std::size_t>(hosts.hosts()), 0);
+  for (std::size_t r = 0; r < s.size(); ++r)
+    for (const auto& step : s[r].steps)
+      for (const auto& t : step.sends)
+        if (hosts.host_of[r] != hosts.host_of[static_cast<std::size_t>(t.peer)])
+          out[static_cast<std::size_t>(hosts.host_of[r])] += t.range.count;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hosts: numbered by first rank, ring order by host, described", "[schedule][hosts]") {
+  const auto named = hosts_from_names({"b", "a", "b", "c", "a"});
+  CHECK(named.host_of == std::vector<int>{0, 1, 0, 2, 1});
+  CHECK(named.hosts() == 3);
+  CHECK(named.ring_order() == std::vector<int>{0, 2, 1, 4, 3});
+  CHECK(named.ranks_on(1) == std::vector<int>{1, 4});
+  CHECK(named.most_per_host() == 2);
+  const auto cyclic = uniform_hosts(4, 2, true);
+  CHECK(cyclic.host_of == std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3});
+  CHECK(cyclic.ring_order() == std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7});
+  CHECK(describe(cyclic) == "4 hosts x 2 ranks, round robin");
+  CHECK(describe(uniform_hosts(4, 2, false)) == "4 hosts x 2 ranks, by host");
+  CHECK(describe(hosts_of_sizes({3, 1, 2})) == "3 hosts (3, 1, 2 ranks), by host");
+  CHECK(describe(named) == "3 hosts (2, 2, 1 ranks), ranks interleaved");
+  CHECK_THROWS_WITH(hosts_of_sizes({2, 0}), Catch::Contains("host 1 has 0 ranks"));
+  // A shape whose hosts name another number of ranks is refused.
+  const Shape wrong{0, 3, 4, 0, 1, std::make_shared<const Hosts>(uniform_hosts(2, 2, false))};
+  CHECK_THROWS_WITH(make_schedule(Collective::AllReduce, Algorithm::Ring, wrong),
+                    Catch::Contains("the hosts name 4 ranks, but the group has 3"));
+}
+
+TEST_CASE("every algorithm of every collective on hosts of every shape: exactly the right "
+          "contributions",
+          "[schedule][hosts]") {
+  std::size_t runs = 0;
+  for (const auto& hosts : layouts()) {
+    const int world = static_cast<int>(hosts.host_of.size());
+    for (auto c : kCollectives) {
+      for (auto a : algorithms_for(c)) {
+        const std::vector<std::size_t> counts = {0, 1, static_cast<std::size_t>(world) - 1 + 1,
+                                                 static_cast<std::size_t>(world) * 3 + 1, 101};
+        for (std::size_t count : counts) {
+          std::vector<int> roots = {0};
+          if (has_root(c)) {
+            roots.clear();
+            for (int r = 0; r < world; ++r)
+              roots.push_back(r);
+          }
+          for (int root : roots) {
+            for (int pieces : a == Algorithm::Ring && has_root(c) ? std::vector<int>{1, 3}
+                                                                   : std::vector<int>{1}) {
+              INFO(collective_name(c) << " " << algorithm_name(a) << " on " << describe(hosts)
+                                      << ": count " << count << ", root " << root << ", pieces "
+                                      << pieces);
+              const auto s = schedules_on(c, a, hosts, count, root, pieces);
+              const auto final_state = simulate(s, initial_state(c, world, count, root));
+              REQUIRE_NOTHROW(check_final_state(c, world, count, root, final_state));
+              ++runs;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(runs > 3000);
+}
+
+TEST_CASE("a ring crosses each host's link once, however the ranks are numbered; two_level "
+          "sends each host's share of the bound and no more",
+          "[schedule][hosts]") {
+  const std::size_t count = 720720;  // divides by 1 to 16: every chunk below is whole
+  for (int h = 2; h <= 4; ++h) {
+    for (int l = 1; l <= 4; ++l) {
+      const auto by_host = uniform_hosts(h, l, false);
+      const auto cyclic = uniform_hosts(h, l, true);
+      const auto n = static_cast<std::size_t>(h * l);
+      INFO(h << " hosts x " << l);
+      // The ring: every rank sends 2 (n - 1) / n of the buffer, and on each
+      // host only the last rank of the host sends across.
+      const std::size_t ring_share = 2 * (n - 1) * count / n;
+      for (const auto& hosts : {by_host, cyclic}) {
+        const auto across = sent_across(
+            schedules_on(Collective::AllReduce, Algorithm::Ring, hosts, count, 0, 1), hosts);
+        for (auto bytes : across)
+          CHECK(bytes == ring_share);
+      }
+      // two_level: 2 (H - 1) / H of the buffer, the bound.
+      const auto hb = static_cast<std::size_t>(h);
+      const std::size_t bound = 2 * (hb - 1) * count / hb;
+      for (const auto& hosts : {by_host, cyclic}) {
+        const auto across = sent_across(
+            schedules_on(Collective::AllReduce, Algorithm::TwoLevel, hosts, count, 0, 1), hosts);
+        for (auto bytes : across)
+          CHECK(bytes == bound);
+      }
+      // Without hosts, a round-robin numbering's plain ring would cross at
+      // every hop.
+      std::vector<Schedule> plain;
+      for (int r = 0; r < h * l; ++r)
+        plain.push_back(make_schedule(Collective::AllReduce, Algorithm::Ring,
+                                      Shape{r, h * l, count, 0, 1}));
+      if (l > 1) {
+        for (auto bytes : sent_across(plain, cyclic))
+          CHECK(bytes == ring_share * static_cast<std::size_t>(l));
+      }
+    }
+  }
+}
