@@ -135,7 +135,7 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
   if (auto it = g.choices.find(key); it != g.choices.end()) return it->second;
   const Algorithm best =
       collectives::auto_algorithm(c, static_cast<int>(g.members.size()), count, es,
-                                  g.world->config.segment_bytes, g.cost_model);
+                                  g.world->config.segment_bytes, g.cost_model, g.hosts);
   g.choices.emplace(key, best);
   return best;
 }

@@ -29,6 +29,8 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
   if (shared) return collectives::shared_memory_cost_model(crowded);
   collectives::CostModel m;
   m.crowding = crowded;
+  m.host_beta = 8 / (world.config.host_link_gbits * 1e9);
+  m.host_alpha = world.config.host_link_latency_us * 1e-6;
   const auto caches = cache_sizes();
   if (caches.core > 0) m.core_cache_bytes = caches.core;
   if (caches.host > 0) m.cache_bytes = caches.host;

@@ -351,6 +351,28 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
                 "a limit for staging whole");
   bytes_setting(options.stage_chunk_bytes, "COLLIE_STAGE_CHUNK_BYTES", config.stage_chunk_bytes, 0,
                 "a staging chunk (0: segment by segment)");
+  if (auto text = lookup("COLLIE_HOST_LINK")) {
+    const auto comma = text->find(',');
+    char* end = nullptr;
+    const std::string rate = text->substr(0, comma);
+    const double gbits = std::strtod(rate.c_str(), &end);
+    bool valid = !rate.empty() && end == rate.c_str() + rate.size() && gbits > 0 &&
+                 std::isfinite(gbits);
+    double latency = config.host_link_latency_us;
+    if (comma != std::string::npos) {
+      const std::string us = text->substr(comma + 1);
+      latency = std::strtod(us.c_str(), &end);
+      valid = valid && !us.empty() && end == us.c_str() + us.size() && latency >= 0 &&
+              std::isfinite(latency);
+    }
+    if (!valid)
+      throw Error(fmt::format(
+          "collie::init: COLLIE_HOST_LINK='{}': the link between hosts as GBITS[,LATENCY_US] "
+          "(\"1\": 1 Gbit/s; \"25,5\": 25 Gbit/s and 5 us)",
+          *text));
+    config.host_link_gbits = gbits;
+    config.host_link_latency_us = latency;
+  }
   if (options.spin) {
     config.transport.spin = *options.spin;
   } else if (auto text = lookup("COLLIE_SPIN_US")) {

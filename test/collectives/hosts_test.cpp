@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/cost.hpp>
 #include <collie/collectives/hosts.hpp>
 #include <collie/collectives/schedule.hpp>
 
@@ -151,5 +152,51 @@ TEST_CASE("a ring crosses each host's link once, however the ranks are numbered;
           CHECK(bytes == ring_share * static_cast<std::size_t>(l));
       }
     }
+  }
+}
+
+TEST_CASE("Auto on hosts: the links between hosts decide, and two_level is only a candidate "
+          "where there are two levels",
+          "[schedule][hosts][cost]") {
+  CostModel model;
+  model.host_beta = 8 / 1e9;  // 1 Gbit/s
+  model.host_alpha = 50e-6;
+  const std::size_t segment = model.segment_bytes;
+  for (bool round_robin : {false, true}) {
+    const auto hosts = std::make_shared<const Hosts>(uniform_hosts(4, 2, round_robin));
+    INFO(describe(*hosts));
+    // From 64 KiB the host links are the cost: two_level sends the least
+    // over them (numbered round robin, halving_doubling's first exchange is
+    // within each host, and it ties: two_level wins ties).
+    for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
+      const auto pick = auto_algorithm(Collective::AllReduce, 8, bytes / 4, 4, segment, model, hosts);
+      const Shape shape{0, 8, bytes / 4, 0, pieces_for(bytes, segment), hosts};
+      CHECK(estimate(Collective::AllReduce, pick, shape, 4, model).seconds <=
+            estimate(Collective::AllReduce, Algorithm::TwoLevel, shape, 4, model).seconds *
+                (1 + 1e-9));
+      CHECK(pick == Algorithm::TwoLevel);
+    }
+    // A few bytes: the fewest rounds across hosts.
+    CHECK(auto_algorithm(Collective::AllReduce, 8, 2, 4, segment, model, hosts) !=
+          Algorithm::TwoLevel);
+    // The model sees the shared links: two_level's host link carries
+    // 2 (H-1)/H of the buffer, the ring's 2 (n-1)/n, and one host's ranks
+    // cannot each use a link of their own.
+    const std::size_t count = std::size_t{16} << 20;
+    const double bound = 2.0 * 3 / 4 * static_cast<double>(count * 4) * model.host_beta;
+    const Shape shape{0, 8, count, 0, 1, hosts};
+    const double two = estimate(Collective::AllReduce, Algorithm::TwoLevel, shape, 4, model).seconds;
+    const double ring = estimate(Collective::AllReduce, Algorithm::Ring, shape, 4, model).seconds;
+    CHECK(two >= bound);
+    CHECK(two < bound * 1.05);
+    CHECK(ring > two * 1.1);
+  }
+  // One host, or a rank per host: two_level is never picked (it would be a
+  // ring of pairs, or the ring).
+  for (const auto& hosts : {uniform_hosts(1, 8, false), uniform_hosts(8, 1, false)}) {
+    const auto shared = std::make_shared<const Hosts>(hosts);
+    for (std::size_t bytes = 8; bytes <= (std::size_t{64} << 20); bytes *= 8)
+      CHECK(auto_algorithm(Collective::AllReduce, 8, bytes / 4, 4, segment, model, shared) !=
+            Algorithm::TwoLevel);
   }
 }

@@ -259,6 +259,30 @@ TEST_CASE("options override the environment, and COLLIE_* settings are read", "[
   CHECK_FALSE(c.store_hosted_by_launcher);
 }
 
+TEST_CASE("COLLIE_HOST_LINK: the rate and latency between hosts, checked", "[init]") {
+  const std::map<std::string, std::string> job = {
+      {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+  auto with = [&](const std::string& value) {
+    auto env = job;
+    env["COLLIE_HOST_LINK"] = value;
+    return resolve(env);
+  };
+  const auto defaults = resolve(job);
+  CHECK(defaults.host_link_gbits == 10);
+  CHECK(defaults.host_link_latency_us == 30);
+  const auto one = with("1");
+  CHECK(one.host_link_gbits == 1);
+  CHECK(one.host_link_latency_us == 30);
+  const auto both = with("25,5.5");
+  CHECK(both.host_link_gbits == 25);
+  CHECK(both.host_link_latency_us == 5.5);
+  for (const std::string bad : {"fast", "0", "-1", "1,", "1,x", "1,-2", "1gbit"}) {
+    INFO("COLLIE_HOST_LINK='" << bad << "'");
+    CHECK_THROWS_WITH(with(bad), Catch::Contains("COLLIE_HOST_LINK='" + bad + "'") &&
+                                     Catch::Contains("GBITS[,LATENCY_US]"));
+  }
+}
+
 TEST_CASE("Slurm node lists: the first host", "[init]") {
   CHECK(collie::first_host_of_nodelist("node1") == "node1");
   CHECK(collie::first_host_of_nodelist("node1,node2") == "node1");

@@ -216,6 +216,9 @@ std::string model_words(const Request& r) {
                   "reduced, delta {} per message posted",
                   r.shared_memory ? "shared memory: " : "", time_label(m.alpha), 1e-9 / m.beta,
                   1e-9 / m.gamma, time_label(m.delta));
+  if (r.hosts && r.hosts->hosts() > 1)
+    words += fmt::format(",\n  between hosts: {} and {:.3g} Gbit/s per host's link", time_label(m.host_alpha),
+                         8e-9 / m.host_beta);
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
   if (m.crowding > 1 && m.flow_bytes > 0 && r.collective == cs::Collective::AllReduce)
@@ -248,9 +251,9 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   CostLine line{a, {}, 0, 0};
   line.cost = cs::estimate(r.collective, a, r.shape, r.element_bytes, r.model);
   cs::CostModel latency = r.model, bandwidth = r.model;
-  latency.beta = latency.gamma = latency.work_per_byte = 0;
+  latency.beta = latency.gamma = latency.work_per_byte = latency.host_beta = 0;
   latency.work_per_warm_byte = latency.work_per_cold_byte = 0;
-  bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = 0;
+  bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = bandwidth.host_alpha = 0;
   line.latency_seconds = cs::estimate(r.collective, a, r.shape, r.element_bytes, latency).seconds;
   line.bandwidth_seconds =
       cs::estimate(r.collective, a, r.shape, r.element_bytes, bandwidth).seconds;
@@ -360,7 +363,8 @@ ordered_json to_json(const Request& r, const Run& run, bool compare) {
   if (compare) {
     doc["compare"] = compare_json(r);
     doc["auto"] = cs::algorithm_name(cs::auto_algorithm(r.collective, r.shape.world, r.shape.count,
-                                                        r.element_bytes, r.segment_bytes, r.model));
+                                                        r.element_bytes, r.segment_bytes, r.model,
+                                                        r.hosts));
   }
   doc["check"] = run.check;
   return doc;
@@ -478,7 +482,7 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
 
 std::string compare_text(const Request& r) {
   const auto chosen = cs::auto_algorithm(r.collective, r.shape.world, r.shape.count,
-                                         r.element_bytes, r.segment_bytes, r.model);
+                                         r.element_bytes, r.segment_bytes, r.model, r.hosts);
   std::string out = fmt::format("{}: every algorithm, on the alpha-beta model\n  ({})\n\n",
                                 request_words(r), model_words(r));
   out += fmt::format("  {:<20} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11}\n", "algorithm", "steps",

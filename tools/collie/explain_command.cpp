@@ -29,6 +29,8 @@ struct ExplainArgs {
   int hosts = 0;           // 0: not given (no hosts: each rank on its own)
   int ranks_per_host = 0;  // 0: --ranks / --hosts
   std::string placement = "by-host";
+  double host_gbits = 10;
+  double host_latency_us = 30;
   std::size_t count = 0;  // 0 with count_given false: the default for the collective
   bool count_given = false;
   int root = 0;
@@ -112,6 +114,10 @@ explain::Request resolve(const ExplainArgs& a) {
   if (r.shared_memory) r.model = cs::shared_memory_cost_model(crowding);
   r.model.crowding = crowding;
   r.model.segment_bytes = a.segment_bytes;
+  if (!(a.host_gbits > 0) || !(a.host_latency_us >= 0))
+    throw Error("explain: --host-gbits must be positive and --host-latency-us not negative");
+  r.model.host_beta = 8 / (a.host_gbits * 1e9);
+  r.model.host_alpha = a.host_latency_us * 1e-6;
   // Default count: one element per rank's chunk of a buffer collective, one
   // per block of a blocked one.
   std::size_t count = a.count;
@@ -125,7 +131,8 @@ explain::Request resolve(const ExplainArgs& a) {
   if (a.algo == "auto") {
     r.automatic = true;
     r.algorithm =
-        cs::auto_algorithm(r.collective, ranks, count, r.element_bytes, r.segment_bytes, r.model);
+        cs::auto_algorithm(r.collective, ranks, count, r.element_bytes, r.segment_bytes, r.model,
+                           r.hosts);
   } else {
     const auto algo = cs::parse_algorithm(a.algo);
     if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))
@@ -204,6 +211,13 @@ void add_explain_command(CLI::App& app) {
                   "How ranks are numbered over the hosts: by-host (0, 1, ... on host 0) or "
                   "round-robin (rank r on host r % hosts)")
       ->check(CLI::IsMember({"by-host", "round-robin"}))
+      ->capture_default_str();
+  cmd->add_option("--host-gbits", args->host_gbits,
+                  "With --hosts: each host's link, Gbit/s, for the cost and Auto's pick (the "
+                  "runtime's COLLIE_HOST_LINK)")
+      ->capture_default_str();
+  cmd->add_option("--host-latency-us", args->host_latency_us,
+                  "With --hosts: one message's latency between hosts, microseconds")
       ->capture_default_str();
   cmd->add_option_function<std::size_t>(
          "-c,--count",

@@ -138,6 +138,11 @@ struct JobConfig {
   std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
   std::size_t stage_whole_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_WHOLE_BYTES
   std::size_t stage_chunk_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_CHUNK_BYTES
+  // The link between hosts, for Auto's choice in a group that spans hosts
+  // (COLLIE_HOST_LINK="GBITS[,LATENCY_US]", e.g. "1,50"): its rate in Gbit/s
+  // and one message's latency.
+  double host_link_gbits = 10;
+  double host_link_latency_us = 30;
   // What carries messages and how (COLLIE_TRANSPORT, COLLIE_SPIN_US,
   // COLLIE_SHM_SINGLE_COPY, COLLIE_SHM_STORES): transport/settings.hpp.
   transport::TransportSettings transport;

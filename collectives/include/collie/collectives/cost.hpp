@@ -35,7 +35,10 @@
 // (docs/algorithms.md, "A crowded machine").
 #pragma once
 
+#include <memory>
+
 #include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/hosts.hpp>
 
 namespace collie::collectives {
 
@@ -78,6 +81,13 @@ struct CostModel {
   std::size_t flow_bytes = 1 << 17;
   double window_bytes = 1 << 20;
   std::size_t segment_bytes = 1 << 18;  // COLLIE_SEGMENT_BYTES (auto_algorithm sets it)
+  // Between hosts (a shape with hosts: hosts.hpp), a message crosses the
+  // sending host's link and the receiving host's, each shared by every
+  // rank of its host and carrying one message at a time: latency
+  // host_alpha, host_beta seconds per byte (the runtime's default: 10
+  // Gbit/s, 30 us; COLLIE_HOST_LINK). Within a host the terms above hold.
+  double host_alpha = 30e-6;
+  double host_beta = 8 / 10e9;
 };
 
 // The model for a group whose every member is reached through shared
@@ -115,8 +125,10 @@ std::size_t size_bucket(std::size_t bytes);
 
 // What Auto runs: of algorithms_for(c), the one estimate() says is fastest
 // for a buffer of size_bucket(count * element_bytes) bytes on `world`
-// ranks; ties go to the classic (first) one.
+// ranks, on `hosts` if known; ties go to the classic (first) one. two_level
+// is a candidate only on several hosts with more than one rank on one.
 Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t element_bytes,
-                         std::size_t segment_bytes, const CostModel& model);
+                         std::size_t segment_bytes, const CostModel& model,
+                         std::shared_ptr<const Hosts> hosts = nullptr);
 
 }  // namespace collie::collectives

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Tables of tools/peers/cluster_bench.sh's results, for docs/PERFORMANCE.md.
+
+    python3 tools/peers/cluster_compare.py DIR [--hosts 4] [--gbits 1]
+
+For each placement (by host, round robin) and size: the link bound
+2 (H - 1) / H x size / rate (what each host must send and receive, whatever
+the algorithm), collie's Auto (its pick) over the bound, the fastest of
+collie's algorithms and Auto over it, and Open MPI's time over collie's
+Auto (> 1: collie faster). Times are in-place (as mpi_bench's), the median
+over the rounds of each system's maximum-across-ranks mean.
+"""
+import argparse, csv, glob, os, statistics
+from collections import defaultdict
+
+
+def label(n):
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def ms(us):
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("dir")
+    p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--gbits", type=float, default=1.0)
+    a = p.parse_args()
+    collie = defaultdict(list)  # (placement, size, algo) -> [us]
+    picks = defaultdict(set)
+    mpi = defaultdict(list)  # (placement, size) -> [us]
+    for path in glob.glob(os.path.join(a.dir, "*.csv")):
+        system, placement, _ = os.path.basename(path)[:-4].split("-")
+        with open(path) as f:
+            rows = [r for r in csv.reader(f) if r and r[0] == "all_reduce"]
+        for r in rows:
+            if system == "collie":
+                if r[9] != "in-place":
+                    continue
+                collie[(placement, int(r[4]), r[1])].append(float(r[10]))
+                if r[1] == "auto":
+                    picks[(placement, int(r[4]))].add(r[2])
+            else:
+                mpi[(placement, int(r[1]))].append(float(r[2]))
+    med = {k: statistics.median(v) for k, v in collie.items()}
+    for placement, words in (("host", "by host"), ("rr", "round robin")):
+        sizes = sorted({s for (pl, s, _) in med if pl == placement})
+        if not sizes:
+            continue
+        print(f"\nranks numbered {words}\n")
+        print("| size | link bound | collie Auto | its pick | Auto / bound | fastest collie "
+              "| Auto / fastest | Open MPI | Open MPI / Auto |")
+        print("|---:|---:|---:|---|---:|---|---:|---:|---:|")
+        for s in sizes:
+            bound = 2 * (a.hosts - 1) / a.hosts * s * 8 / (a.gbits * 1e9) * 1e6
+            auto = med[(placement, s, "auto")]
+            algos = {al: t for (pl, sz, al), t in med.items() if pl == placement and sz == s
+                     and al != "auto"}
+            best = min(algos, key=algos.get)
+            m = statistics.median(mpi[(placement, s)]) if mpi.get((placement, s)) else None
+            print(f"| {label(s)} | {ms(bound)} | {ms(auto)} | {'/'.join(sorted(picks[(placement, s)]))} "
+                  f"| {auto / bound:.2f} | {best} {ms(algos[best])} | {auto / algos[best]:.2f} | "
+                  f"{ms(m) if m else '-'} | {m / auto:.2f} |" if m else "| - |")
+
+
+if __name__ == "__main__":
+    main()
