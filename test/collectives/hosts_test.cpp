@@ -113,7 +113,7 @@ TEST_CASE("every algorithm of every collective on hosts of every shape: exactly 
   CHECK(runs > 3000);
 }
 
-TEST_CASE("a ring crosses each host's link once, however the ranks are numbered; two_level "
+TEST_CASE("a ring crosses each host's link once, however the ranks are numbered, and two_level "
           "sends each host's share of the bound and no more",
           "[schedule][hosts]") {
   const std::size_t count = 720720;  // divides by 1 to 16: every chunk below is whole

@@ -17,6 +17,7 @@
 
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/cost.hpp>
+#include <collie/collectives/hosts.hpp>
 #include <collie/dtype.hpp>
 #include <collie/job_config.hpp>
 
@@ -122,8 +123,10 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
       const auto algo = *cs::parse_algorithm(a["algorithm"].get<std::string>());
       const auto count = a["count"].get<std::size_t>();
       const auto es = collie::dtype_size(*collie::parse_dtype(a["dtype"].get<std::string>()));
+      // (The four ranks share this host, as init finds.)
       const cs::Shape shape{rank, 4, count, a["root"].get<int>(),
-                            cs::pieces_for(count * es, collie::JobConfig{}.segment_bytes)};
+                            cs::pieces_for(count * es, collie::JobConfig{}.segment_bytes),
+                            std::make_shared<const cs::Hosts>(cs::uniform_hosts(1, 4, false))};
       const auto schedule = cs::make_schedule(c, algo, shape);
       std::size_t want_sent = 0, want_received = 0;
       for (const auto& st : schedule.steps) {
