@@ -43,14 +43,22 @@ int Hosts::most_per_host() const {
   return count.empty() ? 0 : *std::max_element(count.begin(), count.end());
 }
 
-Hosts hosts_from_names(const std::vector<std::string>& names) {
+namespace {
+
+// Each distinct key numbered in the order it first comes: one host each.
+template <class Key>
+Hosts numbered(const std::vector<Key>& keys) {
   Hosts out;
-  std::map<std::string, int> number;
-  for (const auto& name : names) {
-    const auto [it, added] = number.emplace(name, static_cast<int>(number.size()));
-    out.host_of.push_back(it->second);
-  }
+  std::map<Key, int> number;
+  for (const auto& key : keys)
+    out.host_of.push_back(number.emplace(key, static_cast<int>(number.size())).first->second);
   return out;
+}
+
+}  // namespace
+
+Hosts hosts_from_names(const std::vector<std::string>& names) {
+  return numbered(names);
 }
 
 Hosts uniform_hosts(int hosts, int ranks_per_host, bool round_robin) {
@@ -75,13 +83,10 @@ Hosts hosts_of_sizes(const std::vector<int>& sizes) {
 }
 
 Hosts hosts_of_members(const Hosts& hosts, const std::vector<int>& members) {
-  Hosts out;
-  std::map<int, int> number;
-  for (int m : members) {
-    const int h = hosts.host_of.at(static_cast<std::size_t>(m));
-    out.host_of.push_back(number.emplace(h, static_cast<int>(number.size())).first->second);
-  }
-  return out;
+  std::vector<int> theirs;
+  for (int m : members)
+    theirs.push_back(hosts.host_of.at(static_cast<std::size_t>(m)));
+  return numbered(theirs);
 }
 
 std::string describe(const Hosts& hosts) {
@@ -105,17 +110,15 @@ std::string describe(const Hosts& hosts) {
                      by_host ? "by host" : round_robin ? "round robin" : "ranks interleaved");
 }
 
-}  // namespace collie::collectives
-
-namespace collie::collectives {
+void check_hosts(const Shape& shape) {
+  if (shape.hosts && static_cast<int>(shape.hosts->host_of.size()) != shape.world)
+    throw Error(fmt::format("the hosts name {} ranks, but the group has {}",
+                            shape.hosts->host_of.size(), shape.world));
+}
 
 std::vector<int> ring_order(const Shape& shape) {
-  if (shape.hosts) {
-    if (static_cast<int>(shape.hosts->host_of.size()) != shape.world)
-      throw Error(fmt::format("the hosts name {} ranks, but the group has {}",
-                              shape.hosts->host_of.size(), shape.world));
-    return shape.hosts->ring_order();
-  }
+  check_hosts(shape);
+  if (shape.hosts) return shape.hosts->ring_order();
   std::vector<int> order(static_cast<std::size_t>(std::max(shape.world, 0)));
   for (std::size_t r = 0; r < order.size(); ++r)
     order[r] = static_cast<int>(r);

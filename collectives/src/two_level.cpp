@@ -30,7 +30,7 @@ struct Site {
 Site site_of(const Shape& shape) {
   Hosts hosts;
   if (shape.hosts) {
-    (void)ring_order(shape);  // checks the size
+    check_hosts(shape);
     hosts = *shape.hosts;
   } else {
     for (int r = 0; r < shape.world; ++r)

@@ -85,6 +85,9 @@ struct Shape {
 // The order rings and chains take through the ranks: by host, then by rank
 // (Hosts::ring_order()), or rank order when the hosts are not known.
 std::vector<int> ring_order(const Shape& shape);
+// Throws collie::Error when the shape's hosts name another number of ranks
+// than its world.
+void check_hosts(const Shape& shape);
 
 // Helpers for writing schedules: steps with nothing in them, and transfers
 // of empty ranges, are left out (on both sides alike, since both sides
