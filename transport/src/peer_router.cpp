@@ -7,7 +7,14 @@
 #include <collie/error.hpp>
 #include <collie/transport/peer_router.hpp>
 
+#include "request_state.hpp"
+
 namespace collie::transport {
+
+namespace {
+// How long a wait across backends polls them in turn before it sleeps.
+constexpr auto kCrossSpin = std::chrono::microseconds(200);
+}  // namespace
 
 PeerRouter::PeerRouter(std::vector<std::shared_ptr<Transport>> backends,
                        std::vector<std::size_t> backend_of)
@@ -87,9 +94,14 @@ int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::mill
   for (const auto& r : requests)
     one = one && &answering(r) == &first;
   if (one) return first.wait_any(requests, timeout);
-  // Across backends: each moves what is ready for its own requests, in
-  // turn (a wait with no time left polls once); after a while of that, each
-  // waits a millisecond at a time, until the time is up.
+  // Across backends. The wait holds every backend's claim, so that their
+  // own threads leave the data to it. First it polls each backend in turn
+  // (a wait with no time left polls once): a message within the host and
+  // one from another host are both taken by this thread as they come. Then
+  // it sleeps in one backend's wait, given every request, while the others'
+  // threads watch their peers for it and wake it when one of theirs
+  // finishes (watch_for, wake_waiters): one sleep, woken by either kind of
+  // peer.
   using Clock = std::chrono::steady_clock;
   const auto began = Clock::now();
   const auto until = began + timeout;
@@ -101,21 +113,46 @@ int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::mill
     if (it == by_backend.end()) it = by_backend.insert(by_backend.end(), {b, {}});
     it->second.push_back(i);
   }
+  std::vector<std::shared_ptr<void>> claims;
+  for (auto& entry : by_backend)
+    claims.push_back(entry.first->claim_progress());
   std::vector<RequestPtr> subset;
-  for (;;) {
-    const auto now = Clock::now();
-    const bool spinning = now - began < std::chrono::microseconds(200);
+  const auto poll_each = [&](std::chrono::milliseconds slice) {
     for (auto& [b, indices] : by_backend) {
       subset.clear();
       for (std::size_t i : indices)
         subset.push_back(requests[i]);
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      const auto slice =
-          spinning ? std::chrono::milliseconds(0)
-                   : std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(1));
       if (const int k = b->wait_any(subset, slice); k >= 0)
         return static_cast<int>(indices[static_cast<std::size_t>(k)]);
     }
+    return -1;
+  };
+  do {
+    if (const int k = poll_each(std::chrono::milliseconds(0)); k >= 0) return k;
+  } while (Clock::now() - began < kCrossSpin && Clock::now() < until);
+  std::vector<std::shared_ptr<void>> watches;
+  for (auto& sleeper : by_backend) {
+    Transport* s = sleeper.first;
+    watches.clear();
+    for (auto& other : by_backend) {
+      if (other.first == s) continue;
+      auto w = other.first->watch_for([s] { s->wake_waiters(); });
+      if (!w) break;
+      watches.push_back(std::move(w));
+    }
+    if (watches.size() + 1 < by_backend.size()) continue;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0) return first_finished(requests);
+    return s->wait_any(requests, left);
+  }
+  // No backend can watch for another: each waits a millisecond in turn.
+  watches.clear();
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (const int k = poll_each(std::clamp(left, std::chrono::milliseconds(0),
+                                           std::chrono::milliseconds(1)));
+        k >= 0)
+      return k;
     if (Clock::now() >= until) return -1;
   }
 }

@@ -29,6 +29,9 @@ constexpr auto kQuiet = 2ms;
 // A sched_yield() that took this long ran another thread.
 constexpr auto kYieldedAfter = std::chrono::microseconds(5);
 constexpr auto kSharedSpin = 2ms;
+// How often the background thread looks whether peers are alive while a
+// wait across backends sleeps in another one (watch_for()).
+constexpr auto kWatchLiveness = 20ms;
 
 }  // namespace
 
@@ -145,6 +148,7 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   // that waits on several backends in turn polls each so).
   bool once = deadline <= began;
   unsigned turn = 0;
+  const bool yielding = crowded.load(std::memory_order_relaxed);
   for (bool first = true; !finished(); first = false) {
     if (!first) now = Clock::now();
     if ((now >= deadline && !once) || waits_interrupted() != 0) break;
@@ -180,7 +184,7 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
       if (finished() || once) return finished();
       if (moved) {
         spin_until = std::max(spin_until, now + options.settings.spin);
-      } else if (crowded) {
+      } else if (yielding) {
         sched_yield();
         const auto after = Clock::now();
         if (after - now > kYieldedAfter)
@@ -189,8 +193,8 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
       } else {
         cpu_relax();
       }
-      if (crowded || (++turn & 15) == 0) {
-        if (!crowded) now = Clock::now();
+      if (yielding || (++turn & 15) == 0) {
+        if (!yielding) now = Clock::now();
         if (now >= deadline || waits_interrupted() != 0) return finished();
         if (now >= spin_until) break;
       }
@@ -205,8 +209,45 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   return finished();
 }
 
+void ShmTransport::Impl::watch_turn(std::uint32_t idle_seen) {
+  const auto now = Clock::now();
+  bool moved = false;
+  {
+    std::unique_lock drive_lock(drive_mu, std::try_to_lock);
+    if (!drive_lock.owns_lock()) {
+      // A caller drives the rings a moment (a wait of its own, or the
+      // watcher polling between its sleeps): look again soon.
+      futex_wait(idle_word, idle_seen, 200us);
+      return;
+    }
+    std::lock_guard lock(mu);
+    while (progress_all())
+      moved = true;
+    if (now >= next_liveness) {
+      next_liveness = now + kWatchLiveness;
+      check_liveness();  // a peer failed fails requests: the watcher looks
+      moved = true;
+    }
+  }
+  if (moved) {
+    std::lock_guard lock(watch_mu);
+    for (const auto& [serial, wake] : watches)
+      wake();
+  }
+  const auto until = std::min(next_liveness, Clock::now() + kWatchLiveness);
+  if (watching.load() > 0 && !stopping.load())
+    sleep_on_bell(std::chrono::duration_cast<std::chrono::microseconds>(until - Clock::now()) +
+                  1us);
+}
+
 void ShmTransport::Impl::background_loop() {
   while (!stopping.load()) {
+    // Read first: a watch begun after this wakes the sleep below at once.
+    const std::uint32_t idle_seen = idle_word.load();
+    if (watching.load() > 0) {
+      watch_turn(idle_seen);
+      continue;
+    }
     const auto now = Clock::now();
     const auto quiet_from =
         Clock::time_point(Clock::duration(last_done.load(std::memory_order_relaxed))) + kQuiet;
@@ -230,8 +271,7 @@ void ShmTransport::Impl::background_loop() {
       const auto d = waiters.load() == 0
                          ? std::chrono::duration_cast<std::chrono::microseconds>(quiet_from - now)
                          : std::chrono::microseconds(20ms);
-      auto& word = idle_word;
-      futex_wait(word, word.load(), std::max(d, std::chrono::microseconds(100)));
+      futex_wait(idle_word, idle_seen, std::max(d, std::chrono::microseconds(100)));
     }
   }
 }

@@ -116,7 +116,7 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.local = std::binary_search(m.local.begin(), m.local.end(), r);
     p.slot = m.slot_of(r);
   }
-  m.crowded = static_cast<int>(m.local.size()) > host_cpus();
+  m.crowded.store(static_cast<int>(m.local.size()) > host_cpus(), std::memory_order_relaxed);
   // The background thread stays out until the callers have been quiet for
   // kQuiet from now (not from the epoch): a job's first calls come at once.
   m.last_done.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -290,6 +290,38 @@ std::shared_ptr<void> ShmTransport::claim_progress() {
   auto* w = &impl_->waiters;
   ++*w;
   return std::shared_ptr<void>(w, [](std::atomic<int>* x) { --*x; });
+}
+
+std::shared_ptr<void> ShmTransport::watch_for(std::function<void()> wake) {
+  auto* m = impl_.get();
+  std::uint64_t serial = 0;
+  {
+    std::lock_guard lock(m->watch_mu);
+    serial = ++m->watch_serial;
+    m->watches.emplace_back(serial, std::move(wake));
+  }
+  m->watching.fetch_add(1);
+  // The background thread may sleep on its own futex (callers drive) or on
+  // the bell (nobody waits): either way it looks again now.
+  m->idle_word.fetch_add(1);
+  futex_wake(m->idle_word);
+  auto& h = m->mine.header();
+  h.bell.fetch_add(1, std::memory_order_release);
+  futex_wake(h.bell);
+  return std::shared_ptr<void>(m, [serial](Impl* impl) {
+    impl->watching.fetch_sub(1);
+    std::lock_guard lock(impl->watch_mu);
+    std::erase_if(impl->watches, [serial](const auto& w) { return w.first == serial; });
+  });
+}
+
+void ShmTransport::set_host_load(int ranks, int processors) {
+  // Ranks on other hosts of this machine (namespaces, COLLIE_HOST_ID) spin
+  // on the same processors: a wait that does not yield takes them from the
+  // rank it waits for.
+  auto& m = *impl_;
+  const int sharing = std::max(ranks, static_cast<int>(m.local.size()));
+  m.crowded.store(sharing > std::max(processors, 1), std::memory_order_relaxed);
 }
 
 bool ShmTransport::shares_memory_with(int peer) const {

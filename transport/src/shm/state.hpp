@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <memory>
 #include <mutex>
@@ -134,12 +135,21 @@ struct ShmTransport::Impl {
   std::mutex done_mu;
   std::condition_variable done_cv;
   std::atomic<int> waiters{0};
-  std::atomic<std::uint32_t> idle_word{0};  // the background thread's futex (stop)
+  std::atomic<std::uint32_t> idle_word{0};  // the background thread's futex (stop, watches)
+  // watch_for(): while any watch lives, the background thread sleeps on the
+  // bell and moves the data, then calls every watch's wake (watch_mu held,
+  // so that none is called once its watch is dropped).
+  std::atomic<int> watching{0};
+  std::mutex watch_mu;
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> watches;  // watch_mu
+  std::uint64_t watch_serial = 0;                                        // watch_mu
   std::atomic<std::int64_t> last_done{0};
   std::atomic<std::size_t> queued_count{0};
   std::size_t held = 0;  // unexpected bytes held (mu)
   std::atomic<bool> stopping{false};
-  bool crowded = false;          // more ranks on this host than cores: waits yield
+  // More ranks on this machine than processors: waits yield. Its own
+  // ranks at first; set_host_load() counts the machine's whole job.
+  std::atomic<bool> crowded{false};
   bool stream_receives = false;  // large plain receives use non-temporal stores
   std::thread background;
   Clock::time_point next_liveness{};
@@ -234,6 +244,8 @@ struct ShmTransport::Impl {
   // The same until one of `requests` is done: its index, or -1.
   int drive_until_any(std::span<const RequestPtr> requests, std::chrono::milliseconds timeout);
   void background_loop();
+  // One turn of it while a watch lives (watch_for()).
+  void watch_turn(std::uint32_t idle_seen);
   template <class Finished>
   bool drive(const Finished& finished, std::chrono::milliseconds timeout);
 

@@ -365,6 +365,13 @@ std::shared_ptr<void> TcpTransport::claim_progress() {
   return std::shared_ptr<void>(table, [](Connections* t) { t->stop_waiting(); });
 }
 
+void TcpTransport::wake_waiters() {
+  // Only the thread that drives the sockets sleeps in poll(), and it
+  // watches this eventfd (progress.cpp); a thread that waits for the
+  // driver is woken as requests finish, within a millisecond.
+  impl_->table.driver_wake.kick();
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   std::lock_guard lock(impl_->table.mu);
   if (peer < 0 || peer >= impl_->options.world_size) return fmt::format("rank {}", peer);

@@ -86,11 +86,13 @@ class ShmTransport final : public Transport {
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
   bool any_queued() const override;
   std::shared_ptr<void> claim_progress() override;
+  std::shared_ptr<void> watch_for(std::function<void()> wake) override;  // its thread, on the bell
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;  // "rank 3 (pid 1234, shm)"
   bool shares_memory_with(int peer) const override;     // the ranks it serves
   std::string describe() const override;               // "shm"
   void prefetch() override;
+  void set_host_load(int ranks, int processors) override;  // waits yield where crowded
 
  private:
   RequestPtr post(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume);

@@ -88,6 +88,7 @@ class TcpTransport final : public Transport {
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
   bool any_queued() const override;
   std::shared_ptr<void> claim_progress() override;
+  void wake_waiters() override;  // the thread asleep in poll(), through its eventfd
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;
   std::string describe() const override;  // "tcp on 10.0.0.4:41234"

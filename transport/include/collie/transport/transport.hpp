@@ -187,6 +187,18 @@ class Transport {
   // its own returns an empty one.
   virtual std::shared_ptr<void> claim_progress() = 0;
 
+  // For one wait across backends (PeerRouter::wait_any), which sleeps in
+  // one backend's wait while another's requests may finish too:
+  // watch_for() has this backend's own thread move its data while the
+  // returned watch lives (claims or not) and call `wake` after it moved
+  // some or failed a peer; `wake` runs on that thread, never after the
+  // watch is dropped. wake_waiters() wakes a thread asleep in this
+  // backend's wait so that it looks again at its requests (a wait_any
+  // given another backend's requests too finishes with them). Defaults: no
+  // watch (empty), and nothing to wake.
+  virtual std::shared_ptr<void> watch_for(std::function<void()> /*wake*/) { return nullptr; }
+  virtual void wake_waiters() {}
+
   // "rank 3 at 10.0.0.4:41234", for messages.
   virtual std::string describe_peer(int peer) const = 0;
 
@@ -212,9 +224,11 @@ class Transport {
   virtual void prefetch() = 0;
 
   // What the runtime learned once every rank joined: `ranks` of the job
-  // run on this host, on `processors`. A backend may tune the connections
-  // it opens from then on (TCP: within the host, a pacing congestion
-  // control only where ranks outnumber processors). Default: nothing.
+  // share this machine's `processors` (counted by machine: hosts told apart
+  // only by network namespace or COLLIE_HOST_ID share them too). A backend
+  // may tune itself from then on (TCP: within the host, a pacing congestion
+  // control only where ranks outnumber processors; shared memory: waits
+  // yield the processor where they do). Default: nothing.
   virtual void set_host_load(int /*ranks*/, int /*processors*/) {}
 };
 
