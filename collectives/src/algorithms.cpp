@@ -94,8 +94,8 @@ const std::vector<Algorithm>& algorithms_for(Collective c) {
   using A = Algorithm;
   static const std::vector<A> broadcast{A::Tree, A::Ring}, reduce{A::Tree, A::Ring},
       all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree, A::TwoLevel},
-      gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling},
-      reduce_scatter{A::Ring, A::RecursiveHalving}, all_to_all{A::Pairwise},
+      gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling, A::TwoLevel},
+      reduce_scatter{A::Ring, A::RecursiveHalving, A::TwoLevel}, all_to_all{A::Pairwise},
       barrier{A::Dissemination};
   switch (c) {
     case Collective::Broadcast:
@@ -145,6 +145,40 @@ bool reduces(Collective c) {
   return c == Collective::Reduce || c == Collective::AllReduce || c == Collective::ReduceScatter;
 }
 
+namespace {
+
+// A tree (all_reduce, broadcast, reduce: every rank works on the whole
+// buffer, no block is a rank's own) is made over the ranks in host order
+// (ring_order()): rank order[v] plays rank v, so that a subtree's ranks
+// share a host where they can and only its root sends across, however the
+// ranks are numbered. Numbered by host already, or hosts unknown: the
+// schedule itself. (Not the doublings: recursive doubling crosses as often
+// either way, and halving-doubling's largest exchange, with the rank n/2
+// away, stays within a host where ranks are numbered round robin.)
+Schedule in_host_order(Schedule (*make)(const Shape&), const Shape& shape) {
+  const auto order = ring_order(shape);
+  bool same = true;
+  for (std::size_t v = 0; v < order.size(); ++v)
+    same = same && order[v] == static_cast<int>(v);
+  if (same) return make(shape);
+  std::vector<int> position(order.size());
+  for (std::size_t v = 0; v < order.size(); ++v)
+    position[static_cast<std::size_t>(order[v])] = static_cast<int>(v);
+  Shape virtual_shape = shape;
+  virtual_shape.hosts = nullptr;
+  virtual_shape.rank = position[static_cast<std::size_t>(shape.rank)];
+  if (shape.root >= 0 && shape.root < shape.world)
+    virtual_shape.root = position[static_cast<std::size_t>(shape.root)];
+  Schedule s = make(virtual_shape);
+  for (auto& step : s.steps) {
+    for (auto& t : step.sends) t.peer = order[static_cast<std::size_t>(t.peer)];
+    for (auto& t : step.recvs) t.peer = order[static_cast<std::size_t>(t.peer)];
+  }
+  return s;
+}
+
+}  // namespace
+
 Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
   if (shape.world < 1) throw Error(fmt::format("a world of {} ranks", shape.world));
   if (shape.rank < 0 || shape.rank >= shape.world)
@@ -156,18 +190,18 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
   using A = Algorithm;
   switch (c) {
     case Collective::Broadcast:
-      if (a == A::Tree) return tree_broadcast(shape);
+      if (a == A::Tree) return in_host_order(tree_broadcast, shape);
       if (a == A::Ring) return chain_broadcast(shape);
       break;
     case Collective::Reduce:
-      if (a == A::Tree) return tree_reduce(shape);
+      if (a == A::Tree) return in_host_order(tree_reduce, shape);
       if (a == A::Ring) return chain_reduce(shape);
       break;
     case Collective::AllReduce:
       if (a == A::Ring) return ring_all_reduce(shape);
       if (a == A::HalvingDoubling) return halving_doubling_all_reduce(shape);
       if (a == A::RecursiveDoubling) return recursive_doubling_all_reduce(shape);
-      if (a == A::Tree) return tree_all_reduce(shape);
+      if (a == A::Tree) return in_host_order(tree_all_reduce, shape);
       if (a == A::TwoLevel) return two_level_all_reduce(shape);
       break;
     case Collective::Gather:
@@ -181,10 +215,12 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
     case Collective::AllGather:
       if (a == A::Ring) return ring_all_gather(shape);
       if (a == A::RecursiveDoubling) return recursive_doubling_all_gather(shape);
+      if (a == A::TwoLevel) return two_level_all_gather(shape);
       break;
     case Collective::ReduceScatter:
       if (a == A::Ring) return ring_reduce_scatter(shape);
       if (a == A::RecursiveHalving) return recursive_halving_reduce_scatter(shape);
+      if (a == A::TwoLevel) return two_level_reduce_scatter(shape);
       break;
     case Collective::AllToAll:
       if (a == A::Pairwise) return pairwise_all_to_all(shape);

@@ -25,7 +25,33 @@ struct Site {
   }
   // Whether local rank `i` of this host owns stripe s.
   bool owns(int i, int s) const { return s % static_cast<int>(here().size()) == i; }
+  // Rank r's partner on host h: the rank there whose local index is r's
+  // modulo the host's ranks (all_gather, reduce_scatter).
+  int partner(int r_local, int h) const {
+    const auto& on = ranks[static_cast<std::size_t>(h)];
+    return on[static_cast<std::size_t>(r_local) % on.size()];
+  }
+  // The blocks local rank i of this host holds between the two levels: its
+  // own, and those of the ranks of other hosts whose partner it is;
+  // ascending, as both sides of an exchange list them.
+  std::vector<int> held_by(int i) const {
+    std::vector<int> out;
+    const int me = here()[static_cast<std::size_t>(i)];
+    for (int h = 0; h < hosts(); ++h) {
+      const auto& on = ranks[static_cast<std::size_t>(h)];
+      for (std::size_t l = 0; l < on.size(); ++l) {
+        if (h == host ? on[l] == me : partner(static_cast<int>(l), host) == me)
+          out.push_back(on[l]);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 };
+
+Range block_of(std::size_t count, int rank) {
+  return Range{count * static_cast<std::size_t>(rank), count};
+}
 
 Site site_of(const Shape& shape) {
   Hosts hosts;
@@ -101,6 +127,82 @@ Schedule two_level_all_reduce(const Shape& shape) {
       if (site.owns(from, i))
         add_recv(st, site.here()[static_cast<std::size_t>(from)], stripe(i), Combine::Copy);
     }
+    push_step(s, std::move(st));
+  }
+  return s;
+}
+
+Schedule two_level_all_gather(const Shape& shape) {
+  Schedule s;
+  const auto n = static_cast<std::size_t>(shape.world);
+  s.buffer_count = shape.count * (n + 1);
+  const auto site = site_of(shape);
+  const int hosts = site.hosts();
+  const int local_ranks = static_cast<int>(site.here().size());
+  Step first;  // the rank's input into its own block
+  add_copy(first, Range{shape.count * n, shape.count}, block_of(shape.count, shape.rank));
+  push_step(s, std::move(first));
+  // (1) Across hosts: this rank's block to its partner on host + k; the
+  // blocks of host - k's ranks whose partner this rank is.
+  for (int k = 1; k < hosts; ++k) {
+    Step st;
+    add_send(st, site.partner(site.local, (site.host + k) % hosts),
+             block_of(shape.count, shape.rank));
+    const int from = (site.host - k + hosts) % hosts;
+    const auto& there = site.ranks[static_cast<std::size_t>(from)];
+    for (std::size_t l = 0; l < there.size(); ++l)
+      if (site.partner(static_cast<int>(l), site.host) == shape.rank)
+        add_recv(st, there[l], block_of(shape.count, there[l]), Combine::Copy);
+    push_step(s, std::move(st));
+  }
+  // (2) Within the host: what each rank holds, to every other.
+  const auto mine = site.held_by(site.local);
+  for (int k = 1; k < local_ranks; ++k) {
+    Step st;
+    const int to = (site.local + k) % local_ranks;
+    const int from = (site.local - k + local_ranks) % local_ranks;
+    for (int b : mine)
+      add_send(st, site.here()[static_cast<std::size_t>(to)], block_of(shape.count, b));
+    for (int b : site.held_by(from))
+      add_recv(st, site.here()[static_cast<std::size_t>(from)], block_of(shape.count, b),
+               Combine::Copy);
+    push_step(s, std::move(st));
+  }
+  return s;
+}
+
+Schedule two_level_reduce_scatter(const Shape& shape) {
+  Schedule s;
+  s.buffer_count = shape.count * static_cast<std::size_t>(shape.world);
+  const auto site = site_of(shape);
+  const int hosts = site.hosts();
+  const int local_ranks = static_cast<int>(site.here().size());
+  // (1) Within the host: into each rank, the host's sum of the blocks it
+  // holds (its own, and those it is the partner of).
+  const auto mine = site.held_by(site.local);
+  for (int k = 1; k < local_ranks; ++k) {
+    Step st;
+    const int to = (site.local + k) % local_ranks;
+    const int from = (site.local - k + local_ranks) % local_ranks;
+    for (int b : site.held_by(to))
+      add_send(st, site.here()[static_cast<std::size_t>(to)], block_of(shape.count, b));
+    for (int b : mine)
+      add_recv(st, site.here()[static_cast<std::size_t>(from)], block_of(shape.count, b),
+               Combine::Reduce);
+    push_step(s, std::move(st));
+  }
+  // (2) Across hosts: each partial sum to its rank on host + k; from host -
+  // k, this rank's partner's sum of its block.
+  for (int k = 1; k < hosts; ++k) {
+    Step st;
+    const int to = (site.host + k) % hosts;
+    const auto& there = site.ranks[static_cast<std::size_t>(to)];
+    for (std::size_t l = 0; l < there.size(); ++l)
+      if (site.partner(static_cast<int>(l), site.host) == shape.rank)
+        add_send(st, there[l], block_of(shape.count, there[l]));
+    const int from = (site.host - k + hosts) % hosts;
+    add_recv(st, site.partner(site.local, from), block_of(shape.count, shape.rank),
+             Combine::Reduce);
     push_step(s, std::move(st));
   }
   return s;

@@ -8,14 +8,21 @@ AsyncRunner::~AsyncRunner() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+// With a grace period: the runner's thread sleeps without a deadline (a
+// post must wake it) once nothing was posted for this long.
+constexpr auto kActive = std::chrono::milliseconds(100);
+}  // namespace
+
 bool AsyncRunner::post(Task task, Ticket* ticket) {
   std::lock_guard lock(mu_);
   if (stopping_) return false;
   const Ticket t = next_ticket_++;
   if (ticket != nullptr) *ticket = t;
-  queue_.push_back({t, std::move(task)});
+  last_post_ = Clock::now();
+  queue_.push_back({t, std::move(task), last_post_});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  cv_.notify_all();
+  if (grace_.count() == 0 || idle_) cv_.notify_all();
   return true;
 }
 
@@ -47,11 +54,15 @@ AsyncRunner::Queued AsyncRunner::take() {
 void AsyncRunner::execute(Queued& queued) {
   queued.task.run();
   queued.task.run = nullptr;  // its captures go before the next task runs
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     busy_ = false;
+    // With a grace period the thread, unless asleep with nothing to do,
+    // looks again by itself.
+    wake = grace_.count() == 0 || stopping_ || (idle_ && !queue_.empty());
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   if (queued.task.finish) queued.task.finish();
 }
 
@@ -60,8 +71,23 @@ void AsyncRunner::loop() {
     Queued queued;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !busy_ && (!queue_.empty() || stopping_); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
+      for (;;) {
+        const auto now = Clock::now();
+        if (!busy_ && !queue_.empty()) {
+          const auto due = queue_.front().posted + grace_;
+          if (grace_.count() == 0 || stopping_ || now >= due) break;
+          cv_.wait_until(lock, due);  // its caller may run it meanwhile
+          continue;
+        }
+        if (queue_.empty() && stopping_) return;  // nothing left to run
+        if (grace_.count() > 0 && now < last_post_ + kActive) {
+          cv_.wait_for(lock, grace_);
+        } else {
+          idle_ = true;
+          cv_.wait(lock);
+          idle_ = false;
+        }
+      }
       queued = take();
     }
     execute(queued);

@@ -5,12 +5,22 @@
 // of the queue and nothing runs (run_if_next): a caller that waits at once
 // saves waking the runner's thread and being woken by it.
 //
+// With a grace period, the runner's thread leaves a task alone until it
+// was queued that long, so that a caller that waits at once runs it
+// itself, and its posts and its own calls wake that thread only when it
+// sleeps with nothing to do (after 100 ms without a post); in between it
+// looks at the queue once per grace period. The torch backend's calls are
+// waited for at once but for async ones: on a host with more ranks than
+// processors, waking the thread at each post let it take the call and
+// hand it back, two wake-ups on the call's path.
+//
 // A task has two parts: `run`, then `finish`, called once the runner is
 // free again and `run`'s captures are gone (so a caller woken by `finish`
 // may run the next task itself, and the previous task's buffers are
 // released before it). Neither may throw. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -28,7 +38,9 @@ class AsyncRunner {
     std::function<void()> finish;  // may be empty
   };
 
-  AsyncRunner() = default;
+  // grace: how long a task queued waits for its caller before the runner's
+  // thread runs it (0: at once).
+  explicit AsyncRunner(std::chrono::microseconds grace = {}) : grace_(grace) {}
   // Runs what was queued, then joins. stop() first refuses new tasks.
   ~AsyncRunner();
   AsyncRunner(const AsyncRunner&) = delete;
@@ -42,9 +54,11 @@ class AsyncRunner {
   void stop();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Queued {
     Ticket ticket;
     Task task;
+    Clock::time_point posted;
   };
   Queued take();  // mu_ held
   void execute(Queued& queued);
@@ -56,6 +70,9 @@ class AsyncRunner {
   Ticket next_ticket_ = 0;
   bool busy_ = false;
   bool stopping_ = false;
+  const std::chrono::microseconds grace_;
+  bool idle_ = false;           // the thread sleeps until woken (mu_)
+  Clock::time_point last_post_;  // (mu_)
   std::thread thread_;  // started by the first post
 };
 

@@ -106,7 +106,9 @@ class ProcessGroupCollie final : public TorchBackend {
   c10::intrusive_ptr<c10d::Store> wait_for_close_;
   collie::ProcessGroup pg_;
   std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
-  std::shared_ptr<collie::AsyncRunner> runner_ = std::make_shared<collie::AsyncRunner>();
+  // A call waits half a millisecond for its caller to run it (async_runner.hpp).
+  std::shared_ptr<collie::AsyncRunner> runner_ =
+      std::make_shared<collie::AsyncRunner>(std::chrono::microseconds(500));
 };
 
 }  // namespace collie_torch

@@ -155,6 +155,40 @@ TEST_CASE("a ring crosses each host's link once, however the ranks are numbered,
   }
 }
 
+TEST_CASE("trees go by host: numbered round robin, they cross each host's link as numbered by "
+          "host",
+          "[schedule][hosts]") {
+  // A tree is made over the ranks in host order: the same bytes cross each
+  // host's link, however the ranks are numbered (root 0 is on host 0 in
+  // both numberings).
+  const std::size_t count = 5040;
+  const std::vector<std::pair<Collective, Algorithm>> whole = {
+      {Collective::AllReduce, Algorithm::Tree},
+      {Collective::Broadcast, Algorithm::Tree},
+      {Collective::Reduce, Algorithm::Tree}};
+  for (int h = 2; h <= 4; ++h) {
+    for (int l = 2; l <= 3; ++l) {
+      const auto by_host = uniform_hosts(h, l, false);
+      const auto cyclic = uniform_hosts(h, l, true);
+      for (const auto& [c, a] : whole) {
+        INFO(h << " hosts x " << l << ", " << collective_name(c) << " " << algorithm_name(a));
+        const auto ours = sent_across(schedules_on(c, a, cyclic, count, 0, 1), cyclic);
+        const auto theirs = sent_across(schedules_on(c, a, by_host, count, 0, 1), by_host);
+        CHECK(ours == theirs);
+        // And less than the plain schedule over round-robin ranks, which
+        // crosses between hosts where the host order stays within one.
+        std::vector<Schedule> plain;
+        for (int r = 0; r < h * l; ++r)
+          plain.push_back(make_schedule(c, a, Shape{r, h * l, count, 0, 1}));
+        std::size_t ours_total = 0, plain_total = 0;
+        for (auto bytes : ours) ours_total += bytes;
+        for (auto bytes : sent_across(plain, cyclic)) plain_total += bytes;
+        CHECK(ours_total < plain_total);
+      }
+    }
+  }
+}
+
 TEST_CASE("Auto on hosts: the links between hosts decide, and two_level is only a candidate "
           "where there are two levels",
           "[schedule][hosts][cost]") {

@@ -1,6 +1,7 @@
 // Jobs across real network boundaries: three hosts made of network
 // namespaces on a bridge (support/netns.hpp), 10.77.0.1 to .3. A test skips,
 // saying why, where namespaces cannot be made (not root, no iproute2).
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -244,4 +245,72 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
   CHECK_THAT(*line, Catch::Contains("rank 1 at 10.77.0.2:") &&
                         Catch::Contains("cannot be reached"));
   CHECK(after < 10s);
+}
+
+TEST_CASE("three hosts, ranks numbered round robin and hosts of different sizes: every "
+          "collective and algorithm, checked",
+          "[multihost][hosts]") {
+  // Real hosts as the transports see them (a network namespace each):
+  // shared memory within a host, TCP over the bridge between, the group's
+  // host map from the identities the ranks publish, rings by host and
+  // two_level across them. Every element of every case is checked.
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  struct Layout {
+    std::vector<int> host_of;  // by rank
+    std::string described;
+  };
+  const std::vector<Layout> layouts = {
+      {{0, 1, 2, 0, 1, 2}, "3 hosts x 2 ranks, round robin"},
+      {{0, 0, 1, 2, 2}, "3 hosts (2, 1, 2 ranks), by host"}};
+  for (const auto& layout : layouts) {
+    INFO(layout.described);
+    const int world = static_cast<int>(layout.host_of.size());
+    // One job: every rank on its host, on a store of the job's own.
+    const auto job = [&](const std::vector<std::string>& command, const std::string& extra) {
+      HostStore store(hosts);
+      REQUIRE_FALSE(store.port.empty());
+      std::vector<std::unique_ptr<Subprocess>> ranks;
+      for (int r = 0; r < world; ++r) {
+        ranks.push_back(std::make_unique<Subprocess>(
+            hosts.exec(layout.host_of[static_cast<std::size_t>(r)], command),
+            store.env(r, world, {"COLLIE_SOCKET_IFNAME=cv", extra})));
+      }
+      std::vector<collie::test::RunResult> results;
+      for (int r = 0; r < world; ++r) {
+        auto result = ranks[static_cast<std::size_t>(r)]->wait(300s);
+        REQUIRE(result);
+        results.push_back(std::move(*result));
+      }
+      return results;
+    };
+    const auto matrix = job({kWorker, "matrix", "smoke"}, "COLLIE_SEGMENT_BYTES=1024");
+    for (int r = 0; r < world; ++r) {
+      const auto& result = matrix[static_cast<std::size_t>(r)];
+      INFO("rank " << r << " stdout:\n" << result.out << "\nstderr:\n" << result.err);
+      CHECK(result.exit_code == 0);
+      CHECK_THAT(result.out, Catch::Contains("rank " + std::to_string(r) + ": matrix ok ("));
+      // Each rank's peers on its own host through shared memory, the
+      // others over TCP.
+      const bool alone = std::count(layout.host_of.begin(), layout.host_of.end(),
+                                    layout.host_of[static_cast<std::size_t>(r)]) == 1;
+      if (alone)
+        CHECK_THAT(result.out, !Catch::Contains("shm ("));
+      else
+        CHECK_THAT(result.out, Catch::Contains("shm ("));
+      CHECK_THAT(result.out, Catch::Contains("tcp on 10.77.0."));
+    }
+    // What the group learned of its hosts, as bench's header says it.
+    const auto bench =
+        job({kCollie, "bench", "all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w", "0"},
+            "COLLIE_LOG_LEVEL=warn");
+    for (int r = 0; r < world; ++r) {
+      INFO("bench rank " << r << " stderr:\n" << bench[static_cast<std::size_t>(r)].err);
+      CHECK(bench[static_cast<std::size_t>(r)].exit_code == 0);
+    }
+    CHECK_THAT(bench[0].out, Catch::Contains("#  hosts: " + layout.described));
+  }
 }

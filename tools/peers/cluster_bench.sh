@@ -5,22 +5,28 @@
 # ROUNDS rounds (default 2), each placement (by host: ranks 0..L-1 on host
 # 0; round robin: rank r on host r % H), each system in turn, all_reduce
 # float32 sum from 8 B to MAXBYTES (default 16M) by FACTOR (default 8), the
-# mean over ITERS (default 10) timed iterations after 2, the maximum across
-# ranks:
+# mean over timed iterations after 2 (SMALL_ITERS, default 100, up to
+# SPLIT, default 32K; ITERS, default 10, above), the maximum across ranks:
 #   collie  collie bench with every all_reduce algorithm and Auto, its ranks
 #           started by hand on their hosts (env://, COLLIE_SOCKET_IFNAME=eth0,
 #           COLLIE_HOST_LINK=$HOST_LINK: the link Auto assumes)
 #   mpi     Open MPI over TCP (tools/peers/mpi_bench.c; the ob1 tcp btl,
 #           mpirun's rsh agent entering each host's namespace, yielding when
 #           idle as it must with more ranks than processors)
+#   gloo    torch.distributed's gloo (tools/peers/torch_gloo_bench.py --env,
+#           /usr/bin/python3's torch, GLOO_SOCKET_IFNAME=eth0)
+#   torch   torch.distributed with backend "collie" (the same script,
+#           build/release/python on PYTHONPATH): collie under torch
 # Files: DIR/SYSTEM-PLACEMENT-ROUND.csv. HOSTS (4), PER_HOST (2), RATE (1gbit).
-# Needs root, iproute2, openmpi-bin and libopenmpi-dev; compare with
+# SYSTEMS picks some (default: collie mpi gloo torch).
+# Needs root, iproute2, openmpi-bin and libopenmpi-dev, python3-torch; compare with
 #   python3 tools/peers/cluster_compare.py DIR
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-cluster}
 hosts=${HOSTS:-4} per=${PER_HOST:-2} rate=${RATE:-1gbit} rounds=${ROUNDS:-2}
 max=${MAXBYTES:-16M} factor=${FACTOR:-8} iters=${ITERS:-10}
+split=${SPLIT:-32K} small_iters=${SMALL_ITERS:-100}
 host_link=${HOST_LINK:-1,50}
 collie=$PWD/build/release/bin/collie
 mkdir -p "$dir" "$dir/tmp"
@@ -35,7 +41,8 @@ printf '#!/bin/sh\nexec %s/tools/cluster.sh rsh "$@"\n' "$PWD" >"$dir/tmp/rsh"
 chmod +x "$dir/tmp/rsh"
 bytes() { numfmt --from=iec "$1"; }
 
-run_collie() {  # placement, out
+# Each run_SYSTEM PLACEMENT OUT FROM TO ITERS appends one sweep to OUT.
+run_collie() {
   local n=$((hosts * per)) pids=() token
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   for ((h = 0; h < hosts; ++h)); do
@@ -45,30 +52,55 @@ run_collie() {  # placement, out
       [ $r = 0 ] && out=$2
       tools/cluster.sh run $h env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tools/cluster.sh addr 0)" \
         MASTER_PORT=29500 COLLIE_SOCKET_IFNAME=eth0 COLLIE_HOST_LINK="$host_link" \
-        COLLIE_STORE_TOKEN="$token" COLLIE_LOG_LEVEL=warn "$collie" bench all_reduce -b 8 \
-        -e "$max" -f "$factor" -n "$iters" -w 2 --csv \
-        --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level >"$out" &
+        COLLIE_STORE_TOKEN="$token" COLLIE_LOG_LEVEL=warn "$collie" bench all_reduce -b "$3" \
+        -e "$4" -f "$factor" -n "$5" -w 2 --csv \
+        --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level >>"$out" &
       pids+=($!)
     done
   done
   wait "${pids[@]}"
 }
 
-run_mpi() {  # placement, out
+run_torch_script() {  # backend, then as run_collie
+  local n=$((hosts * per)) pids=() token
+  token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  for ((h = 0; h < hosts; ++h)); do
+    for ((l = 0; l < per; ++l)); do
+      local r=$((h * per + l)) out=/dev/null
+      [ "$2" = rr ] && r=$((l * hosts + h))
+      [ $r = 0 ] && out=$3
+      tools/cluster.sh run $h env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tools/cluster.sh addr 0)" \
+        MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 COLLIE_SOCKET_IFNAME=eth0 \
+        COLLIE_HOST_LINK="$host_link" COLLIE_STORE_TOKEN="$token" COLLIE_LOG_LEVEL=warn \
+        PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
+        /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
+        -f "$factor" -n "$6" -w 2 >>"$out" &
+      pids+=($!)
+    done
+  done
+  wait "${pids[@]}"
+}
+run_gloo() { run_torch_script gloo "$@"; }
+run_torch() { run_torch_script collie "$@"; }
+
+run_mpi() {
   local map=slot
   [ "$1" = rr ] && map=node
   mpirun --allow-run-as-root --oversubscribe -np $((hosts * per)) --hostfile "$dir/tmp/hostfile" \
     --map-by $map --mca plm_rsh_agent "$dir/tmp/rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 \
     --mca oob_tcp_if_include 10.78.0.0/24 --mca mpi_yield_when_idle 1 \
-    "$dir/tmp/mpi_bench" all_reduce 8 "$(bytes "$max")" "$factor" "$iters" 2 >"$2"
+    "$dir/tmp/mpi_bench" all_reduce "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" 2 >>"$2"
 }
 
 for ((round = 1; round <= rounds; ++round)); do
   for placement in host rr; do
-    for system in ${SYSTEMS:-collie mpi}; do
+    for system in ${SYSTEMS:-collie mpi gloo torch}; do
       echo "cluster_bench: round $round, $placement, $system"
-      "run_$system" $placement "$dir/$system-$placement-$round.csv"
+      out=$dir/$system-$placement-$round.csv
+      : >"$out"
+      "run_$system" $placement "$out" 8 "$split" "$small_iters"
+      "run_$system" $placement "$out" "$(($(bytes "$split") * factor))" "$(bytes "$max")" "$iters"
     done
   done
 done

@@ -6,8 +6,9 @@
 For each placement (by host, round robin) and size: the link bound
 2 (H - 1) / H x size / rate (what each host must send and receive, whatever
 the algorithm), collie's Auto (its pick) over the bound, the fastest of
-collie's algorithms and Auto over it, and Open MPI's time over collie's
-Auto (> 1: collie faster). Times are in-place (as mpi_bench's), the median
+collie's algorithms and Auto over it, and each peer's time over collie's
+Auto (> 1: collie faster): Open MPI, torch's gloo, and torch on collie (the
+collie backend: its overhead over collie's own Auto). Times are in-place (as mpi_bench's), the median
 over the rounds of each system's maximum-across-ranks mean.
 """
 import argparse, csv, glob, os, statistics
@@ -33,7 +34,7 @@ def main():
     a = p.parse_args()
     collie = defaultdict(list)  # (placement, size, algo) -> [us]
     picks = defaultdict(set)
-    mpi = defaultdict(list)  # (placement, size) -> [us]
+    peers = defaultdict(lambda: defaultdict(list))  # system -> (placement, size) -> [us]
     for path in glob.glob(os.path.join(a.dir, "*.csv")):
         system, placement, _ = os.path.basename(path)[:-4].split("-")
         with open(path) as f:
@@ -46,27 +47,31 @@ def main():
                 if r[1] == "auto":
                     picks[(placement, int(r[4]))].add(r[2])
             else:
-                mpi[(placement, int(r[1]))].append(float(r[2]))
+                peers[system][(placement, int(r[1]))].append(float(r[2]))
     med = {k: statistics.median(v) for k, v in collie.items()}
     for placement, words in (("host", "by host"), ("rr", "round robin")):
         sizes = sorted({s for (pl, s, _) in med if pl == placement})
         if not sizes:
             continue
         print(f"\nranks numbered {words}\n")
+        names = [(k, w) for k, w in (("mpi", "Open MPI"), ("gloo", "torch gloo"),
+                                      ("torch", "torch on collie")) if k in peers]
         print("| size | link bound | collie Auto | its pick | Auto / bound | fastest collie "
-              "| Auto / fastest | Open MPI | Open MPI / Auto |")
-        print("|---:|---:|---:|---|---:|---|---:|---:|---:|")
+              "| Auto / fastest |" + "".join(f" {w} / Auto |" for _, w in names))
+        print("|---:|---:|---:|---|---:|---|---:|" + "---:|" * len(names))
         for s in sizes:
             bound = 2 * (a.hosts - 1) / a.hosts * s * 8 / (a.gbits * 1e9) * 1e6
             auto = med[(placement, s, "auto")]
             algos = {al: t for (pl, sz, al), t in med.items() if pl == placement and sz == s
                      and al != "auto"}
             best = min(algos, key=algos.get)
-            m = statistics.median(mpi[(placement, s)]) if mpi.get((placement, s)) else None
-            print(f"| {label(s)} | {ms(bound)} | {ms(auto)} | {'/'.join(sorted(picks[(placement, s)]))} "
-                  f"| {auto / bound:.2f} | {best} {ms(algos[best])} | {auto / algos[best]:.2f} | "
-                  f"{ms(m) if m else '-'} | {m / auto:.2f} |" if m else "| - |")
-
+            row = (f"| {label(s)} | {ms(bound)} | {ms(auto)} | "
+                   f"{'/'.join(sorted(picks[(placement, s)]))} | {auto / bound:.2f} | "
+                   f"{best} {ms(algos[best])} | {auto / algos[best]:.2f} |")
+            for k, _ in names:
+                v = peers[k].get((placement, s))
+                row += f" {statistics.median(v) / auto:.2f} |" if v else " - |"
+            print(row)
 
 if __name__ == "__main__":
     main()

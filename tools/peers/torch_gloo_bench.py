@@ -6,6 +6,11 @@ build/release/python on PYTHONPATH).
   python3 tools/peers/torch_gloo_bench.py --ranks 2 --collective all_reduce \
       -b 8 -e 64M -f 4 -n 20 -w 5 [--backend collie] [--device cuda] > torch.csv
 
+With --env it is one rank of a job started by hand (on the hosts of
+tools/cluster.sh, say): RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from
+the environment (rank 0 hosts torch's store), GLOO_SOCKET_IFNAME or
+COLLIE_SOCKET_IFNAME for the interface; rank 0 prints the CSV.
+
 Prints CSV (collective, size_bytes, time_us, busbw_gbps) with the columns
 `collie bench --baseline` reads. Time: mean over iterations, maximum across
 ranks; bus factors as nccl-tests (and collie bench). float32, sum, in place
@@ -29,8 +34,9 @@ def factor(name, n):
 
 
 def run(rank, args, port, queue):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     if args.backend == "collie":
         import collie_torch  # noqa: F401  (registers "collie")
     dev = torch.device("cpu")
@@ -105,8 +111,23 @@ def main():
     p.add_argument("-w", type=int, default=5)
     p.add_argument("--backend", default="gloo", choices=["gloo", "collie"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--env", action="store_true",
+                   help="one rank of a job started by hand (RANK, WORLD_SIZE, MASTER_*)")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.env:
+        args.ranks = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ["RANK"])
+        rows = []
+
+        class Keep:  # rank 0's rows
+            def put(self, r):
+                rows.extend(r)
+
+        run(rank, args, None, Keep())
+        if rank == 0:
+            print_rows(args, rows)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -118,6 +139,10 @@ def main():
     rows = queue.get()
     for proc in procs:
         proc.join()
+    print_rows(args, rows)
+
+
+def print_rows(args, rows):
     print("collective,size_bytes,time_us,busbw_gbps,label")
     for nbytes, t, bw in rows:
         label = f"torch-{args.backend}" + ("-cuda" if args.device == "cuda" else "")

@@ -15,6 +15,20 @@
 //   different sizes work (a rank of a smaller host owns several stripes);
 //   with one host it is a reduce-scatter and an all-gather over shared
 //   memory, with one rank per host a ring.
+// - two_level_all_gather: each rank's block goes once to each other host,
+//   to one rank there (its partner: the rank of that host whose local index
+//   is the sender's modulo the host's ranks), in H - 1 steps (step k: to
+//   the partner on host h + k, from the ranks of host h - k whose partner
+//   this rank is); then, within each host, a pairwise exchange of what each
+//   rank holds (its own block and those it received), L - 1 steps. Each
+//   host's link carries its ranks' blocks once to each other host: with
+//   hosts of one size, (H - 1) / H of the output, the bound.
+// - two_level_reduce_scatter: its mirror. Within each host, a pairwise
+//   exchange sums, into each rank, its host's part of the blocks it will
+//   send: its own block and those of the ranks on other hosts whose partner
+//   here it is; then, in H - 1 steps, each such partial sum goes to its
+//   rank, which adds it to its block. Each host's link carries one partial
+//   sum per rank of the other hosts.
 #pragma once
 
 #include <collie/collectives/schedule.hpp>
@@ -22,5 +36,7 @@
 namespace collie::collectives {
 
 Schedule two_level_all_reduce(const Shape& shape);
+Schedule two_level_all_gather(const Shape& shape);
+Schedule two_level_reduce_scatter(const Shape& shape);
 
 }  // namespace collie::collectives
