@@ -16,16 +16,21 @@ namespace {
 
 // One rank's CPU seconds for the crowded-host bound (cost.hpp): per segment
 // sent or received, per byte sent or received, per byte reduced.
-double cpu_work(const Schedule& schedule, std::size_t element_bytes, const CostModel& model) {
+double cpu_work(const Schedule& schedule, const Shape& shape, std::size_t element_bytes,
+                const CostModel& model) {
   const std::size_t segment = std::max<std::size_t>(1, model.segment_bytes);
+  const auto* hosts = shape.hosts && shape.hosts->hosts() > 1 ? shape.hosts.get() : nullptr;
+  const auto host_of = [&](int r) { return hosts->host_of[static_cast<std::size_t>(r)]; };
   double work = 0;
   for (const auto& st : schedule.steps)
     for (const auto* list : {&st.sends, &st.recvs})
       for (const auto& t : *list) {
         const std::size_t b = t.range.count * element_bytes;
-        work += static_cast<double>(std::max<std::size_t>(1, (b + segment - 1) / segment)) *
-                    model.work_per_segment +
-                static_cast<double>(b) * model.work_per_byte;
+        const auto segments =
+            static_cast<double>(std::max<std::size_t>(1, (b + segment - 1) / segment));
+        work += segments * model.work_per_segment + static_cast<double>(b) * model.work_per_byte;
+        if (hosts && host_of(t.peer) != host_of(shape.rank))
+          work += segments * model.host_work_per_message;
         if (list == &st.recvs && t.combine == Combine::Reduce)
           work += static_cast<double>(b) * model.gamma;
       }
@@ -244,7 +249,7 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
       messages += st.sends.size();
       for (const auto& t : st.sends) bytes += t.range.count * element_bytes;
     }
-    if (crowded) work += cpu_work(schedules.back(), element_bytes, model);
+    if (crowded) work += cpu_work(schedules.back(), s, element_bytes, model);
     cost.steps = std::max(cost.steps, schedules.back().steps.size());
     cost.messages = std::max(cost.messages, messages);
     cost.bytes = std::max(cost.bytes, bytes);

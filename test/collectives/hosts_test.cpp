@@ -189,6 +189,35 @@ TEST_CASE("trees go by host: numbered round robin, they cross each host's link a
   }
 }
 
+TEST_CASE("Auto on hosts that share crowded cores: messages between hosts are work, and the "
+          "tree sends the fewest",
+          "[schedule][hosts][cost]") {
+  // 4 hosts of 2 ranks on 2 cores (namespaces of one machine): each message
+  // between hosts costs both ends host_work_per_message of a core. Small
+  // calls go to the tree (6 messages across hosts in all, recursive
+  // doubling 16); large ones still to two_level, the fewest bytes across.
+  CostModel model;
+  model.host_beta = 8 / 1e9;
+  model.host_alpha = 50e-6;
+  model.crowding = 4;
+  const std::size_t segment = model.segment_bytes;
+  for (bool round_robin : {false, true}) {
+    const auto hosts = std::make_shared<const Hosts>(uniform_hosts(4, 2, round_robin));
+    INFO(describe(*hosts));
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{512}, std::size_t{4096}})
+      CHECK(auto_algorithm(Collective::AllReduce, 8, bytes / 4, 4, segment, model, hosts) ==
+            Algorithm::Tree);
+    for (std::size_t bytes : {std::size_t{2} << 20, std::size_t{16} << 20})
+      CHECK(auto_algorithm(Collective::AllReduce, 8, bytes / 4, 4, segment, model, hosts) ==
+            Algorithm::TwoLevel);
+    // Without the term, recursive doubling's 3 rounds win the small calls.
+    CostModel free_messages = model;
+    free_messages.host_work_per_message = 0;
+    CHECK(auto_algorithm(Collective::AllReduce, 8, 2, 4, segment, free_messages, hosts) ==
+          Algorithm::RecursiveDoubling);
+  }
+}
+
 TEST_CASE("Auto on hosts: the links between hosts decide, and two_level is only a candidate "
           "where there are two levels",
           "[schedule][hosts][cost]") {

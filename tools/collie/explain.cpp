@@ -221,6 +221,9 @@ std::string model_words(const Request& r) {
                          8e-9 / m.host_beta);
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
+  if (m.crowding > 1 && r.hosts && r.hosts->hosts() > 1)
+    words += fmt::format(", a message between\n  hosts {} of a core's work at each end",
+                         time_label(m.host_work_per_message));
   if (m.crowding > 1 && m.flow_bytes > 0 && r.collective == cs::Collective::AllReduce)
     words += fmt::format(", with the caches of this\n  project's machine ({} a core, {} shared)",
                          bytes_label(static_cast<std::size_t>(m.core_cache_bytes)),

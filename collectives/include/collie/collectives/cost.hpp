@@ -88,6 +88,16 @@ struct CostModel {
   // Gbit/s, 30 us; COLLIE_HOST_LINK). Within a host the terms above hold.
   double host_alpha = 30e-6;
   double host_beta = 8 / 10e9;
+  // Crowded, a message between hosts is more of the cores' work than one
+  // within a host: CPU seconds it adds to the rank that sends it and to the
+  // one that receives it (the kernel's TCP path, out through one host's
+  // network stack and in through the other's). Where hosts share a
+  // machine's cores (namespaces, containers) that path runs on the same
+  // crowded cores as the ranks. Fitted on 4 emulated hosts of 2 ranks on 2
+  // cores (tools/cluster.sh; docs/algorithms.md, "A crowded machine"): 8 B
+  // all_reduce, the tree 177-226 us, recursive doubling, with twice the
+  // messages between hosts, 250-490 us.
+  double host_work_per_message = 25e-6;
 };
 
 // The model for a group whose every member is reached through shared
