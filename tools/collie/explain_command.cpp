@@ -203,7 +203,7 @@ void add_explain_command(CLI::App& app) {
          "World size (1 to 64; with --compare up to 1024; default 4, or --hosts x "
          "--ranks-per-host)");
   cmd->add_option("--hosts", args->hosts,
-                  "The ranks are on this many hosts: rings go by host, two_level works within "
+                  "The ranks are on this many hosts: rings and trees go by host, two_level works within "
                   "each host, then across (as the runtime, which learns its hosts at init)");
   cmd->add_option("--ranks-per-host", args->ranks_per_host,
                   "Ranks on each host (default: --ranks / --hosts)");

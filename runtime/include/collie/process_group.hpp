@@ -410,7 +410,8 @@ class ProcessGroup {
   // What carries this rank's messages: "tcp on 10.0.0.4:41234".
   std::string describe_transport() const;
   // Which hosts the group's ranks are on, as its algorithms see them
-  // (rings go by host; two_level works within each host, then across):
+  // (rings and trees go by host; two_level works within each host and
+  // across):
   // "4 hosts x 2 ranks, round robin"; "not known" for a group of one, or of
   // more ranks than init reads the hosts of (4096).
   std::string describe_hosts() const;
