@@ -41,44 +41,38 @@ printf '#!/bin/sh\nexec %s/tools/cluster.sh rsh "$@"\n' "$PWD" >"$dir/tmp/rsh"
 chmod +x "$dir/tmp/rsh"
 bytes() { numfmt --from=iec "$1"; }
 
-# Each run_SYSTEM PLACEMENT OUT FROM TO ITERS appends one sweep to OUT.
-run_collie() {
-  local n=$((hosts * per)) pids=() token
+# Runs "$@" on every rank's host, as rank r of the job (rank 0's standard
+# output appended to OUT), and waits for all: on_each_rank PLACEMENT OUT
+# [VAR=VALUE...] CMD... (env's words).
+on_each_rank() {
+  local placement=$1 out0=$2 n=$((hosts * per)) pids=() token
+  shift 2
   token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   for ((h = 0; h < hosts; ++h)); do
     for ((l = 0; l < per; ++l)); do
       local r=$((h * per + l)) out=/dev/null
-      [ "$1" = rr ] && r=$((l * hosts + h))
-      [ $r = 0 ] && out=$2
+      [ "$placement" = rr ] && r=$((l * hosts + h))
+      [ $r = 0 ] && out=$out0
       tools/cluster.sh run $h env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tools/cluster.sh addr 0)" \
-        MASTER_PORT=29500 COLLIE_SOCKET_IFNAME=eth0 COLLIE_HOST_LINK="$host_link" \
-        COLLIE_STORE_TOKEN="$token" COLLIE_LOG_LEVEL=warn "$collie" bench all_reduce -b "$3" \
-        -e "$4" -f "$factor" -n "$5" -w 2 --csv \
-        --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level >>"$out" &
+        COLLIE_SOCKET_IFNAME=eth0 COLLIE_HOST_LINK="$host_link" COLLIE_STORE_TOKEN="$token" \
+        COLLIE_LOG_LEVEL=warn "$@" >>"$out" &
       pids+=($!)
     done
   done
   wait "${pids[@]}"
 }
 
+# Each run_SYSTEM PLACEMENT OUT FROM TO ITERS appends one sweep to OUT.
+run_collie() {
+  on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
+    -f "$factor" -n "$5" -w 2 --csv --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level
+}
+
 run_torch_script() {  # backend, then as run_collie
-  local n=$((hosts * per)) pids=() token
-  token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  for ((h = 0; h < hosts; ++h)); do
-    for ((l = 0; l < per; ++l)); do
-      local r=$((h * per + l)) out=/dev/null
-      [ "$2" = rr ] && r=$((l * hosts + h))
-      [ $r = 0 ] && out=$3
-      tools/cluster.sh run $h env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tools/cluster.sh addr 0)" \
-        MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 COLLIE_SOCKET_IFNAME=eth0 \
-        COLLIE_HOST_LINK="$host_link" COLLIE_STORE_TOKEN="$token" COLLIE_LOG_LEVEL=warn \
-        PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
-        /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
-        -f "$factor" -n "$6" -w 2 >>"$out" &
-      pids+=($!)
-    done
-  done
-  wait "${pids[@]}"
+  on_each_rank "$2" "$3" MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 \
+    PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
+    /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
+    -f "$factor" -n "$6" -w 2
 }
 run_gloo() { run_torch_script gloo "$@"; }
 run_torch() { run_torch_script collie "$@"; }
