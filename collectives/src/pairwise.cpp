@@ -9,7 +9,7 @@ Schedule pairwise_all_to_all(const Shape& shape) {
   const auto n = static_cast<std::size_t>(shape.world);
   const auto c = shape.count;
   s.buffer_count = 2 * n * c;
-  auto input = [&](int r) { return Range{static_cast<std::size_t>(r) * c, c}; };
+  auto input = [&](int r) { return block(c, r); };
   auto output = [&](int r) { return Range{(n + static_cast<std::size_t>(r)) * c, c}; };
   Step own;
   add_copy(own, input(shape.rank), output(shape.rank));

@@ -7,11 +7,6 @@ namespace collie::collectives {
 
 namespace {
 
-// The block of a reduce-scatter or all-gather: rank-sized blocks of `count`.
-Range block(std::size_t count, int i) {
-  return Range{static_cast<std::size_t>(i) * count, count};
-}
-
 // Where this rank is in the ring, and who its neighbours are.
 struct Ring {
   std::vector<int> order;  // position -> rank

@@ -17,6 +17,10 @@ Range chunk(std::size_t count, int parts, int i) {
   return Range{k * base + std::min(k, extra), base + (k < extra ? 1 : 0)};
 }
 
+Range block(std::size_t count, int i) {
+  return Range{static_cast<std::size_t>(i) * count, count};
+}
+
 void add_send(Step& step, int peer, Range range) {
   if (range.count > 0) step.sends.push_back({peer, range, Combine::Copy});
 }

@@ -49,9 +49,7 @@ struct Site {
   }
 };
 
-Range block_of(std::size_t count, int rank) {
-  return Range{count * static_cast<std::size_t>(rank), count};
-}
+
 
 Site site_of(const Shape& shape) {
   Hosts hosts;
@@ -140,19 +138,19 @@ Schedule two_level_all_gather(const Shape& shape) {
   const int hosts = site.hosts();
   const int local_ranks = static_cast<int>(site.here().size());
   Step first;  // the rank's input into its own block
-  add_copy(first, Range{shape.count * n, shape.count}, block_of(shape.count, shape.rank));
+  add_copy(first, Range{shape.count * n, shape.count}, block(shape.count, shape.rank));
   push_step(s, std::move(first));
   // (1) Across hosts: this rank's block to its partner on host + k; the
   // blocks of host - k's ranks whose partner this rank is.
   for (int k = 1; k < hosts; ++k) {
     Step st;
     add_send(st, site.partner(site.local, (site.host + k) % hosts),
-             block_of(shape.count, shape.rank));
+             block(shape.count, shape.rank));
     const int from = (site.host - k + hosts) % hosts;
     const auto& there = site.ranks[static_cast<std::size_t>(from)];
     for (std::size_t l = 0; l < there.size(); ++l)
       if (site.partner(static_cast<int>(l), site.host) == shape.rank)
-        add_recv(st, there[l], block_of(shape.count, there[l]), Combine::Copy);
+        add_recv(st, there[l], block(shape.count, there[l]), Combine::Copy);
     push_step(s, std::move(st));
   }
   // (2) Within the host: what each rank holds, to every other.
@@ -162,9 +160,9 @@ Schedule two_level_all_gather(const Shape& shape) {
     const int to = (site.local + k) % local_ranks;
     const int from = (site.local - k + local_ranks) % local_ranks;
     for (int b : mine)
-      add_send(st, site.here()[static_cast<std::size_t>(to)], block_of(shape.count, b));
+      add_send(st, site.here()[static_cast<std::size_t>(to)], block(shape.count, b));
     for (int b : site.held_by(from))
-      add_recv(st, site.here()[static_cast<std::size_t>(from)], block_of(shape.count, b),
+      add_recv(st, site.here()[static_cast<std::size_t>(from)], block(shape.count, b),
                Combine::Copy);
     push_step(s, std::move(st));
   }
@@ -185,9 +183,9 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
     const int to = (site.local + k) % local_ranks;
     const int from = (site.local - k + local_ranks) % local_ranks;
     for (int b : site.held_by(to))
-      add_send(st, site.here()[static_cast<std::size_t>(to)], block_of(shape.count, b));
+      add_send(st, site.here()[static_cast<std::size_t>(to)], block(shape.count, b));
     for (int b : mine)
-      add_recv(st, site.here()[static_cast<std::size_t>(from)], block_of(shape.count, b),
+      add_recv(st, site.here()[static_cast<std::size_t>(from)], block(shape.count, b),
                Combine::Reduce);
     push_step(s, std::move(st));
   }
@@ -199,9 +197,9 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
     const auto& there = site.ranks[static_cast<std::size_t>(to)];
     for (std::size_t l = 0; l < there.size(); ++l)
       if (site.partner(static_cast<int>(l), site.host) == shape.rank)
-        add_send(st, there[l], block_of(shape.count, there[l]));
+        add_send(st, there[l], block(shape.count, there[l]));
     const int from = (site.host - k + hosts) % hosts;
-    add_recv(st, site.partner(site.local, from), block_of(shape.count, shape.rank),
+    add_recv(st, site.partner(site.local, from), block(shape.count, shape.rank),
              Combine::Reduce);
     push_step(s, std::move(st));
   }

@@ -106,6 +106,9 @@ bool overlap(const Range& a, const Range& b);
 // Chunk i of `count` elements cut into `parts` nearly equal, contiguous
 // chunks (the first count % parts chunks one element longer).
 Range chunk(std::size_t count, int parts, int i);
+// Rank i's block of a buffer of rank-sized blocks of `count` (reduce_scatter's
+// input, all_gather's output): [i * count, (i + 1) * count).
+Range block(std::size_t count, int i);
 
 // ---- running schedules without sockets ----
 
