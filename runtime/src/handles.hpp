@@ -23,6 +23,7 @@ class detail::WorkState {
 struct detail::Access {
   static ProcessGroup group(std::shared_ptr<Group> g) { return ProcessGroup(std::move(g)); }
   static Work work(std::unique_ptr<WorkState> state) { return Work(std::move(state)); }
+  static const std::shared_ptr<Group>& group_of(const ProcessGroup& pg) { return pg.impl_; }
 };
 
 }  // namespace collie

@@ -13,6 +13,11 @@
 // the program ever takes (diagnosis.hpp). So no two calls of one group, and
 // no two live groups that share a rank (new_group gives each a slot of its
 // own, process_group.cpp), ever match each other's messages.
+//
+// Master-worker mode's messages (master_worker.hpp; bits 62-63 clear, bit
+// 61 set): bits 56-60 the kind of message, bits 0-55 a sequence (the
+// operation's on its worker, or a copy's). Only the world's ranks use them,
+// one run at a time.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +55,12 @@ inline std::uint64_t diagnosis_tag(std::uint32_t slot, std::uint64_t sequence) {
 // The tag of a point-to-point message with the program's `tag`.
 inline std::uint64_t p2p_tag(std::uint32_t slot, int tag) {
   return (static_cast<std::uint64_t>(slot) << 31) | static_cast<std::uint64_t>(tag);
+}
+
+// A master-worker message of `kind` (0 to 31) for `sequence`.
+inline std::uint64_t master_worker_tag(unsigned kind, std::uint64_t sequence) {
+  return (std::uint64_t{1} << 61) | (static_cast<std::uint64_t>(kind & 31u) << 56) |
+         (sequence & ((std::uint64_t{1} << 56) - 1));
 }
 
 }  // namespace collie

@@ -1,0 +1,87 @@
+// A worker's side of a master-worker run (master_worker.hpp): its buffers,
+// its stream (the master's commands, run one after another in order), and
+// the batches of completions it sends back.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <collie/master_worker.hpp>
+#include <collie/transport/transport.hpp>
+
+#include "wire.hpp"
+
+namespace collie::mw {
+
+class Worker {
+ public:
+  Worker(std::shared_ptr<transport::Transport> transport, ProcessGroup workers,
+         const Kernels& kernels, Options options, const std::string& host);
+  // Runs the master's commands until it says shutdown; throws
+  // ConnectionError naming the master when it is gone.
+  void serve();
+
+ private:
+  struct Buf {
+    DataType dtype = DataType::Float32;
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+    std::shared_ptr<std::byte> data;  // null once allocation failed
+    std::string poisoned;             // the first failure that wrote it
+  };
+  // A transfer in flight: the stream goes on, and a later operation that
+  // touches its buffer waits for it first.
+  struct InFlight {
+    std::uint64_t seq = 0;
+    std::uint64_t buffer = 0;
+    bool writes = false;  // a receive into the buffer
+    int peer = 0;         // whom it moves data with
+    std::string what;     // "copy #4 from worker 1"
+    transport::RequestPtr request;
+    std::unique_ptr<std::uint64_t> ready;  // a large write's "ready" message
+    transport::RequestPtr ready_send;
+    std::uint64_t transfer = 0;             // a copy's number
+    std::unique_ptr<wire::CopyWhy> why;     // a poisoned copy's cause, sent or received
+    transport::RequestPtr why_send;
+  };
+  struct Outgoing {
+    std::unique_ptr<wire::CompletionsHeader> header;
+    std::vector<std::byte> body;
+    transport::RequestPtr header_send, body_send;
+  };
+
+  void execute(const wire::Command& c, const std::vector<std::byte>& body);
+  void run_command(const wire::Command& c, const std::vector<std::byte>& body, double& value,
+                   bool& later);
+  void collective(const wire::Command& c);
+  Buf& use(std::uint64_t id);  // after its transfers; throws if unknown or poisoned
+  void settle(std::uint64_t id);         // waits for the transfers on buffer `id`
+  void reap(bool all);                   // finished transfers become records
+  void finish_transfer(InFlight& f);
+  void record(std::uint64_t seq, bool failed, const std::string& message, double value = 0);
+  void flush();
+  void poison_outputs(const wire::Command& c, const std::vector<std::byte>& body,
+                      const std::string& cause);
+  std::string describe(const wire::Command& c) const;
+
+  std::shared_ptr<transport::Transport> t_;
+  ProcessGroup workers_;
+  const Kernels& kernels_;
+  Options options_;
+  int rank_;
+  std::string me_;  // "worker 2 (rank 2 on 10.0.0.5)"
+  std::map<std::uint64_t, Buf> buffers_;
+  std::size_t held_bytes_ = 0;
+  std::deque<InFlight> in_flight_;
+  std::vector<wire::Record> records_;
+  std::vector<std::string> messages_;
+  std::chrono::steady_clock::time_point first_unsent_;
+  std::deque<Outgoing> outgoing_;
+};
+
+}  // namespace collie::mw
