@@ -37,6 +37,7 @@ struct LaunchArgs {
   double join_timeout_s = 300;  // torchrun's join_timeout: waiting for the nodes to join
   std::string token_file;     // the job's secret; see Launcher::resolve_token()
   bool insecure = false;      // several nodes without a secret
+  bool master_worker = false;  // a worker's failure is rank 0's to handle (collie::mw)
   std::string bind = "auto";  // cpu_binding.hpp
   std::vector<std::string> command;
 

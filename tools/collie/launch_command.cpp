@@ -97,6 +97,11 @@ void add_launch_command(CLI::App& app) {
   cmd->add_flag("--insecure", args->insecure,
                 "Several nodes without a secret: anyone who can reach the store's port may "
                 "join or stop the job (a warning says so)");
+  cmd->add_flag("--master-worker", args->master_worker,
+                "Rank 0 is the master of a master-worker program (collie/master_worker.hpp): "
+                "a worker (another rank) that fails is the master's to handle, and the "
+                "others go on; the job ends when rank 0 and the workers it shut down end, "
+                "with rank 0's exit code");
   add_bind_option(*cmd, args->bind, "the ranks");
   cmd->add_option("command", args->command,
                   "The program and its arguments (after -- or after the options; a .py "

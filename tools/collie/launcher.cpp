@@ -329,6 +329,14 @@ class Launcher {
     const int status = *r.status;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (ok || ranks_->stopping()) return;
+    if (args_.master_worker && r.rank != 0) {
+      // The master names the worker in its own errors and goes on.
+      say(fmt::format("rank {} (a worker, node {}, pid {}) failed: {}, {} after it started; the "
+                      "master carries on",
+                      r.rank, node_rank_, r.pid, describe_wait_status(status),
+                      seconds(r.ended - r.started)));
+      return;
+    }
     first_failure_ = &r;
     exit_code_ = exit_code_of(status);
     failure_text_ = fmt::format("rank {} (node {}, pid {}) failed first: {}, {} after it started",

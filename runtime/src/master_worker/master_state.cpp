@@ -281,8 +281,10 @@ void MasterState::run_completions() {
                                           &l.ready_seq, sizeof l.ready_seq);
         }
       } catch (const Error& e) {
+        // The backend's word on the peer is shorter than the receive's.
+        const std::string why = transport->failure_of(l.rank);
         std::lock_guard lock(sync->mu);
-        fail_worker(l, e.what());
+        fail_worker(l, why.empty() ? e.what() : why);
       }
     }
   }
@@ -328,13 +330,28 @@ void MasterState::shutdown() {
   }
   if (completions.joinable()) completions.join();
   // Nothing follows a worker's shutdown: the receives still posted are
-  // withdrawn (a wait that times out), so no transport holds our memory.
+  // withdrawn (a wait that times out), so no transport holds our memory
+  // and none sees a worker's leaving as a failure; then each worker is told
+  // it may go (a command numbered 0).
+  wire::Command last;
+  last.op = wire::Op::Shutdown;
+  std::vector<transport::RequestPtr> byes;
   for (auto& l : links) {
     for (auto* r : {&l.done_recv, &l.ready_recv}) {
       try {
         if (*r) transport->wait(*r, 1ms);
       } catch (const std::exception&) {
       }
+    }
+    if (l.failure.empty())
+      byes.push_back(transport->isend(l.rank, master_worker_tag(wire::kCommand, 0), &last,
+                                      sizeof last, 0));
+  }
+  for (auto& r : byes) {
+    try {
+      transport->wait(r, options.timeout);
+    } catch (const std::exception& e) {
+      log().warn("master-worker: telling a worker to go: {}", e.what());
     }
   }
 }

@@ -475,11 +475,12 @@ void Worker::serve() {
         t_->wait(o.header_send, options_.timeout);
         t_->wait(o.body_send, options_.timeout);
       }
-      // The receive posted for a next command is withdrawn with a wait
-      // that cannot succeed: nothing follows a shutdown.
+      // The master's last word (a command numbered 0) says it has stopped
+      // listening: leaving before it would look like a failure there.
       try {
-        t_->wait(pending, 1ms);
-      } catch (const Error&) {
+        t_->wait(pending, options_.timeout);
+      } catch (const Error& e) {
+        log().warn("{}: no last word from the master after its shutdown: {}", me_, e.what());
       }
       return;
     }

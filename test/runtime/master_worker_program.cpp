@@ -1,0 +1,165 @@
+// One rank of the master-worker tests run under `collie launch`
+// (master_worker_launch_test.cpp), and the rate benchmark. Modes:
+//
+//   kill        4+ ranks: worker 2 is SIGKILLed with work queued on every
+//               worker; prints each future's fate and how long it took
+//   master-dies the master SIGKILLs itself with work queued on the workers
+//   flood N     N operations queued without waiting; prints the master's
+//               resident memory before and after
+//   rate N MiB  N elementwise sums of two MiB-sized float32 buffers on worker
+//               1, against the same sums run here in one process
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collie/collie.hpp>
+#include <collie/master_worker.hpp>
+
+namespace mw = collie::mw;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+long rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// "ok" or "failed: <its error>"
+template <class E>
+std::string fate(const E& e) {
+  try {
+    e.wait(30s);
+    return "ok";
+  } catch (const collie::Error& err) {
+    return std::string("failed: ") + err.what();
+  }
+}
+
+void kill_worker(mw::Master& m) {
+  const int n = m.world_size();
+  const auto pid = static_cast<pid_t>(m.call(2, "pid", {}, {}).get());
+  std::vector<mw::Buffer> a;
+  for (int w = 1; w < n; ++w) {
+    a.push_back(m.alloc<float>(w, 1 << 16));
+    m.fill(a.back(), w);
+  }
+  // Worker 2 is busy for a while; more is queued behind, on it and on the
+  // others, and a copy from worker 1 to worker 2 depends on both.
+  auto busy = m.call(2, "spin", {}, {}, {2000});
+  auto behind = m.scale(a[1], 2);
+  auto copy_in = m.copy(a[1], a[0]);
+  auto on_1 = m.scale(a[0], 3);
+  auto on_3 = m.scale(a[2], 3);
+  std::this_thread::sleep_for(200ms);  // the spin has started
+  const auto killed = Clock::now();
+  kill(pid, SIGKILL);
+  for (auto* e : {static_cast<mw::Event*>(&busy), &behind, &copy_in}) {
+    const std::string f = fate(*e);
+    std::printf("depends on worker 2: %s after %.0f ms: %s\n", e->what().c_str(), ms_since(killed),
+                f.c_str());
+  }
+  std::printf("worker 1: %s\n", fate(on_1).c_str());
+  std::printf("worker 3: %s\n", fate(on_3).c_str());
+  // Calls on worker 2's buffers throw at once; collectives need every worker.
+  try {
+    m.fill(a[1], 0);
+    std::printf("a dead worker's buffer: no error\n");
+  } catch (const collie::ConnectionError& e) {
+    std::printf("a dead worker's buffer: ConnectionError: %s\n", e.what());
+  }
+  try {
+    m.all_reduce(a);
+    std::printf("all_reduce with a dead worker: no error\n");
+  } catch (const collie::ConnectionError& e) {
+    std::printf("all_reduce with a dead worker: ConnectionError: %s\n", e.what());
+  }
+  // The master goes on with the others: worker 1's data, copied to 3.
+  auto b3 = m.alloc<float>(3, 1 << 16);
+  m.copy(b3, a[0]);
+  const auto v = m.read<float>(b3).get();
+  bool right = true;
+  for (float x : v) right = right && x == 3.0f;
+  std::printf("after: worker 1 -> worker 3 %s\n", right ? "right" : "WRONG");
+}
+
+void master_dies(mw::Master& m) {
+  for (int w = 1; w < m.world_size(); ++w) m.call(w, "spin", {}, {}, {100});
+  std::printf("master: dying\n");
+  std::fflush(stdout);
+  raise(SIGKILL);
+}
+
+void flood(mw::Master& m, long n) {
+  auto b = m.alloc<float>(1, 1);
+  m.fill(b, 0).wait();
+  const long before = rss_kib();
+  const auto t = Clock::now();
+  for (long i = 0; i < n; ++i) m.scale(b, 1);
+  m.synchronize();
+  std::printf("flood: %ld operations in %.0f ms; master rss %ld KiB before, %ld KiB after\n", n,
+              ms_since(t), before, rss_kib());
+}
+
+void rate(mw::Master& m, long n, long mib) {
+  const std::size_t count = static_cast<std::size_t>(mib) << 18;
+  // Here, in one process.
+  std::vector<float> x(count, 1.0f), y(count, 2.0f);
+  auto t = Clock::now();
+  for (long i = 0; i < n; ++i) collie::reduce(collie::DataType::Float32, collie::ReduceOp::Sum, x.data(), y.data(), count);
+  const double local = ms_since(t);
+  // On worker 1, queued.
+  auto bx = m.alloc<float>(1, count), by = m.alloc<float>(1, count);
+  m.fill(bx, 1);
+  m.fill(by, 2).wait();
+  t = Clock::now();
+  for (long i = 0; i < n; ++i) m.combine(bx, by);
+  m.synchronize();
+  const double queued = ms_since(t);
+  std::printf("rate: %ld sums of %ld MiB: local %.1f us each, queued on a worker %.1f us each: "
+              "%.2fx the local rate\n",
+              n, mib, local * 1000 / n, queued * 1000 / n, local / queued);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const long arg = argc > 2 ? std::stol(argv[2]) : 0;
+  const long arg2 = argc > 3 ? std::stol(argv[3]) : 1;
+  mw::Kernels k;
+  k.add("pid", [](mw::KernelArgs&) { return static_cast<double>(getpid()); });
+  k.add("spin", [](mw::KernelArgs& a) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(a.scalar(0))));
+    return 0.0;
+  });
+  try {
+    collie::ProcessGroup world = collie::init();
+    return mw::run(world, k, [&](mw::Master& m) {
+      if (mode == "kill") kill_worker(m);
+      else if (mode == "master-dies") master_dies(m);
+      else if (mode == "flood") flood(m, arg);
+      else if (mode == "rate") rate(m, arg, arg2);
+      else throw collie::ArgumentError("unknown mode '" + mode + "'");
+      std::fflush(stdout);
+    });
+  } catch (const collie::Error& e) {
+    std::fprintf(stderr, "rank error: %s\n", e.what());
+    return 1;
+  }
+}
