@@ -7,7 +7,7 @@
 //
 // The parts: process_group_collie.hpp (the process group), works.hpp (how
 // its calls complete), tensors.hpp (which tensors it takes), torch_store.hpp
-// (torch's store as collie's).
+// (torch's store as collie's), remote.hpp (master-worker mode: collie_torch.remote).
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
@@ -17,6 +17,7 @@
 #include <collie/version.hpp>
 
 #include "process_group_collie.hpp"
+#include "remote.hpp"
 #include "torch_store.hpp"
 
 namespace collie_torch {
@@ -86,4 +87,5 @@ PYBIND11_MODULE(_collie_torch, m) {
   m.def("describe_transport", &collie_torch::describe, pybind11::arg("group"),
         "What carries a collie group's messages (\"tcp on 127.0.0.1:41234\", \"shm ...\").");
   m.attr("__version__") = collie::version();
+  collie_torch::add_remote(m);
 }

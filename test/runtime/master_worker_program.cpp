@@ -6,7 +6,7 @@
 //   master-dies the master SIGKILLs itself with work queued on the workers
 //   flood N     N operations queued without waiting; prints the master's
 //               resident memory before and after
-//   rate N MiB  N elementwise sums of two MiB-sized float32 buffers on worker
+//   rate N KiB  N elementwise sums of two KiB-sized float32 buffers on worker
 //               1, against the same sums run here in one process
 #include <signal.h>
 #include <unistd.h>
@@ -116,8 +116,8 @@ void flood(mw::Master& m, long n) {
               ms_since(t), before, rss_kib());
 }
 
-void rate(mw::Master& m, long n, long mib) {
-  const std::size_t count = static_cast<std::size_t>(mib) << 18;
+void rate(mw::Master& m, long n, long kib) {
+  const std::size_t count = static_cast<std::size_t>(kib) << 8;
   // Here, in one process.
   std::vector<float> x(count, 1.0f), y(count, 2.0f);
   auto t = Clock::now();
@@ -131,9 +131,9 @@ void rate(mw::Master& m, long n, long mib) {
   for (long i = 0; i < n; ++i) m.combine(bx, by);
   m.synchronize();
   const double queued = ms_since(t);
-  std::printf("rate: %ld sums of %ld MiB: local %.1f us each, queued on a worker %.1f us each: "
+  std::printf("rate: %ld sums of %ld KiB: local %.1f us each, queued on a worker %.1f us each: "
               "%.2fx the local rate\n",
-              n, mib, local * 1000 / n, queued * 1000 / n, local / queued);
+              n, kib, local * 1000 / n, queued * 1000 / n, local / queued);
 }
 
 }  // namespace

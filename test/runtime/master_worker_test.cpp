@@ -250,6 +250,7 @@ TEST_CASE("master-worker: kernels run by name, and one that throws poisons only 
     return total + a.scalar(0);
   });
   k.add("explode", [](mw::KernelArgs&) -> double { throw std::runtime_error("boom"); });
+  k.add("text_length", [](mw::KernelArgs& a) { return static_cast<double>(a.text().size()); });
   std::string unknown, direct, later, other;
   run_job(3, k, [&](mw::Master& m) {
     auto x = m.alloc<double>(1, 4), y = m.alloc<double>(1, 4), z = m.alloc<double>(1, 4);
@@ -257,6 +258,7 @@ TEST_CASE("master-worker: kernels run by name, and one that throws poisons only 
     auto total = m.call(1, "square_into", {x}, {y}, {0.5});
     expect(total.get() == 36.5, "the kernel's value");
     expect(m.read<double>(y).get() == std::vector<double>(4, 9.0), "its output");
+    expect(m.call(1, "text_length", {}, {}, {}, "hello").get() == 5.0, "the text argument");
     try {
       m.call(1, "no_such_kernel", {}, {});
     } catch (const collie::ArgumentError& e) {

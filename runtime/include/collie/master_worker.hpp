@@ -150,14 +150,19 @@ class KernelArgs {
     std::size_t count;
   };
   KernelArgs(int worker, std::vector<Slot> inputs, std::vector<Slot> outputs,
-             std::vector<double> scalars)
+             std::vector<double> scalars, std::string text = {})
       : worker_(worker), inputs_(std::move(inputs)), outputs_(std::move(outputs)),
-        scalars_(std::move(scalars)) {}
+        scalars_(std::move(scalars)), text_(std::move(text)) {}
   int worker() const { return worker_; }
   std::size_t inputs() const { return inputs_.size(); }
   std::size_t outputs() const { return outputs_.size(); }
   const std::vector<double>& scalars() const { return scalars_; }
   double scalar(std::size_t i) const;
+  // The call's text argument (empty if none): what the kernel needs that
+  // is not a number, e.g. an operation's name and its tensors' shapes.
+  const std::string& text() const { return text_; }
+  const std::vector<Slot>& input_slots() const { return inputs_; }
+  const std::vector<Slot>& output_slots() const { return outputs_; }
   template <class T>
   std::span<const T> input(std::size_t i) const {
     const Slot& s = slot(inputs_, i, dtype_of<T>, "input");
@@ -175,6 +180,7 @@ class KernelArgs {
   int worker_;
   std::vector<Slot> inputs_, outputs_;
   std::vector<double> scalars_;
+  std::string text_;
 };
 
 // A kernel returns a scalar (the call's Future value; 0 if it has none).
@@ -259,10 +265,11 @@ class Master {
   Event copy(const Buffer& dst, const Buffer& src);
 
   // A kernel registered under `name`, on `worker`: it reads `inputs` and
-  // writes `outputs` (buffers on that worker). An unknown name throws
-  // ArgumentError here, at the call.
+  // writes `outputs` (buffers on that worker), given `scalars` and `text`.
+  // An unknown name throws ArgumentError here, at the call.
   Future<double> call(int worker, std::string_view name, const std::vector<Buffer>& inputs,
-                      const std::vector<Buffer>& outputs, const std::vector<double>& scalars = {});
+                      const std::vector<Buffer>& outputs, const std::vector<double>& scalars = {},
+                      std::string_view text = {});
 
   // Collectives among all the workers: one buffer on each worker, in
   // worker order, alike in dtype and count. all_gather's outputs hold

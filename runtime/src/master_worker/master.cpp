@@ -364,7 +364,8 @@ Event Master::copy(const Buffer& dst, const Buffer& src) {
 }
 
 Future<double> Master::call(int worker, std::string_view name, const std::vector<Buffer>& inputs,
-                            const std::vector<Buffer>& outputs, const std::vector<double>& scalars) {
+                            const std::vector<Buffer>& outputs, const std::vector<double>& scalars,
+                            std::string_view text) {
   auto& m = *state_;
   m.link(worker);
   if (m.kernels.find(name) == nullptr)
@@ -382,6 +383,7 @@ Future<double> Master::call(int worker, std::string_view name, const std::vector
   }
   body.put(static_cast<std::uint32_t>(scalars.size()));
   for (double s : scalars) body.put(s);
+  body.put_string(text);
   Command c;
   c.op = Op::Call;
   auto op = m.new_op(fmt::format("call({}) on worker {}", name, worker), 1);

@@ -377,7 +377,8 @@ void Worker::run_command(const Command& c, const std::vector<std::byte>& body, d
       }
       std::vector<double> scalars(in.get<std::uint32_t>());
       for (double& s : scalars) s = in.get<double>();
-      KernelArgs args(rank_, std::move(slots[0]), std::move(slots[1]), std::move(scalars));
+      KernelArgs args(rank_, std::move(slots[0]), std::move(slots[1]), std::move(scalars),
+                      in.get_string());
       try {
         value = (*k)(args);
       } catch (const std::exception& e) {
