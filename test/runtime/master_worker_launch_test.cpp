@@ -4,6 +4,7 @@
 // master that dies takes the job down blaming rank 0, and a flood of
 // operations never waited on keeps the master's memory bounded.
 #include <regex>
+#include <tuple>
 
 #include <catch2/catch.hpp>
 
@@ -19,12 +20,13 @@ namespace {
 const std::string kProgram = COLLIE_MW_PROGRAM_PATH;
 const std::string kExamples = COLLIE_EXAMPLES_DIR;
 
-RunResult launch(int ranks, const std::vector<std::string>& program, bool master_worker = true) {
+RunResult launch(int ranks, const std::vector<std::string>& program, bool master_worker = true,
+                 const std::vector<std::string>& env = {}) {
   std::vector<std::string> args;
   if (master_worker) args.push_back("--master-worker");
   args.insert(args.end(), {"-n", std::to_string(ranks), "--"});
   args.insert(args.end(), program.begin(), program.end());
-  return collie_cli("launch", args, {}, 180s);
+  return collie_cli("launch", args, env, 180s);
 }
 
 }  // namespace
@@ -69,12 +71,39 @@ TEST_CASE("master-worker: a worker SIGKILLed mid-run fails what depended on it w
 
 TEST_CASE("master-worker: a master that dies ends the job, blaming rank 0",
           "[master_worker][launch]") {
-  const auto r = launch(3, {kProgram, "master-dies"});
+  for (const auto& [mode, signal, name] :
+       {std::tuple{"master-dies", 9, "SIGKILL"}, std::tuple{"master-term", 15, "SIGTERM"}}) {
+    const auto r = launch(3, {kProgram, mode});
+    INFO(mode << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
+    CHECK(r.exit_code == 128 + signal);
+    CHECK_THAT(r.out, Catch::Contains("master: dying"));
+    CHECK_THAT(r.err, Catch::Contains("rank 0 (node 0") && Catch::Contains("failed first") &&
+                          Catch::Contains(std::string("killed by ") + name));
+  }
+}
+
+TEST_CASE("master-worker: a stopped worker is named, and goes on when continued",
+          "[master_worker][launch]") {
+  const auto r = launch(2, {kProgram, "stop"}, true, {"COLLIE_STALL_TIME=1"});
   INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
-  CHECK(r.exit_code == 128 + 9);
-  CHECK_THAT(r.out, Catch::Contains("master: dying"));
-  CHECK_THAT(r.err, Catch::Contains("rank 0") && Catch::Contains("failed first") &&
-                        Catch::Contains("SIGKILL"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("stopped: TimeoutError: fill(float32[16]") &&
+                        Catch::Contains("worker 1 (rank 1") &&
+                        Catch::Contains("has finished nothing for") &&
+                        Catch::Contains("is stopped (SIGSTOP") &&
+                        Catch::Contains("continued: right"));
+}
+
+TEST_CASE("master-worker: a copy chain between workers moves no payload through the master",
+          "[master_worker][launch]") {
+  // Over TCP every byte the master's process receives or sends passes its
+  // sockets: 64 MiB through three hops would be 192 MiB there.
+  const auto r = launch(4, {kProgram, "chain", "64"}, true, {"COLLIE_TRANSPORT=tcp"});
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.out, m, std::regex(R"(chain: 64 MiB 1 -> 2 -> 3 -> 1 right; the master's process moved (\d+) bytes)")));
+  CHECK(std::stol(m[1].str()) < (1 << 20));
 }
 
 TEST_CASE("master-worker: operations queued without waiting keep the master's memory bounded",

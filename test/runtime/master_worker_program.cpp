@@ -4,6 +4,12 @@
 //   kill        4+ ranks: worker 2 is SIGKILLed with work queued on every
 //               worker; prints each future's fate and how long it took
 //   master-dies the master SIGKILLs itself with work queued on the workers
+//   master-term the same with SIGTERM
+//   stop        worker 1 is SIGSTOPped with work queued: a wait that times
+//               out says so (run with a short COLLIE_STALL_TIME); SIGCONT
+//               and the work finishes
+//   chain MiB   a copy 1 -> 2 -> 3 -> 1 of MiB; prints the bytes the master's
+//               process read and wrote meanwhile (over TCP, its sockets')
 //   flood N     N operations queued without waiting; prints the master's
 //               resident memory before and after
 //   rate N KiB  N elementwise sums of two KiB-sized float32 buffers on worker
@@ -98,11 +104,50 @@ void kill_worker(mw::Master& m) {
   std::printf("after: worker 1 -> worker 3 %s\n", right ? "right" : "WRONG");
 }
 
-void master_dies(mw::Master& m) {
+void master_dies(mw::Master& m, int signal_number) {
   for (int w = 1; w < m.world_size(); ++w) m.call(w, "spin", {}, {}, {100});
   std::printf("master: dying\n");
   std::fflush(stdout);
-  raise(SIGKILL);
+  raise(signal_number);
+}
+
+void stop_worker(mw::Master& m) {
+  const auto pid = static_cast<pid_t>(m.call(1, "pid", {}, {}).get());
+  kill(pid, SIGSTOP);
+  auto b = m.alloc<float>(1, 16);
+  auto f = m.fill(b, 2);
+  try {
+    f.wait(4s);
+    std::printf("stopped: no timeout\n");
+  } catch (const collie::TimeoutError& e) {
+    std::printf("stopped: TimeoutError: %s\n", e.what());
+  }
+  kill(pid, SIGCONT);
+  f.wait(30s);
+  std::printf("continued: %s\n", m.reduce(b).get() == 32.0 ? "right" : "WRONG");
+}
+
+// rchar + wchar of this process: every byte its sockets moved (and its files).
+long io_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  long value = 0, total = 0;
+  while (io >> key >> value)
+    if (key == "rchar:" || key == "wchar:") total += value;
+  return total;
+}
+
+void chain(mw::Master& m, long mib) {
+  const std::size_t count = static_cast<std::size_t>(mib) << 18;
+  std::vector<mw::Buffer> b;
+  for (int w : {1, 2, 3, 1}) b.push_back(m.alloc<float>(w, count));
+  m.fill(b[0], 7).wait();
+  const long before = io_bytes();
+  for (std::size_t i = 1; i < b.size(); ++i) m.copy(b[i], b[i - 1]);
+  const double last = m.reduce(b.back(), collie::ReduceOp::Min).get();
+  const long moved = io_bytes() - before;
+  std::printf("chain: %ld MiB 1 -> 2 -> 3 -> 1 %s; the master's process moved %ld bytes\n", mib,
+              last == 7.0 ? "right" : "WRONG", moved);
 }
 
 void flood(mw::Master& m, long n) {
@@ -152,7 +197,10 @@ int main(int argc, char** argv) {
     collie::ProcessGroup world = collie::init();
     return mw::run(world, k, [&](mw::Master& m) {
       if (mode == "kill") kill_worker(m);
-      else if (mode == "master-dies") master_dies(m);
+      else if (mode == "master-dies") master_dies(m, SIGKILL);
+      else if (mode == "master-term") master_dies(m, SIGTERM);
+      else if (mode == "stop") stop_worker(m);
+      else if (mode == "chain") chain(m, arg);
       else if (mode == "flood") flood(m, arg);
       else if (mode == "rate") rate(m, arg, arg2);
       else throw collie::ArgumentError("unknown mode '" + mode + "'");

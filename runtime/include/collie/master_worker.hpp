@@ -49,6 +49,11 @@
 //   the master within a second of noticing (a worker inside a long kernel
 //   notices when it returns); under `collie launch` the job fails, blaming
 //   rank 0.
+// - A worker that hangs (stopped, deadlocked, in an endless kernel): after
+//   the stall time (COLLIE_STALL_TIME, 30 s) with operations queued and none
+//   finished, the master's log names it and what its process is doing
+//   (stopped, alive) where it is on the master's host, and a wait that
+//   times out says so. Nothing fails for it: a long kernel is legitimate.
 // - The master's program returning (or throwing) with operations queued:
 //   run() waits for them, shuts the workers down, and returns (or rethrows).
 #pragma once

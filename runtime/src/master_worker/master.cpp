@@ -34,8 +34,13 @@ void Event::wait(std::chrono::milliseconds timeout) const {
   if (!op_) return;
   {
     std::unique_lock lock(op_->sync->mu);
-    if (!op_->sync->cv.wait_for(lock, timeout, [&] { return op_->done; }))
-      throw TimeoutError(fmt::format("{}: not done after {} ms", op_->what, timeout.count()));
+    if (!op_->sync->cv.wait_for(lock, timeout, [&] { return op_->done; })) {
+      auto report = op_->sync->stall_reports.find(op_->worker);
+      throw TimeoutError(fmt::format("{}: not done after {} ms{}", op_->what, timeout.count(),
+                                     report == op_->sync->stall_reports.end()
+                                         ? std::string()
+                                         : "; " + report->second));
+    }
   }
   wait();
 }

@@ -41,8 +41,8 @@ const char* op_name(wire::Op op) {
 }
 
 MasterState::MasterState(std::shared_ptr<transport::Transport> t, const Kernels& k, Options o,
-                         std::string /*master_host*/)
-    : transport(std::move(t)), kernels(k), options(o) {
+                         store::Store* s, std::chrono::milliseconds stall)
+    : transport(std::move(t)), store(s), stall_time(stall), kernels(k), options(o) {
   const int n = transport->world_size();
   links = std::vector<Link>(static_cast<std::size_t>(n > 0 ? n - 1 : 0));
   for (int r = 1; r < n; ++r) {
@@ -110,6 +110,8 @@ void MasterState::submit(int worker, wire::Command c, std::vector<std::byte> bod
     part.data = transport->irecv(worker, master_worker_tag(wire::kData, c.seq), part.read_into,
                                  part.read_bytes);
   }
+  if (l.pending.empty()) l.last_news = std::chrono::steady_clock::now();
+  if (part.op->worker == 0) part.op->worker = worker;
   l.pending.emplace(c.seq, std::move(part));
   Link::Sent s;
   s.command = std::make_unique<wire::Command>(c);
@@ -202,6 +204,12 @@ void MasterState::take_completions(Link& l) {
     }
   }
   std::lock_guard lock(sync->mu);
+  l.last_news = std::chrono::steady_clock::now();
+  if (l.stall_rounds > 0) {
+    log().warn("master-worker: {} goes on again after its stall", l.name);
+    l.stall_rounds = 0;
+    sync->stall_reports.erase(l.rank);
+  }
   std::size_t read_index = 0;
   for (std::size_t i = 0; i < records.size(); ++i) {
     auto it = l.pending.find(records[i].seq);
@@ -287,6 +295,7 @@ void MasterState::run_completions() {
         fail_worker(l, why.empty() ? e.what() : why);
       }
     }
+    watch_stalls();
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <collie/master_worker.hpp>
+#include <collie/store/store.hpp>
 #include <collie/transport/transport.hpp>
 
 #include "wire.hpp"
@@ -23,11 +24,15 @@ namespace collie::mw::detail {
 struct Sync {
   std::mutex mu;
   std::condition_variable cv;
+  // The stall watch's last word on each worker that has kept operations
+  // waiting (stall_watch.cpp), for a wait that times out to quote.
+  std::map<int, std::string> stall_reports;
 };
 
 struct OpState {
   std::shared_ptr<Sync> sync;
   std::string what;  // "fill(float32[1024] #3) on worker 1"
+  int worker = 0;    // the (first) worker it runs on
   int parts = 1;     // workers still to report (guarded by sync->mu)
   bool done = false;
   bool connection = false;  // the error is a worker's death
@@ -76,14 +81,22 @@ struct Link {
   transport::RequestPtr done_recv;
   std::uint64_t ready_seq = 0;
   transport::RequestPtr ready_recv;
+  // The stall watch: when the worker last finished something (or was
+  // given work while idle), and how many reports it has had since.
+  std::chrono::steady_clock::time_point last_news{};
+  int stall_rounds = 0;
 };
 
 struct MasterState : std::enable_shared_from_this<MasterState> {
+  // `store` (may be null) holds the ranks' process identities (stall.hpp)
+  // for the stall watch, which reports after `stall_time` (0: never).
   MasterState(std::shared_ptr<transport::Transport> t, const Kernels& k, Options o,
-              std::string master_host);
+              store::Store* store, std::chrono::milliseconds stall_time);
   ~MasterState();
 
   std::shared_ptr<transport::Transport> transport;
+  store::Store* store;
+  std::chrono::milliseconds stall_time;
   const Kernels& kernels;
   Options options;
   std::shared_ptr<Sync> sync = std::make_shared<Sync>();
@@ -117,6 +130,9 @@ struct MasterState : std::enable_shared_from_this<MasterState> {
   void post_receives(Link& l);
   void take_completions(Link& l);
   void take_ready(Link& l);
+  // Names a worker that has finished nothing for the stall time with work
+  // queued, and what /proc says of it (stall_watch.cpp). Completion thread.
+  void watch_stalls();
   Event event(std::shared_ptr<OpState> op) { return Event(std::move(op)); }
   Buffer buffer(std::shared_ptr<BufferState> s) { return Buffer(std::move(s)); }
 };

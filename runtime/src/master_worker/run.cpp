@@ -36,8 +36,10 @@ int run(ProcessGroup& world, const Kernels& kernels, const std::function<void(Ma
     w.serve();
     return 0;
   }
-  auto state = std::make_shared<detail::MasterState>(transport, kernels, options,
-                                                     world.advertised_host());
+  // The stall watch reads the workers' process identities where init
+  // published them (a TCP store with stall reports on).
+  auto state = std::make_shared<detail::MasterState>(transport, kernels, options, &world.store(),
+                                                     world.config().stall_time);
   Master m(state);
   try {
     master(m);
