@@ -43,12 +43,15 @@ collie::DataType collie_type(const std::string& name) {
   return *t;
 }
 
-// The buffers of a kernel call as flat tensors over the worker's memory.
+// The buffers of a kernel call as flat tensors over the worker's memory
+// (host, or a CUDA device's).
 py::list tensors(const std::vector<mw::KernelArgs::Slot>& slots) {
   py::list out;
   for (const auto& s : slots) {
     const auto n = static_cast<std::int64_t>(s.count);
-    out.append(at::from_blob(s.data, {n}, at::TensorOptions().dtype(torch_type(s.dtype))));
+    auto options = at::TensorOptions().dtype(torch_type(s.dtype));
+    if (s.device >= 0) options = options.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(s.device)));
+    out.append(at::from_blob(s.data, {n}, options));
   }
   return out;
 }
@@ -114,6 +117,9 @@ bool start(py::object dispatch) {
       throw std::runtime_error(e.what());
     }
   });
+  // How many CUDA devices collie can place buffers on, here.
+  s.kernels.add("cuda_devices",
+                [](mw::KernelArgs&) { return static_cast<double>(collie::cuda::device_count()); });
   if (s.world->rank() != 0) {
     py::gil_scoped_release release;
     mw::run(*s.world, s.kernels, [](mw::Master&) {});
@@ -183,10 +189,14 @@ void add_remote(py::module_& m) {
   m.def("mw_finish", &finish, "Ends the master's session: waits for what is queued, shuts the "
                               "workers down.");
   m.def("mw_world_size", [] { return master().world_size(); });
-  m.def("mw_alloc", [](int worker, const std::string& dtype, std::size_t count) {
+  m.def("mw_alloc", [](int worker, const std::string& dtype, std::size_t count, int device) {
     py::gil_scoped_release release;
-    return master().alloc(worker, collie_type(dtype), count);
-  });
+    return master().alloc(worker, collie_type(dtype), count, device);
+  }, py::arg("worker"), py::arg("dtype"), py::arg("count"), py::arg("device") = -1);
+  m.def("mw_cuda_devices", [](int worker) {
+    py::gil_scoped_release release;
+    return static_cast<int>(master().call(worker, "cuda_devices", {}, {}).get());
+  }, "How many CUDA devices `worker` can hold buffers on (0 without CUDA).");
   m.def("mw_write", [](const mw::Buffer& b, const at::Tensor& t) {
     TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(),
                 "collie_torch.remote: write takes a contiguous CPU tensor");

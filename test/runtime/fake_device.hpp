@@ -36,6 +36,8 @@ class FakeDevice final : public device::Backend,
   int device_of(const void* p) override;
   int require_device(const void* p, const std::string& what) override;
   std::unique_ptr<device::Engine> make_engine(int device) override;
+  void* allocate_device(int device, std::size_t bytes) override { return allocate_on(device, bytes); }
+  void free_device(int, void* p) noexcept override { release(p); }
 
   // ---- DeviceMemory (allocations on device 0) ----
   void* allocate(std::size_t bytes) override { return allocate_on(0, bytes); }

@@ -12,6 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/master_worker.hpp>
 
+#include "runtime/fake_device.hpp"
 #include "support/thread_ranks.hpp"
 
 using namespace std::chrono_literals;
@@ -351,4 +352,43 @@ TEST_CASE("master-worker: a world of one has no workers", "[master_worker]") {
     }
   });
   CHECK_THAT(error, Catch::Contains("not a worker"));
+}
+
+TEST_CASE("master-worker: buffers in a worker's device memory, staged where the CPU works on them",
+          "[master_worker][device]") {
+  // The stand-in for CUDA (fake_device.hpp): its memory crashes the test if
+  // the CPU touches it, and its copies run only when asked about.
+  collie::test::FakeDeviceScope fake;
+  mw::Kernels k;
+  k.add("where", [](mw::KernelArgs& a) { return static_cast<double>(a.output_slots()[0].device); });
+  run_job(3, k, [&](mw::Master& m) {
+    const std::size_t n = 70000;  // above the inline write limit
+    std::vector<float> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1000) - 500.0f;
+    auto d1 = m.alloc<float>(1, n, /*device=*/0);
+    auto d2 = m.alloc<float>(2, n, /*device=*/1);
+    auto h2 = m.alloc<float>(2, n);
+    expect(d1.device() == 0 && d1.describe().find("(cuda:0)") != std::string::npos, "describe");
+    m.write(d1, std::span<const float>(v));
+    expect(m.read<float>(d1).get() == v, "write and read through device memory");
+    m.copy(d2, d1);  // device to device, across workers
+    m.scale(d2, 2);
+    m.axpy(d2, 1, d2);  // y += y: 4 v
+    m.copy(h2, d2);     // device to host on one worker
+    auto got = m.read<float>(h2).get();
+    for (std::size_t i = 0; i < n; ++i) expect(got[i] == 4.0f * v[i], "scale, axpy, copies");
+    expect(m.reduce(d1, collie::ReduceOp::Max).get() == 499.0, "reduce on device memory");
+    auto small = m.alloc<std::int32_t>(1, 3, 0);
+    const std::vector<std::int32_t> s = {1, 2, 3};
+    m.write(small, std::span<const std::int32_t>(s));
+    m.binary(small, small, collie::ReduceOp::Sum, small);
+    expect(m.read<std::int32_t>(small).get() == std::vector<std::int32_t>{2, 4, 6}, "x + x");
+    expect(m.call(1, "where", {}, {d1}).get() == 0.0, "a kernel sees the device");
+    // A collective among the workers on device buffers.
+    auto e1 = m.alloc<double>(1, 5, 0), e2 = m.alloc<double>(2, 5, 1);
+    m.fill(e1, 1.5);
+    m.fill(e2, 2.5);
+    m.all_reduce({e1, e2});
+    expect(m.read<double>(e2).get() == std::vector<double>(5, 4.0), "all_reduce on devices");
+  });
 }

@@ -134,7 +134,9 @@ class Buffer {
   std::size_t count() const;
   std::size_t bytes() const;
   std::uint64_t id() const;
-  // "float32[1024] #3 on worker 1"
+  // The CUDA device it is on, on its worker; -1: host memory.
+  int device() const;
+  // "float32[1024] #3 on worker 1", "float32[1024] #4 on worker 1 (cuda:0)"
   std::string describe() const;
   explicit operator bool() const { return state_ != nullptr; }
 
@@ -151,8 +153,9 @@ class KernelArgs {
  public:
   struct Slot {
     DataType dtype;
-    void* data;
+    void* data;  // device memory where device >= 0: the kernel launches its own work there
     std::size_t count;
+    int device = -1;
   };
   KernelArgs(int worker, std::vector<Slot> inputs, std::vector<Slot> outputs,
              std::vector<double> scalars, std::string text = {})
@@ -220,13 +223,16 @@ class Master {
   // "worker 2 (rank 2 at 10.0.0.5:41234)"
   std::string describe_worker(int worker) const;
 
-  // A buffer of `count` elements on `worker`, uninitialised. Throws
-  // ArgumentError for a rank that is not a worker, ConnectionError for one
-  // that died; running out of memory there fails its first use.
-  Buffer alloc(int worker, DataType dtype, std::size_t count);
+  // A buffer of `count` elements on `worker`, uninitialised: host memory,
+  // or with `device` >= 0 memory on that CUDA device of the worker (where
+  // collie is built with CUDA; the built-in operations stage it through
+  // host memory, kernels get the device pointer). Throws ArgumentError for
+  // a rank that is not a worker, ConnectionError for one that died; running
+  // out of memory there, or a device it lacks, fails its first use.
+  Buffer alloc(int worker, DataType dtype, std::size_t count, int device = -1);
   template <class T>
-  Buffer alloc(int worker, std::size_t count) {
-    return alloc(worker, dtype_of<T>, count);
+  Buffer alloc(int worker, std::size_t count, int device = -1) {
+    return alloc(worker, dtype_of<T>, count, device);
   }
 
   // Elementwise, on one worker. Integer buffers take integral scalars

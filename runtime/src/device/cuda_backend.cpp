@@ -351,6 +351,27 @@ class CudaBackend final : public Backend {
     return std::make_unique<CudaEngine>(device);
   }
 
+  void* allocate_device(int device, std::size_t bytes) override {
+    const auto why = unusable_reason();
+    if (!why.empty())
+      throw DeviceError(fmt::format("device memory of {} bytes on cuda:{}: CUDA is not usable "
+                                    "here: {}",
+                                    bytes, device, why));
+    DeviceGuard on(device);
+    void* p = nullptr;
+    const auto r = cudaMalloc(&p, std::max<std::size_t>(bytes, 1));
+    if (r != cudaSuccess) {
+      cudaGetLastError();
+      fail(fmt::format("cudaMalloc of {} bytes on cuda:{}", bytes, device), r);
+    }
+    return p;
+  }
+
+  void free_device(int device, void* p) noexcept override {
+    DeviceGuard on(device);
+    cudaFree(p);
+  }
+
  private:
   PointerQuery query_;
 };

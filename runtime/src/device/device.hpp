@@ -82,6 +82,11 @@ class Backend {
   // DeviceError saying why it is not (CUDA unusable here, a host pointer).
   virtual int require_device(const void* p, const std::string& what) = 0;
   virtual std::unique_ptr<Engine> make_engine(int device) = 0;
+  // `bytes` of memory on `device` (at least 1), and back: master-worker
+  // buffers that live on a worker's device. Throws DeviceError (out of
+  // memory, no such device).
+  virtual void* allocate_device(int device, std::size_t bytes) = 0;
+  virtual void free_device(int device, void* p) noexcept = 0;
 };
 
 // The process's backend: the tests' stand-in if one is installed, else

@@ -47,6 +47,7 @@ struct BufferState {
   std::uint64_t id = 0;
   DataType dtype = DataType::Float32;
   std::size_t count = 0;
+  int device = -1;
   ~BufferState();  // frees it on its worker (after what was queued on it)
 };
 

@@ -70,7 +70,7 @@ struct Command {
   std::uint64_t buffer[3] = {0, 0, 0};
   std::uint64_t count = 0;
   double scalar = 0;
-  std::int32_t peer = 0;      // a copy's other worker; a broadcast's root
+  std::int32_t peer = 0;      // a copy's other worker; a broadcast's root; alloc: its device
   std::uint32_t body_bytes = 0;
   std::uint64_t transfer = 0;  // a copy's number
 };

@@ -1,5 +1,5 @@
 // A worker's stream (worker.hpp): it takes the master's commands in order
-// and runs each; transfers (a write's data, a read, a copy) are posted and
+// and runs each (worker_ops.cpp says what each does); transfers (a write's data, a read, a copy) are posted and
 // left in flight, so two workers copying to each other never wait on each
 // other, and the next operation on their buffer waits for them. Finished
 // operations go back in batches: at 64, after a millisecond, or whenever
@@ -7,7 +7,6 @@
 #include "worker.hpp"
 
 #include <cstring>
-#include <new>
 
 #include <fmt/format.h>
 
@@ -15,7 +14,6 @@
 #include <collie/log.hpp>
 
 #include "../tags.hpp"
-#include "elementwise.hpp"
 #include "master_state.hpp"
 
 namespace collie::mw {
@@ -24,27 +22,6 @@ using namespace std::chrono_literals;
 using wire::Command;
 using wire::Op;
 
-namespace {
-
-// A copy's data from a poisoned buffer: no bytes, and this fingerprint.
-constexpr std::uint64_t kPoisonedCopy = 0x706f69736f6e6564ull;
-
-// An operation that used a poisoned buffer: its outputs take the first
-// cause as theirs.
-struct Poisoned : Error {
-  Poisoned(std::uint64_t id, std::string first)
-      : Error(fmt::format("buffer #{} is poisoned by an earlier failure: {}", id, first)),
-        cause(std::move(first)) {}
-  std::string cause;
-};
-
-std::shared_ptr<std::byte> allocate(std::size_t bytes) {
-  constexpr std::align_val_t align{64};
-  auto* p = static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, align));
-  return std::shared_ptr<std::byte>(p, [](std::byte* q) { ::operator delete(q, align); });
-}
-
-}  // namespace
 
 Worker::Worker(std::shared_ptr<transport::Transport> transport, ProcessGroup workers,
                const Kernels& kernels, Options options, const std::string& host)
@@ -133,6 +110,14 @@ void Worker::finish_transfer(InFlight& f) {
     }
   }
   if (f.seq == 0) return;  // its operation has failed already
+  if (error.empty() && f.to_device) {
+    try {
+      auto it = buffers_.find(f.buffer);
+      if (it != buffers_.end()) upload(it->second, f.bounce.data());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
   if (error.empty()) {
     record(f.seq, false, {});
     return;
@@ -222,219 +207,6 @@ void Worker::execute(const Command& c, const std::vector<std::byte>& body) {
     const std::string cause = fmt::format("{} on {}: {}", describe(c), me_, e.what());
     poison_outputs(c, body, cause);
     record(c.seq, true, fmt::format("{}: {}", me_, e.what()));
-  }
-}
-
-void Worker::run_command(const Command& c, const std::vector<std::byte>& body, double& value,
-                         bool& later) {
-  const auto dtype = static_cast<DataType>(c.dtype);
-  switch (c.op) {
-    case Op::Alloc: {
-      Buf b;
-      b.dtype = dtype;
-      b.count = c.count;
-      b.bytes = c.count * dtype_size(dtype);
-      auto [it, fresh] = buffers_.emplace(c.buffer[0], std::move(b));
-      try {
-        it->second.data = allocate(it->second.bytes);
-      } catch (const std::bad_alloc&) {
-        throw Error(fmt::format("out of memory for {} bytes", it->second.bytes));
-      }
-      held_bytes_ += it->second.bytes;
-      return;
-    }
-    case Op::Free: {
-      settle(c.buffer[0]);
-      auto it = buffers_.find(c.buffer[0]);
-      if (it != buffers_.end()) {
-        if (it->second.data) held_bytes_ -= it->second.bytes;
-        buffers_.erase(it);
-      }
-      return;
-    }
-    case Op::Fill: {
-      Buf& b = use(c.buffer[0]);
-      fill(b.dtype, b.data.get(), b.count, c.scalar);
-      return;
-    }
-    case Op::Scale: {
-      Buf& b = use(c.buffer[0]);
-      scale(b.dtype, b.data.get(), b.count, c.scalar);
-      return;
-    }
-    case Op::Axpy: {
-      Buf& x = use(c.buffer[1]);
-      Buf& y = use(c.buffer[0]);
-      axpy(y.dtype, y.data.get(), x.data.get(), y.count, c.scalar);
-      return;
-    }
-    case Op::Binary: {
-      Buf& a = use(c.buffer[1]);
-      Buf& b = use(c.buffer[2]);
-      Buf& out = use(c.buffer[0]);
-      const auto op = static_cast<ReduceOp>(c.reduce);
-      // Every elementwise op here is commutative: out = op(out, other).
-      if (c.buffer[0] == c.buffer[2]) {
-        collie::reduce(out.dtype, op, out.data.get(), a.data.get(), out.count);
-      } else {
-        if (c.buffer[0] != c.buffer[1]) std::memcpy(out.data.get(), a.data.get(), out.bytes);
-        collie::reduce(out.dtype, op, out.data.get(), b.data.get(), out.count);
-      }
-      return;
-    }
-    case Op::Reduce: {
-      Buf& b = use(c.buffer[0]);
-      value = reduce_all(b.dtype, b.data.get(), b.count, static_cast<ReduceOp>(c.reduce));
-      return;
-    }
-    case Op::WriteInline: {
-      Buf& b = use(c.buffer[0]);
-      if (body.size() != b.bytes) throw ProtocolError("write: the data does not fit the buffer");
-      if (!body.empty()) std::memcpy(b.data.get(), body.data(), body.size());
-      return;
-    }
-    case Op::Write: {
-      Buf& b = use(c.buffer[0]);
-      InFlight f;
-      f.seq = c.seq;
-      f.buffer = c.buffer[0];
-      f.writes = true;
-      f.what = describe(c);
-      f.request = t_->irecv(0, master_worker_tag(wire::kData, c.seq), b.data.get(), b.bytes);
-      f.ready = std::make_unique<std::uint64_t>(c.seq);
-      f.ready_send = t_->isend(0, master_worker_tag(wire::kReady, 0), f.ready.get(),
-                               sizeof(std::uint64_t), 0);
-      in_flight_.push_back(std::move(f));
-      later = true;
-      return;
-    }
-    case Op::Read:
-    case Op::CopySend: {
-      const bool read = c.op == Op::Read;
-      const int peer = read ? 0 : c.peer;
-      const auto tag = read ? master_worker_tag(wire::kData, c.seq)
-                            : master_worker_tag(wire::kCopy, c.transfer);
-      InFlight f;
-      f.seq = c.seq;
-      f.buffer = c.buffer[0];
-      f.peer = peer;
-      f.what = describe(c);
-      if (read) {
-        Buf& b = use(c.buffer[0]);
-        f.request = t_->isend(peer, tag, b.data.get(), b.bytes, 0);
-      } else {
-        try {
-          Buf& b = use(c.buffer[0]);
-          f.request = t_->isend(peer, tag, b.data.get(), b.bytes, 0);
-        } catch (const Poisoned& e) {
-          // The receiver waits for this copy: tell it, with no bytes, and why.
-          f.request = t_->isend(peer, tag, nullptr, 0, kPoisonedCopy);
-          f.why = std::make_unique<wire::CopyWhy>();
-          std::strncpy(f.why->text, e.cause.c_str(), sizeof f.why->text - 1);
-          f.why_send = t_->isend(peer, master_worker_tag(wire::kCopyWhy, c.transfer), f.why.get(),
-                                 sizeof(wire::CopyWhy), 0);
-          f.seq = 0;
-          in_flight_.push_back(std::move(f));
-          throw;
-        }
-      }
-      in_flight_.push_back(std::move(f));
-      later = true;
-      return;
-    }
-    case Op::CopyRecv: {
-      Buf& b = use(c.buffer[0]);
-      InFlight f;
-      f.seq = c.seq;
-      f.buffer = c.buffer[0];
-      f.writes = true;
-      f.peer = c.peer;
-      f.transfer = c.transfer;
-      f.what = describe(c);
-      f.request =
-          t_->irecv(c.peer, master_worker_tag(wire::kCopy, c.transfer), b.data.get(), b.bytes);
-      in_flight_.push_back(std::move(f));
-      later = true;
-      return;
-    }
-    case Op::CopyLocal: {
-      Buf& src = use(c.buffer[1]);
-      Buf& dst = use(c.buffer[0]);
-      if (c.buffer[0] != c.buffer[1]) std::memcpy(dst.data.get(), src.data.get(), dst.bytes);
-      return;
-    }
-    case Op::Call: {
-      wire::Reader in(body);
-      const std::string name = in.get_string();
-      const Kernel* k = kernels_.find(name);
-      if (k == nullptr) throw Error(fmt::format("no kernel is registered as '{}' here", name));
-      std::vector<KernelArgs::Slot> slots[2];
-      for (auto& list : slots) {
-        for (auto n = in.get<std::uint32_t>(); n > 0; --n) {
-          Buf& b = use(in.get<std::uint64_t>());
-          list.push_back({b.dtype, b.data.get(), b.count});
-        }
-      }
-      std::vector<double> scalars(in.get<std::uint32_t>());
-      for (double& s : scalars) s = in.get<double>();
-      KernelArgs args(rank_, std::move(slots[0]), std::move(slots[1]), std::move(scalars),
-                      in.get_string());
-      try {
-        value = (*k)(args);
-      } catch (const std::exception& e) {
-        throw Error(fmt::format("kernel '{}' threw: {}", name, e.what()));
-      }
-      return;
-    }
-    case Op::AllReduce:
-    case Op::Broadcast:
-    case Op::AllGather: collective(c); return;
-    case Op::Memory: value = static_cast<double>(held_bytes_); return;
-    case Op::Shutdown: return;
-  }
-  throw ProtocolError(fmt::format("unknown command {}", static_cast<unsigned>(c.op)));
-}
-
-void Worker::collective(const Command& c) {
-  // Every worker enters the same collectives in the master's order. One
-  // whose buffer is poisoned must not leave the others waiting: they first
-  // agree (a max over one integer) whether anyone's is.
-  std::string cause;
-  std::uint64_t bad = 0;
-  for (std::uint64_t id : {c.buffer[0], c.op == Op::AllGather ? c.buffer[1] : c.buffer[0]}) {
-    settle(id);
-    auto it = buffers_.find(id);
-    if (it == buffers_.end()) {
-      cause = fmt::format("buffer #{} is not on {}", id, me_);
-    } else if (!it->second.poisoned.empty() && cause.empty()) {
-      cause = it->second.poisoned;
-      bad = id;
-    }
-  }
-  std::int32_t flag = cause.empty() ? 0 : rank_;
-  workers_.all_reduce(std::span(&flag, 1), ReduceOp::Max);
-  if (!cause.empty()) {
-    if (bad != 0) throw Poisoned(bad, cause);
-    throw Error(cause);
-  }
-  if (flag != 0)
-    throw Error(fmt::format("worker {}'s buffer is poisoned (its error says why)", flag));
-  Buf& b = use(c.buffer[0]);
-  switch (c.op) {
-    case Op::AllReduce:
-      workers_.run_collective(Collective::AllReduce, b.dtype, b.data.get(), b.data.get(), b.count,
-                              static_cast<ReduceOp>(c.reduce));
-      return;
-    case Op::Broadcast:
-      workers_.run_collective(Collective::Broadcast, b.dtype, b.data.get(), b.data.get(), b.count,
-                              ReduceOp::Sum, c.peer - 1);
-      return;
-    default: {
-      Buf& out = use(c.buffer[1]);
-      workers_.run_collective(Collective::AllGather, b.dtype, b.data.get(), out.data.get(),
-                              b.count);
-      return;
-    }
   }
 }
 

@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
 #include <collie/master_worker.hpp>
 #include <collie/transport/transport.hpp>
 
+#include "../device/device.hpp"
 #include "wire.hpp"
 
 namespace collie::mw {
@@ -32,7 +36,22 @@ class Worker {
     std::size_t count = 0;
     std::size_t bytes = 0;
     std::shared_ptr<std::byte> data;  // null once allocation failed
+    int device = -1;                  // the CUDA device it is on; -1: host memory
     std::string poisoned;             // the first failure that wrote it
+  };
+  // A buffer's bytes where the CPU may work on them: the buffer itself in
+  // host memory; for device memory a copy, loaded if asked, written back by
+  // store() (staging.cpp).
+  class Host {
+   public:
+    Host(Worker& w, Buf& b, bool load);
+    std::byte* data();
+    void store();
+
+   private:
+    Worker& w_;
+    Buf& b_;
+    std::vector<std::byte> copy_;
   };
   // A transfer in flight: the stream goes on, and a later operation that
   // touches its buffer waits for it first.
@@ -48,6 +67,8 @@ class Worker {
     std::uint64_t transfer = 0;             // a copy's number
     std::unique_ptr<wire::CopyWhy> why;     // a poisoned copy's cause, sent or received
     transport::RequestPtr why_send;
+    std::vector<std::byte> bounce;  // a device buffer's bytes, through host memory
+    bool to_device = false;         // copy `bounce` into the buffer once received
   };
   struct Outgoing {
     std::unique_ptr<wire::CompletionsHeader> header;
@@ -68,6 +89,10 @@ class Worker {
   void poison_outputs(const wire::Command& c, const std::vector<std::byte>& body,
                       const std::string& cause);
   std::string describe(const wire::Command& c) const;
+  // Device memory (staging.cpp): allocation, and copies to and from it.
+  std::shared_ptr<std::byte> allocate(std::size_t bytes, int device);
+  void download(const Buf& b, void* host);
+  void upload(Buf& b, const void* host);
 
   std::shared_ptr<transport::Transport> t_;
   ProcessGroup workers_;
@@ -82,6 +107,19 @@ class Worker {
   std::vector<std::string> messages_;
   std::chrono::steady_clock::time_point first_unsent_;
   std::deque<Outgoing> outgoing_;
+  std::shared_ptr<device::EnginePool> engines_ = std::make_shared<device::EnginePool>();
+};
+
+// A copy's data from a poisoned buffer: no bytes, and this fingerprint.
+inline constexpr std::uint64_t kPoisonedCopy = 0x706f69736f6e6564ull;
+
+// An operation that used a poisoned buffer: its outputs take the first
+// cause as theirs.
+struct Poisoned : Error {
+  Poisoned(std::uint64_t id, std::string first)
+      : Error(fmt::format("buffer #{} is poisoned by an earlier failure: {}", id, first)),
+        cause(std::move(first)) {}
+  std::string cause;
 };
 
 }  // namespace collie::mw

@@ -50,6 +50,7 @@ _started = False
 _nodes = [1]          # the node stack: `with node(i)` pushes
 _inflight = []        # events whose master-side tensors must live until done
 _warned_device = set()
+_devices = {}         # node -> how many CUDA devices collie can use there
 
 
 def _dtype_name(dtype):
@@ -109,18 +110,20 @@ def synchronize():
 class RemoteTensor:
     """A tensor on a worker (its node). Operations on it are queued there."""
 
-    __slots__ = ("_buffer", "shape", "dtype", "node")
+    __slots__ = ("_buffer", "shape", "dtype", "node", "_device")
 
-    def __init__(self, buffer, shape, dtype, node_rank):
+    def __init__(self, buffer, shape, dtype, node_rank, device_index=-1):
         self._buffer = buffer
         self.shape = torch.Size(shape)
         self.dtype = dtype
         self.node = node_rank
+        self._device = device_index
 
     # ---- what a tensor says about itself, without a round trip
     @property
     def device(self):
-        return torch.device("cpu")
+        """Where it lives on its node: cpu, or cuda:N."""
+        return torch.device("cpu") if self._device < 0 else torch.device("cuda", self._device)
 
     def size(self, dim=None):
         return self.shape if dim is None else self.shape[dim]
@@ -135,8 +138,9 @@ class RemoteTensor:
         return self.shape[0]
 
     def __repr__(self):
-        return "RemoteTensor(shape=%s, dtype=%s, node=%d)" % (tuple(self.shape), self.dtype,
-                                                                self.node)
+        where = "" if self._device < 0 else ", device=%s" % self.device
+        return "RemoteTensor(shape=%s, dtype=%s, node=%d%s)" % (tuple(self.shape), self.dtype,
+                                                                  self.node, where)
 
     # ---- the sync points
     def get(self, timeout=None):
@@ -163,11 +167,12 @@ class RemoteTensor:
         return int(self.get())
 
     # ---- moving
-    def to_node(self, n):
-        """A copy on node `n`, straight from this node."""
-        if n == self.node:
+    def to_node(self, n, device=-1):
+        """A copy on node `n` (its host memory, or CUDA device `device`),
+        straight from this node."""
+        if n == self.node and device == self._device:
             return self
-        out = _alloc(self.shape, self.dtype, n)
+        out = _alloc(self.shape, self.dtype, n, device)
         _track(_c.mw_copy(out._buffer, self._buffer))
         return out
 
@@ -221,10 +226,10 @@ RemoteTensor.__hash__ = object.__hash__
 
 # ---- queuing an operation
 
-def _alloc(shape, dtype, node_rank):
+def _alloc(shape, dtype, node_rank, device=-1):
     shape = torch.Size(shape)
-    buffer = _c.mw_alloc(node_rank, _dtype_name(dtype), max(shape.numel(), 0))
-    return RemoteTensor(buffer, shape, dtype, node_rank)
+    buffer = _c.mw_alloc(node_rank, _dtype_name(dtype), max(shape.numel(), 0), device)
+    return RemoteTensor(buffer, shape, dtype, node_rank, device)
 
 
 def _find_remotes(value, found):
@@ -240,14 +245,15 @@ def _find_remotes(value, found):
 
 def _encode(value, tensors, meta, target):
     """The operation's arguments as JSON, each tensor an index into the
-    kernel's buffers; `meta` gets the same arguments for shape inference."""
+    kernel's buffers; `meta` gets the same arguments for shape inference.
+    `target` is (node, device): where the operation runs."""
     if isinstance(value, RemoteTensor):
-        here = value.to_node(target)
+        here = value.to_node(*target)
         tensors.append(here)
         meta.append(torch.empty(here.shape, dtype=here.dtype, device="meta"))
         return {"t": len(tensors) - 1}
     if isinstance(value, torch.Tensor):
-        return _encode(_send(value, target), tensors, meta, target)
+        return _encode(_send(value, *target), tensors, meta, target)
     if isinstance(value, tuple):
         return {"tuple": [_encode(v, tensors, meta, target) for v in value]}
     if isinstance(value, list):
@@ -284,7 +290,7 @@ def _apply(kind, name, args, kwargs):
     _find_remotes(args, remotes)
     _find_remotes(kwargs, remotes)
     inplace = kind == "method" and name.endswith("_") and not name.startswith("__")
-    target = remotes[0].node if remotes else current_node()
+    target = (remotes[0].node, remotes[0]._device) if remotes else (current_node(), -1)
     tensors, meta = [], []
     enc_args = _encode(tuple(args), tensors, meta, target)
     enc_kwargs = _encode(dict(kwargs), tensors, meta, target)
@@ -300,16 +306,16 @@ def _apply(kind, name, args, kwargs):
         spec = {"kind": kind, "op": name, "args": enc_args, "kwargs": enc_kwargs,
                 "in": [list(t.shape) for t in tensors], "out": [list(args[0].shape)],
                 "result": "inplace"}
-        _track(_c.mw_torch(target, [t._buffer for t in tensors], [args[0]._buffer],
+        _track(_c.mw_torch(target[0], [t._buffer for t in tensors], [args[0]._buffer],
                            json.dumps(spec)))
         return args[0]
     if not isinstance(result, torch.Tensor):
         raise TypeError("collie_torch.remote: %s returns %s, not one tensor; only operations "
                         "that return a tensor can be queued" % (name, type(result).__name__))
-    out = _alloc(result.shape, result.dtype, target)
+    out = _alloc(result.shape, result.dtype, *target)
     spec = {"kind": kind, "op": name, "args": enc_args, "kwargs": enc_kwargs,
             "in": [list(t.shape) for t in tensors], "out": [list(out.shape)], "result": "copy"}
-    _track(_c.mw_torch(target, [t._buffer for t in tensors], [out._buffer], json.dumps(spec)))
+    _track(_c.mw_torch(target[0], [t._buffer for t in tensors], [out._buffer], json.dumps(spec)))
     return out
 
 
@@ -338,19 +344,32 @@ def _shape_of(sizes):
 
 
 def _where(device):
-    if device is not None and torch.device(device if not isinstance(device, int)
-                                           else "cuda:%d" % device).type != "cpu":
-        key = (current_node(), str(device))
-        if key not in _warned_device:
-            _warned_device.add(key)
-            warnings.warn("collie_torch.remote: device=%r on node %d: remote tensors live in "
-                          "the worker's host memory in this version" % (device, current_node()),
-                          stacklevel=4)
-    return current_node()
+    """(node, device index) for a tensor made now: the current node, and
+    the CUDA device `device` names there (-1: host memory). A node without
+    that device (no GPU, or collie built without CUDA) holds it in host
+    memory, and a warning says so once."""
+    n = current_node()
+    if device is None:
+        return n, -1
+    d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if d.type == "cpu":
+        return n, -1
+    index = d.index or 0
+    if n not in _devices:
+        _devices[n] = _c.mw_cuda_devices(n)
+    if d.type == "cuda" and index < _devices[n]:
+        return n, index
+    key = (n, str(device))
+    if key not in _warned_device:
+        _warned_device.add(key)
+        warnings.warn("collie_torch.remote: device=%r on node %d: it has %d CUDA device(s) "
+                      "collie can use; the tensor lives in its host memory"
+                      % (device, n, _devices[n]), stacklevel=4)
+    return n, -1
 
 
 def empty(*sizes, dtype=torch.float32, device=None):
-    return _alloc(_shape_of(sizes), dtype, _where(device))
+    return _alloc(_shape_of(sizes), dtype, *_where(device))
 
 
 def full(sizes, value, dtype=torch.float32, device=None):
@@ -367,12 +386,12 @@ def ones(*sizes, dtype=torch.float32, device=None):
 
 def tensor(data, dtype=None, device=None):
     """A local tensor made from `data`, sent to the current node."""
-    return _send(torch.tensor(data, dtype=dtype), _where(device))
+    return _send(torch.tensor(data, dtype=dtype), *_where(device))
 
 
-def _send(t, node_rank):
-    t = t.detach().contiguous()
-    out = _alloc(t.shape, t.dtype, node_rank)
+def _send(t, node_rank, device=-1):
+    t = t.detach().cpu().contiguous()
+    out = _alloc(t.shape, t.dtype, node_rank, device)
     _track(_c.mw_write(out._buffer, t))
     return out
 
