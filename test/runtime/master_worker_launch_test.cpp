@@ -63,6 +63,7 @@ TEST_CASE("master-worker: a worker SIGKILLed mid-run fails what depended on it w
   CHECK_THAT(r.out, Catch::Contains("[rank 0] worker 1: ok\n") &&
                         Catch::Contains("[rank 0] worker 3: ok\n") &&
                         Catch::Contains("a dead worker's buffer: ConnectionError") &&
+                        Catch::Contains("alloc on a dead worker: ConnectionError") &&
                         Catch::Contains("all_reduce with a dead worker: ConnectionError") &&
                         Catch::Contains("after: worker 1 -> worker 3 right"));
   CHECK_THAT(r.err, Catch::Contains("rank 2 (a worker") && Catch::Contains("SIGKILL") &&

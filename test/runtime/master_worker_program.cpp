@@ -90,6 +90,12 @@ void kill_worker(mw::Master& m) {
     std::printf("a dead worker's buffer: ConnectionError: %s\n", e.what());
   }
   try {
+    m.alloc<float>(2, 4);
+    std::printf("alloc on a dead worker: no error\n");
+  } catch (const collie::ConnectionError& e) {
+    std::printf("alloc on a dead worker: ConnectionError: %s\n", e.what());
+  }
+  try {
     m.all_reduce(a);
     std::printf("all_reduce with a dead worker: no error\n");
   } catch (const collie::ConnectionError& e) {

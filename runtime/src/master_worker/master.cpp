@@ -108,6 +108,7 @@ Buffer Master::alloc(int worker, DataType dtype, std::size_t count, int device) 
   Command c = command(Op::Alloc, b);
   c.peer = s->device;
   m.submit(worker, c, {}, Part{m.new_op(fmt::format("alloc({})", b.describe()), 1)});
+  s->queued = true;
   return b;
 }
 

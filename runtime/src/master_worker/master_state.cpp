@@ -366,6 +366,7 @@ void MasterState::shutdown() {
 }
 
 BufferState::~BufferState() {
+  if (!queued) return;  // (an alloc that threw: possibly with the submit lock held)
   if (auto m = master.lock()) m->release(worker, id);
 }
 

@@ -48,6 +48,7 @@ struct BufferState {
   DataType dtype = DataType::Float32;
   std::size_t count = 0;
   int device = -1;
+  bool queued = false;  // its alloc was queued: only then is there anything to free
   ~BufferState();  // frees it on its worker (after what was queued on it)
 };
 
