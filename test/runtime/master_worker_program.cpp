@@ -14,11 +14,13 @@
 //               resident memory before and after
 //   rate N KiB  N elementwise sums of two KiB-sized float32 buffers on worker
 //               1, against the same sums run here in one process
+// MW_WINDOW sets Options::window (operations in flight per worker).
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -201,6 +203,8 @@ int main(int argc, char** argv) {
   });
   try {
     collie::ProcessGroup world = collie::init();
+    mw::Options options;
+    if (const char* w = std::getenv("MW_WINDOW")) options.window = std::stoul(w);
     return mw::run(world, k, [&](mw::Master& m) {
       if (mode == "kill") kill_worker(m);
       else if (mode == "master-dies") master_dies(m, SIGKILL);
@@ -211,7 +215,7 @@ int main(int argc, char** argv) {
       else if (mode == "rate") rate(m, arg, arg2);
       else throw collie::ArgumentError("unknown mode '" + mode + "'");
       std::fflush(stdout);
-    });
+    }, options);
   } catch (const collie::Error& e) {
     std::fprintf(stderr, "rank error: %s\n", e.what());
     return 1;
