@@ -238,6 +238,10 @@ void add_remote(py::module_& m) {
     return e;
   });
   m.def("mw_describe_worker", [](int w) { return master().describe_worker(w); });
+  m.def("mw_synchronize", [] {
+    py::gil_scoped_release release;
+    master().synchronize();
+  }, "Waits until every operation queued so far has run.");
 }
 
 }  // namespace collie_torch

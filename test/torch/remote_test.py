@@ -90,4 +90,10 @@ check(other.tolist() == [1, 2, 3, 4, 5, 6], "what the failure did not write is i
 parts = [torch.full((3,), float(n)).dist_send(n) for n in nodes]
 rd.all_reduce(parts).wait()
 check(all(p.tolist() == [float(sum(nodes))] * 3 for p in parts), "all_reduce")
+# ---- many operations queued without waiting, and many sends, in order
+acc = rd.zeros(4, dtype=torch.int64)
+for i in range(2000):
+    acc += torch.full((4,), i)  # a local operand: a send each time
+rd.synchronize()
+check(acc.tolist() == [sum(range(2000))] * 4, "2000 queued operations in order")
 print("remote_test: all passed on %d nodes" % len(nodes))

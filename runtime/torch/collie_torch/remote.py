@@ -94,17 +94,26 @@ def node(i):
         _nodes.pop()
 
 
-def _track(event):
-    _inflight[:] = [e for e in _inflight if not e.ready()]
+_prune_at = 64
+
+
+def _keep(event):
+    """Keeps a write's event (it holds the local tensor the worker reads)
+    until done; the done ones are let go now and then, in time linear in
+    the number of writes."""
+    global _prune_at
     _inflight.append(event)
+    if len(_inflight) >= _prune_at:
+        _inflight[:] = [e for e in _inflight if not e.ready()]
+        _prune_at = max(64, 2 * len(_inflight))
     return event
 
 
 def synchronize():
-    """Waits until everything queued so far has run; raises the first error."""
-    events, _inflight[:] = list(_inflight), []
-    for e in events:
-        e.wait()
+    """Waits until everything queued so far on every node has run (errors
+    stay with the tensors they poisoned: get() raises them)."""
+    _c.mw_synchronize()
+    _inflight[:] = []
 
 
 class RemoteTensor:
@@ -173,7 +182,7 @@ class RemoteTensor:
         if n == self.node and device == self._device:
             return self
         out = _alloc(self.shape, self.dtype, n, device)
-        _track(_c.mw_copy(out._buffer, self._buffer))
+        _c.mw_copy(out._buffer, self._buffer)
         return out
 
     def copy_(self, src):
@@ -181,7 +190,7 @@ class RemoteTensor:
             src = src.to(self.dtype).contiguous()
             if src.shape != self.shape:
                 src = src.expand(self.shape).contiguous()
-            _track(_c.mw_write(self._buffer, src))
+            _keep(_c.mw_write(self._buffer, src))
             return self
         return _apply("method", "copy_", (self, src), {})
 
@@ -306,8 +315,8 @@ def _apply(kind, name, args, kwargs):
         spec = {"kind": kind, "op": name, "args": enc_args, "kwargs": enc_kwargs,
                 "in": [list(t.shape) for t in tensors], "out": [list(args[0].shape)],
                 "result": "inplace"}
-        _track(_c.mw_torch(target[0], [t._buffer for t in tensors], [args[0]._buffer],
-                           json.dumps(spec)))
+        _c.mw_torch(target[0], [t._buffer for t in tensors], [args[0]._buffer],
+                    json.dumps(spec))
         return args[0]
     if not isinstance(result, torch.Tensor):
         raise TypeError("collie_torch.remote: %s returns %s, not one tensor; only operations "
@@ -315,7 +324,7 @@ def _apply(kind, name, args, kwargs):
     out = _alloc(result.shape, result.dtype, *target)
     spec = {"kind": kind, "op": name, "args": enc_args, "kwargs": enc_kwargs,
             "in": [list(t.shape) for t in tensors], "out": [list(out.shape)], "result": "copy"}
-    _track(_c.mw_torch(target[0], [t._buffer for t in tensors], [out._buffer], json.dumps(spec)))
+    _c.mw_torch(target[0], [t._buffer for t in tensors], [out._buffer], json.dumps(spec))
     return out
 
 
@@ -392,7 +401,7 @@ def tensor(data, dtype=None, device=None):
 def _send(t, node_rank, device=-1):
     t = t.detach().cpu().contiguous()
     out = _alloc(t.shape, t.dtype, node_rank, device)
-    _track(_c.mw_write(out._buffer, t))
+    _keep(_c.mw_write(out._buffer, t))
     return out
 
 
@@ -418,7 +427,7 @@ def all_reduce(tensors, op="sum"):
     """One remote tensor on each node, in node order, alike in shape and
     dtype: each ends with `op` over all of them (a collective among the
     workers)."""
-    return _track(_c.mw_all_reduce([t._buffer for t in tensors], op))
+    return _c.mw_all_reduce([t._buffer for t in tensors], op)
 
 
 def _dist_send(self, node=None):
