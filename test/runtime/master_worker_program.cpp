@@ -14,6 +14,8 @@
 //               resident memory before and after
 //   rate N KiB  N elementwise sums of two KiB-sized float32 buffers on worker
 //               1, against the same sums run here in one process
+//   rate-queued-first N KiB   the same sums, all queued while the worker
+//               sleeps: the worker's own rate, the master idle meanwhile
 // MW_WINDOW sets Options::window (operations in flight per worker).
 #include <signal.h>
 #include <unistd.h>
@@ -189,6 +191,21 @@ void rate(mw::Master& m, long n, long kib) {
               n, kib, local * 1000 / n, queued * 1000 / n, local / queued);
 }
 
+// The worker alone: every sum queued while it sleeps 500 ms, then timed
+// to the end (the master idle meanwhile, but for the completions).
+void rate_queued_first(mw::Master& m, long n, long kib) {
+  const std::size_t count = static_cast<std::size_t>(kib) << 8;
+  auto bx = m.alloc<float>(1, count), by = m.alloc<float>(1, count);
+  m.fill(bx, 1);
+  m.fill(by, 2).wait();
+  const auto t = Clock::now();
+  m.call(1, "spin", {}, {}, {500});
+  for (long i = 0; i < n; ++i) m.combine(bx, by);
+  m.synchronize();
+  std::printf("rate, queued first: %ld sums of %ld KiB: %.1f us each on the worker\n", n, kib,
+              (ms_since(t) - 500) * 1000 / n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -213,6 +230,7 @@ int main(int argc, char** argv) {
       else if (mode == "chain") chain(m, arg);
       else if (mode == "flood") flood(m, arg);
       else if (mode == "rate") rate(m, arg, arg2);
+      else if (mode == "rate-queued-first") rate_queued_first(m, arg, arg2);
       else throw collie::ArgumentError("unknown mode '" + mode + "'");
       std::fflush(stdout);
     }, options);

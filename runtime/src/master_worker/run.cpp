@@ -38,6 +38,10 @@ int run(ProcessGroup& world, const Kernels& kernels, const std::function<void(Ma
   }
   // The stall watch reads the workers' process identities where init
   // published them (a TCP store with stall reports on).
+  // The master's completion thread waits beside its program's thread: one
+  // more on this machine's processors than init counted, so that its waits
+  // yield to the work (a worker here) instead of spinning a processor away.
+  transport->set_host_load(group->world->host_ranks + 1, group->world->host_cores);
   auto state = std::make_shared<detail::MasterState>(transport, kernels, options, &world.store(),
                                                      world.config().stall_time);
   Master m(state);
