@@ -16,6 +16,7 @@
 //               1, against the same sums run here in one process
 //   rate-queued-first N KiB   the same sums, all queued while the worker
 //               sleeps: the worker's own rate, the master idle meanwhile
+//   latency N   N operations, each waited for: a command's round trip
 // MW_WINDOW sets Options::window (operations in flight per worker).
 #include <signal.h>
 #include <unistd.h>
@@ -206,6 +207,16 @@ void rate_queued_first(mw::Master& m, long n, long kib) {
               (ms_since(t) - 500) * 1000 / n);
 }
 
+// One operation at a time, each waited for: the round trip of a command.
+void latency(mw::Master& m, long n) {
+  auto b = m.alloc<float>(1, 1);
+  m.fill(b, 0).wait();
+  const auto t = Clock::now();
+  for (long i = 0; i < n; ++i) m.fill(b, 1).wait();
+  std::printf("latency: %ld operations waited for one by one: %.1f us each\n", n,
+              ms_since(t) * 1000 / n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,6 +242,7 @@ int main(int argc, char** argv) {
       else if (mode == "flood") flood(m, arg);
       else if (mode == "rate") rate(m, arg, arg2);
       else if (mode == "rate-queued-first") rate_queued_first(m, arg, arg2);
+      else if (mode == "latency") latency(m, arg);
       else throw collie::ArgumentError("unknown mode '" + mode + "'");
       std::fflush(stdout);
     }, options);
