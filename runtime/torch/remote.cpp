@@ -100,6 +100,19 @@ struct PyEvent {
   }
 };
 
+// A write from, or a read into, a local tensor: its event keeps the tensor
+// alive until done.
+PyEvent transfer(const mw::Buffer& b, const at::Tensor& t, bool write) {
+  TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(), "collie_torch.remote: ",
+              write ? "write" : "read", " takes a contiguous CPU tensor");
+  PyEvent e;
+  e.keep = py::cast(t);
+  py::gil_scoped_release release;
+  const auto bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  e.event = write ? master().write(b, t.data_ptr(), bytes) : master().read(b, t.data_ptr(), bytes);
+  return e;
+}
+
 bool start(py::object dispatch) {
   auto& s = session();
   if (s.world) throw collie::Error("collie_torch.remote: init_master_worker() was called twice");
@@ -197,24 +210,8 @@ void add_remote(py::module_& m) {
     py::gil_scoped_release release;
     return static_cast<int>(master().call(worker, "cuda_devices", {}, {}).get());
   }, "How many CUDA devices `worker` can hold buffers on (0 without CUDA).");
-  m.def("mw_write", [](const mw::Buffer& b, const at::Tensor& t) {
-    TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(),
-                "collie_torch.remote: write takes a contiguous CPU tensor");
-    PyEvent e;
-    e.keep = py::cast(t);
-    py::gil_scoped_release release;
-    e.event = master().write(b, t.data_ptr(), t.numel() * t.element_size());
-    return e;
-  });
-  m.def("mw_read", [](const mw::Buffer& b, const at::Tensor& t) {
-    TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(),
-                "collie_torch.remote: read takes a contiguous CPU tensor");
-    PyEvent e;
-    e.keep = py::cast(t);
-    py::gil_scoped_release release;
-    e.event = master().read(b, t.data_ptr(), t.numel() * t.element_size());
-    return e;
-  });
+  m.def("mw_write", [](const mw::Buffer& b, const at::Tensor& t) { return transfer(b, t, true); });
+  m.def("mw_read", [](const mw::Buffer& b, const at::Tensor& t) { return transfer(b, t, false); });
   m.def("mw_copy", [](const mw::Buffer& dst, const mw::Buffer& src) {
     PyEvent e;
     py::gil_scoped_release release;

@@ -46,6 +46,16 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
+// A kernel "hold" that returns 1 once `go` is set.
+mw::Kernels holding(std::atomic<bool>& go) {
+  mw::Kernels k;
+  k.add("hold", [&go](mw::KernelArgs&) {
+    while (!go.load()) std::this_thread::sleep_for(1ms);
+    return 1.0;
+  });
+  return k;
+}
+
 }  // namespace
 
 TEST_CASE("master-worker: every dtype goes through alloc, write and read intact, at every size",
@@ -323,12 +333,8 @@ TEST_CASE("master-worker: kernels run by name, and one that throws poisons only 
 
 TEST_CASE("master-worker: futures wait with timeouts, and freed buffers give memory back",
           "[master_worker]") {
-  mw::Kernels k;
   std::atomic<bool> go{false};
-  k.add("hold", [&](mw::KernelArgs&) {
-    while (!go.load()) std::this_thread::sleep_for(1ms);
-    return 1.0;
-  });
+  const mw::Kernels k = holding(go);
   std::string timed_out;
   run_job(2, k, [&](mw::Master& m) {
     auto held = m.call(1, "hold", {}, {});
@@ -405,4 +411,47 @@ TEST_CASE("master-worker: buffers in a worker's device memory, staged where the 
     m.all_reduce({e1, e2});
     expect(m.read<double>(e2).get() == std::vector<double>(5, 4.0), "all_reduce on devices");
   });
+}
+
+TEST_CASE("master-worker: no wait outlasts the run's timeout, and each names the worker that holds it",
+          "[master_worker]") {
+  std::atomic<bool> go{false};
+  const mw::Kernels k = holding(go);
+  std::string waited, synchronized, windowed;
+  mw::Options o;
+  o.timeout = 500ms;
+  o.window = 2;
+  run_job(
+      2, k,
+      [&](mw::Master& m) {
+        auto held = m.call(1, "hold", {}, {});
+        auto b = m.alloc<float>(1, 4);
+        try {
+          held.wait();  // no timeout given: the run's
+        } catch (const collie::TimeoutError& e) {
+          waited = e.what();
+        }
+        try {
+          m.synchronize();
+        } catch (const collie::TimeoutError& e) {
+          synchronized = e.what();
+        }
+        try {
+          m.fill(b, 1);  // the third in a window of 2
+        } catch (const collie::TimeoutError& e) {
+          windowed = e.what();
+        }
+        go = true;
+        m.synchronize();
+        expect(held.get() == 1.0, "the held kernel finishes once let go");
+      },
+      o);
+  CHECK_THAT(waited, Catch::Contains("call(hold) on worker 1") &&
+                         Catch::Contains("not done after 500 ms"));
+  CHECK_THAT(synchronized, Catch::Contains("synchronize: no progress for 500 ms") &&
+                               Catch::Contains("worker 1 (rank 1") &&
+                               Catch::Contains("has finished nothing for") &&
+                               Catch::Contains("the oldest: call(hold)"));
+  CHECK_THAT(windowed, Catch::Contains("no room in the window of 2") &&
+                           Catch::Contains("worker 1 (rank 1"));
 }

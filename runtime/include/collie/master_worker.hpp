@@ -89,9 +89,11 @@ class Event {
  public:
   Event();  // done, with no error
   // Blocks until the operation is done; throws its error if it failed.
+  // Waits at most the run's timeout (Options::timeout, COLLIE_TIMEOUT by
+  // default), as wait(timeout) does.
   void wait() const;
-  // Throws TimeoutError naming the operation and its worker after `timeout`
-  // (the operation stays queued).
+  // Throws TimeoutError naming the operation, its worker and what the
+  // stall watch saw of it after `timeout` (the operation stays queued).
   void wait(std::chrono::milliseconds timeout) const;
   // True once done, successfully or not. Never blocks.
   bool ready() const;
@@ -209,9 +211,9 @@ class Kernels {
 struct Options {
   // Operations in flight per worker before a call waits (>= 1).
   std::size_t window = 1024;
-  // How long a call may wait for room in a window, and a worker for its
-  // next command before it checks on the master again; default: the
-  // group's timeout (COLLIE_TIMEOUT).
+  // How long a call may wait for room in a window, an Event's wait() for
+  // its operation, and synchronize() and the end of the run for a worker
+  // that finishes nothing; default: the group's timeout (COLLIE_TIMEOUT).
   std::chrono::milliseconds timeout{0};
 };
 
@@ -294,7 +296,8 @@ class Master {
   Future<double> memory(int worker);
 
   // Waits until every operation queued so far has finished (their errors
-  // stay with their events).
+  // stay with their events). Throws TimeoutError naming each worker that
+  // finishes nothing for the run's timeout with work queued.
   void synchronize();
 
  private:

@@ -17,27 +17,22 @@ Event::Event() = default;
 Event::Event(std::shared_ptr<OpState> op) : op_(std::move(op)) {}
 
 void Event::wait() const {
-  if (!op_) return;
-  std::unique_lock lock(op_->sync->mu);
-  op_->sync->cv.wait(lock, [&] { return op_->done; });
-  if (op_->error.empty()) return;
-  if (op_->connection) throw ConnectionError(op_->error);
-  throw RequestError(op_->error);
+  if (op_) wait(op_->sync->timeout);
 }
 
 void Event::wait(std::chrono::milliseconds timeout) const {
   if (!op_) return;
-  {
-    std::unique_lock lock(op_->sync->mu);
-    if (!op_->sync->cv.wait_for(lock, timeout, [&] { return op_->done; })) {
-      auto report = op_->sync->stall_reports.find(op_->worker);
-      throw TimeoutError(fmt::format("{}: not done after {} ms{}", op_->what, timeout.count(),
-                                     report == op_->sync->stall_reports.end()
-                                         ? std::string()
-                                         : "; " + report->second));
-    }
+  std::unique_lock lock(op_->sync->mu);
+  if (!op_->sync->cv.wait_for(lock, timeout, [&] { return op_->done; })) {
+    auto report = op_->sync->stall_reports.find(op_->worker);
+    throw TimeoutError(fmt::format("{}: not done after {} ms{}", op_->what, timeout.count(),
+                                   report == op_->sync->stall_reports.end()
+                                       ? std::string()
+                                       : "; " + report->second));
   }
-  wait();
+  if (op_->error.empty()) return;
+  if (op_->connection) throw ConnectionError(op_->error);
+  throw RequestError(op_->error);
 }
 
 bool Event::ready() const {

@@ -118,10 +118,7 @@ Event Master::fill(const Buffer& b, double value) {
   check_scalar(b.dtype(), value, "fill", false);
   Command c = command(Op::Fill, b);
   c.scalar = value;
-  auto op = m.new_op(fmt::format("fill({}, {})", b.describe(), value), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(b.worker(), c, {}, Part{op});
-  return m.event(op);
+  return m.queue(b.worker(), c, fmt::format("fill({}, {})", b.describe(), value));
 }
 
 Event Master::scale(const Buffer& b, double factor) {
@@ -130,10 +127,7 @@ Event Master::scale(const Buffer& b, double factor) {
   check_scalar(b.dtype(), factor, "scale", true);
   Command c = command(Op::Scale, b);
   c.scalar = factor;
-  auto op = m.new_op(fmt::format("scale({}, {})", b.describe(), factor), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(b.worker(), c, {}, Part{op});
-  return m.event(op);
+  return m.queue(b.worker(), c, fmt::format("scale({}, {})", b.describe(), factor));
 }
 
 Event Master::axpy(const Buffer& y, double a, const Buffer& x) {
@@ -146,10 +140,7 @@ Event Master::axpy(const Buffer& y, double a, const Buffer& x) {
   Command c = command(Op::Axpy, y);
   c.buffer[1] = x.id();
   c.scalar = a;
-  auto op = m.new_op(fmt::format("axpy({}, {}, #{})", y.describe(), a, x.id()), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(y.worker(), c, {}, Part{op});
-  return m.event(op);
+  return m.queue(y.worker(), c, fmt::format("axpy({}, {}, #{})", y.describe(), a, x.id()));
 }
 
 Event Master::combine(const Buffer& acc, const Buffer& in, ReduceOp rop) {
@@ -170,12 +161,9 @@ Event Master::binary(const Buffer& out, const Buffer& a, ReduceOp rop, const Buf
   c.buffer[1] = a.id();
   c.buffer[2] = b.id();
   c.reduce = static_cast<std::uint8_t>(rop);
-  auto op = m.new_op(fmt::format("{}({}, #{}, #{})", reduce_op_name(rop), out.describe(), a.id(),
-                                 b.id()),
-                     1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(out.worker(), c, {}, Part{op});
-  return m.event(op);
+  return m.queue(out.worker(), c,
+                 fmt::format("{}({}, #{}, #{})", reduce_op_name(rop), out.describe(), a.id(),
+                             b.id()));
 }
 
 Future<double> Master::reduce(const Buffer& b, ReduceOp rop) {
@@ -194,10 +182,8 @@ Future<double> Master::reduce(const Buffer& b, ReduceOp rop) {
   }
   Command c = command(Op::Reduce, b);
   c.reduce = static_cast<std::uint8_t>(rop);
-  auto op = m.new_op(fmt::format("reduce({}, {})", b.describe(), reduce_op_name(rop)), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(b.worker(), c, {}, Part{op});
-  return Future<double>(m.event(op));
+  return Future<double>(
+      m.queue(b.worker(), c, fmt::format("reduce({}, {})", b.describe(), reduce_op_name(rop))));
 }
 
 Event Master::write(const Buffer& b, const void* data, std::size_t bytes) {
@@ -206,8 +192,7 @@ Event Master::write(const Buffer& b, const void* data, std::size_t bytes) {
   if (bytes != b.bytes())
     throw ArgumentError(fmt::format("write: {} holds {} bytes, given {}", b.describe(), b.bytes(),
                                     bytes));
-  auto op = m.new_op(fmt::format("write({})", b.describe()), 1);
-  Part part{op};
+  Part part{nullptr};
   std::vector<std::byte> body;
   Command c = command(Op::Write, b);
   if (bytes <= wire::kInlineWriteBytes) {
@@ -217,9 +202,8 @@ Event Master::write(const Buffer& b, const void* data, std::size_t bytes) {
     part.write_data = data;
     part.write_bytes = bytes;
   }
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(b.worker(), c, std::move(body), std::move(part));
-  return m.event(op);
+  return m.queue(b.worker(), c, fmt::format("write({})", b.describe()), std::move(body),
+                 std::move(part));
 }
 
 Event Master::read(const Buffer& b, void* out, std::size_t bytes) {
@@ -235,12 +219,10 @@ Event Master::read_kept(const Buffer& b, std::shared_ptr<void> keep, void* out,
                                     b.bytes(), bytes));
   auto op = m.new_op(fmt::format("read({})", b.describe()), 1);
   op->keep = std::move(keep);
-  Part part{op};
+  Part part{nullptr};
   part.read_into = out;
   part.read_bytes = bytes;
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(b.worker(), command(Op::Read, b), {}, std::move(part));
-  return m.event(op);
+  return m.queue(b.worker(), command(Op::Read, b), op, {}, std::move(part));
 }
 
 Event Master::copy(const Buffer& dst, const Buffer& src) {
@@ -248,16 +230,14 @@ Event Master::copy(const Buffer& dst, const Buffer& src) {
   check_live(m, dst, "copy");
   check_live(m, src, "copy");
   check_alike(dst, src, "copy");
-  const std::string what = fmt::format("copy({} <- {})", dst.describe(), src.describe());
-  std::lock_guard submitting(m.submit_mu);
+  std::string what = fmt::format("copy({} <- {})", dst.describe(), src.describe());
   if (dst.worker() == src.worker()) {
-    auto op = m.new_op(what, 1);
     Command c = command(Op::CopyLocal, dst);
     c.buffer[1] = src.id();
-    m.submit(dst.worker(), c, {}, Part{op});
-    return m.event(op);
+    return m.queue(dst.worker(), c, std::move(what));
   }
-  auto op = m.new_op(what, 2);
+  auto op = m.new_op(std::move(what), 2);
+  std::lock_guard submitting(m.submit_mu);
   const std::uint64_t transfer = m.next_copy++;
   Command send = command(Op::CopySend, src);
   send.peer = dst.worker();
@@ -293,10 +273,8 @@ Future<double> Master::call(int worker, std::string_view name, const std::vector
   body.put_string(text);
   Command c;
   c.op = Op::Call;
-  auto op = m.new_op(fmt::format("call({}) on worker {}", name, worker), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(worker, c, std::move(body.bytes), Part{op});
-  return Future<double>(m.event(op));
+  return Future<double>(
+      m.queue(worker, c, fmt::format("call({}) on worker {}", name, worker), std::move(body.bytes)));
 }
 
 namespace {
@@ -380,15 +358,12 @@ Future<double> Master::memory(int worker) {
   auto& m = *state_;
   Command c;
   c.op = Op::Memory;
-  auto op = m.new_op(fmt::format("memory() on worker {}", worker), 1);
-  std::lock_guard submitting(m.submit_mu);
-  m.submit(worker, c, {}, Part{op});
-  return Future<double>(m.event(op));
+  return Future<double>(m.queue(worker, c, fmt::format("memory() on worker {}", worker)));
 }
 
 void Master::synchronize() {
   std::lock_guard submitting(state_->submit_mu);
-  state_->drain();
+  state_->drain("synchronize");
 }
 
 }  // namespace collie::mw

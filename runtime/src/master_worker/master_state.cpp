@@ -43,6 +43,7 @@ const char* op_name(wire::Op op) {
 MasterState::MasterState(std::shared_ptr<transport::Transport> t, const Kernels& k, Options o,
                          store::Store* s, std::chrono::milliseconds stall)
     : transport(std::move(t)), store(s), stall_time(stall), kernels(k), options(o) {
+  sync->timeout = options.timeout;
   const int n = transport->world_size();
   links = std::vector<Link>(static_cast<std::size_t>(n > 0 ? n - 1 : 0));
   for (int r = 1; r < n; ++r) {
@@ -90,14 +91,15 @@ void MasterState::submit(int worker, wire::Command c, std::vector<std::byte> bod
   Link& l = link(worker);
   std::unique_lock lock(sync->mu);
   if (closed) throw Error("master-worker: the run has ended");
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  // Room in the window: given up on when the worker finishes nothing for
+  // the timeout (not when a slow one keeps it full).
+  const auto started = std::chrono::steady_clock::now();
   while (l.failure.empty() && l.pending.size() >= options.window) {
-    if (sync->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-        l.failure.empty() && l.pending.size() >= options.window) {
-      throw TimeoutError(fmt::format("master-worker: {} has {} operations queued and finished "
-                                     "none in {} ms",
-                                     l.name, l.pending.size(), options.timeout.count()));
-    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now - std::max(l.last_news, started) >= options.timeout)
+      throw TimeoutError(fmt::format("master-worker: no room in the window of {} operations: {}",
+                                     options.window, stalled(l, now)));
+    sync->cv.wait_for(lock, std::min<std::chrono::milliseconds>(options.timeout, 1s));
   }
   if (!l.failure.empty()) throw ConnectionError(l.failure);
   c.seq = l.next_seq++;
@@ -122,6 +124,19 @@ void MasterState::submit(int worker, wire::Command c, std::vector<std::byte> bod
     s.body_send = transport->isend(worker, master_worker_tag(wire::kBody, 0), s.body.data(),
                                    s.body.size(), c.seq);
   l.sends.push_back(std::move(s));
+}
+
+Event MasterState::queue(int worker, const wire::Command& c, std::shared_ptr<OpState> op,
+                         std::vector<std::byte> body, Part part) {
+  part.op = op;
+  std::lock_guard submitting(submit_mu);
+  submit(worker, c, std::move(body), std::move(part));
+  return event(std::move(op));
+}
+
+Event MasterState::queue(int worker, const wire::Command& c, std::string what,
+                         std::vector<std::byte> body, Part part) {
+  return queue(worker, c, new_op(std::move(what), 1), std::move(body), std::move(part));
 }
 
 void MasterState::release(int worker, std::uint64_t id) noexcept {
@@ -299,20 +314,39 @@ void MasterState::run_completions() {
   }
 }
 
-void MasterState::drain() {
+void MasterState::drain(const char* what) {
   std::unique_lock lock(sync->mu);
-  sync->cv.wait(lock, [&] {
-    for (const auto& l : links)
-      if (l.failure.empty() && !l.pending.empty()) return false;
-    return true;
-  });
+  const auto started = std::chrono::steady_clock::now();
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    bool busy = false;
+    std::string stuck;
+    for (const auto& l : links) {
+      if (!l.failure.empty() || l.pending.empty()) continue;
+      busy = true;
+      if (now - std::max(l.last_news, started) < options.timeout) continue;
+      const auto report = sync->stall_reports.find(l.rank);
+      stuck += fmt::format("; {}", report != sync->stall_reports.end() ? report->second
+                                                                        : stalled(l, now));
+    }
+    if (!busy) return;
+    if (!stuck.empty())
+      throw TimeoutError(fmt::format("master-worker: {}: no progress for {} ms{}", what,
+                                     options.timeout.count(), stuck));
+    sync->cv.wait_for(lock, std::min<std::chrono::milliseconds>(options.timeout, 1s));
+  }
 }
 
 void MasterState::shutdown() {
-  std::vector<std::shared_ptr<OpState>> bye;
+  std::exception_ptr failed;
   {
     std::lock_guard submitting(submit_mu);
-    drain();
+    try {
+      drain("waiting for the operations queued before the end");
+    } catch (const TimeoutError& e) {
+      failed = std::current_exception();
+      log().error("{}", e.what());
+    }
     for (auto& l : links) {
       {
         std::lock_guard lock(sync->mu);
@@ -323,7 +357,6 @@ void MasterState::shutdown() {
       c.op = wire::Op::Shutdown;
       try {
         submit(l.rank, c, {}, Part{op});
-        bye.push_back(op);
       } catch (const Error& e) {
         log().warn("master-worker: {}", e.what());
       }
@@ -331,10 +364,16 @@ void MasterState::shutdown() {
     std::lock_guard lock(sync->mu);
     closed = true;
   }
+  // Every send of ours finished before a worker answered its shutdown.
+  if (!failed) {
+    try {
+      drain("shutting the workers down");
+    } catch (const TimeoutError&) {
+      failed = std::current_exception();
+    }
+  }
   {
-    std::unique_lock lock(sync->mu);
-    for (auto& op : bye) sync->cv.wait(lock, [&] { return op->done; });
-    // Every send of ours finished before the worker answered its shutdown.
+    std::lock_guard lock(sync->mu);
     stopping = true;
   }
   if (completions.joinable()) completions.join();
@@ -363,6 +402,7 @@ void MasterState::shutdown() {
       log().warn("master-worker: telling a worker to go: {}", e.what());
     }
   }
+  if (failed) std::rethrow_exception(failed);
 }
 
 BufferState::~BufferState() {

@@ -27,6 +27,8 @@ struct Sync {
   // The stall watch's last word on each worker that has kept operations
   // waiting (stall_watch.cpp), for a wait that times out to quote.
   std::map<int, std::string> stall_reports;
+  // How long a wait with no time of its own waits (Options::timeout).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
 struct OpState {
@@ -117,11 +119,22 @@ struct MasterState : std::enable_shared_from_this<MasterState> {
   // ConnectionError when the worker has died, TimeoutError when its window
   // stays full past the timeout. Call with submit_mu held.
   void submit(int worker, wire::Command c, std::vector<std::byte> body, Part part);
+  // Queues the whole of an operation on one worker: submit() under the
+  // submit lock, `op` its one part (with `part`'s memory, for a read or a
+  // large write); the second form makes the operation from `what`.
+  Event queue(int worker, const wire::Command& c, std::shared_ptr<OpState> op,
+              std::vector<std::byte> body = {}, Part part = Part{nullptr});
+  Event queue(int worker, const wire::Command& c, std::string what,
+              std::vector<std::byte> body = {}, Part part = Part{nullptr});
   // Frees a buffer (BufferState's destructor); never throws.
   void release(int worker, std::uint64_t id) noexcept;
-  // Waits for every operation in flight; then Shutdown to each live
-  // worker, and stops the completion thread.
-  void drain();
+  // Waits for every operation in flight. Throws TimeoutError naming each
+  // worker that has finished nothing for the timeout with work queued (and
+  // what the stall watch saw of it).
+  void drain(const char* what);
+  // Drains, sends Shutdown to each live worker and waits for their answers,
+  // stops the completion thread and tells the workers to go; a worker that
+  // never answers is named in the TimeoutError thrown after all that.
   void shutdown();
   void run_completions();  // the completion thread
 
@@ -135,6 +148,9 @@ struct MasterState : std::enable_shared_from_this<MasterState> {
   // Names a worker that has finished nothing for the stall time with work
   // queued, and what /proc says of it (stall_watch.cpp). Completion thread.
   void watch_stalls();
+  // "worker 2 (...) has finished nothing for 31 s with 3 operations queued
+  // (the oldest: ...)"; sync->mu held.
+  std::string stalled(const Link& l, std::chrono::steady_clock::time_point now) const;
   Event event(std::shared_ptr<OpState> op) { return Event(std::move(op)); }
   Buffer buffer(std::shared_ptr<BufferState> s) { return Buffer(std::move(s)); }
 };

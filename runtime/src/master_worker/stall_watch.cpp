@@ -15,46 +15,42 @@
 
 namespace collie::mw::detail {
 
+std::string MasterState::stalled(const Link& l, std::chrono::steady_clock::time_point now) const {
+  const auto queued = l.pending.size();
+  return fmt::format("{} has finished nothing for {:.1f} s with {} operation{} queued (the oldest: "
+                     "{})",
+                     l.name, std::chrono::duration<double>(now - l.last_news).count(),
+                     queued, queued == 1 ? "" : "s",
+                     queued == 0 ? "none" : l.pending.begin()->second.op->what);
+}
+
 void MasterState::watch_stalls() {
   if (stall_time.count() <= 0) return;
   const auto now = std::chrono::steady_clock::now();
-  struct Due {
-    Link* link;
-    std::size_t queued;
-    std::string oldest;
-    long seconds;
-  };
-  std::vector<Due> due;
+  std::vector<std::pair<int, std::string>> due;  // (rank, what it has not done)
   {
     std::lock_guard lock(sync->mu);
     for (auto& l : links) {
       if (!l.failure.empty() || l.pending.empty()) continue;
       if (now - l.last_news < stall_time * (l.stall_rounds + 1)) continue;
       ++l.stall_rounds;
-      due.push_back({&l, l.pending.size(), l.pending.begin()->second.op->what,
-                     static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(
-                                           now - l.last_news)
-                                           .count())});
+      due.emplace_back(l.rank, stalled(l, now));
     }
   }
-  for (const auto& d : due) {
+  for (const auto& [rank, text] : due) {
     std::string what;
     if (store != nullptr) {
       try {
-        if (auto proc = store->try_get(keys::stall_process(d.link->rank),
-                                       std::chrono::milliseconds(200)))
+        if (auto proc = store->try_get(keys::stall_process(rank), std::chrono::milliseconds(200)))
           what = describe_process(*proc);
       } catch (const std::exception&) {
       }
     }
     if (what.empty()) what = "its process could not be looked at (another host, or no store)";
-    const auto report = fmt::format("{} has finished nothing for {} s with {} operation{} queued "
-                                    "(the oldest: {}): {}",
-                                    d.link->name, d.seconds, d.queued, d.queued == 1 ? "" : "s",
-                                    d.oldest, what);
+    const auto report = fmt::format("{}: {}", text, what);
     log().warn("master-worker: {}", report);
     std::lock_guard lock(sync->mu);
-    sync->stall_reports[d.link->rank] = report;
+    sync->stall_reports[rank] = report;
   }
 }
 

@@ -93,8 +93,7 @@ void Worker::finish_transfer(InFlight& f) {
                  options_.timeout);
         why.text[sizeof why.text - 1] = '\0';
         const std::string first = why.text;
-        if (auto it = buffers_.find(f.buffer); it != buffers_.end() && it->second.poisoned.empty())
-          it->second.poisoned = first;
+        poison(f.buffer, first);
         record(f.seq, true, fmt::format("{}: {}", me_, Poisoned(f.buffer, first).what()));
         return;
       } catch (const Error& e2) {
@@ -122,17 +121,13 @@ void Worker::finish_transfer(InFlight& f) {
     record(f.seq, false, {});
     return;
   }
-  const std::string cause = fmt::format("{} on {}: {}", f.what, me_, error);
-  if (f.writes) {
-    auto it = buffers_.find(f.buffer);
-    if (it != buffers_.end() && it->second.poisoned.empty()) it->second.poisoned = cause;
-  }
+  if (f.writes) poison(f.buffer, fmt::format("{} on {}: {}", f.what, me_, error));
   record(f.seq, true, fmt::format("{}: {}", me_, error));
 }
 
-void Worker::reap(bool all) {
+void Worker::finish_transfers(const std::function<bool(const InFlight&)>& which) {
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-    if (all || t_->test(it->request)) {
+    if (which(*it)) {
       finish_transfer(*it);
       it = in_flight_.erase(it);
     } else {
@@ -141,15 +136,13 @@ void Worker::reap(bool all) {
   }
 }
 
-void Worker::settle(std::uint64_t id) {
-  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-    if (it->buffer == id) {
-      finish_transfer(*it);
-      it = in_flight_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+void Worker::reap(bool all) {
+  finish_transfers([&](const InFlight& f) { return all || t_->test(f.request); });
+}
+
+void Worker::poison(std::uint64_t id, const std::string& cause) {
+  auto it = buffers_.find(id);
+  if (it != buffers_.end() && it->second.poisoned.empty()) it->second.poisoned = cause;
 }
 
 Worker::Buf& Worker::use(std::uint64_t id) {
@@ -188,10 +181,7 @@ void Worker::poison_outputs(const Command& c, const std::vector<std::byte>& body
     }
     default: break;
   }
-  for (auto id : outs) {
-    auto it = buffers_.find(id);
-    if (it != buffers_.end() && it->second.poisoned.empty()) it->second.poisoned = cause;
-  }
+  for (auto id : outs) poison(id, cause);
 }
 
 void Worker::execute(const Command& c, const std::vector<std::byte>& body) {

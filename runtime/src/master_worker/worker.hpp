@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +48,13 @@ class Worker {
     Host(Worker& w, Buf& b, bool load);
     std::byte* data();
     void store();
+    // fn(bytes) on `b` where the CPU may touch it, stored back after.
+    template <class F>
+    static void update(Worker& w, Buf& b, bool load, F&& fn) {
+      Host h(w, b, load);
+      fn(h.data());
+      h.store();
+    }
 
    private:
     Worker& w_;
@@ -81,8 +89,13 @@ class Worker {
                    bool& later);
   void collective(const wire::Command& c);
   Buf& use(std::uint64_t id);  // after its transfers; throws if unknown or poisoned
-  void settle(std::uint64_t id);         // waits for the transfers on buffer `id`
-  void reap(bool all);                   // finished transfers become records
+  // Finishes the transfers `which` picks (waiting for them), each a record.
+  void finish_transfers(const std::function<bool(const InFlight&)>& which);
+  void settle(std::uint64_t id) {  // the transfers on buffer `id`
+    finish_transfers([id](const InFlight& f) { return f.buffer == id; });
+  }
+  void reap(bool all);  // those already finished (all: every one)
+  void poison(std::uint64_t id, const std::string& cause);  // unless it is already
   void finish_transfer(InFlight& f);
   void record(std::uint64_t seq, bool failed, const std::string& message, double value = 0);
   void flush();

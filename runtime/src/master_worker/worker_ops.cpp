@@ -43,24 +43,20 @@ void Worker::run_command(const Command& c, const std::vector<std::byte>& body, d
     }
     case Op::Fill: {
       Buf& b = use(c.buffer[0]);
-      Host h(*this, b, false);
-      fill(b.dtype, h.data(), b.count, c.scalar);
-      h.store();
+      Host::update(*this, b, false, [&](std::byte* p) { fill(b.dtype, p, b.count, c.scalar); });
       return;
     }
     case Op::Scale: {
       Buf& b = use(c.buffer[0]);
-      Host h(*this, b, true);
-      scale(b.dtype, h.data(), b.count, c.scalar);
-      h.store();
+      Host::update(*this, b, true, [&](std::byte* p) { scale(b.dtype, p, b.count, c.scalar); });
       return;
     }
     case Op::Axpy: {
       Buf& x = use(c.buffer[1]);
       Buf& y = use(c.buffer[0]);
-      Host hx(*this, x, true), hy(*this, y, true);
-      axpy(y.dtype, hy.data(), hx.data(), y.count, c.scalar);
-      hy.store();
+      Host hx(*this, x, true);
+      Host::update(*this, y, true,
+                   [&](std::byte* p) { axpy(y.dtype, p, hx.data(), y.count, c.scalar); });
       return;
     }
     case Op::Binary: {
@@ -92,9 +88,9 @@ void Worker::run_command(const Command& c, const std::vector<std::byte>& body, d
     case Op::WriteInline: {
       Buf& b = use(c.buffer[0]);
       if (body.size() != b.bytes) throw ProtocolError("write: the data does not fit the buffer");
-      Host h(*this, b, false);
-      if (!body.empty()) std::memcpy(h.data(), body.data(), body.size());
-      h.store();
+      Host::update(*this, b, false, [&](std::byte* p) {
+        if (!body.empty()) std::memcpy(p, body.data(), body.size());
+      });
       return;
     }
     case Op::Write: {
@@ -183,9 +179,8 @@ void Worker::run_command(const Command& c, const std::vector<std::byte>& body, d
       Buf& src = use(c.buffer[1]);
       Buf& dst = use(c.buffer[0]);
       if (c.buffer[0] == c.buffer[1] || dst.bytes == 0) return;
-      Host hs(*this, src, true), hd(*this, dst, false);
-      std::memcpy(hd.data(), hs.data(), dst.bytes);
-      hd.store();
+      Host hs(*this, src, true);
+      Host::update(*this, dst, false, [&](std::byte* p) { std::memcpy(p, hs.data(), dst.bytes); });
       return;
     }
     case Op::Call: {
