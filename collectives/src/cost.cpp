@@ -320,7 +320,14 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
     for (std::size_t r = 0; r < n; ++r)
       work += f.cold[r] * model.work_per_cold_byte + f.warm[r] * model.work_per_warm_byte;
   }
-  if (crowded)
+  // Crowded on several hosts, the cores' work does not hide under the
+  // links' time: a message goes on the link after its sender's core has
+  // sent it and is reduced when the receiver's core gets to it, and the
+  // kernel's TCP path runs on the same crowded cores. The two add up
+  // (docs/algorithms.md, "A crowded machine").
+  if (crowded && hosts)
+    cost.seconds += work / static_cast<double>(n) * model.crowding;
+  else if (crowded)
     cost.seconds = std::max(cost.seconds, work / static_cast<double>(n) * model.crowding);
   return cost;
 }

@@ -218,6 +218,37 @@ TEST_CASE("Auto on hosts that share crowded cores: messages between hosts are wo
   }
 }
 
+TEST_CASE("Auto on hosts that share crowded cores: the cores' work adds to the links' time",
+          "[schedule][hosts][cost]") {
+  // 4 hosts of 2 ranks on 2 cores at 1 Gbit/s: 32 KiB took the tree 0.54-1.8
+  // ms and halving-doubling 1.0-2.8 ms (tools/cluster.sh, tbf and htb
+  // links). With the larger of the two bounds, halving-doubling's work (1.1
+  // ms) hid the link time under it and Auto picked it; added, the tree wins.
+  CostModel model;
+  model.host_beta = 8 / 1e9;
+  model.host_alpha = 50e-6;
+  model.crowding = 4;
+  const std::size_t segment = model.segment_bytes;
+  const auto hosts = std::make_shared<const Hosts>(uniform_hosts(4, 2, false));
+  const std::size_t count = (32 << 10) / 4;
+  CHECK(auto_algorithm(Collective::AllReduce, 8, count, 4, segment, model, hosts) ==
+        Algorithm::Tree);
+  // The time is the links' clock plus the average rank's work on its core
+  // share, so it exceeds both, and grows with the work per message.
+  const Shape shape{0, 8, count, 0, pieces_for(count * 4, segment), hosts};
+  CostModel uncrowded = model;
+  uncrowded.crowding = 1;
+  CostModel more_work = model;
+  more_work.host_work_per_message *= 2;
+  for (auto a : {Algorithm::Tree, Algorithm::HalvingDoubling, Algorithm::TwoLevel}) {
+    INFO(algorithm_name(a));
+    const double clock = estimate(Collective::AllReduce, a, shape, 4, uncrowded).seconds;
+    const double both = estimate(Collective::AllReduce, a, shape, 4, model).seconds;
+    CHECK(both > clock * 1.1);
+    CHECK(estimate(Collective::AllReduce, a, shape, 4, more_work).seconds > both);
+  }
+}
+
 TEST_CASE("Auto on hosts: the links between hosts decide, and two_level is only a candidate "
           "where there are two levels",
           "[schedule][hosts][cost]") {

@@ -22,7 +22,8 @@
 // work_per_byte for each byte it sends or receives (the copies into and
 // out of the kernel), and gamma for each byte it reduces. This is what
 // makes a tree, which keeps half the ranks idle, beat the all-ranks-busy
-// algorithms at small sizes on 4 ranks on 2 cores.
+// algorithms at small sizes on 4 ranks on 2 cores. On several hosts the
+// work is not a bound but adds to the clock: the links wait for the cores.
 //
 // Crowded over TCP (flow_bytes > 0), two more things decide between
 // algorithms that do the same work. The clock replays the executor piece
