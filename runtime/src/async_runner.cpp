@@ -12,6 +12,10 @@ namespace {
 // With a grace period: the runner's thread sleeps without a deadline (a
 // post must wake it) once nothing was posted for this long.
 constexpr auto kActive = std::chrono::milliseconds(100);
+// Meanwhile it looks at the queue once per grace period, twice as long
+// after each look that found it empty (the callers run their tasks), up to
+// this; a task it runs itself brings it back to the grace period.
+constexpr auto kLongestLook = std::chrono::milliseconds(5);
 }  // namespace
 
 bool AsyncRunner::post(Task task, Ticket* ticket) {
@@ -20,9 +24,13 @@ bool AsyncRunner::post(Task task, Ticket* ticket) {
   const Ticket t = next_ticket_++;
   if (ticket != nullptr) *ticket = t;
   last_post_ = Clock::now();
+  // A task posted behind another that nobody has run: its caller did not
+  // wait at once, so the thread looks again at the grace period's pace.
+  const bool behind = !queue_.empty();
   queue_.push_back({t, std::move(task), last_post_});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
-  if (grace_.count() == 0 || idle_) cv_.notify_all();
+  if (behind) look_ = grace_;
+  if (grace_.count() == 0 || idle_ || (behind && looking_ > grace_)) cv_.notify_all();
   return true;
 }
 
@@ -81,7 +89,11 @@ void AsyncRunner::loop() {
         }
         if (queue_.empty() && stopping_) return;  // nothing left to run
         if (grace_.count() > 0 && now < last_post_ + kActive) {
-          cv_.wait_for(lock, grace_);
+          looking_ = look_;
+          cv_.wait_for(lock, look_);
+          looking_ = {};
+          if (queue_.empty())
+            look_ = std::min<std::chrono::microseconds>(look_ * 2, kLongestLook);
         } else {
           idle_ = true;
           cv_.wait(lock);
@@ -89,6 +101,7 @@ void AsyncRunner::loop() {
         }
       }
       queued = take();
+      look_ = grace_;  // nobody waited for this one: look at the grace period's pace
     }
     execute(queued);
   }

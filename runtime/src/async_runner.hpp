@@ -8,11 +8,14 @@
 // With a grace period, the runner's thread leaves a task alone until it
 // was queued that long, so that a caller that waits at once runs it
 // itself, and its posts and its own calls wake that thread only when it
-// sleeps with nothing to do (after 100 ms without a post); in between it
-// looks at the queue once per grace period. The torch backend's calls are
+// sleeps with nothing to do (after 100 ms without a post) or when a task is
+// posted behind one nobody ran; in between it looks at the queue once per
+// grace period, backing off to once per 5 ms while each look finds the
+// queue empty (every caller runs its own). The torch backend's calls are
 // waited for at once but for async ones: on a host with more ranks than
 // processors, waking the thread at each post let it take the call and
-// hand it back, two wake-ups on the call's path.
+// hand it back, two wake-ups on the call's path, and looking every 500 us
+// cost 8 ranks on 2 cores a third of each small call (388 us against 267).
 //
 // A task has two parts: `run`, then `finish`, called once the runner is
 // free again and `run`'s captures are gone (so a caller woken by `finish`
@@ -72,6 +75,8 @@ class AsyncRunner {
   bool stopping_ = false;
   const std::chrono::microseconds grace_;
   bool idle_ = false;           // the thread sleeps until woken (mu_)
+  std::chrono::microseconds look_ = grace_;  // its next look, in so long (mu_)
+  std::chrono::microseconds looking_{};      // the look it sleeps for, 0 if none (mu_)
   Clock::time_point last_post_;  // (mu_)
   std::thread thread_;  // started by the first post
 };

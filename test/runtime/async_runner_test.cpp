@@ -91,3 +91,26 @@ TEST_CASE("async runner: a task behind another is not run by its caller out of t
   std::lock_guard lock(log.mu);
   CHECK(log.order == std::vector<int>{0, 1, 2});
 }
+
+TEST_CASE("async runner: after its callers ran every task, the runner still runs one nobody "
+          "waits for, and tasks posted behind it",
+          "[runner]") {
+  // Its looks back off while callers run their own tasks (up to 5 ms
+  // apart); a task left alone must still run on its thread, and a task
+  // posted behind it wakes the thread.
+  Log log;
+  AsyncRunner runner(1000us);
+  for (int i = 0; i < 200; ++i) {
+    AsyncRunner::Ticket ticket = 0;
+    REQUIRE(runner.post(log.task(i), &ticket));
+    runner.run_if_next(ticket);
+    REQUIRE(log.finished.load() == i + 1);
+  }
+  for (int i = 200; i < 203; ++i) REQUIRE(runner.post(log.task(i)));
+  REQUIRE(collie::test::eventually([&] { return log.finished.load() == 203; }, 60s));
+  std::lock_guard lock(log.mu);
+  for (int i = 0; i < 203; ++i) {
+    CHECK(log.order[static_cast<std::size_t>(i)] == i);
+    if (i >= 200) CHECK(log.threads[static_cast<std::size_t>(i)] != std::this_thread::get_id());
+  }
+}
