@@ -378,11 +378,15 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
                       pieces_for(representative * element_bytes, segment_bytes), hosts};
     const double t = estimate(c, a, shape, element_bytes, m).seconds;
     // A tie (the crowded bound can cost two algorithms alike) goes to the
-    // earlier one, except that two_level, made for hosts, wins its ties
-    // (numbered round robin, halving_doubling's first exchange stays
-    // within each host and costs the same on the model; measured, it is
-    // 5-15% slower on 4 emulated hosts).
-    const bool tie_goes_here = a == Algorithm::TwoLevel && t <= best_seconds * (1 + 1e-9);
+    // earlier one, except that two_level, made for hosts, wins within 10%
+    // of the best. Numbered round robin, halving_doubling's first exchange
+    // stays within each host, so it moves the same bytes between hosts;
+    // crowded, its fewer messages cost it 9% less on the model (256 KiB on
+    // 4 emulated hosts of 2 ranks: 4.8 ms against 5.3), but measured it
+    // took 5.2-15 ms against two_level's 3.3 (docs/algorithms.md).
+    constexpr double kTwoLevelMargin = 1.1;
+    const bool tie_goes_here =
+        a == Algorithm::TwoLevel && t <= best_seconds * kTwoLevelMargin;
     if (a == candidates.front() || t < best_seconds * (1 - 1e-9) || tie_goes_here) {
       best = a;
       best_seconds = t;
