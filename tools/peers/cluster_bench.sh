@@ -6,7 +6,8 @@
 # 0; round robin: rank r on host r % H), each system in turn, all_reduce
 # float32 sum from 8 B to MAXBYTES (default 16M) by FACTOR (default 8), the
 # mean over timed iterations after 2 (SMALL_ITERS, default 100, up to
-# SPLIT, default 32K; ITERS, default 10, above), the maximum across ranks:
+# SPLIT, default 32K; ITERS, default 10, above; the others after as many
+# calls as collie's in-place figure: 2 + ITERS + 1 + 2), the maximum across ranks:
 #   collie  collie bench with every all_reduce algorithm and Auto, its ranks
 #           started by hand on their hosts (env://, COLLIE_SOCKET_IFNAME=eth0,
 #           COLLIE_HOST_LINK=$HOST_LINK: the link Auto assumes)
@@ -62,17 +63,22 @@ on_each_rank() {
   wait "${pids[@]}"
 }
 
-# Each run_SYSTEM PLACEMENT OUT FROM TO ITERS appends one sweep to OUT.
+# Each run_SYSTEM PLACEMENT OUT FROM TO ITERS WARM appends one sweep to OUT.
+# Every system's timed calls come after as many calls at the size: collie
+# bench times each algorithm out of place (WARM + ITERS + 1 to check)
+# before in place, the figure compared, so the others warm up with as many
+# (the first calls on fresh connections are slower: 256 KiB took collie 5
+# ms out of place, 3.3 in place, and torch 5.3-10.7 ms after 2 warm-ups).
 run_collie() {
   on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
-    -f "$factor" -n "$5" -w 2 --csv --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level
+    -f "$factor" -n "$5" -w "$6" --csv --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level
 }
 
 run_torch_script() {  # backend, then as run_collie
   on_each_rank "$2" "$3" MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 \
     PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
     /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
-    -f "$factor" -n "$6" -w 2
+    -f "$factor" -n "$6" -w "$(($7 + $7 + $6 + 1))"
 }
 run_gloo() { run_torch_script gloo "$@"; }
 run_torch() { run_torch_script collie "$@"; }
@@ -87,7 +93,8 @@ run_mpi() {
     --map-by $map --mca plm_rsh_agent "$dir/tmp/rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 \
     --mca oob_tcp_if_include 10.78.0.0/24 --mca mpi_yield_when_idle 1 \
-    "$dir/tmp/mpi_bench" all_reduce "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" 2 >>"$2" ||
+    "$dir/tmp/mpi_bench" all_reduce "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" \
+    "$(($6 + $6 + $5 + 1))" >>"$2" ||
     echo "cluster_bench: mpirun failed or timed out (exit $?): sweep $3 to $4 left out" >&2
 }
 
@@ -97,10 +104,10 @@ for ((round = 1; round <= rounds; ++round)); do
       echo "cluster_bench: round $round, $placement, $system"
       out=$dir/$system-$placement-$round.csv
       : >"$out"
-      "run_$system" $placement "$out" 8 "$split" "$small_iters"
+      "run_$system" $placement "$out" 8 "$split" "$small_iters" 2
       large=$(($(bytes "$split") * factor))
       if ((large <= $(bytes "$max"))); then
-        "run_$system" $placement "$out" "$large" "$(bytes "$max")" "$iters"
+        "run_$system" $placement "$out" "$large" "$(bytes "$max")" "$iters" 2
       fi
     done
   done
