@@ -325,10 +325,10 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   // sent it and is reduced when the receiver's core gets to it, and the
   // kernel's TCP path runs on the same crowded cores. The two add up
   // (docs/algorithms.md, "A crowded machine").
-  if (crowded && hosts)
-    cost.seconds += work / static_cast<double>(n) * model.crowding;
-  else if (crowded)
-    cost.seconds = std::max(cost.seconds, work / static_cast<double>(n) * model.crowding);
+  if (crowded) {
+    const double cores = work / static_cast<double>(n) * model.crowding;
+    cost.seconds = hosts ? cost.seconds + cores : std::max(cost.seconds, cores);
+  }
   return cost;
 }
 

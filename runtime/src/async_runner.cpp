@@ -29,8 +29,9 @@ bool AsyncRunner::post(Task task, Ticket* ticket) {
   const bool behind = !queue_.empty();
   queue_.push_back({t, std::move(task), last_post_});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  const bool backed_off = behind && look_ > grace_;  // the thread may sleep that long
   if (behind) look_ = grace_;
-  if (grace_.count() == 0 || idle_ || (behind && looking_ > grace_)) cv_.notify_all();
+  if (grace_.count() == 0 || idle_ || backed_off) cv_.notify_all();
   return true;
 }
 
@@ -89,9 +90,7 @@ void AsyncRunner::loop() {
         }
         if (queue_.empty() && stopping_) return;  // nothing left to run
         if (grace_.count() > 0 && now < last_post_ + kActive) {
-          looking_ = look_;
           cv_.wait_for(lock, look_);
-          looking_ = {};
           if (queue_.empty())
             look_ = std::min<std::chrono::microseconds>(look_ * 2, kLongestLook);
         } else {

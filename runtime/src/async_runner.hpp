@@ -15,7 +15,7 @@
 // waited for at once but for async ones: on a host with more ranks than
 // processors, waking the thread at each post let it take the call and
 // hand it back, two wake-ups on the call's path, and looking every 500 us
-// cost 8 ranks on 2 cores a third of each small call (388 us against 267).
+// cost 8 ranks on 2 cores a third of each small call (388 us against 250-294).
 //
 // A task has two parts: `run`, then `finish`, called once the runner is
 // free again and `run`'s captures are gone (so a caller woken by `finish`
@@ -76,7 +76,6 @@ class AsyncRunner {
   const std::chrono::microseconds grace_;
   bool idle_ = false;           // the thread sleeps until woken (mu_)
   std::chrono::microseconds look_ = grace_;  // its next look, in so long (mu_)
-  std::chrono::microseconds looking_{};      // the look it sleeps for, 0 if none (mu_)
   Clock::time_point last_post_;  // (mu_)
   std::thread thread_;  // started by the first post
 };

@@ -189,6 +189,17 @@ TEST_CASE("trees go by host: numbered round robin, they cross each host's link a
   }
 }
 
+// 4 hosts of 2 ranks sharing 2 cores (tools/cluster.sh's namespaces), 1
+// Gbit/s links with 50 us of latency: the emulated cluster the crowded
+// terms were fitted on.
+CostModel crowded_cluster_model() {
+  CostModel model;
+  model.host_beta = 8 / 1e9;
+  model.host_alpha = 50e-6;
+  model.crowding = 4;
+  return model;
+}
+
 TEST_CASE("Auto on hosts that share crowded cores: messages between hosts are work, and the "
           "tree sends the fewest",
           "[schedule][hosts][cost]") {
@@ -196,10 +207,7 @@ TEST_CASE("Auto on hosts that share crowded cores: messages between hosts are wo
   // between hosts costs both ends host_work_per_message of a core. Small
   // calls go to the tree (6 messages across hosts in all, recursive
   // doubling 16); large ones still to two_level, the fewest bytes across.
-  CostModel model;
-  model.host_beta = 8 / 1e9;
-  model.host_alpha = 50e-6;
-  model.crowding = 4;
+  const CostModel model = crowded_cluster_model();
   const std::size_t segment = model.segment_bytes;
   for (bool round_robin : {false, true}) {
     const auto hosts = std::make_shared<const Hosts>(uniform_hosts(4, 2, round_robin));
@@ -224,10 +232,7 @@ TEST_CASE("Auto on hosts that share crowded cores: the cores' work adds to the l
   // ms and halving-doubling 1.0-2.8 ms (tools/cluster.sh, tbf and htb
   // links). With the larger of the two bounds, halving-doubling's work (1.1
   // ms) hid the link time under it and Auto picked it; added, the tree wins.
-  CostModel model;
-  model.host_beta = 8 / 1e9;
-  model.host_alpha = 50e-6;
-  model.crowding = 4;
+  const CostModel model = crowded_cluster_model();
   const std::size_t segment = model.segment_bytes;
   const auto hosts = std::make_shared<const Hosts>(uniform_hosts(4, 2, false));
   const std::size_t count = (32 << 10) / 4;
@@ -239,8 +244,11 @@ TEST_CASE("Auto on hosts that share crowded cores: the cores' work adds to the l
   const auto rr = std::make_shared<const Hosts>(uniform_hosts(4, 2, true));
   const std::size_t medium = (256 << 10) / 4;
   const Shape rr_shape{0, 8, medium, 0, pieces_for(medium * 4, segment), rr};
-  const double hd = estimate(Collective::AllReduce, Algorithm::HalvingDoubling, rr_shape, 4, model).seconds;
-  const double two = estimate(Collective::AllReduce, Algorithm::TwoLevel, rr_shape, 4, model).seconds;
+  const auto seconds = [&](Algorithm a) {
+    return estimate(Collective::AllReduce, a, rr_shape, 4, model).seconds;
+  };
+  const double hd = seconds(Algorithm::HalvingDoubling);
+  const double two = seconds(Algorithm::TwoLevel);
   CHECK(hd < two);
   CHECK(two <= hd * 1.1);
   CHECK(auto_algorithm(Collective::AllReduce, 8, medium, 4, segment, model, rr) ==

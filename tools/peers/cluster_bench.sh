@@ -69,6 +69,9 @@ on_each_rank() {
 # before in place, the figure compared, so the others warm up with as many
 # (the first calls on fresh connections are slower: 256 KiB took collie 5
 # ms out of place, 3.3 in place, and torch 5.3-10.7 ms after 2 warm-ups).
+# The calls before collie's in-place figure: peer_warm ITERS WARM.
+peer_warm() { echo $(($2 + $1 + 1 + $2)); }
+
 run_collie() {
   on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
     -f "$factor" -n "$5" -w "$6" --csv --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level
@@ -78,7 +81,7 @@ run_torch_script() {  # backend, then as run_collie
   on_each_rank "$2" "$3" MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 \
     PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
     /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
-    -f "$factor" -n "$6" -w "$(($7 + $7 + $6 + 1))"
+    -f "$factor" -n "$6" -w "$(peer_warm "$6" "$7")"
 }
 run_gloo() { run_torch_script gloo "$@"; }
 run_torch() { run_torch_script collie "$@"; }
@@ -94,7 +97,7 @@ run_mpi() {
     --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 \
     --mca oob_tcp_if_include 10.78.0.0/24 --mca mpi_yield_when_idle 1 \
     "$dir/tmp/mpi_bench" all_reduce "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" \
-    "$(($6 + $6 + $5 + 1))" >>"$2" ||
+    "$(peer_warm "$5" "$6")" >>"$2" ||
     echo "cluster_bench: mpirun failed or timed out (exit $?): sweep $3 to $4 left out" >&2
 }
 
