@@ -2,6 +2,7 @@
 #include <collie/collectives/two_level.hpp>
 
 #include <algorithm>
+#include <array>
 
 #include <collie/collectives/hosts.hpp>
 
@@ -79,20 +80,6 @@ Schedule two_level_all_reduce(const Shape& shape) {
   const int local_ranks = static_cast<int>(site.here().size());
   const int stripes = site.stripes;
   auto stripe = [&](int i) { return chunk(shape.count, stripes, i); };
-  // (1) Within the host: each stripe reduced into its owner.
-  for (int k = 1; k < local_ranks; ++k) {
-    Step st;
-    const int to = (site.local + k) % local_ranks;
-    const int from = (site.local - k + local_ranks) % local_ranks;
-    for (int i = 0; i < stripes; ++i) {
-      if (site.owns(to, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], stripe(i));
-      if (site.owns(site.local, i))
-        add_recv(st, site.here()[static_cast<std::size_t>(from)], stripe(i), Combine::Reduce);
-    }
-    push_step(s, std::move(st));
-  }
-  // (2) Across hosts: a ring all_reduce of each stripe among its owners, in
-  // host order; the rings of this rank's stripes step together.
   const int hosts = site.hosts();
   const int next = (site.host + 1) % hosts;
   const int prev = (site.host - 1 + hosts) % hosts;
@@ -101,16 +88,49 @@ Schedule two_level_all_reduce(const Shape& shape) {
     const Range p = chunk(r.count, hosts, wrap(j, hosts));
     return Range{r.offset + p.offset, p.count};
   };
+  // The executor sends a peer's transfers in schedule order, each a
+  // segment at a time from its first element up, and the ring (2) takes a
+  // stripe's pieces in ascending order, each host starting from its own.
+  // So where a stripe spans several segments, the steps within the host
+  // move it in two parts, from piece `first` to the end, then the start:
+  // (1) first the piece the ring sends first, (3) first the piece it
+  // finishes first. The link starts at once, and only the piece finished
+  // last follows the ring's end.
+  const bool in_ring_order = shape.pieces > stripes;
+  auto stripe_from = [&](int i, int first) {
+    const Range r = stripe(i);
+    const std::size_t cut = in_ring_order ? piece(i, first).offset : r.offset;
+    return std::array{Range{cut, r.offset + r.count - cut}, Range{r.offset, cut - r.offset}};
+  };
+  // (1) Within the host: each stripe reduced into its owner.
+  for (int k = 1; k < local_ranks; ++k) {
+    Step st;
+    const int to = (site.local + k) % local_ranks;
+    const int from = (site.local - k + local_ranks) % local_ranks;
+    for (int i = 0; i < stripes; ++i) {
+      for (const Range& part : stripe_from(i, site.host)) {
+        if (site.owns(to, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], part);
+        if (site.owns(site.local, i))
+          add_recv(st, site.here()[static_cast<std::size_t>(from)], part, Combine::Reduce);
+      }
+    }
+    push_step(s, std::move(st));
+  }
+  // (2) Across hosts: a ring all_reduce of each stripe among its owners, in
+  // host order, each host sending to the one before it; the rings of this
+  // rank's stripes step together.
   for (int step = 0; step < 2 * (hosts - 1); ++step) {
     Step st;
     const bool reducing = step < hosts - 1;
     const int t = reducing ? step : step - (hosts - 1);
-    // As ring.hpp's ring: reduce-scatter, then all-gather, with shift 1.
-    const int out = reducing ? site.host - t : site.host + 1 - t;
+    // Reduce-scatter: step t sends piece host + t and reduces piece
+    // host + t + 1 into this host's, which ends with piece host - 1 whole;
+    // all-gather: step t sends piece host - 1 + t and receives host + t.
+    const int out = reducing ? site.host + t : site.host - 1 + t;
     for (int i = 0; i < stripes; ++i) {
       if (!site.owns(site.local, i)) continue;
-      add_send(st, site.owner(next, i), piece(i, out));
-      add_recv(st, site.owner(prev, i), piece(i, out - 1),
+      add_send(st, site.owner(prev, i), piece(i, out));
+      add_recv(st, site.owner(next, i), piece(i, out + 1),
                reducing ? Combine::Reduce : Combine::Copy);
     }
     push_step(s, std::move(st));
@@ -121,9 +141,11 @@ Schedule two_level_all_reduce(const Shape& shape) {
     const int to = (site.local + k) % local_ranks;
     const int from = (site.local - k + local_ranks) % local_ranks;
     for (int i = 0; i < stripes; ++i) {
-      if (site.owns(site.local, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], stripe(i));
-      if (site.owns(from, i))
-        add_recv(st, site.here()[static_cast<std::size_t>(from)], stripe(i), Combine::Copy);
+      for (const Range& part : stripe_from(i, site.host - 1)) {
+        if (site.owns(site.local, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], part);
+        if (site.owns(from, i))
+          add_recv(st, site.here()[static_cast<std::size_t>(from)], part, Combine::Copy);
+      }
     }
     push_step(s, std::move(st));
   }

@@ -95,8 +95,12 @@ TEST_CASE("every algorithm of every collective on hosts of every shape: exactly 
               roots.push_back(r);
           }
           for (int root : roots) {
-            for (int pieces : a == Algorithm::Ring && has_root(c) ? std::vector<int>{1, 3}
-                                                                   : std::vector<int>{1}) {
+            // Pieces: the chain rings pipeline by them; two_level's
+            // all_reduce moves stripes of several segments in ring order.
+            std::vector<int> pieces_list = {1};
+            if (a == Algorithm::Ring && has_root(c)) pieces_list = {1, 3};
+            if (a == Algorithm::TwoLevel && c == Collective::AllReduce) pieces_list = {1, 9};
+            for (int pieces : pieces_list) {
               INFO(collective_name(c) << " " << algorithm_name(a) << " on " << describe(hosts)
                                       << ": count " << count << ", root " << root << ", pieces "
                                       << pieces);

@@ -11,7 +11,11 @@
 //   for each stripe, the ranks that own it (one per host) run a ring
 //   all_reduce on it, every stripe's ring at once: each host sends
 //   2 (H - 1) / H of the buffer over its link, spread over all its ranks.
-//   (3) Within each host, a pairwise all-gather of the stripes. Hosts of
+//   (3) Within each host, a pairwise all-gather of the stripes. A stripe
+//   of several segments moves within the host in the order its ring
+//   needs (1) and finishes (3) its pieces: the link starts once the first
+//   segment is reduced, not the stripe (on the emulated 4 x 2 cluster, 16
+//   MiB took 218-220 ms against 219-223 in stripe order). Hosts of
 //   different sizes work (a rank of a smaller host owns several stripes);
 //   with one host it is a reduce-scatter and an all-gather over shared
 //   memory, with one rank per host a ring.
