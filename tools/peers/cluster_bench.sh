@@ -4,11 +4,14 @@
 # by one method, interleaved, into DIR (default cluster/): for each of
 # ROUNDS rounds (default 2), each placement (by host: ranks 0..L-1 on host
 # 0; round robin: rank r on host r % H), each system in turn, all_reduce
-# float32 sum from 8 B to MAXBYTES (default 16M) by FACTOR (default 8), the
-# mean over timed iterations after 2 (SMALL_ITERS, default 100, up to
-# SPLIT, default 32K; ITERS, default 10, above; the others after as many
-# calls as collie's in-place figure: 2 + ITERS + 1 + 2), the maximum across ranks:
-#   collie  collie bench with every all_reduce algorithm and Auto, its ranks
+# float32 sum from 8 B to 16M by FACTOR (default 8) and at MAXBYTES
+# (default 64M; LAST_ITERS, default 5), the mean over timed iterations
+# after 2 (SMALL_ITERS, default 100, up to SPLIT, default 32K; ITERS,
+# default 10, above; the others after as many calls as collie's in-place
+# figure: 2 + ITERS + 1 + 2), the maximum across ranks:
+#   collie  collie bench with every all_reduce algorithm and Auto (at
+#           MAXBYTES Auto, the ring and two_level: the others take 2-5x
+#           as long at 16M), its ranks
 #           started by hand on their hosts (env://, COLLIE_SOCKET_IFNAME=eth0,
 #           COLLIE_HOST_LINK=$HOST_LINK: the link Auto assumes)
 #   mpi     Open MPI over TCP (tools/peers/mpi_bench.c; the ob1 tcp btl,
@@ -26,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-cluster}
 hosts=${HOSTS:-4} per=${PER_HOST:-2} rate=${RATE:-1gbit} rounds=${ROUNDS:-2}
-max=${MAXBYTES:-16M} factor=${FACTOR:-8} iters=${ITERS:-10}
+max=${MAXBYTES:-64M} factor=${FACTOR:-8} iters=${ITERS:-10} last_iters=${LAST_ITERS:-5}
 split=${SPLIT:-32K} small_iters=${SMALL_ITERS:-100}
 host_link=${HOST_LINK:-1,50}
 collie=$PWD/build/release/bin/collie
@@ -73,8 +76,10 @@ on_each_rank() {
 peer_warm() { echo $(($2 + $1 + 1 + $2)); }
 
 run_collie() {
+  local algos=auto,ring,halving_doubling,recursive_doubling,tree,two_level
+  (($(bytes "$3") > 16 << 20)) && algos=auto,ring,two_level
   on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
-    -f "$factor" -n "$5" -w "$6" --csv --algo auto,ring,halving_doubling,recursive_doubling,tree,two_level
+    -f "$factor" -n "$5" -w "$6" --csv --algo $algos
 }
 
 run_torch_script() {  # backend, then as run_collie
@@ -108,9 +113,12 @@ for ((round = 1; round <= rounds; ++round)); do
       out=$dir/$system-$placement-$round.csv
       : >"$out"
       "run_$system" $placement "$out" 8 "$split" "$small_iters" 2
-      large=$(($(bytes "$split") * factor))
-      if ((large <= $(bytes "$max"))); then
-        "run_$system" $placement "$out" "$large" "$(bytes "$max")" "$iters" 2
+      large=$(($(bytes "$split") * factor)) top=$(($(bytes "$max") < 16 << 20 ? $(bytes "$max") : 16 << 20))
+      if ((large <= top)); then
+        "run_$system" $placement "$out" "$large" "$top" "$iters" 2
+      fi
+      if (($(bytes "$max") > top)); then
+        "run_$system" $placement "$out" "$(bytes "$max")" "$(bytes "$max")" "$last_iters" 2
       fi
     done
   done
