@@ -6,9 +6,10 @@
 # 0; round robin: rank r on host r % H), each system in turn, all_reduce
 # float32 sum from 8 B to 16M by FACTOR (default 8) and at MAXBYTES
 # (default 64M; LAST_ITERS, default 5), the mean over timed iterations
-# after 2 (SMALL_ITERS, default 100, up to SPLIT, default 32K; ITERS,
-# default 10, above; the others after as many calls as collie's in-place
-# figure: 2 + ITERS + 1 + 2), the maximum across ranks:
+# after 2 (SMALL_ITERS, default 100, up to SPLIT, default 256K: 10 calls
+# of 256 KiB are 35 ms of a crowded VM, and one slow call moved their mean
+# by 20-50%; ITERS, default 10, above; the others after as many calls as
+# collie's in-place figure: 2 + ITERS + 1 + 2), the maximum across ranks:
 #   collie  collie bench with every all_reduce algorithm and Auto (at
 #           MAXBYTES Auto, the ring and two_level: the others take 2-5x
 #           as long at 16M), its ranks
@@ -30,7 +31,7 @@ cd "$(dirname "$0")/../.."
 dir=${1:-cluster}
 hosts=${HOSTS:-4} per=${PER_HOST:-2} rate=${RATE:-1gbit} rounds=${ROUNDS:-2}
 max=${MAXBYTES:-64M} factor=${FACTOR:-8} iters=${ITERS:-10} last_iters=${LAST_ITERS:-5}
-split=${SPLIT:-32K} small_iters=${SMALL_ITERS:-100}
+split=${SPLIT:-256K} small_iters=${SMALL_ITERS:-100}
 host_link=${HOST_LINK:-1,50}
 collie=$PWD/build/release/bin/collie
 mkdir -p "$dir" "$dir/tmp"
