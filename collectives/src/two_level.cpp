@@ -102,20 +102,32 @@ Schedule two_level_all_reduce(const Shape& shape) {
     const std::size_t cut = in_ring_order ? piece(i, first).offset : r.offset;
     return std::array{Range{cut, r.offset + r.count - cut}, Range{r.offset, cut - r.offset}};
   };
-  // (1) Within the host: each stripe reduced into its owner.
-  for (int k = 1; k < local_ranks; ++k) {
-    Step st;
-    const int to = (site.local + k) % local_ranks;
-    const int from = (site.local - k + local_ranks) % local_ranks;
-    for (int i = 0; i < stripes; ++i) {
-      for (const Range& part : stripe_from(i, site.host)) {
-        if (site.owns(to, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], part);
-        if (site.owns(site.local, i))
-          add_recv(st, site.here()[static_cast<std::size_t>(from)], part, Combine::Reduce);
+  // Within the host, pairwise in L - 1 steps: reducing (1), each stripe
+  // into its owner, from the piece the ring sends first; copying (3), each
+  // stripe from its owner to the others, from the piece it finishes first.
+  auto within_host = [&](bool reducing) {
+    const int first = reducing ? site.host : site.host - 1;
+    for (int k = 1; k < local_ranks; ++k) {
+      Step st;
+      const int to = (site.local + k) % local_ranks;
+      const int from = (site.local - k + local_ranks) % local_ranks;
+      for (int i = 0; i < stripes; ++i) {
+        // Reducing, a rank sends `to` its stripes and receives its own;
+        // copying, it sends its own and receives those of `from`.
+        const bool send = site.owns(reducing ? to : site.local, i);
+        const bool recv = site.owns(reducing ? site.local : from, i);
+        for (const Range& part : stripe_from(i, first)) {
+          if (send) add_send(st, site.here()[static_cast<std::size_t>(to)], part);
+          if (recv)
+            add_recv(st, site.here()[static_cast<std::size_t>(from)], part,
+                     reducing ? Combine::Reduce : Combine::Copy);
+        }
       }
+      push_step(s, std::move(st));
     }
-    push_step(s, std::move(st));
-  }
+  };
+  // (1) Within the host: each stripe reduced into its owner.
+  within_host(true);
   // (2) Across hosts: a ring all_reduce of each stripe among its owners, in
   // host order, each host sending to the one before it; the rings of this
   // rank's stripes step together.
@@ -136,19 +148,7 @@ Schedule two_level_all_reduce(const Shape& shape) {
     push_step(s, std::move(st));
   }
   // (3) Within the host: every stripe from its owner to the others.
-  for (int k = 1; k < local_ranks; ++k) {
-    Step st;
-    const int to = (site.local + k) % local_ranks;
-    const int from = (site.local - k + local_ranks) % local_ranks;
-    for (int i = 0; i < stripes; ++i) {
-      for (const Range& part : stripe_from(i, site.host - 1)) {
-        if (site.owns(site.local, i)) add_send(st, site.here()[static_cast<std::size_t>(to)], part);
-        if (site.owns(from, i))
-          add_recv(st, site.here()[static_cast<std::size_t>(from)], part, Combine::Copy);
-      }
-    }
-    push_step(s, std::move(st));
-  }
+  within_host(false);
   return s;
 }
 

@@ -31,6 +31,7 @@ cd "$(dirname "$0")/../.."
 dir=${1:-cluster}
 hosts=${HOSTS:-4} per=${PER_HOST:-2} rate=${RATE:-1gbit} rounds=${ROUNDS:-2}
 max=${MAXBYTES:-64M} factor=${FACTOR:-8} iters=${ITERS:-10} last_iters=${LAST_ITERS:-5}
+sweep_top=$((16 << 20))  # the sweep by FACTOR ends here; MAXBYTES above it is one more point
 split=${SPLIT:-256K} small_iters=${SMALL_ITERS:-100}
 host_link=${HOST_LINK:-1,50}
 collie=$PWD/build/release/bin/collie
@@ -78,7 +79,7 @@ peer_warm() { echo $(($2 + $1 + 1 + $2)); }
 
 run_collie() {
   local algos=auto,ring,halving_doubling,recursive_doubling,tree,two_level
-  (($(bytes "$3") > 16 << 20)) && algos=auto,ring,two_level
+  (($(bytes "$3") > sweep_top)) && algos=auto,ring,two_level
   on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
     -f "$factor" -n "$5" -w "$6" --csv --algo $algos
 }
@@ -107,6 +108,8 @@ run_mpi() {
     echo "cluster_bench: mpirun failed or timed out (exit $?): sweep $3 to $4 left out" >&2
 }
 
+max_bytes=$(bytes "$max") large=$(($(bytes "$split") * factor))
+top=$((max_bytes < sweep_top ? max_bytes : sweep_top))
 for ((round = 1; round <= rounds; ++round)); do
   for placement in host rr; do
     for system in ${SYSTEMS:-collie mpi gloo torch}; do
@@ -114,12 +117,11 @@ for ((round = 1; round <= rounds; ++round)); do
       out=$dir/$system-$placement-$round.csv
       : >"$out"
       "run_$system" $placement "$out" 8 "$split" "$small_iters" 2
-      large=$(($(bytes "$split") * factor)) top=$(($(bytes "$max") < 16 << 20 ? $(bytes "$max") : 16 << 20))
       if ((large <= top)); then
         "run_$system" $placement "$out" "$large" "$top" "$iters" 2
       fi
-      if (($(bytes "$max") > top)); then
-        "run_$system" $placement "$out" "$(bytes "$max")" "$(bytes "$max")" "$last_iters" 2
+      if ((max_bytes > top)); then
+        "run_$system" $placement "$out" "$max_bytes" "$max_bytes" "$last_iters" 2
       fi
     done
   done

@@ -15,7 +15,7 @@
 //   of several segments moves within the host in the order its ring
 //   needs (1) and finishes (3) its pieces: the link starts once the first
 //   segment is reduced, not the stripe (on the emulated 4 x 2 cluster, 16
-//   MiB took 218-220 ms against 219-223 in stripe order). Hosts of
+//   MiB took 217.9-218.6 ms against 218.6-223.2 in stripe order). Hosts of
 //   different sizes work (a rank of a smaller host owns several stripes);
 //   with one host it is a reduce-scatter and an all-gather over shared
 //   memory, with one rank per host a ring.
