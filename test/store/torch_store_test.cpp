@@ -357,6 +357,50 @@ TEST_CASE("torch store: part of a query, then silence, is closed after the hands
   CHECK(waiting.u8() == torch::kStopWaiting);
 }
 
+TEST_CASE("torch store: torch 1.x's silent callback connection is kept while its client is",
+          "[store][torch]") {
+  // torch 1.x opens a second connection per client and sends nothing on
+  // it; closed, torch 1.13's store thread spins on it in every rank.
+  auto options = with_torch();
+  options.handshake_timeout = 300ms;
+  options.idle_timeout = 500ms;
+  collie::test::StoreFixture f(options);
+  const auto port = f.server.port();
+  // Silent, with no torch client from its address: closed as any handshake.
+  collie::test::RawConnection stranger(port);
+  CHECK(stranger.closed_by_peer(10s));
+  auto first = std::make_unique<TorchClient>(port);
+  first->send(Q(v1::SET).str("/a").str("x"));
+  first->send(Q(v1::GET).str("/a"));
+  REQUIRE(first->value() == "x");  // a torch client now
+  collie::test::RawConnection callback(port);
+  collie::test::RawConnection extra(port);  // one more than the clients
+  collie::test::RawConnection elsewhere(port, "127.0.0.1", "127.0.0.2");
+  CHECK(extra.closed_by_peer(10s));
+  CHECK(elsewhere.closed_by_peer(10s));  // its address has no torch client
+  CHECK_FALSE(callback.closed_by_peer(200ms));
+  // Past the idle timeout too (a collie client idle as long is closed).
+  collie::test::RawConnection idle(port);
+  idle.handshake();
+  CHECK(idle.closed_by_peer(10s));
+  CHECK_FALSE(callback.closed_by_peer(200ms));
+  // A second client and its callback; the first client leaves without its
+  // callback connection: the newest one goes after the grace period.
+  auto second = std::make_unique<TorchClient>(port);
+  second->send(Q(v1::GET).str("/a"));
+  REQUIRE(second->value() == "x");
+  collie::test::RawConnection callback2(port);
+  collie::test::RawConnection extra2(port);
+  CHECK(extra2.closed_by_peer(10s));  // after callback2 was kept
+  CHECK_FALSE(callback2.closed_by_peer(200ms));
+  first.reset();
+  CHECK(callback2.closed_by_peer(10s));
+  CHECK_FALSE(callback.closed_by_peer(200ms));
+  // The last client leaves: so does the callback connection left.
+  second.reset();
+  CHECK(callback.closed_by_peer(10s));
+}
+
 TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {
   collie::test::StoreFixture f;  // the default: collie's clients only
   TorchClient t(f.server.port());

@@ -307,6 +307,45 @@ print("rank", rank, "ok")
   }
 }
 
+TEST_CASE("collie store serve --torch: torch's client has no busy thread once its handshake time is over",
+          "[cli]") {
+  const auto python = torch_python();
+  if (!python) {
+    WARN("skipped: Debian's python3 with python3-torch is not installed here");
+    return;
+  }
+  // torch 1.x's client opens a second connection and sends nothing on it;
+  // had the store closed it, torch 1.13's store thread would spin on it.
+  ServedStore s({"--torch", "--handshake-timeout", "0.5"}, {"COLLIE_LOG_LEVEL=debug"});
+  const std::string client = R"(
+import datetime, signal, sys, time, torch.distributed as dist
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False,
+                  timeout=datetime.timedelta(seconds=30))
+s.set("a", "1")
+print("ready", flush=True)
+signal.sigwait([signal.SIGUSR1])
+t, c = time.monotonic(), time.process_time()
+time.sleep(2)
+print(f"{(time.process_time() - c) / (time.monotonic() - t):.3f}", flush=True)
+assert s.get("a") == b"1"
+)";
+  Subprocess torch_client({*python, "-c", client, std::to_string(s.port)});
+  REQUIRE(torch_client.read_line(120s) == std::optional<std::string>("ready"));
+  // The store has decided about the silent connection (kept or closed).
+  REQUIRE(s.server.wait_for_stderr("sent nothing", 30s));
+  torch_client.signal(SIGUSR1);
+  const auto share = torch_client.read_line(60s);
+  REQUIRE(share);
+  INFO("CPU time of torch's client over 2 s while it sleeps, as a share of one core: " << *share);
+  CHECK(std::stod(*share) < 0.2);
+  auto done = torch_client.wait(60s);
+  REQUIRE(done);
+  INFO("stderr:\n" << done->err);
+  CHECK(done->exit_code == 0);
+  CHECK(s.server.wait_for_stderr("kept open as a torch client's callback connection", 1s));
+}
+
 TEST_CASE("collie store serve --torch beyond loopback needs --insecure, and says why", "[cli]") {
   // With a token: collie's clients would authenticate, torch's cannot.
   const auto r = run({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0", "--torch"},

@@ -43,6 +43,7 @@ struct ServeArgs {
   std::size_t max_connections_per_address = 2048;
   std::size_t max_waits = 65536;
   double idle_timeout_s = 600;
+  double handshake_timeout_s = 10;
 };
 
 void serve(const ServeArgs& args) {
@@ -77,6 +78,7 @@ void serve(const ServeArgs& args) {
   options.idle_timeout = args.idle_timeout_s == 0
                              ? std::chrono::milliseconds::zero()
                              : seconds_option(args.idle_timeout_s, "--idle-timeout");
+  options.handshake_timeout = seconds_option(args.handshake_timeout_s, "--handshake-timeout");
   const bool beyond_loopback = !is_loopback_host(args.host);
   if (options.token.empty() && beyond_loopback) {
     if (!args.insecure) {
@@ -202,6 +204,10 @@ void add_store_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--idle-timeout", args->idle_timeout_s,
                     "Seconds after which a connection that sends nothing is closed (0: never)")
+        ->capture_default_str();
+    cmd->add_option("--handshake-timeout", args->handshake_timeout_s,
+                    "Seconds a new connection has to finish its handshake, and a request under "
+                    "way to keep arriving, before it is closed")
         ->capture_default_str();
     cmd->footer(
         "Prints one line on stdout once it listens:\n"

@@ -59,6 +59,7 @@ ServerCore::ServerCore(ServerOptions options)
     : options_(std::move(options)),
       budget_(options_.max_memory_bytes),
       address_log_(io_, options_.log_interval),
+      torch_callbacks_(io_, options_.handshake_timeout),
       state_(options_.limits, options_.max_waits_per_connection, &budget_, options_.max_waits) {
   if (options_.limits.max_message_bytes < wire::kMinMessageBytes) {
     throw ArgumentError(
@@ -309,6 +310,7 @@ void ServerCore::shutdown() {
   const auto sessions = sessions_;
   for (const auto& session : sessions)
     session->close(spdlog::level::debug, "the server is stopping");
+  torch_callbacks_.cancel();
   address_log_.cancel();
   io_.stop();
 }

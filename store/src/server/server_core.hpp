@@ -26,6 +26,7 @@
 #include "../key_value_state.hpp"
 #include "address_log.hpp"
 #include "auth_throttle.hpp"
+#include "torch_callbacks.hpp"
 
 namespace collie::store {
 
@@ -50,6 +51,7 @@ class ServerCore {
   MemoryBudget& budget() { return budget_; }
   AddressLog& address_log() { return address_log_; }
   AuthThrottle& throttle() { return throttle_; }
+  TorchCallbacks& torch_callbacks() { return torch_callbacks_; }
   void count_auth_failure() { ++auth_failures_; }
   // Gives memory the clients no longer hold back to the system once enough
   // was freed: the allocator keeps freed small blocks (a hostile client's
@@ -72,6 +74,7 @@ class ServerCore {
   MemoryBudget budget_;
   AddressLog address_log_;
   AuthThrottle throttle_;
+  TorchCallbacks torch_callbacks_;
   std::vector<std::unique_ptr<asio::ip::tcp::acceptor>> acceptors_;
   std::vector<std::unique_ptr<asio::steady_timer>> accept_retry_;
   std::set<std::shared_ptr<Session>> sessions_;

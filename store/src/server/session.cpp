@@ -35,11 +35,9 @@ void Session::start() {
   handshake_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
     if (ec || self->phase_ == Phase::Ready || self->phase_ == Phase::Closed) return;
     // torch 1.x opens a second connection per client and leaves it
-    // silent unless it watches a key (which this store refuses): not
-    // worth a warning where torch's clients are served.
+    // silent unless it watches a key: kept, or closed without a warning.
     if (!self->first_byte_ && self->server_.options().torch_clients) {
-      return self->close(spdlog::level::debug,
-                         "it sent nothing (torch's idle callback connection, likely)");
+      return self->on_silent_handshake();
     }
     self->close(spdlog::level::warn,
                 fmt::format("no complete handshake within {} ms",
@@ -74,6 +72,7 @@ void Session::deliver_pieces(std::vector<Piece> pieces) {
 void Session::close(spdlog::level::level_enum level, std::string_view reason) {
   if (phase_ == Phase::Closed) return;
   const bool was_ready = phase_ == Phase::Ready || phase_ == Phase::Torch;
+  const bool was_torch = phase_ == Phase::Torch;
   phase_ = Phase::Closed;
   if (level >= spdlog::level::info) {
     server_.address_log().log(
@@ -82,6 +81,7 @@ void Session::close(spdlog::level::level_enum level, std::string_view reason) {
     log().log(level, "store: closed the connection from {}: {}", peer_, reason);
   }
   if (was_ready) server_.state().forget(*this);
+  if (was_torch) server_.torch_callbacks().client_left(address_);
   std::error_code ignored;
   handshake_timer_.cancel();
   timer_.cancel();

@@ -9,7 +9,8 @@
 //   session_handshake.cpp  collie's hello and the token's proof, throttled
 //   session_torch.cpp      torch's TCPStore clients (torch_dialect.hpp):
 //                          their bytes in, queries turned into requests and
-//                          replies rewritten, under the same limits
+//                          replies rewritten, under the same limits; torch
+//                          1.x's silent second connection (torch_callbacks.hpp)
 //
 // Runs on the server's I/O thread; owned by the ServerCore's session set
 // (and by its pending handlers) until closed.
@@ -56,6 +57,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   const std::string& address() const { return address_; }
   bool refusing() const { return refusal_.has_value(); }
   bool in_handshake() const { return phase_ == Phase::Hello || phase_ == Phase::Proof; }
+  // Kept open silent as a torch client's callback connection (torch_callbacks.hpp).
+  bool torch_quiet() const { return phase_ == Phase::TorchQuiet; }
   Clock::time_point accepted_at() const { return accepted_at_; }
 
   // Starts the handshake (and its timer).
@@ -66,7 +69,9 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   void close(spdlog::level::level_enum level, std::string_view reason);
 
  private:
-  enum class Phase { Hello, Proof, Ready, Torch, Closed };
+  // TorchQuiet: said nothing through the handshake time, and kept open as a
+  // torch client's callback connection; its first byte may still come.
+  enum class Phase { Hello, Proof, Ready, Torch, TorchQuiet, Closed };
 
   void lost(std::error_code ec);
 
@@ -84,7 +89,13 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   void become_ready();
 
   // ---- session_torch.cpp ----
+  // Why this connection may not be served as a torch client, if it may not
+  // (the connection limits, loopback only, this server's user only).
+  std::optional<std::string> torch_refusal();
   void start_torch();
+  // Silent through the handshake time where torch's clients are served:
+  // kept as a torch client's callback connection, or closed.
+  void on_silent_handshake();
   // Op::Torch on a connection that proved the token: the rest of it is a
   // torch client's (a relay's tunnel).
   void become_torch_tunnel(std::uint32_t id);

@@ -30,35 +30,36 @@ bool is_loopback(const asio::ip::address& a) {
 
 }  // namespace
 
-void Session::start_torch() {
-  if (refusal_) {
-    return close(spdlog::level::info,
-                 "refused a torch TCPStore client: the server is at a connection limit");
-  }
+std::optional<std::string> Session::torch_refusal() {
+  if (refusal_) return "refused a torch TCPStore client: the server is at a connection limit";
   // torch cannot prove the token: on loopback, its client must at least
   // run as this server's user (who can read a rank's token anyway).
   std::error_code a, b;
   const auto local = socket_.local_endpoint(a);
   const auto remote = socket_.remote_endpoint(b);
   if (server_.options().torch_loopback_only && (a || b || !is_loopback(remote.address()))) {
-    return close(spdlog::level::warn,
-                 "refused a torch TCPStore client from another host: torch's protocol cannot "
-                 "prove the job's token, so its clients are served on loopback only. " +
-                     server_.options().torch_refusal_hint);
+    return "refused a torch TCPStore client from another host: torch's protocol cannot "
+           "prove the job's token, so its clients are served on loopback only. " +
+           server_.options().torch_refusal_hint;
   }
-  if (server_.options().torch_same_user) {
-    if (!a && !b && is_loopback(remote.address())) {
-      const auto uid = peer_user(local, remote);
-      if (!uid || *uid != ::geteuid()) {
-        return close(spdlog::level::warn,
-                     uid ? fmt::format("refused a torch TCPStore client: it runs as uid {}, "
-                                       "not as this store's user (uid {})",
-                                       *uid, ::geteuid())
-                         : std::string("refused a torch TCPStore client: its user could not be "
-                                       "told from /proc/net/tcp"));
-      }
+  if (server_.options().torch_same_user && !a && !b && is_loopback(remote.address())) {
+    const auto uid = peer_user(local, remote);
+    if (!uid || *uid != ::geteuid()) {
+      return uid ? fmt::format("refused a torch TCPStore client: it runs as uid {}, "
+                               "not as this store's user (uid {})",
+                               *uid, ::geteuid())
+                 : std::string("refused a torch TCPStore client: its user could not be "
+                               "told from /proc/net/tcp");
     }
   }
+  return std::nullopt;
+}
+
+void Session::start_torch() {
+  if (auto refused = torch_refusal()) {
+    return close(refusal_ ? spdlog::level::info : spdlog::level::warn, *refused);
+  }
+  server_.torch_callbacks().client_began(address_);
   phase_ = Phase::Torch;
   last_activity_ = Clock::now();
   torch_in_.push_back(hello_in_[0]);
@@ -68,9 +69,24 @@ void Session::start_torch() {
   torch_process();
 }
 
+void Session::on_silent_handshake() {
+  const auto waited = server_.options().handshake_timeout.count();
+  if (torch_refusal() || !server_.torch_callbacks().keep(shared_from_this())) {
+    return close(spdlog::level::debug,
+                 fmt::format("it sent nothing for {} ms, and no torch client from {} is without "
+                             "its callback connection (torch 1.x's second, silent one)",
+                             waited, address_));
+  }
+  phase_ = Phase::TorchQuiet;
+  log().debug("store: {} sent nothing for {} ms: kept open as a torch client's callback "
+              "connection (torch 1.x's second one; closing it makes torch's store thread spin)",
+              peer_, waited);
+}
+
 void Session::become_torch_tunnel(std::uint32_t id) {
   deliver(std::move(wire::begin_reply(wire::ReplyStatus::Ok, id)).finish());
   phase_ = Phase::Torch;
+  server_.torch_callbacks().client_began(address_);
   // Bytes after the request are already the torch client's.
   const auto rest = in_.buffered_bytes();
   torch_in_.assign(rest.begin(), rest.end());

@@ -75,7 +75,9 @@ struct ServerOptions {
   // torch's protocol has no authentication: a client that speaks it is
   // served without the token, so this is off unless asked for. Its
   // connections have no idle timeout (torch keeps one idle for callbacks);
-  // every other limit applies.
+  // every other limit applies. torch 1.x's second, silent connection is
+  // kept past the handshake timeout while its address has a torch client
+  // without one (at most one per client): closed, torch 1.13 spins on it.
   bool torch_clients = false;
   // A torch client on loopback is served only if it runs as this server's
   // user (its socket's owner, from /proc/net/tcp): the token does not keep
