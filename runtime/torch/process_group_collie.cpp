@@ -27,6 +27,29 @@ at::TensorOptions host_options(const at::Tensor& like) {
 
 }  // namespace
 
+template <class Run>
+c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
+                                                              std::vector<at::Tensor> outputs,
+                                                              const CallPlace& place, Run run) {
+  auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
+  collie::AsyncRunner::Task task;
+  // The task's finish holds the Work until after its run returned.
+  task.run = [run = std::move(run), place, w = work.get()] {
+    try {
+      const auto on = place.enter();
+      run();
+    } catch (...) {
+      w->fail(std::current_exception());
+    }
+  };
+  task.finish = [work] { work->complete(); };
+  collie::AsyncRunner::Ticket ticket = 0;
+  TORCH_CHECK(runner_->post(std::move(task), &ticket),
+              "collie: the process group is being destroyed");
+  work->set_ticket(ticket);
+  return work;
+}
+
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
     : TorchBackend(rank, size), pg_(join(store, rank, size, timeout)) {
@@ -396,29 +419,6 @@ int ProcessGroupCollie::rank_of(std::int64_t r, const char* what) const {
   TORCH_CHECK(r >= 0 && r < getSize(), "collie: ", what, " rank ", r,
               ": the group has ranks 0 to ", getSize() - 1);
   return static_cast<int>(r);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
-                                                              std::vector<at::Tensor> outputs,
-                                                              const CallPlace& place,
-                                                              std::function<void()> run) {
-  auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
-  auto error = std::make_shared<std::exception_ptr>();
-  collie::AsyncRunner::Task task;
-  task.run = [run = std::move(run), place, error] {
-    try {
-      const auto on = place.enter();
-      run();
-    } catch (...) {
-      *error = std::current_exception();
-    }
-  };
-  task.finish = [work, error] { work->complete(*error); };
-  collie::AsyncRunner::Ticket ticket = 0;
-  TORCH_CHECK(runner_->post(std::move(task), &ticket),
-              "collie: the process group is being destroyed");
-  work->set_ticket(ticket);
-  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::point_to_point(c10d::OpType type,

@@ -95,8 +95,10 @@ class ProcessGroupCollie final : public TorchBackend {
   // The rank a call names (a root, a peer), checked to be one of the group.
   int rank_of(std::int64_t r, const char* what) const;
   // Queues a collective, run at `place`; its Work completes when it ran.
+  // (Defined in process_group_collie.cpp, its only user.)
+  template <class Run>
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            const CallPlace& place, std::function<void()> run);
+                                            const CallPlace& place, Run run);
   // A send or receive posted as `work`.
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
                                                 collie::Work work);

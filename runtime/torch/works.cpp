@@ -4,7 +4,7 @@
 namespace collie_torch {
 
 c10::intrusive_ptr<c10::ivalue::Future> new_future() {
-  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
 }
 
 // ---- collectives ----
@@ -13,7 +13,6 @@ CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tens
                                std::weak_ptr<collie::AsyncRunner> runner)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(new_future()),
       runner_(std::move(runner)) {}
 
 bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
@@ -23,12 +22,33 @@ bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
   return c10d::Work::wait(timeout);
 }
 
-void CollectiveWork::complete(std::exception_ptr error) {
-  if (error)
-    future_->setError(error);
-  else
-    future_->markCompleted(c10::IValue(outputs_));
-  finish(error);
+c10::intrusive_ptr<c10::ivalue::Future> CollectiveWork::getFuture() {
+  std::lock_guard lock(future_mu_);
+  if (future_) return future_;
+  future_ = new_future();
+  if (done_) {
+    if (error_)
+      future_->setError(error_);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+  return future_;
+}
+
+void CollectiveWork::complete() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard lock(future_mu_);
+    done_ = true;
+    future = future_;
+  }
+  if (future) {
+    if (error_)
+      future->setError(error_);
+    else
+      future->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error_);
 }
 
 // ---- sends and receives ----

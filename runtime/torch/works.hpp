@@ -41,15 +41,21 @@ class CollectiveWork final : public c10d::Work {
 
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made when first asked for (torch's blocking calls never ask).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
   // Its place in the runner's queue, once posted.
   void set_ticket(collie::AsyncRunner::Ticket ticket) { ticket_.store(ticket); }
-  void complete(std::exception_ptr error);
+  // The call's error, set by the task that runs it, before complete().
+  void fail(std::exception_ptr error) { error_ = std::move(error); }
+  void complete();
 
  private:
   static constexpr auto kNoTicket = ~collie::AsyncRunner::Ticket{0};
   std::vector<at::Tensor> outputs_;
+  std::exception_ptr error_;
+  std::mutex future_mu_;
+  bool done_ = false;  // complete() ran (under future_mu_)
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::weak_ptr<collie::AsyncRunner> runner_;
   std::atomic<collie::AsyncRunner::Ticket> ticket_{kNoTicket};

@@ -221,6 +221,14 @@ def tutorials(rank, size, path):
     work.wait()
     check(fut.wait()[0] is not None and t[0].item() == size * (size + 1) / 2, f"async {t[0]}")
     check(work.is_completed() and work.is_success(), "work done")
+    # A future asked for after the call completed is complete, with the result.
+    t = torch.ones(3, dtype=torch.int32) * (rank + 1)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    fut = work.get_future()
+    check(fut.done() and torch.equal(fut.wait()[0], torch.full((3,), size * (size + 1) // 2,
+                                                               dtype=torch.int32)),
+          f"future after the call: {fut.done()} {t}")
     # Sub-groups, nested numbering.
     odd = [r for r in world if r % 2 == 1]
     # (torch takes new_group([]) for the whole world: only with members.)
