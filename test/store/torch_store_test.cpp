@@ -399,6 +399,17 @@ TEST_CASE("torch store: torch 1.x's silent callback connection is kept while its
   // The last client leaves: so does the callback connection left.
   second.reset();
   CHECK(callback.closed_by_peer(10s));
+  // A kept connection that speaks at last has the handshake time again:
+  // collie's first byte and no more is closed.
+  TorchClient third(port);
+  third.send(Q(v1::GET).str("/a"));
+  REQUIRE(third.value() == "x");
+  collie::test::RawConnection late(port);
+  collie::test::RawConnection extra3(port);
+  CHECK(extra3.closed_by_peer(10s));  // after late was kept
+  CHECK_FALSE(late.closed_by_peer(200ms));
+  late.send(Bytes{static_cast<std::uint8_t>(collie::store::wire::kMagic >> 24)});
+  CHECK(late.closed_by_peer(10s));
 }
 
 TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {

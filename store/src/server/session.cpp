@@ -31,6 +31,16 @@ Session::Session(ServerCore& server, tcp::socket socket, std::string address,
 }
 
 void Session::start() {
+  arm_handshake_timer();
+  // One byte first: collie's hello, or (with torch_clients) a torch query.
+  asio::async_read(socket_, asio::buffer(hello_in_.data(), 1),
+                   [self = shared_from_this()](std::error_code ec, std::size_t) {
+                     if (ec) return self->lost(ec);
+                     self->on_first_byte();
+                   });
+}
+
+void Session::arm_handshake_timer() {
   handshake_timer_.expires_after(server_.options().handshake_timeout);
   handshake_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
     if (ec || self->phase_ == Phase::Ready || self->phase_ == Phase::Closed) return;
@@ -43,12 +53,6 @@ void Session::start() {
                 fmt::format("no complete handshake within {} ms",
                             self->server_.options().handshake_timeout.count()));
   });
-  // One byte first: collie's hello, or (with torch_clients) a torch query.
-  asio::async_read(socket_, asio::buffer(hello_in_.data(), 1),
-                   [self = shared_from_this()](std::error_code ec, std::size_t) {
-                     if (ec) return self->lost(ec);
-                     self->on_first_byte();
-                   });
 }
 
 void Session::deliver(std::vector<std::uint8_t> frame) {

@@ -74,6 +74,9 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   enum class Phase { Hello, Proof, Ready, Torch, TorchQuiet, Closed };
 
   void lost(std::error_code ec);
+  // Closes the connection if its handshake is not done in the handshake
+  // timeout (torch's silent second connection aside: on_silent_handshake).
+  void arm_handshake_timer();
 
   // ---- session_handshake.cpp ----
   void on_first_byte();

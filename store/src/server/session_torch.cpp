@@ -71,7 +71,12 @@ void Session::start_torch() {
 
 void Session::on_silent_handshake() {
   const auto waited = server_.options().handshake_timeout.count();
-  if (torch_refusal() || !server_.torch_callbacks().keep(shared_from_this())) {
+  if (auto refused = torch_refusal()) {
+    return close(spdlog::level::debug,
+                 fmt::format("it sent nothing for {} ms; as a torch client it would be {}", waited,
+                             *refused));
+  }
+  if (!server_.torch_callbacks().keep(shared_from_this())) {
     return close(spdlog::level::debug,
                  fmt::format("it sent nothing for {} ms, and no torch client from {} is without "
                              "its callback connection (torch 1.x's second, silent one)",
