@@ -7,6 +7,17 @@ c10::intrusive_ptr<c10::ivalue::Future> new_future() {
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
 }
 
+namespace {
+// A Work's future, completed as the Work ended: its error, or its tensors.
+void settle_future(c10::ivalue::Future& future, const std::exception_ptr& error,
+                   const std::vector<at::Tensor>& tensors) {
+  if (error)
+    future.setError(error);
+  else
+    future.markCompleted(c10::IValue(tensors));
+}
+}  // namespace
+
 // ---- collectives ----
 
 CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -26,12 +37,7 @@ c10::intrusive_ptr<c10::ivalue::Future> CollectiveWork::getFuture() {
   std::lock_guard lock(future_mu_);
   if (future_) return future_;
   future_ = new_future();
-  if (done_) {
-    if (error_)
-      future_->setError(error_);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
-  }
+  if (done_) settle_future(*future_, error_, outputs_);
   return future_;
 }
 
@@ -42,12 +48,7 @@ void CollectiveWork::complete() {
     done_ = true;
     future = future_;
   }
-  if (future) {
-    if (error_)
-      future->setError(error_);
-    else
-      future->markCompleted(c10::IValue(outputs_));
-  }
+  if (future) settle_future(*future, error_, outputs_);
   finish(error_);
 }
 
@@ -96,12 +97,7 @@ void PointToPointWork::settle(std::optional<std::chrono::milliseconds> timeout) 
     error = std::current_exception();
   }
   settled_ = true;
-  if (future_) {
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(tensors_));
-  }
+  if (future_) settle_future(*future_, error, tensors_);
   finish(error);
 }
 
@@ -112,10 +108,7 @@ c10::intrusive_ptr<c10::ivalue::Future> PointToPointWork::getFuture() {
     future_ = new_future();
     if (settled_) {
       std::lock_guard base(mutex_);
-      if (exception_)
-        future_->setError(exception_);
-      else
-        future_->markCompleted(c10::IValue(tensors_));
+      settle_future(*future_, exception_, tensors_);
       return future_;
     }
   }
