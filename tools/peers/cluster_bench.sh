@@ -22,7 +22,8 @@
 #           /usr/bin/python3's torch, GLOO_SOCKET_IFNAME=eth0)
 #   torch   torch.distributed with backend "collie" (the same script,
 #           build/release/python on PYTHONPATH): collie under torch
-# Files: DIR/SYSTEM-PLACEMENT-ROUND.csv. HOSTS (4), PER_HOST (2), RATE (1gbit).
+# Files: DIR/SYSTEM-PLACEMENT-ROUND.csv. HOSTS (4), PER_HOST (2), RATE (1gbit),
+# CC (the hosts' TCP congestion control: cubic, tools/cluster.sh).
 # SYSTEMS picks some (default: collie mpi gloo torch).
 # Needs root, iproute2, openmpi-bin and libopenmpi-dev, python3-torch; compare with
 #   python3 tools/peers/cluster_compare.py DIR

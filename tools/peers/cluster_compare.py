@@ -6,7 +6,9 @@
 For each placement (by host, round robin) and size: the link bound
 2 (H - 1) / H x size / rate (what each host must send and receive, whatever
 the algorithm), collie's Auto (its pick) over the bound, the fastest of
-collie's algorithms and Auto over it, and each peer's time over collie's
+collie's algorithms and Auto over it, its pick forced over the fastest
+(the choice, apart from the noise between two timings of one schedule:
+Auto and its pick forced run the same steps), and each peer's time over collie's
 Auto (> 1: collie faster): Open MPI, torch's gloo, and torch on collie (the
 collie backend: its overhead over collie's own Auto). Times are in-place (as mpi_bench's), the median
 over the rounds of each system's maximum-across-ranks mean.
@@ -57,8 +59,8 @@ def main():
         names = [(k, w) for k, w in (("mpi", "Open MPI"), ("gloo", "torch gloo"),
                                       ("torch", "torch on collie")) if k in peers]
         print("| size | bound | collie Auto | its pick | / bound | fastest algorithm "
-              "| Auto / fastest |" + "".join(f" {w} / Auto |" for _, w in names))
-        print("|---:|---:|---:|---|---:|---|---:|" + "---:|" * len(names))
+              "| Auto / fastest | pick / fastest |" + "".join(f" {w} / Auto |" for _, w in names))
+        print("|---:|---:|---:|---|---:|---|---:|---:|" + "---:|" * len(names))
         for s in sizes:
             bound = 2 * (a.hosts - 1) / a.hosts * s * 8 / (a.gbits * 1e9) * 1e6
             auto = med[(placement, s, "auto")]
@@ -67,10 +69,14 @@ def main():
             best = min(algos, key=algos.get)
             # Below 10 us the bound says nothing: a call's latency is the time.
             shown = bound >= 10
+            pick = picks[(placement, s)]
+            # Auto picks by size and group alone: one pick a size, timed forced too.
+            chosen = algos.get(next(iter(pick))) if len(pick) == 1 else None
             row = (f"| {label(s)} | {ms(bound) if shown else '-'} | {ms(auto)} | "
-                   f"{'/'.join(sorted(picks[(placement, s)]))} | "
+                   f"{'/'.join(sorted(pick))} | "
                    f"{f'{auto / bound:.2f}' if shown else '-'} | "
-                   f"{best} {ms(algos[best])} | {auto / algos[best]:.2f} |")
+                   f"{best} {ms(algos[best])} | {auto / algos[best]:.2f} | "
+                   f"{f'{chosen / algos[best]:.2f}' if chosen else '-'} |")
             for k, _ in names:
                 v = peers[k].get((placement, s))
                 row += f" {statistics.median(v) / auto:.2f} |" if v else " - |"
