@@ -93,7 +93,7 @@ case ${1:-} in
     exec ip netns exec "collie-h$host" /bin/sh -c "$*"
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"  # the comment above
     exit 2
     ;;
 esac

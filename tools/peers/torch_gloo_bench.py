@@ -17,7 +17,7 @@ ranks; bus factors as nccl-tests (and collie bench). float32, sum, in place
 where torch has one buffer. --device cuda: tensors on the GPU (rank r on
 cuda:r modulo the GPUs), the device synchronised before each clock read. Used for docs/PERFORMANCE.md; not part of the build.
 """
-import argparse, os, socket, sys, time
+import argparse, os, queue as queues, socket, sys, time
 
 import torch
 import torch.distributed as dist
@@ -47,8 +47,9 @@ def run(rank, args, port, queue):
     n = args.ranks
     size = args.b
     rows = []
+    c = args.collective
+    blocked = c in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     while size <= args.e:
-        blocked = args.collective in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
         count = size // 4 // (n if blocked else 1)
         if count == 0:
             size *= args.f
@@ -56,9 +57,7 @@ def run(rank, args, port, queue):
         x = torch.ones(count, dtype=torch.float32, device=dev)
         # Only the buffers the collective uses: at 64 MiB on 8 ranks the
         # others were 8 GiB of the machine's memory.
-        c = args.collective
-        full = [torch.ones(count, device=dev) for _ in range(n)] if c in (
-            "all_gather", "gather", "scatter", "reduce_scatter") else None
+        full = [torch.ones(count, device=dev) for _ in range(n)] if blocked and c != "all_to_all" else None
         big = torch.ones(count * n, device=dev) if c == "all_to_all" else None
 
         def sync():
@@ -139,7 +138,20 @@ def main():
     procs = [ctx.Process(target=run, args=(r, args, port, queue)) for r in range(args.ranks)]
     for proc in procs:
         proc.start()
-    rows = queue.get()
+    rows = None
+    while rows is None:  # rank 0's rows, unless a rank fails first
+        try:
+            rows = queue.get(timeout=1)
+        except queues.Empty:
+            failed = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if failed:  # the others may wait for it in a collective forever
+                for proc in procs:
+                    proc.terminate()
+                    proc.join()
+                rank, code = failed[0]
+                sys.exit(f"torch_gloo_bench: rank {rank} of {args.ranks} exited with {code} in the "
+                         f"{args.collective} benchmark on backend {args.backend} (its error is above); "
+                         "the other ranks were stopped")
     for proc in procs:
         proc.join()
     print_rows(args, rows)
