@@ -15,6 +15,7 @@
 #include <asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 
+#include "support/eventually.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "peer_user.hpp"
@@ -357,42 +358,59 @@ TEST_CASE("torch store: part of a query, then silence, is closed after the hands
   CHECK(waiting.u8() == torch::kStopWaiting);
 }
 
-TEST_CASE("torch store: torch 1.x's silent callback connection is kept while its client is",
+TEST_CASE("torch store: silent connections are kept while they may be a torch client's",
           "[store][torch]") {
   // torch 1.x opens a second connection per client and sends nothing on
-  // it; closed, torch 1.13's store thread spins on it in every rank.
+  // it; closed, torch 1.13's store thread spins on it in every rank. A bare
+  // TCPStore's first connection is as silent until its program's first
+  // query, which may come after the handshake time.
   auto options = with_torch();
   options.handshake_timeout = 300ms;
   options.idle_timeout = 500ms;
   collie::test::StoreFixture f(options);
   const auto port = f.server.port();
-  // Silent, with no torch client from its address: closed as any handshake.
-  collie::test::RawConnection stranger(port);
-  CHECK(stranger.closed_by_peer(10s));
+  using collie::test::eventually;
+  using collie::test::RawConnection;
+  // A torch client that has sent nothing yet on either of its connections,
+  // past the handshake time: both are kept; a third from its address is
+  // closed.
   auto first = std::make_unique<TorchClient>(port);
+  RawConnection callback(port);
+  RawConnection stranger(port);
+  CHECK(stranger.closed_by_peer(10s));
+  REQUIRE(eventually([&] { return f.server.connections() == 2; }));
+  // The first speaks at last: a torch client now.
   first->send(Q(v1::SET).str("/a").str("x"));
   first->send(Q(v1::GET).str("/a"));
-  REQUIRE(first->value() == "x");  // a torch client now
-  collie::test::RawConnection callback(port);
-  collie::test::RawConnection extra(port);  // one more than the clients
-  collie::test::RawConnection elsewhere(port, "127.0.0.1", "127.0.0.2");
-  CHECK(extra.closed_by_peer(10s));
-  CHECK(elsewhere.closed_by_peer(10s));  // its address has no torch client
-  CHECK_FALSE(callback.closed_by_peer(200ms));
+  REQUIRE(first->value() == "x");
+  // One silent connection per torch client, and two more: a fourth is
+  // closed. Another address counts its own.
+  auto more = std::make_unique<RawConnection>(port);
+  auto more2 = std::make_unique<RawConnection>(port);
+  auto elsewhere = std::make_unique<RawConnection>(port, "127.0.0.1", "127.0.0.2");
+  RawConnection too_many(port);
+  CHECK(too_many.closed_by_peer(10s));
+  CHECK_FALSE(more->closed_by_peer(200ms));
+  CHECK_FALSE(more2->closed_by_peer(10ms));
+  CHECK_FALSE(elsewhere->closed_by_peer(10ms));
+  CHECK_FALSE(callback.closed_by_peer(10ms));
   // Past the idle timeout too (a collie client idle as long is closed).
-  collie::test::RawConnection idle(port);
+  RawConnection idle(port);
   idle.handshake();
   CHECK(idle.closed_by_peer(10s));
   CHECK_FALSE(callback.closed_by_peer(200ms));
+  more.reset();
+  more2.reset();
+  elsewhere.reset();
+  REQUIRE(eventually([&] { return f.server.connections() == 2; }));
   // A second client and its callback; the first client leaves without its
   // callback connection: the newest one goes after the grace period.
   auto second = std::make_unique<TorchClient>(port);
   second->send(Q(v1::GET).str("/a"));
   REQUIRE(second->value() == "x");
-  collie::test::RawConnection callback2(port);
-  collie::test::RawConnection extra2(port);
-  CHECK(extra2.closed_by_peer(10s));  // after callback2 was kept
-  CHECK_FALSE(callback2.closed_by_peer(200ms));
+  RawConnection callback2(port);
+  REQUIRE(eventually([&] { return f.server.connections() == 4; }));
+  CHECK_FALSE(callback2.closed_by_peer(500ms));  // past its handshake time: kept
   first.reset();
   CHECK(callback2.closed_by_peer(10s));
   CHECK_FALSE(callback.closed_by_peer(200ms));
@@ -401,15 +419,11 @@ TEST_CASE("torch store: torch 1.x's silent callback connection is kept while its
   CHECK(callback.closed_by_peer(10s));
   // A kept connection that speaks at last has the handshake time again:
   // collie's first byte and no more is closed.
-  TorchClient third(port);
-  third.send(Q(v1::GET).str("/a"));
-  REQUIRE(third.value() == "x");
-  collie::test::RawConnection late(port);
-  collie::test::RawConnection extra3(port);
-  CHECK(extra3.closed_by_peer(10s));  // after late was kept
-  CHECK_FALSE(late.closed_by_peer(200ms));
+  RawConnection late(port);
+  CHECK_FALSE(late.closed_by_peer(500ms));
   late.send(Bytes{static_cast<std::uint8_t>(collie::store::wire::kMagic >> 24)});
   CHECK(late.closed_by_peer(10s));
+  REQUIRE(eventually([&] { return f.server.connections() == 0; }));
 }
 
 TEST_CASE("torch store: without torch_clients a torch client is refused", "[store][torch]") {

@@ -77,6 +77,7 @@ void Session::close(spdlog::level::level_enum level, std::string_view reason) {
   if (phase_ == Phase::Closed) return;
   const bool was_ready = phase_ == Phase::Ready || phase_ == Phase::Torch;
   const bool was_torch = phase_ == Phase::Torch;
+  const bool was_quiet = phase_ == Phase::TorchQuiet;
   phase_ = Phase::Closed;
   if (level >= spdlog::level::info) {
     server_.address_log().log(
@@ -86,6 +87,7 @@ void Session::close(spdlog::level::level_enum level, std::string_view reason) {
   }
   if (was_ready) server_.state().forget(*this);
   if (was_torch) server_.torch_callbacks().client_left(address_);
+  if (was_quiet) server_.torch_callbacks().quiet_ended(address_);
   std::error_code ignored;
   handshake_timer_.cancel();
   timer_.cancel();

@@ -57,7 +57,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   const std::string& address() const { return address_; }
   bool refusing() const { return refusal_.has_value(); }
   bool in_handshake() const { return phase_ == Phase::Hello || phase_ == Phase::Proof; }
-  // Kept open silent as a torch client's callback connection (torch_callbacks.hpp).
+  // Kept open silent for a torch client (torch_callbacks.hpp).
   bool torch_quiet() const { return phase_ == Phase::TorchQuiet; }
   Clock::time_point accepted_at() const { return accepted_at_; }
 
@@ -69,8 +69,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   void close(spdlog::level::level_enum level, std::string_view reason);
 
  private:
-  // TorchQuiet: said nothing through the handshake time, and kept open as a
-  // torch client's callback connection; its first byte may still come.
+  // TorchQuiet: said nothing through the handshake time, and kept open for
+  // a torch client (torch_callbacks.hpp); its first byte may still come.
   enum class Phase { Hello, Proof, Ready, Torch, TorchQuiet, Closed };
 
   void lost(std::error_code ec);

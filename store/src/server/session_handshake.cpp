@@ -18,9 +18,10 @@ namespace collie::store {
 void Session::on_first_byte() {
   first_byte_ = true;
   if (phase_ == Phase::TorchQuiet) {
-    // A kept callback connection speaks at last: its handshake has its
+    // A kept silent connection speaks at last: its handshake has its
     // time again, from now.
     phase_ = Phase::Hello;
+    server_.torch_callbacks().quiet_ended(address_);
     arm_handshake_timer();
   }
   if (hello_in_[0] != static_cast<std::uint8_t>(wire::kMagic >> 24)) {

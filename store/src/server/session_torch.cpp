@@ -78,13 +78,15 @@ void Session::on_silent_handshake() {
   }
   if (!server_.torch_callbacks().keep(shared_from_this())) {
     return close(spdlog::level::debug,
-                 fmt::format("it sent nothing for {} ms, and no torch client from {} is without "
-                             "its callback connection (torch 1.x's second, silent one)",
+                 fmt::format("it sent nothing for {} ms, and {} holds as many silent "
+                             "connections as a torch client may need already (one per torch "
+                             "client, two for one yet to send its first query)",
                              waited, address_));
   }
   phase_ = Phase::TorchQuiet;
-  log().debug("store: {} sent nothing for {} ms: kept open as a torch client's callback "
-              "connection (torch 1.x's second one; closing it makes torch's store thread spin)",
+  log().debug("store: {} sent nothing for {} ms: kept open as a torch client's silent "
+              "connection (torch 1.x's second one, which closed makes torch's store thread "
+              "spin, or a client yet to send its first query)",
               peer_, waited);
 }
 

@@ -1,5 +1,5 @@
-// torch's silent callback connections, at most one per torch client of an
-// address (torch_callbacks.hpp).
+// torch's silent connections, at most one per torch client of an address
+// and two more (torch_callbacks.hpp).
 #include "torch_callbacks.hpp"
 
 #include <algorithm>
@@ -31,7 +31,7 @@ void TorchCallbacks::client_left(const std::string& address) {
   auto& a = it->second;
   if (a.clients > 0) --a.clients;
   if (prune(a) <= a.clients) {
-    if (a.clients == 0 && !a.trim) by_address_.erase(it);
+    if (a.clients == 0) by_address_.erase(it);  // a waiting trim has nothing to do
     return;
   }
   if (!a.trim) a.trim = std::make_unique<asio::steady_timer>(io_);
@@ -42,12 +42,16 @@ void TorchCallbacks::client_left(const std::string& address) {
 }
 
 bool TorchCallbacks::keep(const std::shared_ptr<Session>& session) {
-  const auto it = by_address_.find(session->address());
-  if (it == by_address_.end()) return false;
-  auto& a = it->second;
-  if (prune(a) >= a.clients) return false;
+  auto& a = by_address_[session->address()];
+  if (prune(a) >= a.clients + kNotYetSpoken) return false;
   a.quiet.push_back(session);
   return true;
+}
+
+void TorchCallbacks::quiet_ended(const std::string& address) {
+  const auto it = by_address_.find(address);
+  if (it != by_address_.end() && it->second.clients == 0 && prune(it->second) == 0)
+    by_address_.erase(it);
 }
 
 void TorchCallbacks::trim(const std::string& address) {
@@ -63,8 +67,8 @@ void TorchCallbacks::trim(const std::string& address) {
   if (clients == 0 && a.quiet.empty()) by_address_.erase(it);  // `a` is gone
   for (const auto& s : excess) {
     s->close(spdlog::level::debug,
-             fmt::format("torch's silent callback connection, kept while its address had a torch "
-                         "client for it; {} has {} torch client{} now",
+             fmt::format("torch's silent connection, kept while its address had a torch client "
+                         "for it; {} has {} torch client{} now",
                          address, clients, clients == 1 ? "" : "s"));
   }
 }
