@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 
 #include "support/cli.hpp"
+#include "support/eventually.hpp"
+#include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
 
@@ -335,7 +337,15 @@ print(f"{(time.process_time() - c) / (time.monotonic() - t):.3f}", flush=True)
 assert s.get("a") == b"1"
 )";
   Subprocess torch_client({*python, "-c", client, std::to_string(s.port)});
-  REQUIRE(torch_client.read_line(120s) == std::optional<std::string>("ready"));
+  const auto ready = torch_client.read_line(120s);
+  if (ready != std::optional<std::string>("ready")) {
+    const auto ended = torch_client.wait(60s);
+    s.server.signal(SIGTERM);
+    const auto served = s.server.wait(30s);
+    FAIL("torch's client said " << ready.value_or("nothing") << " instead of ready; stderr:\n"
+                                << (ended ? ended->err : "(still running)") << "\nthe store's:\n"
+                                << (served ? served->err : "(still running)"));
+  }
   // The store has decided about the silent connection (kept or closed).
   REQUIRE(s.server.wait_for_stderr("sent nothing", 30s));
   torch_client.signal(SIGUSR1);
@@ -348,6 +358,44 @@ assert s.get("a") == b"1"
   INFO("stderr:\n" << done->err);
   CHECK(done->exit_code == 0);
   CHECK(s.server.wait_for_stderr("kept open as a torch client's silent connection", 1s));
+}
+
+TEST_CASE("collie store serve --torch: a query that comes as the handshake time ends is served",
+          "[cli]") {
+  // Its bytes and the handshake timer's expiry can be handled in one turn
+  // of the server's loop, the bytes first: the timer must then let the torch
+  // client be. Stopping the server across its handshake time makes that
+  // turn (both ready when it runs again).
+  ServedStore s({"--torch", "--handshake-timeout", "0.5"});
+  const auto open_files = [&] {
+    const auto fds = std::filesystem::path("/proc") / std::to_string(s.server.pid()) / "fd";
+    return std::distance(std::filesystem::directory_iterator(fds), {});
+  };
+  const auto before = open_files();
+  collie::test::RawConnection torch_client(static_cast<std::uint16_t>(s.port));
+  // Accepted: its handshake time runs from now.
+  REQUIRE(collie::test::eventually([&] { return open_files() == before + 1; }));
+  s.server.signal(SIGSTOP);
+  std::this_thread::sleep_for(1s);  // time itself is the point: twice the handshake time
+  // torch 1.x's SET /a "x", then GET /a, in the stopped server's socket.
+  std::vector<std::uint8_t> queries;
+  const auto u64 = [&](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i)
+      queries.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  queries.push_back(0);  // SET
+  u64(2);
+  queries.insert(queries.end(), {'/', 'a'});
+  u64(1);
+  queries.push_back('x');
+  queries.push_back(2);  // GET
+  u64(2);
+  queries.insert(queries.end(), {'/', 'a'});
+  torch_client.send(queries);
+  s.server.signal(SIGCONT);
+  const auto reply = torch_client.read_exactly(9, 30000ms);
+  REQUIRE(reply);
+  CHECK(*reply == std::vector<std::uint8_t>{1, 0, 0, 0, 0, 0, 0, 0, 'x'});
 }
 
 TEST_CASE("collie store serve --torch beyond loopback needs --insecure, and says why", "[cli]") {
