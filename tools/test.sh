@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs every test, in every test preset:
 #   release   optimized build (with CUDA device buffers where the toolkit is found)
-#   nocuda    optimized build with -DCOLLIE_CUDA=OFF (the runtime's and the CLI's tests:
-#             the layers below have no CUDA code, and the release preset tests them)
+#   nocuda    optimized build with -DCOLLIE_CUDA=OFF: the tests of the code that differs
+#             without CUDA (COLLIE_TEST_SCOPE=device; release tests the rest, the same code)
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer
-#   tsan      ThreadSanitizer
+#   tsan      ThreadSanitizer (the CLI's cases tagged [volume] are left to the others)
 #   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (30)
 # Runs all of them even when one fails, then prints one line per preset and
 # a total, and exits non-zero if anything failed.

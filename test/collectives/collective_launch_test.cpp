@@ -49,7 +49,8 @@ RunResult launch(int ranks, const std::vector<std::string>& program,
 
 }  // namespace
 
-TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8", "[collective][launch]") {
+TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8",
+          "[collective][launch][volume]") {
   const std::string transport = TRANSPORTS;
   COLLIE_SKIP_WITHOUT_SHM(transport);
   for (int world : {1, 2, 3, 4, 5, 7, 8}) {
@@ -169,7 +170,7 @@ TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs a
 
 TEST_CASE("hosts numbered round robin and hosts of different sizes: every collective and "
           "algorithm, rings by host and two_level",
-          "[collective][launch][hosts]") {
+          "[collective][launch][hosts][volume]") {
   COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   // COLLIE_HOST_ID makes "hosts" of one machine's ranks: shared memory
   // within each, TCP between. The group learns them at init; the header of
@@ -419,7 +420,7 @@ TEST_CASE("SIGTERM to a rank stuck in a collective stops it within a second, wit
 }
 
 TEST_CASE("mismatches of count, dtype, op, root and algorithm: every rank names the real calls",
-          "[collective][launch][mismatch]") {
+          "[collective][launch][mismatch][volume]") {
   // Each kind 8 times at 4000 B and 3 times at 16 MiB (64 segments; under
   // the sanitizers 3 and 1), on 3, 4 and 5 ranks, each on a fresh group with
   // the odd rank moving. A rank whose own call completed (it heard nothing

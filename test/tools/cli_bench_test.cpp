@@ -224,6 +224,28 @@ TEST_CASE("bench: impossible requests fail before any rank starts, listing what 
   CHECK(r.err.find("-b 1048576 is larger than -e 1024") != std::string::npos);
 }
 
+TEST_CASE("bench --device cuda where no GPU is usable fails, in the words of collie --version",
+          "[device]") {
+  // The nocuda preset runs this too: CUDA not built in, or built in with no
+  // driver or device, each says why in one sentence, the same everywhere.
+  const auto version = run({kCollie, "--version"});
+  REQUIRE(version.exit_code == 0);
+  const auto lines = split(version.out, '\n');
+  REQUIRE(lines.size() == 2);
+  const std::string& status = lines[1];
+  CHECK_THAT(status, Catch::StartsWith("CUDA "));
+  if (status.find("not built in") == std::string::npos &&
+      status.find("not usable") == std::string::npos) {
+    WARN("skipped: a GPU is usable here (" << status << ")");
+    return;
+  }
+  const auto r = bench({"all_reduce", "--ranks", "2", "-b", "8", "-e", "8", "-n", "1", "--device",
+                        "cuda"});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains(fmt::format("--device cuda: {}\n", status)));
+  CHECK(r.out.empty());
+}
+
 TEST_CASE("bench world of one rank, and a count of one element per rank") {
   const auto r = bench({"all_to_all", "--ranks", "1", "-b", "1", "-e", "4", "-n", "1", "-w", "0",
                         "-d", "int8", "--csv"});

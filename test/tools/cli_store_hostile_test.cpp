@@ -194,7 +194,7 @@ std::size_t status_kib(pid_t pid, const std::string& field) {
 TEST_CASE(
     "a hostile client leaves collie store serve alive, serving within a second, under "
     "256 MiB",
-    "[cli][security]") {
+    "[cli][security][volume]") {
   raise_open_file_limit();
   collie::test::ScratchDir dir;
   Subprocess server({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "0", "--port-file",

@@ -197,7 +197,7 @@ TEST_CASE("collie store client with no server gives up after --connect-timeout",
   CHECK_THAT(r.err, Catch::Contains("could not connect to the store at " + addr));
 }
 
-TEST_CASE("collie --help and --version describe the tool", "[cli]") {
+TEST_CASE("collie --help and --version describe the tool", "[cli][device]") {
   auto r = run({kCollie, "--help"});
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.out, Catch::Contains("store") && Catch::Contains("bench") &&

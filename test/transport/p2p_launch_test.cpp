@@ -69,7 +69,7 @@ TEST_CASE("p2p examples print what the tutorials print", "[p2p][launch]") {
 }
 
 TEST_CASE("p2p ping-pong from 0 B to 1 MiB in every dtype and 64 MiB in float64, between processes",
-          "[p2p][launch]") {
+          "[p2p][launch][volume]") {
   const std::string transport = TRANSPORTS;
   COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
@@ -83,7 +83,7 @@ TEST_CASE("p2p tags interleaved and received out of order, between processes", "
   require_ok(launch(2, {kWorker, "tags"}, transport), 2, "tags");
 }
 
-TEST_CASE("p2p 64 MiB both ways at once, between processes", "[p2p][launch]") {
+TEST_CASE("p2p 64 MiB both ways at once, between processes", "[p2p][launch][volume]") {
   const std::string transport = TRANSPORTS;
   COLLIE_SKIP_WITHOUT_SHM(transport);
   INFO("transport " << transport);
