@@ -14,6 +14,7 @@
 
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
+#include "support/torch_query.hpp"
 #include "torch_dialect.hpp"
 
 using namespace std::chrono_literals;
@@ -22,28 +23,18 @@ namespace {
 
 using Bytes = std::vector<std::uint8_t>;
 
-// torch 1.x's SET, GET and ADD queries, little-endian.
-void put_u64(Bytes& b, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i)
-    b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-}
+// torch 1.x's queries: a type, strings with their lengths, and ADD's number.
 Bytes query(std::uint8_t type, const std::vector<std::string>& strings, std::int64_t number = 0,
             bool with_number = false) {
-  Bytes b{type};
-  for (const auto& s : strings) {
-    put_u64(b, s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-  if (with_number) put_u64(b, static_cast<std::uint64_t>(number));
-  return b;
+  collie::test::TorchQuery q(type);
+  for (const auto& str : strings)
+    q.str(str);
+  if (with_number) q.u64(static_cast<std::uint64_t>(number));
+  return q.b;
 }
-std::uint64_t le64(const Bytes& b) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
-  return v;
-}
-constexpr std::uint8_t kSet = 0, kGet = 2, kAdd = 3;
+std::uint64_t le64(const Bytes& b) { return static_cast<std::uint64_t>(collie::test::le64(b)); }
+constexpr std::uint8_t kSet = collie::test::v1::SET, kGet = collie::test::v1::GET,
+                       kAdd = collie::test::v1::ADD;
 
 const std::string kToken = "relay-test-token-0123456789";
 

@@ -18,6 +18,7 @@
 #include "support/eventually.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
+#include "support/torch_query.hpp"
 #include "peer_user.hpp"
 #include "torch_dialect.hpp"
 
@@ -27,43 +28,10 @@ using Bytes = std::vector<std::uint8_t>;
 
 namespace {
 
-// A query as torch's client writes it (little-endian).
-struct Q {
-  Bytes b;
-  explicit Q(std::uint8_t type) { b.push_back(type); }
-  Q& u64(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-      b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-    return *this;
-  }
-  Q& u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i)
-      b.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-    return *this;
-  }
-  Q& str(const std::string& s) {
-    u64(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-    return *this;
-  }
-};
-
-std::int64_t le64(const Bytes& b, std::size_t at = 0) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= static_cast<std::uint64_t>(b[at + static_cast<std::size_t>(i)]) << (8 * i);
-  return static_cast<std::int64_t>(v);
-}
-
-// torch 1.x and 2.x query numbers.
-namespace v1 {
-constexpr std::uint8_t SET = 0, COMPARE_SET = 1, GET = 2, ADD = 3, CHECK = 4, WAIT = 5,
-                       GETNUMKEYS = 6, WATCH_KEY = 7, DELETE_KEY = 8;
-}
-namespace v2 {
-constexpr std::uint8_t VALIDATE = 0, SET = 1, GET = 3, WAIT = 6, APPEND = 9, MULTI_GET = 10,
-                       MULTI_SET = 11, CANCEL_WAIT = 12, PING = 13;
-}
+using collie::test::le64;
+using Q = collie::test::TorchQuery;
+namespace v1 = collie::test::v1;
+namespace v2 = collie::test::v2;
 
 // A raw torch client of a server started with torch_clients.
 struct TorchClient {

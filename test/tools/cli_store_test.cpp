@@ -14,6 +14,7 @@
 #include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
+#include "support/torch_query.hpp"
 
 using namespace std::chrono_literals;
 using collie::test::run;
@@ -378,19 +379,10 @@ TEST_CASE("collie store serve --torch: a query that comes as the handshake time 
   s.server.signal(SIGSTOP);
   std::this_thread::sleep_for(1s);  // time itself is the point: twice the handshake time
   // torch 1.x's SET /a "x", then GET /a, in the stopped server's socket.
-  std::vector<std::uint8_t> queries;
-  const auto u64 = [&](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i)
-      queries.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  };
-  queries.push_back(0);  // SET
-  u64(2);
-  queries.insert(queries.end(), {'/', 'a'});
-  u64(1);
-  queries.push_back('x');
-  queries.push_back(2);  // GET
-  u64(2);
-  queries.insert(queries.end(), {'/', 'a'});
+  namespace v1 = collie::test::v1;
+  auto queries = collie::test::TorchQuery(v1::SET).str("/a").str("x").b;
+  const auto get = collie::test::TorchQuery(v1::GET).str("/a").b;
+  queries.insert(queries.end(), get.begin(), get.end());
   torch_client.send(queries);
   s.server.signal(SIGCONT);
   const auto reply = torch_client.read_exactly(9, 30000ms);

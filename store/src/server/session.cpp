@@ -42,12 +42,13 @@ void Session::start() {
 
 void Session::arm_handshake_timer() {
   handshake_timer_.expires_after(server_.options().handshake_timeout);
-  const auto armed = ++handshake_armed_;
-  handshake_timer_.async_wait([self = shared_from_this(), armed](std::error_code ec) {
-    // Over, or armed again: the first byte and the timer's expiry can
-    // complete in one turn of the I/O loop, the byte's handler first (a
-    // torch client's query found past the handshake time).
-    if (ec || armed != self->handshake_armed_ || !self->in_handshake()) return;
+  handshake_timer_.async_wait([self = shared_from_this()](std::error_code ec) {
+    // A wait that had expired when the timer was cancelled still runs, with
+    // no error: the first byte and the expiry can complete in one turn of
+    // the I/O loop, the byte's handler first (a torch client's query found
+    // past the handshake time). (It is armed again only after its wait ran:
+    // a kept silent connection that speaks.)
+    if (ec || !self->in_handshake()) return;
     // torch 1.x opens a second connection per client and leaves it
     // silent unless it watches a key: kept, or closed without a warning.
     if (!self->first_byte_ && self->server_.options().torch_clients) {

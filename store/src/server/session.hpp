@@ -143,10 +143,6 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   ServerCore& server_;
   asio::ip::tcp::socket socket_;
   asio::steady_timer handshake_timer_;
-  // Which arming of handshake_timer_ is current: a wait that had already
-  // expired when the timer was cancelled or armed again still runs, with
-  // no error, and must then do nothing.
-  std::uint64_t handshake_armed_ = 0;
   asio::steady_timer timer_;  // the proof's turn, then the idle timeout
   std::string peer_;          // address:port, for the log
   std::string address_;       // the address alone, for the limits
