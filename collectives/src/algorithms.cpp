@@ -256,6 +256,62 @@ Layout layout(Collective c, const Shape& shape) {
   return {};
 }
 
+Extents extents(Collective c, int world, std::size_t count, int rank, int root) {
+  if (c == Collective::Barrier) return {};
+  const auto l = layout(c, Shape{rank, world, count, root, 1});
+  Extents e{l.input.count, l.output.count};
+  // A rooted collective's gathered or scattered side is the root's alone.
+  if (rank != root) {
+    if (c == Collective::Reduce || c == Collective::Gather) e.output.reset();
+    if (c == Collective::Scatter) e.input.reset();
+  }
+  return e;
+}
+
+std::size_t count_of_buffers(Collective c, int world, std::size_t input, std::size_t output,
+                             int rank, int root) {
+  if (c == Collective::Barrier) return 1;
+  const auto name = collective_name(c);
+  const auto n = static_cast<std::size_t>(world);
+  // How many elements each side holds per element of the count (1 or n),
+  // as the root sees them; the count is read off the side of fewer.
+  const auto unit = extents(c, world, 1, root, root);
+  const std::size_t in_unit = unit.input.value_or(0), out_unit = unit.output.value_or(0);
+  const bool from_input = in_unit <= out_unit;
+  const std::size_t given = from_input ? input : output;
+  const std::size_t per = std::min(in_unit, out_unit);
+  if (in_unit == out_unit && per > 1 && given % per != 0) {
+    throw Error(fmt::format(
+        "rank {}: {}: input of {} and output of {} elements: both must hold {} equal blocks",
+        rank, name, input, output, n));
+  }
+  const std::size_t count = given / per;
+  const auto want = extents(c, world, count, rank, root);
+  const auto wrong = [](const std::optional<std::size_t>& w, std::size_t has) {
+    return w && *w != has;
+  };
+  if (!wrong(want.input, input) && !wrong(want.output, output)) return count;
+  if (in_unit == out_unit) {
+    if (per > 1)
+      throw Error(fmt::format(
+          "rank {}: {}: input of {} and output of {} elements: both must hold {} equal blocks",
+          rank, name, input, output, n));
+    throw Error(fmt::format(
+        "rank {}: {}: the output has {} elements, the input {}: they must be equal", rank, name,
+        output, input));
+  }
+  const std::size_t blocks = from_input ? output : input;
+  throw Error(fmt::format(
+      "rank {}: {}: a buffer of {} elements for {} ranks of {}: it must hold {} x {} = {}", rank,
+      name, blocks, n, count, n, count, n * count));
+}
+
+bool elementwise(Collective c) {
+  if (c == Collective::Barrier) return false;
+  const auto l = layout(c, Shape{0, 2, 1, 0, 1});
+  return l.input == l.output;
+}
+
 SymbolicBuffers initial_state(Collective c, int world, std::size_t count, int root) {
   const auto n = static_cast<std::size_t>(world);
   SymbolicBuffers state(n);

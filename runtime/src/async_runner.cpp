@@ -1,5 +1,5 @@
 // The task queue of async collectives and torch calls (async_runner.hpp).
-#include "async_runner.hpp"
+#include <collie/async_runner.hpp>
 
 namespace collie {
 

@@ -1,81 +1,88 @@
 // How one call's buffers become the working buffer its schedule addresses.
 //
 // A schedule speaks of one working buffer per rank, laid out per collective
-// (collectives/algorithms.hpp: [buffer], [n blocks | own block]...). Here
-// its ranges are mapped to memory: the caller's output, or input, wherever
-// one can serve as it is; scratch memory where a partial result must not
-// touch the caller's input (a reduce's intermediate rank, reduce_scatter's
-// working copy of every block); only the part of the buffer the rank really
-// touches (a gather's intermediate ranks of a tree). An out-of-place call
-// copies its input to its output first. After the schedule has run,
-// finish() puts the result where the caller wants it and completes
-// averages.
+// (collectives::layout(): where the input and the output sit in it), of
+// which this rank reads and writes what collectives::extents() says. Here
+// those ranges are mapped to memory, by the shape of the layout alone:
 //
-// Device memory: a region may lie on a CUDA device (Region::device); the
-// executor stages it through pinned memory a segment at a time. Copies made
-// here (an out-of-place call's input to its output, the working copies)
-// go through the call's engine where a side is on a device; working copies
-// are host memory, so only the caller's own buffers are ever staged. A
-// device region of COLLIE_STAGE_WHOLE_BYTES or less (4 MiB) is staged whole
-// here instead (one copy in, one out: a small call's time is its copies'
-// latency). An
-// average's division runs on the host, through the engine, segment by
-// segment.
+//   the input and the output are one range (all_reduce, broadcast, reduce):
+//     the caller's output, the input copied there first if out of place; a
+//     rank without an output (a reduce off the root) reads its input in
+//     place, or a working copy when a partial result passes through it (or
+//     a float16 average's share must come off first);
+//   the output lies inside the input (reduce_scatter): the algorithms
+//     reduce in a working copy of the input, and finish() copies the
+//     output's range out of it;
+//   apart (all_gather, gather, scatter, all_to_all): each range is the
+//     caller's buffer, or scratch memory for the part this rank touches of
+//     a side it has none of (a gather's intermediate rank of a tree); an
+//     input that overlaps the output is copied first, unless it is exactly
+//     this rank's block of it (an in-place all_gather);
+//   neither (a barrier): one scratch element.
+//
+// After the schedule, finish() completes averages and copies out what is
+// owed.
+//
+// Device memory: the call's staging plan (device/staging.hpp) said how
+// each of the caller's buffers is staged. A buffer to stage Whole is
+// copied to a pinned block here (device/whole_staging.hpp) and its region
+// points there; one staged by Segments keeps its device region, which the
+// executor stages step by step. Copies made here (an out-of-place call's
+// input to its output, the working copies) go through the plan's engine
+// where a side is on a device; working copies are host memory. An
+// average's division on a device region runs on the host, through the
+// engine, segment by segment.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include <collie/collectives/schedule.hpp>
 
 #include "call.hpp"
-#include "device/device.hpp"
+#include "device/whole_staging.hpp"
 #include "executor/executor.hpp"
 
 namespace collie {
 
 class BufferLayout {
  public:
-  // Maps `call`'s buffers for `schedule`, this rank being `rank` of `world`;
-  // copies inputs where the schedule needs a working copy, and takes a
-  // float16 average's share off before the sum (reduce.hpp).
-  // `engine` (null when every buffer is host memory) stages device buffers:
-  // whole up to `whole_bytes`, else `segment_bytes` at a time.
-  BufferLayout(const Call& call, const collectives::Schedule& schedule, int rank, int world,
-               device::Engine* engine, std::size_t segment_bytes, std::size_t whole_bytes);
-  ~BufferLayout();
+  // Maps `call`'s buffers for `schedule` of `shape` (this rank's); copies
+  // inputs where the schedule needs a working copy, stages the buffers the
+  // plan stages whole, and takes a float16 average's share off before the
+  // sum (reduce.hpp). `segment_bytes`: the piece an average on a device
+  // is divided in.
+  BufferLayout(const Call& call, const collectives::Schedule& schedule,
+               const collectives::Shape& shape, std::size_t segment_bytes);
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
 
   // The working buffer, for the executor.
   const std::vector<Region>& regions() const { return regions_; }
 
-  // After the schedule: reduce_scatter's own block out of the working copy,
-  // averages divided.
+  // After the schedule: the output's range out of the working copy,
+  // averages divided, staged outputs copied back.
   void finish();
 
  private:
-  // A small device region staged whole in a pinned block.
-  struct Staged {
-    std::byte* device_data;
-    std::size_t bytes;
-    bool output;  // copied back by finish()
-    std::byte* block;
-  };
-  void copy_back();
+  std::byte* scratch(std::size_t bytes);
+  // A region of the caller's buffer `data` (on `device`), staged whole
+  // where the plan says so (filled from `from` on `from_device`).
+  Region caller_region(collectives::Range range, std::byte* data, int device,
+                       device::Staging staging, bool output, const void* from, int from_device);
 
   const Call& call_;
   int rank_;
   int world_;
   device::Engine* engine_;
   std::size_t segment_bytes_;
-  std::size_t whole_bytes_;  // device regions up to this size are staged whole
-  std::vector<std::byte> scratch_;
+  std::vector<std::vector<std::byte>> scratch_;
   std::vector<Region> regions_;
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
-  std::byte token_{0};  // a barrier's one element
-  std::vector<Staged> staged_;
+  std::byte* copy_out_ = nullptr;  // the output's range in a working copy
+  std::optional<device::WholeStaging> whole_;
 };
 
 }  // namespace collie

@@ -34,6 +34,8 @@
 #include <collie/dtype.hpp>
 #include <collie/reduce.hpp>
 
+#include "device/staging.hpp"
+
 namespace collie {
 
 using collectives::Algorithm;
@@ -84,11 +86,9 @@ struct Call {
   Algorithm algorithm = Algorithm::Auto;
   std::uint64_t sequence = 0;
   std::chrono::milliseconds timeout{0};
-  // The CUDA device of each buffer (-1: host memory); see device/device.hpp.
-  int input_device = -1;
-  int output_device = -1;
-  // Run in chunks staged whole (chunked_call.hpp).
-  bool in_chunks = false;
+  // Where its buffers are and how they are staged, chosen when the call
+  // started (device/staging.hpp).
+  device::StagingPlan staging;
 
   Signature signature() const { return Signature{collective, dtype, op, algorithm, root, count}; }
 };

@@ -10,7 +10,7 @@
 
 #include "buffer_layout.hpp"
 #include "call.hpp"
-#include "chunked_call.hpp"
+#include "device/chunked_call.hpp"
 #include "executor/executor.hpp"
 #include "group.hpp"
 #include "work.hpp"
@@ -23,7 +23,7 @@ namespace {
 // result where the caller wants it.
 // Returns the number of steps of its schedule. `failed_first`: see
 // execute_schedule().
-std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* engine,
+std::size_t run_schedule(detail::Group& g, const Call& call,
                          std::exception_ptr failed_first = nullptr) {
   const int n = static_cast<int>(g.members.size());
   const collectives::Shape shape{
@@ -31,24 +31,22 @@ std::size_t run_schedule(detail::Group& g, const Call& call, device::Engine* eng
       collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes),
       g.hosts};
   const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
-  BufferLayout layout(call, schedule, g.rank, n, engine, g.world->config.segment_bytes,
-                      g.world->config.stage_whole_bytes);
-  execute_schedule(g, call, schedule, layout.regions(), engine, std::move(failed_first));
+  BufferLayout layout(call, schedule, shape, g.world->config.segment_bytes);
+  execute_schedule(g, call, schedule, layout.regions(), std::move(failed_first));
   layout.finish();
   return schedule.steps.size();
 }
 
-void execute(detail::Group& g, const Call& call, device::Engine* engine) {
+void execute(detail::Group& g, const Call& call) {
   Tracer* const trace = g.world->tracer.get();
   const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
   std::size_t steps = 0;
-  if (call.in_chunks) {
-    run_in_chunks(call, engine, g.world->config.stage_chunk_bytes,
-                  [&](const Call& chunk, std::exception_ptr failed) {
-                    steps = run_schedule(g, chunk, nullptr, std::move(failed));
-                  });
+  if (call.staging.in_chunks()) {
+    run_in_chunks(call, [&](const Call& chunk, std::exception_ptr failed) {
+      steps = run_schedule(g, chunk, std::move(failed));
+    });
   } else {
-    steps = run_schedule(g, call, engine);
+    steps = run_schedule(g, call);
   }
   if (trace != nullptr) {
     trace->collective(begin, Tracer::now(),
@@ -60,7 +58,7 @@ void execute(detail::Group& g, const Call& call, device::Engine* engine) {
 
 // Runs a call, turning transport errors into ones that name the collective,
 // and breaking the group when messages may be left in flight.
-void execute_checked(detail::Group& g, const Call& call, device::Engine* engine) {
+void execute_checked(detail::Group& g, const Call& call) {
   {
     std::lock_guard lock(g.broken_mu);
     if (!g.broken.empty())
@@ -92,7 +90,7 @@ void execute_checked(detail::Group& g, const Call& call, device::Engine* engine)
     ~End() { p.end(sequence, fingerprint); }
   } end{g.progress, call.sequence, signed_as};
   try {
-    execute(g, call, engine);
+    execute(g, call);
   } catch (const device::DeviceError& e) {
     // Its peers were told (executor.cpp): the group is broken for all.
     const auto message = fmt::format("rank {}: {}: {}", g.rank, what(), e.what());
@@ -142,53 +140,7 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
 
 std::size_t ProcessGroup::count_of(Collective c, std::size_t input, std::size_t output,
                                   int root) const {
-  const auto name = collectives::collective_name(c);
-  const auto n = static_cast<std::size_t>(size());
-  const auto equal = [&] {
-    if (input != output) {
-      throw Error(fmt::format(
-          "rank {}: {}: the output has {} elements, the input {}: they must be equal", rank(),
-          name, output, input));
-    }
-  };
-  // A buffer of `blocks` elements must hold size() blocks of `block`.
-  const auto blocks_of = [&](std::size_t blocks, std::size_t block) {
-    if (blocks != n * block) {
-      throw Error(fmt::format(
-          "rank {}: {}: a buffer of {} elements for {} ranks of {}: it must hold {} x {} = {}",
-          rank(), name, blocks, n, block, n, block, n * block));
-    }
-  };
-  // A rooted collective's sizes are checked at the root only: elsewhere its
-  // output (reduce, gather) or input (scatter) is ignored and may be empty.
-  const bool rooted = c == Collective::Reduce || c == Collective::Gather || c == Collective::Scatter;
-  const bool check = !rooted || rank() == root;
-  switch (c) {
-    case Collective::AllReduce:
-    case Collective::Reduce:
-      if (check) equal();
-      return input;
-    case Collective::AllGather:
-    case Collective::Gather:
-      if (check) blocks_of(output, input);
-      return input;
-    case Collective::ReduceScatter:
-    case Collective::Scatter:
-      if (check) blocks_of(input, output);
-      return output;
-    case Collective::AllToAll:
-      if (input != output || n == 0 || input % n != 0) {
-        throw Error(
-            fmt::format("rank {}: all_to_all: input of {} and output of {} elements: both "
-                        "must hold {} equal blocks",
-                        rank(), input, output, n));
-      }
-      return input / n;
-    case Collective::Broadcast:  // one buffer
-    case Collective::Barrier:
-      break;
-  }
-  return input;
+  return collectives::count_of_buffers(c, size(), input, output, rank(), root);
 }
 
 void ProcessGroup::run_collective(Collective c, DataType dtype, const void* input, void* output,
@@ -234,46 +186,21 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   } else {
     call.algorithm = choose_algorithm(c, call.dtype, call.count, call.root);
   }
-  // Where the buffers are, for the bytes this rank's call reads and writes.
+  // Where the buffers are and how they are staged, for the bytes this
+  // rank's call reads and writes.
   const std::size_t es = dtype_size(call.dtype);
-  const auto N = static_cast<std::size_t>(n);
-  std::size_t in_bytes = call.count * es, out_bytes = call.count * es;
-  switch (c) {
-    case Collective::Reduce:
-      out_bytes = rank() == call.root ? out_bytes : 0;
-      break;
-    case Collective::AllGather:
-      out_bytes *= N;
-      break;
-    case Collective::Gather:
-      out_bytes = rank() == call.root ? out_bytes * N : 0;
-      break;
-    case Collective::Scatter:
-      in_bytes = rank() == call.root ? in_bytes * N : 0;
-      break;
-    case Collective::ReduceScatter:
-      in_bytes *= N;
-      break;
-    case Collective::AllToAll:
-      in_bytes *= N;
-      out_bytes *= N;
-      break;
-    case Collective::Barrier:
-      in_bytes = out_bytes = 0;
-      break;
-    default:
-      break;
-  }
-  auto placement = device::place(
-      *g.engines, o.memory, call.input, in_bytes, call.output, out_bytes, o.cuda_stream,
-      device::CallName{rank(), collectives::collective_name(c)}, call.timeout);
-  call.input_device = placement.input;
-  call.output_device = placement.output;
-  call.in_chunks = runs_in_chunks(call, o.memory, g.world->config.stage_chunk_bytes);
+  const auto ext = collectives::extents(c, n, call.count, rank(), call.root);
+  const device::CallBuffers buffers{call.input, ext.input.value_or(0) * es, call.output,
+                                    ext.output.value_or(0) * es};
+  const auto& config = g.world->config;
+  call.staging = device::plan_staging(
+      *g.engines, o.memory, collectives::elementwise(c), buffers, o.cuda_stream,
+      device::CallName{rank(), collectives::collective_name(c)}, call.timeout,
+      device::StagingLimits{config.stage_whole_bytes, config.stage_chunk_bytes});
   // (A call in chunks takes a number per chunk: chunked_call.hpp.)
-  call.sequence = g.sequence.fetch_add(chunks_of(call, g.world->config.stage_chunk_bytes));
+  call.sequence = g.sequence.fetch_add(chunks_of(call));
   if (when == Completion::Blocking) {
-    execute_checked(g, call, placement.engine.get());
+    execute_checked(g, call);
     return Work();
   }
   // The runner is the group's own, and finishes its queue before the group
@@ -282,9 +209,7 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   return run_async(
       g.runner,
       fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name),
-      call.timeout, [impl = &g, call, engine = std::move(placement.engine)] {
-        execute_checked(*impl, call, engine.get());
-      });
+      call.timeout, [impl = &g, call] { execute_checked(*impl, call); });
 }
 
 void ProcessGroup::barrier(const CollectiveOptions& o) {

@@ -16,7 +16,7 @@
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
-#include "async_runner.hpp"
+#include <collie/async_runner.hpp>
 #include "handles.hpp"
 #include "device/device.hpp"
 

@@ -7,6 +7,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <collie/error.hpp>
+
 #include "call_place.hpp"
 #include "tensors.hpp"
 #include "torch_store.hpp"
@@ -23,6 +25,17 @@ at::Tensor on_host(const at::Tensor& t) {
 }
 at::TensorOptions host_options(const at::Tensor& like) {
   return like.options().device(at::kCPU);
+}
+
+// The count per rank of a call on `in` and `out`, checked as the collective
+// shapes its buffers (collectives::count_of_buffers, the runtime's check).
+std::size_t checked_count(collie::Collective c, int world, int rank, const at::Tensor& in,
+                          const at::Tensor& out, const char* op) {
+  try {
+    return collie::collectives::count_of_buffers(c, world, count_of(in), count_of(out), rank, 0);
+  } catch (const collie::Error& e) {
+    TORCH_CHECK(false, "collie: ", op, ": ", e.what());
+  }
 }
 
 }  // namespace
@@ -181,12 +194,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_allgather_base(at::Tensor& o
   check_same_dtype(input, output, "_allgather_base");
   const auto place = CallPlace::of(input);
   place.check(output, "_allgather_base");
-  TORCH_CHECK(count_of(output) == count_of(input) * static_cast<std::size_t>(getSize()),
-              "collie: _allgather_base: the output has ", count_of(output),
-              " elements; it must hold the world size times the input's ", count_of(input));
+  const auto count = checked_count(collie::Collective::AllGather, getSize(), getRank(), input,
+                                   output, "_allgather_base");
   return collective(c10d::OpType::_ALLGATHER_BASE, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::AllGather, dtype, input.data_ptr(),
-                       output.data_ptr(), count_of(input), collie::ReduceOp::Sum, 0,
+                       output.data_ptr(), count, collie::ReduceOp::Sum, 0,
                        place.options(opts.timeout));
   });
 }
@@ -203,8 +215,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vecto
   const auto timeout = opts.timeout;
   return collective(c10d::OpType::GATHER, outs, place, [=, this] {
     at::Tensor flat;
-    if (getRank() == root)
-      flat = at::empty({static_cast<std::int64_t>(count_of(in)) * getSize()}, in.options());
+    if (const auto gathered = collie::collectives::extents(collie::Collective::Gather, getSize(),
+                                                           count_of(in), getRank(), root)
+                                  .output)
+      flat = at::empty({static_cast<std::int64_t>(*gathered)}, in.options());
     pg_.run_collective(collie::Collective::Gather, dtype, in.data_ptr(),
                        flat.defined() ? flat.data_ptr() : nullptr, count_of(in),
                        collie::ReduceOp::Sum, root, place.options(timeout));
@@ -261,13 +275,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
   check_same_dtype(output, input, "_reduce_scatter_base");
   const auto place = CallPlace::of(output);
   place.check(input, "_reduce_scatter_base");
-  TORCH_CHECK(count_of(input) == count_of(output) * static_cast<std::size_t>(getSize()),
-              "collie: _reduce_scatter_base: the input has ", count_of(input),
-              " elements; it must hold the world size times the output's ", count_of(output));
+  const auto count = checked_count(collie::Collective::ReduceScatter, getSize(), getRank(), input,
+                                   output, "_reduce_scatter_base");
   const auto op = op_of(opts.reduceOp);
   return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
-                       output.data_ptr(), count_of(output), op, 0, place.options(opts.timeout));
+                       output.data_ptr(), count, op, 0, place.options(opts.timeout));
   });
 }
 
@@ -283,12 +296,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   const auto n = static_cast<std::size_t>(getSize());
   const auto timeout = opts.timeout;
   if (output_splits.empty() && input_splits.empty()) {
-    TORCH_CHECK(count_of(input) == count_of(output) && count_of(input) % n == 0,
-                "collie: alltoall_base: input and output of ", count_of(input), " and ",
-                count_of(output), " elements: both must hold ", n, " equal blocks");
+    const auto count = checked_count(collie::Collective::AllToAll, getSize(), getRank(), input,
+                                     output, "alltoall_base");
     return collective(c10d::OpType::ALLTOALL_BASE, {output}, place, [=, this] {
       pg_.run_collective(collie::Collective::AllToAll, dtype, input.data_ptr(),
-                         output.data_ptr(), count_of(input) / n, collie::ReduceOp::Sum, 0,
+                         output.data_ptr(), count, collie::ReduceOp::Sum, 0,
                          place.options(timeout));
     });
   }

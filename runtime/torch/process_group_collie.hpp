@@ -25,7 +25,7 @@
 
 #include <collie/process_group.hpp>
 
-#include "async_runner.hpp"
+#include <collie/async_runner.hpp>
 #include "works.hpp"
 
 namespace collie_torch {

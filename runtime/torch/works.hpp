@@ -1,6 +1,6 @@
 // torch's Work for collie's calls: how a torch program waits for them.
 //
-// A collective runs on its group's AsyncRunner (runtime/src/async_runner.hpp),
+// A collective runs on its group's AsyncRunner (runtime/include/collie/async_runner.hpp),
 // one at a time in call order, with collie's blocking call: on the runner's
 // thread, or in the thread that waits for it while it is next and nothing
 // runs (torch's blocking calls wait at once); its Work completes (and its
@@ -26,7 +26,7 @@
 
 #include <collie/process_group.hpp>
 
-#include "async_runner.hpp"
+#include <collie/async_runner.hpp>
 
 namespace collie_torch {
 

@@ -1,5 +1,5 @@
 // The task queue of async collectives and of the torch backend's calls
-// (runtime/src/async_runner.hpp): tasks run one at a time in the order
+// (runtime/include/collie/async_runner.hpp): tasks run one at a time in the order
 // posted, on the runner's thread or on a caller's that waits for the head
 // of the queue; with a grace period, the runner's thread leaves a task to
 // its caller until then, and still runs those nobody waits for.
@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "async_runner.hpp"
+#include <collie/async_runner.hpp>
 #include "support/eventually.hpp"
 
 using namespace std::chrono_literals;

@@ -328,6 +328,14 @@ def errors(rank, size, path):
         (lambda: dist.broadcast(torch.ones(2), src=size), "rank"),
         (lambda: dist.all_gather_into_tensor(torch.zeros(2 * size, dtype=torch.float64),
                                              torch.ones(2)), "must be the same"),
+        # The flat forms' sizes, as collie's own calls check them.
+        (lambda: dist.all_gather_into_tensor(torch.zeros(2 * size + 1), torch.ones(2)),
+         f"_allgather_base: rank {rank}: all_gather: a buffer of {2 * size + 1} elements for "
+         f"{size} ranks of 2: it must hold {size} x 2 = {2 * size}"),
+        (lambda: dist._reduce_scatter_base(torch.zeros(2), torch.ones(2 * size + 1)),
+         f"a buffer of {2 * size + 1} elements for {size} ranks of 2"),
+        (lambda: dist.all_to_all_single(torch.zeros(size + 1), torch.ones(size + 1)),
+         f"both must hold {size} equal blocks"),
         # The root's lists are collie's to check; torch refuses lists elsewhere.
         (lambda: dist.gather(torch.ones(2), gather_list=[torch.zeros(2)] * (size + 1), dst=0),
          f"the root needs one list of {size} output tensors" if rank == 0 else "gather_list"),

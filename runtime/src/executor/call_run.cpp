@@ -22,8 +22,7 @@ constexpr std::chrono::milliseconds kLongestSlice{500};
 
 }  // namespace
 
-CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> regions,
-                 device::Engine* staging)
+CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> regions)
     : g(group),
       transport(group.transport()),
       call(c),
@@ -34,7 +33,7 @@ CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> region
       deadline(Clock::now() + c.timeout),
       stall(group, c, deadline - c.timeout),
       trace(group.world->tracer.get()),
-      engine(staging),
+      engine(c.staging.engine.get()),
       diagnosis(group, c, tag, fingerprint, stall),
       regions_(std::move(regions)) {}
 

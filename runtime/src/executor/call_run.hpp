@@ -27,8 +27,7 @@ class CallRun {
  public:
   using Clock = std::chrono::steady_clock;
 
-  CallRun(detail::Group& g, const Call& call, std::vector<Region> regions,
-          device::Engine* engine);
+  CallRun(detail::Group& g, const Call& call, std::vector<Region> regions);
   // Lets go of what is still in flight (abandon()) and gives the pinned
   // blocks back.
   ~CallRun();
@@ -45,7 +44,7 @@ class CallRun {
   const Clock::time_point deadline;
   StallCheck stall;
   Tracer* const trace;            // null: not tracing
-  device::Engine* const engine;   // stages device regions; null: none
+  device::Engine* const engine;   // the plan's: stages device regions; null: none
   Diagnosis diagnosis;
   std::vector<std::byte> snapshot;  // where sends of snapshot steps read from
   Tracer::Clock::time_point lane{};  // when the last send, receive or copy span ended

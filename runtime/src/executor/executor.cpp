@@ -19,9 +19,10 @@ bool touches_device(const CallRun& run, const collectives::Step& step) {
   return false;
 }
 
-// A schedule on host memory runs as one flow; one that touches device
-// memory step by step: each host step a flow of its own, each device step
-// staged.
+// A schedule on host memory (and regions staged whole: the plan's Host and
+// Whole) runs as one flow; one with regions the plan stages by segments,
+// step by step: each host step a flow of its own, each step that touches
+// such a region staged.
 void run_steps(CallRun& run, const collectives::Schedule& schedule) {
   bool device = false;
   for (const auto& step : schedule.steps)
@@ -43,8 +44,8 @@ void run_steps(CallRun& run, const collectives::Schedule& schedule) {
 
 void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
-                      device::Engine* engine, std::exception_ptr failed_first) {
-  CallRun run(g, call, std::move(regions), engine);
+                      std::exception_ptr failed_first) {
+  CallRun run(g, call, std::move(regions));
   auto& diagnosis = run.diagnosis;
   // This thread drives the sockets from here to the end: the transport's
   // own thread stays out of the way (no hand-off between threads).

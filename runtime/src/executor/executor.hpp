@@ -17,7 +17,8 @@
 // rank that died, instead of waiting for it. The calling thread drives the
 // sockets for the whole call (Transport::claim_progress).
 //
-// A step that touches device memory runs staged (staged_step.cpp): each
+// A step that touches a region the call's plan stages by segments
+// (device/staging.hpp: Segments) runs staged (staged_step.cpp): each
 // send segment is copied to a pinned block and sent from there once its
 // copy is done (a few in flight, later ones queued as blocks come free);
 // each receive lands in a pinned block, and is reduced there with the
@@ -38,7 +39,6 @@
 #include <collie/collectives/schedule.hpp>
 
 #include "../call.hpp"
-#include "../device/device.hpp"
 #include "../group.hpp"
 
 namespace collie {
@@ -53,15 +53,16 @@ struct Region {
 };
 
 // Runs `schedule` (this rank's, for `call`) on the working buffer that
-// `regions` map; `engine` stages the regions on a device (null when there
-// are none). Throws what the transport throws (ConnectionError,
+// `regions` map; the call's plan's engine (Call::staging) stages the
+// regions still on a device, segment by segment (buffer_layout.hpp staged
+// the others already). Throws what the transport throws (ConnectionError,
 // TimeoutError, ProtocolError), MismatchError, or DeviceError; nothing
 // writes into the regions once it returns or throws. `failed_first`: a
 // device error this rank met before the schedule (a chunk's copy,
-// chunked_call.hpp), thrown at once and told to the peers as one met in it.
+// device/chunked_call.hpp), thrown at once and told to the peers as one met in it.
 void execute_schedule(detail::Group& g, const Call& call,
                       const collectives::Schedule& schedule, std::vector<Region> regions,
-                      device::Engine* engine, std::exception_ptr failed_first = nullptr);
+                      std::exception_ptr failed_first = nullptr);
 
 // After a call failed: lets go of its requests still in flight, so that
 // none reads or writes the caller's buffers once this returns. Receives

@@ -93,6 +93,10 @@ std::string algorithm_list(Collective c);
 std::string no_algorithm_message(Collective c, std::string_view name, bool auto_too);
 bool has_root(Collective c);
 bool reduces(Collective c);  // takes a reduce op
+// Acts element by element alike on every rank: input and output are the
+// same range of count elements (all_reduce, broadcast, reduce), so a call
+// may be cut into calls on consecutive pieces.
+bool elementwise(Collective c);
 
 // Rank `shape.rank`'s schedule. Throws collie::Error for an algorithm that
 // does not implement `c` (listing those that do), a world below 1, a rank or
@@ -106,6 +110,26 @@ struct Layout {
   std::size_t buffer_count = 0;
 };
 Layout layout(Collective c, const Shape& shape);
+
+// What one rank's call reads from its input and writes to its output, in
+// elements, `count` being the collective's count per rank (the layouts
+// above): every place that sizes, checks or stages a caller's buffers asks
+// this. A side is nullopt where this rank ignores that buffer: a reduce's
+// and a gather's output and a scatter's input off the root, and both of a
+// barrier's.
+struct Extents {
+  std::optional<std::size_t> input;
+  std::optional<std::size_t> output;
+};
+Extents extents(Collective c, int world, std::size_t count, int rank, int root);
+
+// The count per rank of a call given buffers of `input` and `output`
+// elements on `rank`, checked against extents(): throws collie::Error
+// saying what the buffers must hold ("all_gather: a buffer of 7 elements
+// for 2 ranks of 10: it must hold 2 x 10 = 20"). The sides a rank ignores
+// are not checked. A barrier's count is 1.
+std::size_t count_of_buffers(Collective c, int world, std::size_t input, std::size_t output,
+                             int rank, int root);
 
 // ---- for tests and `collie explain` ----
 

@@ -1,4 +1,5 @@
-// A large call on device buffers, run in chunks staged whole.
+// The chunks strategy (staging.hpp): a large call on device buffers, run
+// in chunks staged whole.
 //
 // all_reduce, broadcast and reduce act element by element, alike on every
 // rank: such a call on a device buffer larger than COLLIE_STAGE_CHUNK_BYTES
@@ -24,26 +25,21 @@
 
 #include <collie/memory.hpp>
 
-#include "call.hpp"
-#include "device/device.hpp"
+#include "../call.hpp"
 
 namespace collie {
 
-// Whether `call` runs in chunks of `chunk_bytes`: a call its caller said
-// is on a device (MemoryKind::Cuda), so that every rank decides alike.
-bool runs_in_chunks(const Call& call, MemoryKind said, std::size_t chunk_bytes);
+// How many chunks a call makes (the sequence numbers it takes); 1 unless
+// its plan runs it in chunks (StagingPlan::chunk_bytes).
+std::size_t chunks_of(const Call& call);
 
-// How many chunks it makes (the sequence numbers it takes); 1 if it runs
-// whole.
-std::size_t chunks_of(const Call& call, std::size_t chunk_bytes);
-
-// Runs it: `run_host` runs each chunk's call (host buffers only), given the
-// device error this rank met staging the chunk, if any, to throw inside the
-// chunk's collective (where its peers hear of it, as of one met
-// mid-collective); `engine` stages the device buffers (null where this rank
-// has none: its chunks run all the same). The engine is drained before
-// pinned blocks go back.
-void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_bytes,
+// Runs a call its plan runs in chunks: `run_host` runs each chunk's call
+// (host buffers only), given the device error this rank met staging the
+// chunk, if any, to throw inside the chunk's collective (where its peers
+// hear of it, as of one met mid-collective); the plan's engine stages the
+// device buffers (null where this rank has none: its chunks run all the
+// same). The engine is drained before pinned blocks go back.
+void run_in_chunks(const Call& call,
                    const std::function<void(const Call&, std::exception_ptr)>& run_host);
 
 }  // namespace collie

@@ -1,5 +1,5 @@
 // A large call on device buffers, run in chunks staged whole
-// (chunked_call.hpp).
+// (chunked_call.hpp): the chunks strategy of staging.hpp.
 #include "chunked_call.hpp"
 
 #include <algorithm>
@@ -10,17 +10,10 @@
 
 namespace collie {
 
-bool runs_in_chunks(const Call& call, MemoryKind said, std::size_t chunk_bytes) {
-  const bool elementwise = call.collective == Collective::AllReduce ||
-                           call.collective == Collective::Broadcast ||
-                           call.collective == Collective::Reduce;
-  return elementwise && said == MemoryKind::Cuda && chunk_bytes > 0 &&
-         call.count * dtype_size(call.dtype) > chunk_bytes;
-}
-
-std::size_t chunks_of(const Call& call, std::size_t chunk_bytes) {
-  if (!call.in_chunks) return 1;
-  const std::size_t per = std::max<std::size_t>(1, chunk_bytes / dtype_size(call.dtype));
+std::size_t chunks_of(const Call& call) {
+  if (!call.staging.in_chunks()) return 1;
+  const std::size_t per =
+      std::max<std::size_t>(1, call.staging.chunk_bytes / dtype_size(call.dtype));
   return (call.count + per - 1) / per;
 }
 
@@ -62,16 +55,20 @@ class Blocks {
 
 }  // namespace
 
-void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_bytes,
+void run_in_chunks(const Call& call,
                    const std::function<void(const Call&, std::exception_ptr)>& run_host) {
+  device::Engine* const engine = call.staging.engine.get();
   const std::size_t es = dtype_size(call.dtype);
-  const std::size_t per = std::max<std::size_t>(1, chunk_bytes / es);
-  const std::size_t chunks = chunks_of(call, chunk_bytes);
-  const bool in_dev = engine != nullptr && call.input != nullptr && call.input_device >= 0;
-  const bool out_dev = engine != nullptr && call.output != nullptr && call.output_device >= 0;
+  const std::size_t per = std::max<std::size_t>(1, call.staging.chunk_bytes / es);
+  const std::size_t chunks = chunks_of(call);
+  const bool in_dev = engine != nullptr && call.input != nullptr && call.staging.input_device >= 0;
+  const bool out_dev =
+      engine != nullptr && call.output != nullptr && call.staging.output_device >= 0;
   const Blocks blocks(engine, per * es, in_dev, out_dev, call.input == call.output);
   auto count_of = [&](std::size_t k) { return std::min(per, call.count - k * per); };
-  auto in_at = [&](std::size_t k) { return static_cast<const std::byte*>(call.input) + k * per * es; };
+  auto in_at = [&](std::size_t k) {
+    return static_cast<const std::byte*>(call.input) + k * per * es;
+  };
   auto out_at = [&](std::size_t k) { return static_cast<std::byte*>(call.output) + k * per * es; };
 
   // The copy out of the device of chunk k, queued after the copy back of
@@ -104,7 +101,7 @@ void run_in_chunks(const Call& call, device::Engine* engine, std::size_t chunk_b
     chunk.output = call.output == nullptr ? nullptr
                    : out_dev              ? static_cast<void*>(blocks.out(k))
                                           : static_cast<void*>(out_at(k));
-    chunk.input_device = chunk.output_device = -1;
+    chunk.staging = {};  // host buffers: the blocks, or the caller's host memory
     if (auto& before = stored[k % 2]) staged([&] { engine->wait(*before); });
     run_host(chunk, failed);  // throws `failed`, if any, in the chunk's collective
     if (out_dev) stored[k % 2] = engine->to_device(out_at(k), blocks.out(k), chunk.count * es);

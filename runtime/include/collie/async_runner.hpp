@@ -1,4 +1,5 @@
-// A queue of tasks run one at a time, in the order posted: a group's async
+// A queue of tasks run one at a time, in the order posted (public, so that
+// bindings built on the runtime share it): a group's async
 // collectives (work.hpp's run_async), and the torch backend's calls
 // (runtime/torch/). Each task runs on the runner's own thread (started by
 // the first post), or in a thread that waits for it while it is at the head
@@ -74,10 +75,10 @@ class AsyncRunner {
   bool busy_ = false;
   bool stopping_ = false;
   const std::chrono::microseconds grace_;
-  bool idle_ = false;           // the thread sleeps until woken (mu_)
+  bool idle_ = false;                        // the thread sleeps until woken (mu_)
   std::chrono::microseconds look_ = grace_;  // its next look, in so long (mu_)
-  Clock::time_point last_post_;  // (mu_)
-  std::thread thread_;  // started by the first post
+  Clock::time_point last_post_;              // (mu_)
+  std::thread thread_;                       // started by the first post
 };
 
 }  // namespace collie
