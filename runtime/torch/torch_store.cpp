@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/keys.hpp>
@@ -181,10 +182,10 @@ std::shared_ptr<collie::store::Store> adapt(c10::intrusive_ptr<c10d::Store> stor
 
 std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
                                                    std::chrono::milliseconds timeout) {
-  const char* hosted = std::getenv("COLLIE_STORE_HOSTED");
+  const auto hosted = collie::environment::get(collie::environment::kStoreHosted);
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port = std::getenv("MASTER_PORT");
-  if (hosted == nullptr || std::string(hosted) != "1" || addr == nullptr || port == nullptr ||
+  if (hosted != "1" || addr == nullptr || port == nullptr ||
       id.host.empty() || id.host != addr || std::to_string(id.port) != port)
     return nullptr;
   collie::store::ClientOptions options;
@@ -198,9 +199,8 @@ std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
 
 bool hosted_by_rank_zero(const StoreIdentity& id) {
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const char* hosted = std::getenv("COLLIE_STORE_HOSTED");
   if ((agent != nullptr && std::string(agent) == "True") ||
-      (hosted != nullptr && std::string(hosted) == "1") || id.host.empty())
+      collie::environment::get(collie::environment::kStoreHosted) == "1" || id.host.empty())
     return false;
   // torch 1.13 names the world's namespace "default_pg"; torch 2 "0".
   return id.prefix.rfind("default_pg", 0) == 0 || id.prefix == "0" ||

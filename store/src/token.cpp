@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <collie/crypto.hpp>
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client_options.hpp>
 
@@ -14,13 +15,12 @@ namespace collie::store {
 
 std::string token_from_environment(
     const std::function<std::optional<std::string>(std::string_view)>& lookup) {
-  auto get = [&](const char* name) -> std::string {
-    if (lookup) return lookup(name).value_or("");
-    const char* value = std::getenv(name);
-    return value == nullptr ? std::string() : std::string(value);
+  auto get = [&](const environment::Variable& v) -> std::string {
+    if (lookup) return lookup(v.name).value_or("");
+    return environment::get(v).value_or("");
   };
-  if (auto token = get("COLLIE_STORE_TOKEN"); !token.empty()) return token;
-  if (auto file = get("COLLIE_STORE_TOKEN_FILE"); !file.empty()) return read_token_file(file);
+  if (auto token = get(environment::kStoreToken); !token.empty()) return token;
+  if (auto file = get(environment::kStoreTokenFile); !file.empty()) return read_token_file(file);
   return std::string();
 }
 

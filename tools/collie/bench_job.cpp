@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/host_cpus.hpp>
 #include <collie/store/client_options.hpp>
@@ -35,7 +36,7 @@ void set_rank_environment(int rank, int ranks, std::uint16_t port) {
   setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  setenv("COLLIE_STORE_HOSTED", "1", 1);
+  setenv(std::string(environment::kStoreHosted.name).c_str(), "1", 1);
 }
 
 }  // namespace
@@ -56,12 +57,14 @@ int run_standalone(int ranks, const Placement& placement, const std::function<in
   if (ranks < 1) throw Error(fmt::format("the number of ranks must be at least 1, not {}", ranks));
   // Bound ranks: how many processors they share, unless the user said
   // (inherited by every rank; cpu_binding.hpp).
-  if (placement.shared > 0) setenv(kHostCpusVariable, std::to_string(placement.shared).c_str(), 0);
+  if (placement.shared > 0)
+    setenv(std::string(environment::kHostCpus.name).c_str(),
+           std::to_string(placement.shared).c_str(), 0);
   // The job's secret, as `collie launch` makes one: the ranks inherit it
   // (never on a command line), and the store and their handshakes check it.
   std::string token = store::token_from_environment();
   if (token.empty()) token = store::random_token();
-  setenv("COLLIE_STORE_TOKEN", token.c_str(), 1);
+  setenv(std::string(environment::kStoreToken.name).c_str(), token.c_str(), 1);
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw Error("pipe failed");
   std::fflush(stdout);

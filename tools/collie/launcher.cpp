@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
@@ -288,8 +289,7 @@ class Launcher {
       store_port_ = relay_ ? relay_->port() : port_;
       // Their own connections still leave by the interface toward the store's host.
       socket_ifname_ = args_.socket_ifname;
-      const char* set = std::getenv("COLLIE_SOCKET_IFNAME");
-      if (socket_ifname_.empty() && (set == nullptr || *set == '\0'))
+      if (socket_ifname_.empty() && !environment::get(environment::kSocketIfname))
         socket_ifname_ = interface_toward(args_.master_addr);
     } else {
       socket_ifname_ = args_.socket_ifname;

@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fmt/format.h>
+
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/memory.hpp>
@@ -27,16 +30,16 @@ int main(int argc, char** argv) {
       [] { return std::string("collie ") + collie::version() + "\n" + collie::cuda::status(); },
       "Print the version and whether CUDA device buffers are built in and usable, then exit");
   app.require_subcommand(1);
-  app.footer(
-      "Environment:\n"
-      "  MASTER_ADDR, MASTER_PORT  the store's address when --addr is not given\n"
-      "  COLLIE_STORE_TOKEN        the job's shared secret (store and handshakes)\n"
-      "  COLLIE_STORE_TOKEN_FILE   a file holding it, when COLLIE_STORE_TOKEN is unset\n"
-      "  COLLIE_LOG_LEVEL          off, error, warn (default), info, debug, trace\n"
-      "  COLLIE_TRACE              a directory: every rank writes a Chrome trace there\n"
-      "  COLLIE_TRANSPORT          between ranks of one host: auto (shared memory, the default),\n"
-      "                            tcp, or shm (every rank on this host); between hosts, TCP\n"
-      "Run 'collie SUBCOMMAND --help' for each subcommand's options.");
+  // The environment's part of the help is the settings' table
+  // (collie/environment.hpp), which docs/environment.md shows whole.
+  std::string footer =
+      "Environment (docs/environment.md says what each one does):\n"
+      "  MASTER_ADDR, MASTER_PORT   the store's address when --addr is not given\n";
+  for (const auto* v : collie::environment::kVariables)
+    footer += fmt::format("  {:<26} {}{}\n", v->name, collie::environment::takes(*v),
+                          v->fallback.empty() ? "" : fmt::format("; default {}", v->fallback));
+  footer += "Run 'collie SUBCOMMAND --help' for each subcommand's options.";
+  app.footer(footer);
   collie::cli::add_launch_command(app);
   collie::cli::add_store_command(app);
   collie::cli::add_bench_command(app);

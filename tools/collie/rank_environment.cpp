@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include <collie/host_cpus.hpp>
+#include <collie/environment.hpp>
 
 namespace collie::cli {
 
@@ -43,17 +43,18 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, const RankPlace& 
       fmt::format("TORCHELASTIC_RESTART_COUNT={}", p.attempt),
       fmt::format("TORCHELASTIC_MAX_RESTARTS={}", a.max_restarts),
       fmt::format("TORCHELASTIC_ERROR_FILE={}", p.error_file),
-      fmt::format("COLLIE_RESTART_COUNT={}", p.attempt),
-      "COLLIE_STORE_HOSTED=1",
+      fmt::format("{}={}", environment::kRestartCount.name, p.attempt),
+      fmt::format("{}=1", environment::kStoreHosted.name),
       // The job's secret, inherited: never on a command line.
-      fmt::format("COLLIE_STORE_TOKEN={}", p.token),
-      "COLLIE_STORE_TOKEN_FILE=",
+      fmt::format("{}={}", environment::kStoreToken.name, p.token),
+      fmt::format("{}=", environment::kStoreTokenFile.name),
   };
   if (a.omp_threads_one) env.emplace_back("OMP_NUM_THREADS=1");
-  if (!p.socket_ifname.empty()) env.push_back("COLLIE_SOCKET_IFNAME=" + p.socket_ifname);
+  if (!p.socket_ifname.empty())
+    env.push_back(fmt::format("{}={}", environment::kSocketIfname.name, p.socket_ifname));
   // Bound ranks: how many processors they share, unless the user said.
-  if (p.shared_cpus > 0 && std::getenv(kHostCpusVariable) == nullptr)
-    env.push_back(fmt::format("{}={}", kHostCpusVariable, p.shared_cpus));
+  if (p.shared_cpus > 0 && !environment::get(environment::kHostCpus))
+    env.push_back(fmt::format("{}={}", environment::kHostCpus.name, p.shared_cpus));
   // torch's env:// meets in the launcher's store (its clients served there).
   env.emplace_back("TORCHELASTIC_USE_AGENT_STORE=True");
   if (const auto path = python_path()) env.push_back("PYTHONPATH=" + *path);

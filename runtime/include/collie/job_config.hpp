@@ -24,26 +24,9 @@
 // A program that already has a store (torch's, handed to the collie backend
 // for torch.distributed) passes it in InitOptions::store instead: the ranks
 // meet there, under "collie/", and nobody hosts a store for them.
-// Also read: COLLIE_TIMEOUT (seconds, default 300), COLLIE_STALL_TIME
-// (seconds a call waits before the stall inspector names who it waits for,
-// default 30; 0: never), COLLIE_SOCKET_IFNAME,
-// COLLIE_ALGO (algorithms forced per collective: "all_reduce:ring,
-// broadcast:tree"), COLLIE_SEGMENT_BYTES (pipeline segment, default 256 KiB;
-// a number of bytes, or with a K or M suffix; the same on every rank),
-// COLLIE_SPIN_US (microseconds a wait polls before it sleeps, default 50),
-// COLLIE_TRANSPORT (auto, tcp or shm: what carries messages between ranks
-// of one host; default auto, shared memory), COLLIE_SHM_SINGLE_COPY (shared
-// memory: messages from this size on are read with process_vm_readv, one
-// copy; default 0, never), COLLIE_SHM_STORES (shared memory: auto, cached
-// or streaming stores into a ring; default auto),
-// COLLIE_STAGE_WHOLE_BYTES (CUDA device buffers up to this size are copied
-// to pinned memory whole, larger ones a segment at a time; default 4 MiB),
-// COLLIE_STAGE_CHUNK_BYTES (all_reduce, broadcast and reduce on a larger
-// CUDA buffer run in chunks of this size, each staged whole; 0: segment by
-// segment; default 4 MiB),
-// COLLIE_STORE_TOKEN (or COLLIE_STORE_TOKEN_FILE, a file holding it),
-// COLLIE_STORE_HOSTED (set by `collie launch`: the
-// launcher hosts the store, so rank 0 must not), COLLIE_RESTART_COUNT.
+// Also read: collie's own settings, the COLLIE_* variables, each checked
+// by its entry in the table of <collie/environment.hpp> (its default, what
+// it accepts, what it means; docs/environment.md shows the table).
 #pragma once
 
 #include <chrono>

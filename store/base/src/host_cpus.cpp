@@ -2,6 +2,8 @@
 // on this host (host_cpus.hpp).
 #include <collie/host_cpus.hpp>
 
+#include <collie/environment.hpp>
+
 #include <algorithm>
 #include <cstdlib>
 #include <sched.h>
@@ -19,10 +21,11 @@ std::vector<int> allowed_cpus() {
 }
 
 int host_cpus() {
-  if (const char* text = std::getenv(kHostCpusVariable)) {
+  if (const auto text = environment::get(environment::kHostCpus)) {
     char* end = nullptr;
-    const long n = std::strtol(text, &end, 10);
-    if (end != text && *end == '\0' && n > 0 && n <= CPU_SETSIZE) return static_cast<int>(n);
+    const long n = std::strtol(text->c_str(), &end, 10);
+    if (end != text->c_str() && *end == '\0' && n > 0 && n <= CPU_SETSIZE)
+      return static_cast<int>(n);
   }
   return std::max(1, static_cast<int>(allowed_cpus().size()));
 }

@@ -7,6 +7,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <collie/environment.hpp>
 #include <collie/log.hpp>
 
 namespace collie {
@@ -31,14 +32,12 @@ std::shared_ptr<spdlog::logger> make_logger() {
       "collie", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   logger->set_pattern("[collie %Y-%m-%d %H:%M:%S.%e pid %P] [%^%l%$] %v");
   logger->set_level(spdlog::level::warn);
-  if (const char* env = std::getenv("COLLIE_LOG_LEVEL"); env != nullptr && *env != '\0') {
-    if (auto level = parse_log_level(env)) {
+  const auto& v = environment::kLogLevel;
+  if (const auto text = environment::get(v)) {
+    if (auto level = parse_log_level(*text)) {
       logger->set_level(*level);
     } else {
-      logger->warn(
-          "COLLIE_LOG_LEVEL='{}' is not one of off, error, warn, info, debug, trace; "
-          "using warn",
-          env);
+      logger->warn("{}='{}': takes {}; using {}", v.name, *text, environment::takes(v), v.fallback);
     }
   }
   return logger;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
+#include <collie/environment.hpp>
 #include <collie/transport/shm.hpp>
 
 #include "layout.hpp"
@@ -63,7 +64,7 @@ std::string shared_memory_unusable() {
 }
 
 std::string host_identity() {
-  if (const char* forced = std::getenv("COLLIE_HOST_ID"); forced && *forced) return forced;
+  if (auto forced = environment::get(environment::kHostId)) return *forced;
   std::string boot = read_line("/proc/sys/kernel/random/boot_id");
   if (boot.empty()) {
     char host[256] = {};

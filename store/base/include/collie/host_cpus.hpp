@@ -7,16 +7,11 @@
 
 namespace collie {
 
-// The variable that tells ranks bound to one processor each how many
-// processors the host's ranks share (collie launch and collie bench set it
-// when they bind).
-inline constexpr const char* kHostCpusVariable = "COLLIE_HOST_CPUS";
-
 // The processors this process may run on (its affinity), ascending; empty
 // if the kernel will not say.
 std::vector<int> allowed_cpus();
 
-// kHostCpusVariable when it is a positive number, else how many processors
+// COLLIE_HOST_CPUS (environment.hpp) when it is a positive number, else how many processors
 // this process may run on (allowed_cpus()), at least 1.
 int host_cpus();
 

@@ -1,0 +1,189 @@
+// Every COLLIE_* variable collie reads, as one table: its name, what it
+// holds, its default, what it accepts and what it means. The code that
+// reads a variable names it through its entry here and parses it with the
+// entry's rules (the helpers below), so a refusal always reads alike
+// ("COLLIE_TIMEOUT='soon': takes seconds, more than 0; default 300");
+// `collie --help` lists the table, and docs/environment.md is the table
+// (a test fails when the page and the table differ).
+//
+// Torchrun's, Slurm's and Open MPI's variables (MASTER_ADDR, RANK, ...) are
+// the launchers' vocabulary, not collie's settings: job_config.hpp reads
+// them, and docs/environment.md lists them apart.
+//
+// Thread-safety: the table is constant; the helpers keep no state.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace collie::environment {
+
+// How a value is written, and so how it is checked.
+enum class Kind : unsigned char {
+  Text,     // free text; `type` and `accepts` say what it must be
+  Choice,   // one of the words of `accepts` ("auto, tcp, shm")
+  Seconds,  // a number of seconds, within [low, high]
+  Bytes,    // a number of bytes, or with K or M, within [low, high]
+  Integer,  // a whole number, within [low, high]
+};
+
+struct Variable {
+  std::string_view name;
+  Kind kind = Kind::Text;
+  std::string_view type;     // what it holds ("seconds", "GBITS[,LATENCY_US]")
+  std::string_view fallback; // its default as it would be written; "" where none
+  std::string_view accepts;  // Text and Choice: what it accepts; numeric kinds: see range()
+  double low = 0;            // numeric kinds: the least value accepted
+  double high = -1;          // numeric kinds: the most (below `low`: no limit)
+  bool low_excluded = false; // numeric kinds: `low` itself is refused ("more than 0")
+  std::string_view meaning;  // markdown, as docs/environment.md shows it
+};
+
+// clang-format off
+inline constexpr Variable kStoreToken{
+    "COLLIE_STORE_TOKEN", Kind::Text, "text", "", "any text",
+    0, -1, false,
+    "the job's shared secret: the store and the ranks' handshakes check it (`collie launch` "
+    "sets it for its ranks; on one node a random one)"};
+inline constexpr Variable kStoreTokenFile{
+    "COLLIE_STORE_TOKEN_FILE", Kind::Text, "path", "", "a readable file",
+    0, -1, false,
+    "a file holding that secret, read when `COLLIE_STORE_TOKEN` is unset"};
+inline constexpr Variable kLogLevel{
+    "COLLIE_LOG_LEVEL", Kind::Choice, "choice", "warn", "off, error, warn, info, debug, trace",
+    0, -1, false,
+    "how much collie logs to standard error"};
+inline constexpr Variable kTimeout{
+    "COLLIE_TIMEOUT", Kind::Seconds, "seconds", "300", "",
+    0, -1, true,
+    "how long every blocking call of a job may take"};
+inline constexpr Variable kStallTime{
+    "COLLIE_STALL_TIME", Kind::Seconds, "seconds", "30", "",
+    0, -1, false,
+    "how long a collective waits before the stall inspector asks every rank where it is and "
+    "logs who holds the call up (`0`: off); [failures.md](failures.md)"};
+inline constexpr Variable kPortRange{
+    "COLLIE_PORT_RANGE", Kind::Text, "LOW-HIGH", "20000-29999", "ports from 1 to 65535, LOW <= HIGH",
+    0, -1, false,
+    "under `srun` or `mpirun` without `MASTER_PORT`: the range the store's port is derived in "
+    "from the job's id; [slurm.md](slurm.md)"};
+inline constexpr Variable kAlgo{
+    "COLLIE_ALGO", Kind::Text, "COLLECTIVE:ALGORITHM,...", "",
+    "as all_reduce:ring,broadcast:tree",
+    0, -1, false,
+    "algorithms forced per collective (unset: Auto chooses; names in "
+    "[collectives.md](collectives.md)); the same on every rank"};
+inline constexpr Variable kHostLink{
+    "COLLIE_HOST_LINK", Kind::Text, "GBITS[,LATENCY_US]", "10,30",
+    "1 is 1 Gbit/s; 25,5 is 25 Gbit/s and 5 us",
+    0, -1, false,
+    "the link between hosts, for Auto's choice in a group that spans hosts"};
+inline constexpr Variable kSegmentBytes{
+    "COLLIE_SEGMENT_BYTES", Kind::Bytes, "bytes", "256K", "",
+    1024, 1 << 30, false,
+    "the pipeline segment of large messages; the same on every rank"};
+inline constexpr Variable kStageWholeBytes{
+    "COLLIE_STAGE_WHOLE_BYTES", Kind::Bytes, "bytes", "4M", "",
+    0, 1 << 30, false,
+    "CUDA device buffers up to this size are copied to pinned memory whole, larger ones a "
+    "segment at a time"};
+inline constexpr Variable kStageChunkBytes{
+    "COLLIE_STAGE_CHUNK_BYTES", Kind::Bytes, "bytes", "4M", "",
+    0, 1 << 30, false,
+    "all_reduce, broadcast and reduce on a larger CUDA buffer run in chunks of this size, each "
+    "staged whole, the copies of one chunk overlapping the next one's collective (`0`: segment "
+    "by segment)"};
+inline constexpr Variable kSpinUs{
+    "COLLIE_SPIN_US", Kind::Integer, "microseconds", "50", "",
+    0, 1000000, false,
+    "how long a wait polls its sockets (yielding the CPU between polls) before it sleeps; on "
+    "while the yields run other threads, at most 2 ms, and while requests keep finishing, at "
+    "most 100 ms"};
+inline constexpr Variable kTransport{
+    "COLLIE_TRANSPORT", Kind::Choice, "choice", "auto", "auto, tcp, shm",
+    0, -1, false,
+    "what carries messages between ranks of one host: `auto` (shared memory; TCP between "
+    "hosts), `tcp`, or `shm` (every rank must be on this host); [transport.md](transport.md)"};
+inline constexpr Variable kShmSingleCopy{
+    "COLLIE_SHM_SINGLE_COPY", Kind::Bytes, "bytes", "0", "",
+    0, -1, false,
+    "shared memory: messages of at least this size are read straight from the sender's memory "
+    "with `process_vm_readv` where the kernel permits it (`0`: never; two copies through a ring "
+    "measured faster)"};
+inline constexpr Variable kShmStores{
+    "COLLIE_SHM_STORES", Kind::Choice, "choice", "auto", "auto, cached, streaming",
+    0, -1, false,
+    "shared memory: how a sender stores into a ring: `auto` (ordinary stores, or non-temporal "
+    "ones where they measure several times faster, as when the two ranks' cores share no cache; "
+    "large plain receives use non-temporal stores), `cached` (ordinary stores only) or "
+    "`streaming` (non-temporal stores for every piece of 8 KiB or more)"};
+inline constexpr Variable kHostCpus{
+    "COLLIE_HOST_CPUS", Kind::Integer, "processors", "", "",
+    1, -1, false,
+    "the processors a job's ranks on this host share, counted by the cost model and by shared "
+    "memory's waits instead of one rank's CPU affinity (unset: the affinity's); `collie launch` "
+    "and `collie bench` set it when they bind each rank to one processor (`--bind`)"};
+inline constexpr Variable kHostId{
+    "COLLIE_HOST_ID", Kind::Text, "text", "", "any text",
+    0, -1, false,
+    "replaces the host identity ranks compare to choose shared memory (to keep ranks of one "
+    "machine apart, as tests do)"};
+inline constexpr Variable kTrace{
+    "COLLIE_TRACE", Kind::Text, "directory", "", "a directory every rank may write",
+    0, -1, false,
+    "every rank writes its Chrome trace there (unset: no trace; `collie trace merge DIR` joins "
+    "them)"};
+inline constexpr Variable kSocketIfname{
+    "COLLIE_SOCKET_IFNAME", Kind::Text, "interfaces", "",
+    "eth0; eth,ib (prefixes); =eth0 (exact); ^lo,docker (all but)",
+    0, -1, false,
+    "the interfaces ranks advertise (unset: the one that routes to the master); a loopback "
+    "address with the master on another host is an error at init"};
+inline constexpr Variable kStoreHosted{
+    "COLLIE_STORE_HOSTED", Kind::Choice, "choice", "0", "0, 1",
+    0, -1, false,
+    "set by `collie launch`: the launcher hosts the store, so rank 0 must not"};
+inline constexpr Variable kRestartCount{
+    "COLLIE_RESTART_COUNT", Kind::Integer, "count", "0", "",
+    0, -1, false,
+    "set by `collie launch`: how many times the job's ranks were restarted"};
+// clang-format on
+
+// The table, in the order docs/environment.md shows it.
+inline constexpr const Variable* kVariables[] = {
+    &kStoreToken,    &kStoreTokenFile,  &kLogLevel,        &kTimeout,       &kStallTime,
+    &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
+    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kShmSingleCopy, &kShmStores,
+    &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
+    &kRestartCount};
+
+// What a variable accepts, in words: Text and Choice, `accepts`; a number,
+// its range ("more than 0", "1K to 1G", "0 or more").
+std::string range(const Variable& v);
+
+// The table's row of `v` in docs/environment.md:
+// "| `NAME` | type | default | range | meaning |" ("-" for no default).
+std::string markdown_row(const Variable& v);
+
+// Looks up one environment variable (nullopt when unset or empty).
+std::optional<std::string> get(const Variable& v);
+
+// What a variable takes, for messages: "one of auto, tcp, shm",
+// "seconds, more than 0", "LOW-HIGH (ports from 1 to 65535, LOW <= HIGH)".
+std::string takes(const Variable& v);
+
+// The refusal every parser throws (collie::Error), led by `who`
+// ("collie::init"): "who: NAME='text': takes TAKES; default D".
+[[noreturn]] void refuse(const Variable& v, std::string_view text, std::string_view who);
+
+// `text` read as `v` says, or refuse()d. seconds(): milliseconds, rounded up.
+long long seconds_in_ms(const Variable& v, std::string_view text, std::string_view who);
+std::size_t bytes(const Variable& v, std::string_view text, std::string_view who);
+long long integer(const Variable& v, std::string_view text, std::string_view who);
+// One of a Choice's words.
+std::string choice(const Variable& v, std::string_view text, std::string_view who);
+
+}  // namespace collie::environment

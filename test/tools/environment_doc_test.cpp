@@ -1,0 +1,176 @@
+// The COLLIE_* variables are one table (collie/environment.hpp): the page
+// that documents them is that table, row for row; every COLLIE_* name the
+// sources read is in it; and what init makes of an empty environment is
+// what the table says the defaults are.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <collie/environment.hpp>
+#include <collie/error.hpp>
+#include <collie/job_config.hpp>
+
+namespace fs = std::filesystem;
+namespace env = collie::environment;
+
+namespace {
+
+const fs::path kRoot = COLLIE_SOURCE_DIR;
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The rows of the page's settings table, as written.
+std::vector<std::string> settings_rows(const std::string& page) {
+  std::vector<std::string> rows;
+  std::istringstream in(page);
+  bool in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!in_table) {
+      in_table = line.rfind("| variable | type | default | accepts | meaning |", 0) == 0;
+      continue;
+    }
+    if (line.rfind("|---", 0) == 0) continue;
+    if (line.rfind("|", 0) != 0) break;
+    rows.push_back(line);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("docs/environment.md's settings are the table of collie/environment.hpp", "[docs]") {
+  const auto rows = settings_rows(read_text(kRoot / "docs/environment.md"));
+  std::string expected;
+  for (const auto* v : env::kVariables)
+    expected += env::markdown_row(*v) + "\n";
+  std::string written;
+  for (const auto& row : rows)
+    written += row + "\n";
+  INFO("the table's rows, in order (paste them under the page's settings header):\n" << expected);
+  CHECK(written == expected);
+}
+
+TEST_CASE("every COLLIE_* variable the sources read is in the settings table", "[docs]") {
+  std::set<std::string> table;
+  for (const auto* v : env::kVariables)
+    table.emplace(v->name);
+  // Names that are not a setting of a job: build options and macros, the
+  // explain page's placeholder, and one test's hook (it spoils a rank's
+  // result to prove the checker sees it).
+  const std::set<std::string> not_settings = {"COLLIE_VERSION_MAJOR",
+                                              "COLLIE_VERSION_MINOR",
+                                              "COLLIE_VERSION_PATCH",
+                                              "COLLIE_VERSION_STRING",
+                                              "COLLIE_WITH_CUDA",
+                                              "COLLIE_CUDA_BUILT_IN",
+                                              "COLLIE_CUDA",
+                                              "COLLIE_PYTHON_DIR",
+                                              "COLLIE_TORCH",
+                                              "COLLIE_TORCH_API_INCLUDE",
+                                              "COLLIE_TORCH_PYTHON",
+                                              "COLLIE_DATA",
+                                              "COLLIE_BENCH_SPOIL_RANK",
+                                              "COLLIE_LIB",
+                                              "COLLIE_SANITIZE",
+                                              "COLLIE_FUZZ_SECONDS"};
+  const std::regex name(R"(COLLIE_[A-Z][A-Z_]*[A-Z])");
+  std::set<std::string> unknown;
+  for (const char* layer : {"store", "transport", "collectives", "runtime", "tools"}) {
+    for (const auto& entry : fs::recursive_directory_iterator(kRoot / layer)) {
+      const auto ext = entry.path().extension();
+      if (ext != ".cpp" && ext != ".hpp" && ext != ".py") continue;
+      const auto text = read_text(entry.path());
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), name);
+           it != std::sregex_iterator(); ++it) {
+        const auto found = it->str();
+        if (!table.count(found) && !not_settings.count(found))
+          unknown.insert(found + " (" + fs::relative(entry.path(), kRoot).string() + ")");
+      }
+    }
+  }
+  INFO("read by the sources but not in collie/environment.hpp's table: "
+       << Catch::Detail::stringify(unknown));
+  CHECK(unknown.empty());
+}
+
+TEST_CASE("the settings' defaults are the table's, and every refusal names the variable",
+          "[docs]") {
+  // An environment with a rank and nothing else: the table's defaults.
+  const auto config = collie::resolve_job_config(
+      collie::InitOptions{}, [](std::string_view v) -> std::optional<std::string> {
+        if (v == "RANK") return "0";
+        if (v == "WORLD_SIZE") return "1";
+        if (v == "MASTER_ADDR") return "h";
+        if (v == "MASTER_PORT") return "1";
+        return std::nullopt;
+      });
+  const collie::JobConfig plain;  // the struct's own defaults agree
+  CHECK(config.timeout == plain.timeout);
+  CHECK(config.timeout == std::chrono::seconds(300));
+  CHECK(config.stall_time == plain.stall_time);
+  CHECK(config.segment_bytes == plain.segment_bytes);
+  CHECK(config.segment_bytes == env::bytes(env::kSegmentBytes, env::kSegmentBytes.fallback, "t"));
+  CHECK(config.stage_whole_bytes == plain.stage_whole_bytes);
+  CHECK(config.stage_chunk_bytes == plain.stage_chunk_bytes);
+  CHECK(config.host_link_gbits == plain.host_link_gbits);
+  CHECK(config.host_link_latency_us == plain.host_link_latency_us);
+  CHECK(config.transport.spin == plain.transport.spin);
+  CHECK(config.transport.backend == plain.transport.backend);
+  CHECK(config.transport.shm_single_copy_from == plain.transport.shm_single_copy_from);
+  CHECK(config.transport.shm_stores == plain.transport.shm_stores);
+  CHECK(config.restart_count == plain.restart_count);
+  CHECK_FALSE(config.store_hosted_by_launcher);
+
+  for (const auto* v : env::kVariables) {
+    INFO(v->name);
+    // Each default is one the variable accepts.
+    switch (v->kind) {
+      case env::Kind::Seconds:
+        CHECK_NOTHROW(env::seconds_in_ms(*v, v->fallback, "t"));
+        break;
+      case env::Kind::Bytes:
+        CHECK_NOTHROW(env::bytes(*v, v->fallback, "t"));
+        break;
+      case env::Kind::Integer:
+        if (!v->fallback.empty()) CHECK_NOTHROW(env::integer(*v, v->fallback, "t"));
+        break;
+      case env::Kind::Choice:
+        CHECK_NOTHROW(env::choice(*v, v->fallback, "t"));
+        break;
+      case env::Kind::Text:
+        break;
+    }
+    CHECK_THROWS_WITH(env::refuse(*v, "x", "who"),
+                      Catch::StartsWith("who: " + std::string(v->name) + "='x': takes "));
+  }
+  // The numeric bounds hold at both ends.
+  CHECK(env::bytes(env::kSegmentBytes, "1K", "t") == 1024);
+  CHECK(env::bytes(env::kSegmentBytes, "1G", "t") == std::size_t{1} << 30);
+  CHECK_THROWS_WITH(env::bytes(env::kSegmentBytes, "1023", "t"),
+                    Catch::Contains("takes bytes, 1K to 1G; default 256K"));
+  CHECK_THROWS(env::bytes(env::kSegmentBytes, "1025M", "t"));
+  CHECK_THROWS(env::bytes(env::kSegmentBytes, "M", "t"));
+  CHECK_THROWS(env::bytes(env::kSegmentBytes, "99999999999999999999K", "t"));
+  CHECK(env::seconds_in_ms(env::kTimeout, "0.0005", "t") == 1);
+  CHECK_THROWS(env::seconds_in_ms(env::kTimeout, "0", "t"));
+  CHECK(env::seconds_in_ms(env::kStallTime, "0", "t") == 0);
+  CHECK_THROWS(env::seconds_in_ms(env::kStallTime, "-1", "t"));
+  CHECK_THROWS(env::seconds_in_ms(env::kStallTime, "inf", "t"));
+  CHECK(env::integer(env::kSpinUs, "1000000", "t") == 1000000);
+  CHECK_THROWS(env::integer(env::kSpinUs, "1000001", "t"));
+  CHECK_THROWS(env::integer(env::kSpinUs, "-1", "t"));
+  CHECK(env::choice(env::kShmStores, "streaming", "t") == "streaming");
+  CHECK_THROWS(env::choice(env::kShmStores, "stream", "t"));
+}
