@@ -12,7 +12,7 @@
 //   6. every peer's address read while the store is surely up, the world
 //      group made, and the stall responder started.
 //
-// Every key it reads or writes is keys.hpp's; every wait has the job's
+// Every key it reads or writes is the keys headers'; every wait has the job's
 // timeout, and a rank that never comes is named.
 #include <algorithm>
 #include <map>
@@ -25,7 +25,8 @@
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 #include <collie/process_group.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/transport/keys.hpp>
+#include <collie/keys.hpp>
 #include <collie/transport/interfaces.hpp>
 #include <collie/transport/open.hpp>
 #include <collie/transport/shm.hpp>

@@ -14,7 +14,7 @@
 #include <collie/log.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/file_store.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/keys.hpp>
 #include <collie/store/prefix_store.hpp>
 
 namespace collie {

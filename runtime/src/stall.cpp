@@ -20,7 +20,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/store/async_client.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/keys.hpp>
 
 #include "call.hpp"
 #include "group.hpp"

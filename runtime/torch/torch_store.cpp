@@ -3,6 +3,7 @@
 // first), no listing and no server-side barrier (made of add and wait
 // here). Calls are serialised: a torch store client is one socket.
 #include "torch_store.hpp"
+#include "barrier_keys.hpp"
 
 #include <cstdlib>
 #include <mutex>
@@ -19,7 +20,6 @@
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
-#include <collie/store/keys.hpp>
 #include <collie/store/prefix_store.hpp>
 
 namespace collie_torch {
@@ -120,9 +120,9 @@ class TorchStore final : public collie::store::Store {
   }
   // n callers: each counts itself in; the n-th of each round opens it.
   void barrier(std::string_view name, std::uint32_t n, collie::store::Timeout timeout) override {
-    const std::int64_t arrived = add(collie::keys::barrier_arrived(name), 1, timeout);
+    const std::int64_t arrived = add(keys::barrier_arrived(name), 1, timeout);
     const std::int64_t round = (arrived - 1) / n;
-    const std::string open = collie::keys::barrier_open(name, round);
+    const std::string open = keys::barrier_open(name, round);
     if (arrived % n == 0) set(open, "1", timeout);
     const std::string keys[] = {open};
     wait(keys, timeout);

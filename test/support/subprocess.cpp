@@ -10,7 +10,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "collie/exec_args.hpp"  // tools/collie/
+#include "collie/launch/exec_args.hpp"  // tools/collie/launch/
 
 namespace collie::test {
 

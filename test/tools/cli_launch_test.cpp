@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 
 #include <collie/store/client.hpp>
-#include <collie/store/keys.hpp>
 
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
@@ -23,6 +22,7 @@
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
+#include "collie/launch/keys.hpp"  // tools/collie/launch/
 
 using namespace std::chrono_literals;
 using collie::test::run;

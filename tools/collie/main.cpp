@@ -16,7 +16,7 @@
 #include <collie/version.hpp>
 
 #include "commands.hpp"
-#include "torchrun_args.hpp"
+#include "launch/torchrun_args.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app(
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   collie::cli::add_trace_command(app);
 
   try {
-    // torchrun's spelling of `collie launch` (torchrun_args.hpp); CLI11
+    // torchrun's spelling of `collie launch` (launch/torchrun_args.hpp); CLI11
     // takes the words last first.
     std::vector<std::string> words(argv + 1, argv + argc);
     collie::cli::normalize_launch_words(words, *app.get_subcommand("launch"));

@@ -9,7 +9,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/transport/keys.hpp>
 #include <collie/transport/peer_router.hpp>
 #include <collie/transport/shm.hpp>
 #include <collie/transport/tcp.hpp>

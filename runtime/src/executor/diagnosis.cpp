@@ -10,7 +10,7 @@
 
 #include <collie/error.hpp>
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/keys.hpp>
 
 #include "../tags.hpp"
 

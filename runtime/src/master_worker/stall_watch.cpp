@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/keys.hpp>
 
 #include "../stall.hpp"
 #include "master_state.hpp"

@@ -20,7 +20,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/transport/keys.hpp>
 
 #include "state.hpp"
 

@@ -12,7 +12,7 @@
 #include <collie/host_cpus.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/transport/keys.hpp>
 
 #include "bell.hpp"
 #include "state.hpp"

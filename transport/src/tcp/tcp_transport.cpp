@@ -16,7 +16,7 @@
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
-#include <collie/store/keys.hpp>
+#include <collie/transport/keys.hpp>
 #include <collie/transport/tcp.hpp>
 
 #include "connections.hpp"

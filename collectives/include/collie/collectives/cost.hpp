@@ -58,7 +58,7 @@ struct CostModel {
   double crowding = 1;
   // Fitted to `collie bench all_reduce --algo all` on 4 ranks on this
   // project's 2-core machine (docs/PERFORMANCE.md; with the terms below,
-  // 18 launches in three sweeps, tools/bench/fit_cost.cpp): CPU seconds per
+  // 18 launches in three sweeps, tools/collie/bench/fit_cost.cpp): CPU seconds per
   // segment, and per byte, sent or received.
   double work_per_segment = 5e-6;
   double work_per_byte = 0.125e-9;

@@ -1,0 +1,346 @@
+// `collie launch` on one node: the secret, the store, the attempts
+// (launch/launcher.hpp).
+#include "launcher.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <collie/error.hpp>
+
+#include "blame.hpp"
+#include "nodes.hpp"
+#include "rank_environment.hpp"
+#include "ranks.hpp"
+#include "store_route.hpp"
+#include "summary.hpp"
+
+namespace collie::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+enum class Outcome { Success, Failed, Interrupted };
+
+void say(const std::string& text) {
+  const std::string line = "collie launch: " + text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+std::string seconds(Clock::duration d) {
+  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
+}
+
+class Launcher {
+ public:
+  // `args` is resolved and checked (resolve_torchrun()); the secret is
+  // resolved here, before anything starts.
+  explicit Launcher(LaunchArgs args)
+      : args_(std::move(args)),
+        store_(args_),
+        nodes_(args_.nnodes_max),
+        placement_(place_ranks(parse_binding(args_.bind), args_.nproc_count)) {}
+
+  int run() {
+    for (const auto& note : args_.notes)
+      say(note);
+    block_signals();
+    store_.open(say);
+    team_ = store_.team();
+    node_rank_ = team_ ? team_->node_rank() : args_.node_rank_value;
+    RankOutput output;
+    if (!args_.tee.empty() || !args_.redirects.empty()) output.log_dir = args_.log_dir;
+    for (int local = 0; local < args_.nproc_count; ++local) {
+      const auto i = static_cast<std::size_t>(local);
+      output.logged.push_back(args_.tee_streams[i] | args_.redirect_streams[i]);
+      output.shown.push_back(args_.shown[i] ? 3 & ~args_.redirect_streams[i] : 0);
+    }
+    int restarts = 0;  // failures restarted; a change of nodes is no failure
+    for (attempt_ = 0;; ++attempt_) {
+      if (elastic()) join_round();
+      // (An elastic job's node may have another number in each round.)
+      LocalRanks ranks(args_.command, node_rank_ * args_.nproc_count, args_.nproc_count,
+                       placement_, output);
+      ranks_ = &ranks;
+      const Outcome outcome = run_attempt();
+      if (outcome == Outcome::Success) return finish_success();
+      summarize(outcome);
+      if (outcome == Outcome::Interrupted) return 128 + interrupt_signal_;
+      const bool regroup = elastic() && team_->regrouped();
+      if (!regroup && restarts++ >= args_.max_restarts) {
+        say(fmt::format("no restarts left (--max-restarts {}); exiting with code {}",
+                        args_.max_restarts, exit_code_));
+        if (team_) team_->end_job(fmt::format("it failed (no restarts left): {}",
+                                              end_.failure_text.empty() ? end_.remote_failure
+                                                                    : end_.failure_text));
+        return exit_code_;
+      }
+      if (regroup) {
+        say("meeting again to take in the waiting node (a change of nodes, not a restart)");
+      } else if (elastic()) {
+        say(fmt::format("restart {} of {}: meeting again with the nodes that come (--nnodes {})",
+                        restarts, args_.max_restarts, args_.nnodes));
+      } else {
+        say(fmt::format("restarting every rank (restart {} of {})", restarts,
+                        args_.max_restarts));
+      }
+      if (team_ && !elastic()) team_->restart_barrier();
+    }
+  }
+
+ private:
+  bool elastic() const { return args_.nnodes_min != args_.nnodes_max; }
+  int nodes() const { return nodes_; }
+
+  // An elastic job's round: who is in it, and who left since the last.
+  void join_round() {
+    NodeTeam::Elastic e;
+    e.min_nodes = args_.nnodes_min;
+    e.max_nodes = args_.nnodes_max;
+    e.last_call = std::chrono::milliseconds(static_cast<std::int64_t>(args_.last_call_s * 1000));
+    e.closes = store_.hosts();
+    e.check_signals = [this] {
+      signalfd_siginfo info{};
+      while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGINT || info.ssi_signo == SIGTERM) {
+          throw Error(fmt::format("collie launch: stopped by {} while waiting for round {} of "
+                                  "the rendezvous",
+                                  info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM", attempt_));
+        }
+      }
+    };
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const auto round = team_->rendezvous(attempt_, e, fmt::format("{} pid {}", host, getpid()));
+    std::vector<std::string> left;
+    for (const auto& m : members_)
+      if (std::find(round.members.begin(), round.members.end(), m) == round.members.end())
+        left.push_back(m);
+    attempt_ = round.attempt;
+    node_rank_ = round.node_rank;
+    nodes_ = round.nodes;
+    members_ = round.members;
+    say(fmt::format("round {}: {} nodes ({}), {} ranks; this is node {}", attempt_, nodes_,
+                    fmt::join(members_, ", "), nodes_ * args_.nproc_count, node_rank_));
+    if (!left.empty()) say(fmt::format("not in this round: {}", fmt::join(left, ", ")));
+  }
+  void block_signals() {
+    sigemptyset(&signals_);
+    for (int s : {SIGINT, SIGTERM, SIGCHLD})
+      sigaddset(&signals_, s);
+    pthread_sigmask(SIG_BLOCK, &signals_, nullptr);
+    signal_fd_ = signalfd(-1, &signals_, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (signal_fd_ < 0) throw Error("collie launch: cannot create a signalfd");
+    // A closed terminal or pipe on our side must not kill the launcher.
+    signal(SIGPIPE, SIG_IGN);
+  }
+
+  std::vector<std::string> environment_for(const LocalRank& r) const {
+    RankPlace place;
+    place.rank = r.rank;
+    place.local_rank = r.local_rank;
+    place.node_rank = node_rank_;
+    place.nodes = nodes();
+    place.attempt = attempt_;
+    place.store_host = store_.rank_host();
+    place.port = store_.rank_port();
+    place.socket_ifname = store_.rank_ifname();
+    place.token = store_.token();
+    place.shared_cpus = placement_.shared;
+    place.error_file = error_files_.path(attempt_, r.rank);
+    return rank_environment(args_, place);
+  }
+
+  // A rank exited: the first failure of an attempt stops the others.
+  void on_exit(LocalRank& r) {
+    const int status = *r.status;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || ranks_->stopping()) return;
+    if (args_.master_worker && r.rank != 0) {
+      // The master names the worker in its own errors and goes on.
+      say(fmt::format("rank {} (a worker, node {}, pid {}) failed: {}, {} after it started; the "
+                      "master carries on",
+                      r.rank, node_rank_, r.pid, describe_wait_status(status),
+                      seconds(r.ended - r.started)));
+      return;
+    }
+    end_.first_failure = &r;
+    exit_code_ = exit_code_of(status);
+    end_.failure_text = fmt::format("rank {} (node {}, pid {}) failed first: {}, {} after it started",
+                                r.rank, node_rank_, r.pid, describe_wait_status(status),
+                                seconds(r.ended - r.started));
+    if (team_) {
+      try {
+        team_->report_failure(end_.failure_text, std::chrono::seconds(10));
+      } catch (const Error& e) {
+        say(fmt::format("could not tell the other nodes: {}", e.what()));
+      }
+    }
+    ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+  }
+
+  void handle_signals() {
+    signalfd_siginfo info{};
+    while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      const int number = static_cast<int>(info.ssi_signo);
+      if (number == SIGCHLD) continue;  // reaped in the loop
+      if (interrupt_signal_ == 0) {
+        interrupt_signal_ = number;
+        say(fmt::format("received {}; forwarding it to every rank",
+                        number == SIGINT ? "SIGINT" : "SIGTERM"));
+        if (team_) {
+          try {
+            team_->report_failure(fmt::format("node {} was interrupted", node_rank_), 5s);
+          } catch (const Error&) {
+          }
+        }
+        ranks_->begin_stop(number, args_.stop_timeout_s);
+      } else {
+        say("received a second signal; killing every rank");
+        ranks_->begin_stop(SIGKILL, args_.stop_timeout_s);
+      }
+    }
+  }
+
+  Outcome run_attempt() {
+    end_ = {};
+    if (team_) team_->begin_attempt(attempt_);
+    ranks_->start(attempt_, [this](const LocalRank& r) { return environment_for(r); });
+    const auto slice = std::min(
+        100ms, std::chrono::milliseconds(static_cast<std::int64_t>(args_.monitor_interval_s * 1000)));
+    while (true) {
+      ranks_->wait_for_output(std::max(slice, 1ms), signal_fd_);
+      handle_signals();
+      ranks_->pump_all();
+      ranks_->reap([this](LocalRank& r) { on_exit(r); });
+      if (team_ && !ranks_->stopping()) {
+        if (auto failed = team_->other_failure()) {
+          end_.remote_failure = *failed;
+          exit_code_ = 1;
+          ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+        } else if (auto waiting = elastic() ? team_->newcomer(args_.nnodes_max) : std::nullopt) {
+          // Marked before any rank stops: every node then counts it alike.
+          end_.remote_failure = *waiting;
+          try {
+            team_->mark_regroup();
+            team_->report_failure(*waiting, 10s);
+          } catch (const Error& e) {
+            say(fmt::format("could not tell the other nodes: {}", e.what()));
+          }
+          ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+        }
+      }
+      if (ranks_->kill_late()) {
+        say(fmt::format("ranks still running {} after being asked to stop; sending SIGKILL",
+                        seconds(ranks_->since_stop())));
+      }
+      if (ranks_->all_reaped()) break;
+    }
+    ranks_->drain_output();
+    if (interrupt_signal_ != 0) return Outcome::Interrupted;
+    if (end_.first_failure != nullptr || !end_.remote_failure.empty()) return Outcome::Failed;
+    return Outcome::Success;
+  }
+
+  void summarize(Outcome outcome) {
+    if (outcome == Outcome::Interrupted) {
+      say(fmt::format("stopped by {} (attempt {} of {})",
+                      interrupt_signal_ == SIGINT ? "SIGINT" : "SIGTERM", attempt_ + 1,
+                      args_.max_restarts + 1));
+    } else if (end_.first_failure != nullptr) {
+      const auto blamed = blamed_rank();
+      if (!blamed.empty()) {
+        say(blamed);
+        say("(" + end_.failure_text + ")");
+      } else {
+        say(end_.failure_text);
+      }
+    } else if (elastic() && team_->regrouped()) {
+      say(fmt::format("a change of nodes: {}", end_.remote_failure));
+    } else {
+      say(fmt::format("another node failed: {}", end_.remote_failure));
+    }
+    if (const auto cause = root_cause(error_files_, attempt_, *ranks_, end_.first_failure);
+        !cause.empty())
+      say(cause);
+    const auto table = rank_table(node_rank_, *ranks_, end_.first_failure, end_.blamed);
+    std::fwrite(table.data(), 1, table.size(), stderr);
+    std::fflush(stderr);
+  }
+
+  // "rank 2 (node 0) is the one the others blame: ..." (blame.hpp);
+  // "" when no rank blamed another.
+  std::string blamed_rank() {
+    try {
+      store::Store* s = store_.reader();
+      if (s == nullptr) return "";
+      const auto verdict = read_blames(*s, attempt_);
+      if (!verdict) return "";
+      end_.blamed = verdict->culprit;
+      return fmt::format(
+          "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
+          "for it; rank {} said: {}",
+          verdict->culprit, verdict->culprit / args_.nproc_count,
+          verdict->blamers.size() == 1 ? "" : "s", fmt::join(verdict->blamers, ", "),
+          verdict->quoted, verdict->said);
+    } catch (const std::exception& e) {
+      say(fmt::format("could not read whom the ranks blame: {}", e.what()));
+      return "";
+    }
+  }
+
+  int finish_success() {
+    if (!team_) return 0;
+    if (const auto failed = team_->finish(store_.hosts())) {
+      say(*failed);
+      return 1;
+    }
+    if (elastic()) team_->end_job("it succeeded");
+    return 0;
+  }
+
+  const LaunchArgs args_;
+  StoreRoute store_;                  // the secret, the store, the team, what the ranks reach
+  NodeTeam* team_ = nullptr;          // store_'s; several nodes only
+  int node_rank_ = 0;
+  int nodes_ = 1;                     // this attempt's (an elastic job's change)
+  std::vector<std::string> members_;  // an elastic job's nodes this round
+  int attempt_ = 0;
+  Placement placement_;  // where each local rank runs (--bind)
+  ErrorFiles error_files_;
+  sigset_t signals_{};
+  int signal_fd_ = -1;
+  LocalRanks* ranks_ = nullptr;     // this attempt's (run()'s)
+  // How the attempt under way is ending (reset by run_attempt()).
+  struct AttemptEnd {
+    const LocalRank* first_failure = nullptr;  // the first of this node's ranks to fail
+    int blamed = -1;  // the rank the failed ranks blame (blamed_rank()); -1: none
+    std::string failure_text;    // what this node says of its first failure
+    std::string remote_failure;  // what another node said, or a change of nodes
+  } end_;
+  int exit_code_ = 0;         // the launcher's, should it give up now
+  int interrupt_signal_ = 0;  // SIGINT or SIGTERM, once received
+};
+
+}  // namespace
+
+int run_launcher(const LaunchArgs& args) {
+  return Launcher(args).run();
+}
+
+}  // namespace collie::cli
