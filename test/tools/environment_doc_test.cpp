@@ -3,7 +3,6 @@
 // sources read is in it; and what init makes of an empty environment is
 // what the table says the defaults are.
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -16,6 +15,8 @@
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
 
+#include "support/read_file.hpp"
+
 namespace fs = std::filesystem;
 namespace env = collie::environment;
 
@@ -24,11 +25,8 @@ namespace {
 const fs::path kRoot = COLLIE_SOURCE_DIR;
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  REQUIRE(fs::exists(path));
+  return collie::test::read_file(path);
 }
 
 // The rows of the page's settings table, as written.

@@ -12,8 +12,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <type_traits>
+
+#include <collie/error.hpp>
 
 namespace collie {
 
@@ -113,5 +116,28 @@ inline constexpr DataType kDataTypes[] = {
     DataType::Float16, DataType::BFloat16, DataType::Float32, DataType::Float64};
 // Bytes per element.
 std::size_t dtype_size(DataType type);
+
+// f(T{}) with the C++ element type of `type` (bool, std::int8_t, ...,
+// float16, bfloat16, float, double), returning what f returns: one switch
+// over the dtypes for code that works on every one.
+template <class F>
+decltype(auto) visit_dtype(DataType type, F&& f) {
+  switch (type) {
+    case DataType::Bool: return f(bool{});
+    case DataType::Int8: return f(std::int8_t{});
+    case DataType::UInt8: return f(std::uint8_t{});
+    case DataType::Int16: return f(std::int16_t{});
+    case DataType::UInt16: return f(std::uint16_t{});
+    case DataType::Int32: return f(std::int32_t{});
+    case DataType::UInt32: return f(std::uint32_t{});
+    case DataType::Int64: return f(std::int64_t{});
+    case DataType::UInt64: return f(std::uint64_t{});
+    case DataType::Float16: return f(float16{});
+    case DataType::BFloat16: return f(bfloat16{});
+    case DataType::Float32: return f(float{});
+    case DataType::Float64: return f(double{});
+  }
+  throw ArgumentError("unknown dtype " + std::to_string(static_cast<int>(type)));
+}
 
 }  // namespace collie

@@ -14,27 +14,6 @@ namespace collie::mw {
 
 namespace {
 
-// Calls f(T{}) with the C++ type of `type`.
-template <class F>
-void visit(DataType type, F&& f) {
-  switch (type) {
-    case DataType::Bool: return f(bool{});
-    case DataType::Int8: return f(std::int8_t{});
-    case DataType::UInt8: return f(std::uint8_t{});
-    case DataType::Int16: return f(std::int16_t{});
-    case DataType::UInt16: return f(std::uint16_t{});
-    case DataType::Int32: return f(std::int32_t{});
-    case DataType::UInt32: return f(std::uint32_t{});
-    case DataType::Int64: return f(std::int64_t{});
-    case DataType::UInt64: return f(std::uint64_t{});
-    case DataType::Float16: return f(float16{});
-    case DataType::BFloat16: return f(bfloat16{});
-    case DataType::Float32: return f(float{});
-    case DataType::Float64: return f(double{});
-  }
-  throw ArgumentError(fmt::format("master-worker: unknown dtype {}", static_cast<int>(type)));
-}
-
 template <class T>
 constexpr bool is_half = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
 
@@ -68,7 +47,7 @@ void check_scalar(DataType type, double value, const char* what, bool factor) {
                                     dtype_name(type)));
   double lo = -9223372036854775808.0, hi = 18446744073709551615.0;
   if (!factor) {
-    visit(type, [&](auto t) {
+    visit_dtype(type, [&](auto t) {
       using T = decltype(t);
       if constexpr (std::is_integral_v<T>) {
         lo = static_cast<double>(std::numeric_limits<T>::min());
@@ -83,7 +62,7 @@ void check_scalar(DataType type, double value, const char* what, bool factor) {
 }
 
 void fill(DataType type, void* data, std::size_t count, double value) {
-  visit(type, [&](auto t) {
+  visit_dtype(type, [&](auto t) {
     using T = decltype(t);
     auto* p = static_cast<T*>(data);
     T v;
@@ -96,7 +75,7 @@ void fill(DataType type, void* data, std::size_t count, double value) {
 }
 
 void scale(DataType type, void* data, std::size_t count, double factor) {
-  visit(type, [&](auto t) {
+  visit_dtype(type, [&](auto t) {
     using T = decltype(t);
     auto* p = static_cast<T*>(data);
     if constexpr (std::is_same_v<T, bool>) {
@@ -116,7 +95,7 @@ void scale(DataType type, void* data, std::size_t count, double factor) {
 }
 
 void axpy(DataType type, void* y, const void* x, std::size_t count, double a) {
-  visit(type, [&](auto t) {
+  visit_dtype(type, [&](auto t) {
     using T = decltype(t);
     auto* py = static_cast<T*>(y);
     const auto* px = static_cast<const T*>(x);
@@ -140,7 +119,7 @@ void axpy(DataType type, void* y, const void* x, std::size_t count, double a) {
 
 double reduce_all(DataType type, const void* data, std::size_t count, ReduceOp op) {
   double r = 0;
-  visit(type, [&](auto t) {
+  visit_dtype(type, [&](auto t) {
     using T = decltype(t);
     const auto* p = static_cast<const T*>(data);
     switch (op) {

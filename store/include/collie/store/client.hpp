@@ -33,29 +33,8 @@ class StoreClient final : public Store {
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
-  using Store::check;
-  using Store::multi_get;
-  using Store::multi_set;
-  using Store::wait;
-
-  void set(std::string_view key, std::string_view value, Timeout timeout = {}) override;
-  std::string get(std::string_view key, Timeout timeout = {}) override;
-  std::optional<std::string> try_get(std::string_view key, Timeout timeout = {}) override;
-  std::int64_t add(std::string_view key, std::int64_t delta, Timeout timeout = {}) override;
-  CompareSetResult compare_set(std::string_view key, std::string_view expected,
-                               std::string_view desired, Timeout timeout = {}) override;
-  void wait(std::span<const std::string> keys, Timeout timeout = {}) override;
-  bool check(std::span<const std::string> keys, Timeout timeout = {}) override;
-  bool delete_key(std::string_view key, Timeout timeout = {}) override;
-  std::int64_t count_keys(std::string_view prefix, Timeout timeout = {}) override;
-  std::vector<std::string> list_keys(std::string_view prefix, Timeout timeout = {}) override;
-  std::vector<std::string> multi_get(std::span<const std::string> keys,
-                                     Timeout timeout = {}) override;
-  void multi_set(std::span<const std::string> keys, std::span<const std::string> values,
-                 Timeout timeout = {}) override;
-  void append(std::string_view key, std::string_view value, Timeout timeout = {}) override;
-  void barrier(std::string_view name, std::uint32_t n, Timeout timeout = {}) override;
-  std::chrono::milliseconds timeout() const override;
+  // Every call of the Store interface (store.hpp), as it documents them.
+  COLLIE_STORE_OVERRIDES
 
   // Round trip to the server; returns how long it took.
   std::chrono::nanoseconds ping(Timeout timeout = {});

@@ -125,3 +125,31 @@ class Store {
 };
 
 }  // namespace collie::store
+
+// The declarations of every call of Store, for the class body of a store
+// that implements them all as Store documents them (StoreClient,
+// FileStore, PrefixStore): one list, so that a call added to the interface
+// is declared once. The overloads for vectors stay visible.
+#define COLLIE_STORE_OVERRIDES                                                                  \
+  using Store::check;                                                                           \
+  using Store::multi_get;                                                                       \
+  using Store::multi_set;                                                                       \
+  using Store::wait;                                                                            \
+  void set(std::string_view key, std::string_view value, Timeout timeout = {}) override;        \
+  std::string get(std::string_view key, Timeout timeout = {}) override;                         \
+  std::optional<std::string> try_get(std::string_view key, Timeout timeout = {}) override;      \
+  std::int64_t add(std::string_view key, std::int64_t delta, Timeout timeout = {}) override;    \
+  CompareSetResult compare_set(std::string_view key, std::string_view expected,                 \
+                               std::string_view desired, Timeout timeout = {}) override;        \
+  void wait(std::span<const std::string> keys, Timeout timeout = {}) override;                  \
+  bool check(std::span<const std::string> keys, Timeout timeout = {}) override;                 \
+  bool delete_key(std::string_view key, Timeout timeout = {}) override;                         \
+  std::int64_t count_keys(std::string_view prefix, Timeout timeout = {}) override;              \
+  std::vector<std::string> list_keys(std::string_view prefix, Timeout timeout = {}) override;   \
+  std::vector<std::string> multi_get(std::span<const std::string> keys,                         \
+                                     Timeout timeout = {}) override;                            \
+  void multi_set(std::span<const std::string> keys, std::span<const std::string> values,        \
+                 Timeout timeout = {}) override;                                                \
+  void append(std::string_view key, std::string_view value, Timeout timeout = {}) override;     \
+  void barrier(std::string_view name, std::uint32_t n, Timeout timeout = {}) override;          \
+  std::chrono::milliseconds timeout() const override;
