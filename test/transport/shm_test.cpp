@@ -1,6 +1,6 @@
 // What only the shared-memory backend has: mailboxes that strangers cannot
-// open or forge, the choice of backend per peer (open_transport), and the
-// host identity. The contract both backends keep is tested on both in
+// open or forge, the choice of backend per peer (open_transport), the host
+// identity, and messages withdrawn half-way. The contract both backends keep is tested on both in
 // tcp_transport_test.cpp; between processes, in p2p_launch_test.cpp and
 // collective_launch_test.cpp.
 #include <cstdlib>
@@ -22,11 +22,13 @@
 
 #include "support/shm_skip.hpp"
 #include "support/store_fixture.hpp"
+#include "support/transport_cluster.hpp"
 
 using namespace std::chrono_literals;
 using collie::transport::ShmTransport;
 using collie::transport::Transport;
 using collie::transport::TransportOptions;
+namespace tc = collie::test;
 
 namespace {
 
@@ -223,4 +225,68 @@ TEST_CASE("host_identity: the boot, the user and the namespaces, unless COLLIE_H
   CHECK(collie::transport::host_identity() == "rack7-node3");
   ::unsetenv("COLLIE_HOST_ID");
   CHECK(collie::transport::host_identity() == here);
+}
+
+TEST_CASE("shm: a send that times out half-way is withdrawn, and the pair goes on", "[shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
+  // The receiver holds 64 KiB of unexpected messages at most: a 4 MiB one
+  // with no receive waits in the ring (1 MiB), half-written, until its
+  // sender's wait gives up on it.
+  tc::Cluster c(2, [](tc::MeshOptions& o) { o.max_unexpected_bytes = 64 << 10; }, "shm");
+  const std::size_t n = std::size_t{4} << 20;
+  auto gone = std::make_unique<std::vector<std::uint8_t>>(tc::pattern(n, 0, 5));
+  auto s = c[0].isend(1, 5, gone->data(), n);
+  std::string error;
+  try {
+    c[0].wait(s, 100ms);
+  } catch (const collie::TimeoutError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("send to rank 1") &&
+                        Catch::Contains("the part already written was withdrawn"));
+  gone.reset();  // the caller's buffer is its own again: nothing reads it (ASan says so)
+  // The next message under another tag comes whole; the withdrawn one is
+  // dropped, so a receive under its tag gets the next message sent there.
+  const auto next = tc::pattern(8, 0, 6);
+  tc::send(c[0], 1, 6, next);
+  CHECK(tc::recv(c[1], 0, 6, 8) == next);
+  std::vector<std::uint8_t> again(n, 0xEE);
+  auto r = c[1].irecv(0, 5, again.data(), n);
+  const auto real = tc::pattern(n, 0, 7);
+  tc::send(c[0], 1, 5, real);
+  c[1].wait(r);
+  CHECK(again == real);
+  // Back the other way too.
+  tc::send(c[1], 0, 8, next);
+  CHECK(tc::recv(c[0], 1, 8, 8) == next);
+}
+
+TEST_CASE("shm: a receive under way when its sender withdraws the message fails, naming why",
+          "[shm]") {
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
+  tc::Cluster c(2, "shm");
+  const std::size_t n = std::size_t{4} << 20;
+  // Rank 1's receive holds its reader on the first piece until the sender
+  // has given up: the message is half-way on both sides.
+  std::promise<void> given_up;
+  auto release = given_up.get_future().share();
+  std::atomic<std::size_t> seen{0};
+  auto r = c[1].irecv_consume(0, 5, n, [&](std::size_t, std::span<const std::byte> piece) {
+    if (seen.fetch_add(piece.size()) == 0) release.wait();
+  });
+  auto big = tc::pattern(n, 0, 5);
+  auto s = c[0].isend(1, 5, big.data(), n);
+  CHECK_THROWS_AS(c[0].wait(s, 200ms), collie::TimeoutError);
+  given_up.set_value();
+  std::string error;
+  try {
+    c[1].wait(r, 10s);
+  } catch (const collie::Error& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("withdrew its message half-way"));
+  CHECK(seen.load() < n);  // the filler never reached the consumer whole
+  const auto next = tc::pattern(1000, 0, 6);
+  tc::send(c[0], 1, 6, next);
+  CHECK(tc::recv(c[1], 0, 6, 1000) == next);
 }
