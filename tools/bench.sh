@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: builds collie (release) and runs the all_reduce benchmark
+# The main job: builds collie (release) and the first programs of
+# runtime/examples (the README runs them), and runs the all_reduce benchmark
 # with four ranks over loopback and the built-in store (8 B to 64 MiB, every
 # row checked). Extra arguments go to `collie bench all_reduce` (for
 # example --ranks 2, -b 1K -e 1M, --algo all, --plot bw.svg).
@@ -7,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target collie_cli  # only what the job runs, not the tests
+cmake --build --preset release --target collie_cli examples  # not the tests
 exec build/release/bin/collie bench all_reduce --ranks 4 "$@"
