@@ -79,12 +79,16 @@ std::optional<long long> clock_of(const std::string& line) {
   return ms;
 }
 
-// What /dev/shm holds now (POSIX shared memory: collie leaves nothing there).
+// What of collie's /dev/shm holds now: collie's mailboxes are memfds, so it
+// should leave nothing there; only a name of collie's counts (other
+// programs' files, Python's semaphores among them, come and go meanwhile).
 std::set<std::string> dev_shm() {
   std::set<std::string> names;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    names.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const auto name = e.path().filename().string();
+    if (name.find("collie") != std::string::npos) names.insert(name);
+  }
   return names;
 }
 

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -72,12 +73,19 @@ void kill_worker(mw::Master& m) {
   }
   // Worker 2 is busy for a while; more is queued behind, on it and on the
   // others, and a copy from worker 1 to worker 2 depends on both.
-  auto busy = m.call(2, "spin", {}, {}, {2000});
+  const auto started = std::filesystem::temp_directory_path() /
+                       ("collie-mw-spin-" + std::to_string(getpid()));
+  std::filesystem::remove(started);
+  auto busy = m.call(2, "spin", {}, {}, {2000}, started.string());
   auto behind = m.scale(a[1], 2);
   auto copy_in = m.copy(a[1], a[0]);
   auto on_1 = m.scale(a[0], 3);
   auto on_3 = m.scale(a[2], 3);
-  std::this_thread::sleep_for(200ms);  // the spin has started
+  // The spin has started (a bounded wait for that event, not a guess).
+  for (const auto give_up = Clock::now() + 60s;
+       !std::filesystem::exists(started) && Clock::now() < give_up;)
+    std::this_thread::sleep_for(1ms);
+  std::filesystem::remove(started);
   const auto killed = Clock::now();
   kill(pid, SIGKILL);
   for (auto* e : {static_cast<mw::Event*>(&busy), &behind, &copy_in}) {
@@ -225,7 +233,10 @@ int main(int argc, char** argv) {
   const long arg2 = argc > 3 ? std::stol(argv[3]) : 1;
   mw::Kernels k;
   k.add("pid", [](mw::KernelArgs&) { return static_cast<double>(getpid()); });
+  // Busy for scalar 0 ms; with a text, first creates the file it names, so
+  // that the master knows the call has started.
   k.add("spin", [](mw::KernelArgs& a) {
+    if (!a.text().empty()) std::fclose(std::fopen(a.text().c_str(), "w"));
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(a.scalar(0))));
     return 0.0;
   });

@@ -141,10 +141,15 @@ TEST_CASE("a rank killed by a signal gives 128 + the signal", "[launch]") {
 }
 
 TEST_CASE("ranks that ignore SIGTERM are killed after --stop-timeout", "[launch]") {
+  // Rank 1 fails once rank 0 has set its trap (rank 0 says so in a file).
+  collie::test::ScratchDir dir;
+  const auto trapped = dir.file("trapped");
   const auto start = std::chrono::steady_clock::now();
   const auto r = launch({"-n", "2", "--stop-timeout", "0.5"},
-                        "if [ $RANK = 1 ]; then sleep 0.2; exit 4; fi; trap '' TERM; "
-                        "while true; do sleep 0.1; done");
+                        fmt::format("if [ $RANK = 1 ]; then while [ ! -e {0} ]; do sleep 0.01; "
+                                    "done; exit 4; fi; trap '' TERM; touch {0}; "
+                                    "while true; do sleep 0.1; done",
+                                    trapped));
   CHECK(std::chrono::steady_clock::now() - start < 20s);
   CHECK(r.exit_code == 4);
   CHECK_THAT(r.err, Catch::Contains("sending SIGKILL") && Catch::Contains("killed by SIGKILL"));
