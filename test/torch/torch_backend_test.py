@@ -2,7 +2,7 @@
 with real processes (torch.multiprocessing), every value checked against a
 reference computed in Python from the ranks' inputs.
 
-    python3 torch_backend_test.py CASE [WORLD]
+    python3 torch_backend_test.py CASE[,CASE...] [WORLD]
 
 Cases: tutorials (point-to-point and every collective, every dtype and
 op), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
@@ -10,8 +10,11 @@ SIGKILLed mid all_reduce is named on the others), mismatch (MismatchError
 naming both calls), errors (what collie cannot take is named), cuda
 (every collective and send/recv on CUDA tensors, on torch's current
 stream), reinit_tcp (destroy and init again at once on rank 0's tcp://
-store). Exit 77 (skipped) where Debian's python3-torch is not installed,
-and for cuda where torch sees no GPU."""
+store). Several cases run one after another in the same processes, which
+import torch once (killed alone: it ends a rank;
+mismatch last: it ends its processes). Exit 77 (skipped) where
+Debian's python3-torch is not installed, and for cuda where torch sees no
+GPU."""
 
 import datetime
 import os
@@ -520,30 +523,47 @@ def cuda(rank, size, path):
     dist.destroy_process_group()
 
 
+# Cases that end their processes (a group they broke is not destroyed).
+ENDS_PROCESS = ("mismatch", "killed")
+
 CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
          "errors": errors, "monitored": monitored, "cuda": cuda, "reinit_tcp": reinit_tcp}
 
 
-def _entry(rank, size, path, case):
-    try:
-        CASES[case](rank, size, path)
-    except Exception:
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+def _entry(rank, size, directory, cases):
+    # Each case in turn, in the same processes (each imports torch once):
+    # every case makes its group and destroys it, on a store of its own.
+    for i, case in enumerate(cases):
+        try:
+            CASES[case](rank, size, os.path.join(directory, f"store-{i}"))
+        except Exception:
+            print(f"rank {rank}: case {case} failed:", file=sys.stderr)
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
 
 if __name__ == "__main__":
-    case = sys.argv[1]
+    cases = sys.argv[1].split(",")
     size = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    if case == "cuda" and not torch.cuda.is_available():
+    case = ",".join(cases)
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        print(f"no case {', '.join(unknown)}; cases: {', '.join(CASES)}")
+        sys.exit(2)
+    if "killed" in cases and cases != ["killed"]:
+        print("killed ends a rank: run it alone")
+        sys.exit(2)
+    if any(c in ENDS_PROCESS for c in cases[:-1]):
+        print(f"{', '.join(ENDS_PROCESS)} end their processes: only last")
+        sys.exit(2)
+    if "cuda" in cases and not torch.cuda.is_available():
         print(f"SKIP: torch {torch.__version__} sees no CUDA device here")
         sys.exit(77)
     spawn = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as d:
-        ranks = [spawn.Process(target=_entry, args=(r, size, os.path.join(d, "store"), case))
-                 for r in range(size)]
+        ranks = [spawn.Process(target=_entry, args=(r, size, d, cases)) for r in range(size)]
         for p in ranks:
             p.start()
         # Every rank ends by itself (each has its timeouts); a hung one is
