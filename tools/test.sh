@@ -5,7 +5,7 @@
 #             without CUDA (COLLIE_TEST_SCOPE=device; release tests the rest, the same code)
 #   asan      AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan      ThreadSanitizer (the CLI's cases tagged [volume] are left to the others)
-#   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (30)
+#   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (20)
 # Runs all of them even when one fails, then prints one line per preset and
 # a total, and exits non-zero if anything failed.
 set -uo pipefail
@@ -23,7 +23,7 @@ run_preset() {
   local preset=$1 log
   log=$(mktemp)
   echo "=== preset $preset: configure and build"
-  if ! cmake --preset "$preset" -DCOLLIE_FUZZ_SECONDS="${COLLIE_FUZZ_SECONDS:-30}" >"$log" 2>&1 ||
+  if ! cmake --preset "$preset" -DCOLLIE_FUZZ_SECONDS="${COLLIE_FUZZ_SECONDS:-20}" >"$log" 2>&1 ||
      ! cmake --build --preset "$preset" -j "$jobs" >>"$log" 2>&1; then
     cat "$log"
     summary+=("$preset: BUILD FAILED")

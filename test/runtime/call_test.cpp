@@ -11,7 +11,7 @@
 
 using collie::Signature;
 
-TEST_CASE("call fingerprints round-trip every collective, dtype, op and algorithm", "[call]") {
+TEST_CASE("call fingerprints round-trip every collective, dtype, op and algorithm", "[call][pure]") {
   std::set<std::uint64_t> seen;
   std::size_t made = 0;
   for (auto c : collie::collectives::kCollectives)
@@ -37,7 +37,7 @@ TEST_CASE("call fingerprints round-trip every collective, dtype, op and algorith
   CHECK(seen.size() == made);  // no two calls alike
 }
 
-TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "[call]") {
+TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "[call][pure]") {
   const auto notice = collie::failure_notice(1234);
   CHECK(collie::is_failure_notice(notice));
   CHECK(collie::failed_rank(notice) == 1234);

@@ -175,7 +175,7 @@ TEST_CASE("all_reduce, broadcast and reduce said to be on a device run in chunks
 
 TEST_CASE("staging holds a few segments of pinned memory, not a copy of the buffer", "[device]") {
   FakeDeviceScope device;
-  const std::size_t count = std::size_t{1} << 18;  // 1 MiB of float32
+  const std::size_t count = std::size_t{1} << 16;  // 256 KiB of float32: 64 segments
   const std::size_t segment = 4096;
   run_ranks(
       3,
@@ -200,7 +200,7 @@ TEST_CASE("staging holds a few segments of pinned memory, not a copy of the buff
       },
       segment);
   // 4 sends in flight and 8 receives (each with its target's copy): 20
-  // segments at most, against 256 segments in the buffer.
+  // segments at most, against 64 segments in the buffer.
   INFO("peak pinned bytes per engine: " << device->peak_pinned_per_engine());
   CHECK(device->peak_pinned_per_engine() > 0);
   CHECK(device->peak_pinned_per_engine() <= 20 * segment);

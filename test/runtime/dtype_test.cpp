@@ -40,7 +40,7 @@ bool correctly_rounded(float x, std::uint16_t bits, Decode decode, double overfl
 
 }  // namespace
 
-TEST_CASE("float16: every value survives a round trip through float", "[dtype]") {
+TEST_CASE("float16: every value survives a round trip through float", "[dtype][pure]") {
   for (std::uint32_t b = 0; b <= 0xffff; ++b) {
     const auto bits = static_cast<std::uint16_t>(b);
     const float f = collie::float16::to_float(bits);
@@ -56,7 +56,7 @@ TEST_CASE("float16: every value survives a round trip through float", "[dtype]")
   CHECK(collie::float16::to_float(0xc000) == -2.0f);
 }
 
-TEST_CASE("float16 and bfloat16 round floats to nearest, ties to even", "[dtype]") {
+TEST_CASE("float16 and bfloat16 round floats to nearest, ties to even", "[dtype][pure]") {
   std::mt19937 rng(12345);
   std::vector<float> xs = {std::numeric_limits<float>::max(),
                            std::ldexp(1.99f, 127),
@@ -94,7 +94,7 @@ TEST_CASE("float16 and bfloat16 round floats to nearest, ties to even", "[dtype]
   }
 }
 
-TEST_CASE("dtype names and sizes", "[dtype]") {
+TEST_CASE("dtype names and sizes", "[dtype][pure]") {
   CHECK(collie::dtype_of<float> == collie::DataType::Float32);
   CHECK(collie::dtype_of<collie::bfloat16> == collie::DataType::BFloat16);
   CHECK(collie::dtype_name(collie::DataType::Float16) == "float16");

@@ -155,7 +155,7 @@ void check_orders_every_conflict(const Schedule& s, std::size_t first, const Gra
 
 }  // namespace
 
-TEST_CASE("flow graph: a two-rank ring, edge by edge", "[flow]") {
+TEST_CASE("flow graph: a two-rank ring, edge by edge", "[flow][pure]") {
   // Rank 0 of a ring all_reduce of 2 elements on 2 ranks, by hand: step 0
   // sends element 0 and reduces element 1 in; step 1 sends element 1 and
   // receives element 0.
@@ -190,7 +190,7 @@ TEST_CASE("flow graph: a two-rank ring, edge by edge", "[flow]") {
   }
 }
 
-TEST_CASE("flow graph: a snapshot step's receives wait for its sends to be posted", "[flow]") {
+TEST_CASE("flow graph: a snapshot step's receives wait for its sends to be posted", "[flow][pure]") {
   // Recursive doubling's exchange: send the whole buffer, receive into it.
   Schedule s;
   s.buffer_count = 4;
@@ -216,7 +216,7 @@ TEST_CASE("flow graph: a snapshot step's receives wait for its sends to be poste
 }
 
 TEST_CASE("flow graph: every algorithm's schedules, both strategies, order every conflict",
-          "[flow]") {
+          "[flow][pure]") {
   namespace cs = collie::collectives;
   int graphs = 0;
   for (auto c : cs::kCollectives) {
@@ -258,7 +258,7 @@ TEST_CASE("flow graph: every algorithm's schedules, both strategies, order every
   CHECK(graphs > 1000);
 }
 
-TEST_CASE("flow graph: the steps of a range run alone, numbered from the schedule", "[flow]") {
+TEST_CASE("flow graph: the steps of a range run alone, numbered from the schedule", "[flow][pure]") {
   namespace cs = collie::collectives;
   const auto s = cs::make_schedule(cs::Collective::AllReduce, cs::Algorithm::Ring, {1, 4, 8, 0, 1});
   REQUIRE(s.steps.size() == 6);

@@ -129,7 +129,7 @@ void check_floats(DataType type) {
 }  // namespace
 
 TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's complement",
-          "[reduce]") {
+          "[reduce][pure]") {
   check_ints<std::int8_t>(DataType::Int8);
   check_ints<std::uint8_t>(DataType::UInt8);
   check_ints<std::int16_t>(DataType::Int16);
@@ -141,7 +141,7 @@ TEST_CASE("reduce kernels: every integer dtype and op, wrapping like two's compl
 }
 
 TEST_CASE("reduce kernels: bool reduces logically, any nonzero byte true, 0 or 1 out",
-          "[reduce]") {
+          "[reduce][pure]") {
   const std::size_t n = 1031;
   // Bytes, as they arrive from another rank: 0, 1, and other nonzero ones.
   std::vector<std::uint8_t> a(n), b(n);
@@ -183,14 +183,14 @@ TEST_CASE("reduce kernels: bool reduces logically, any nonzero byte true, 0 or 1
   }
 }
 
-TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating", "[reduce]") {
+TEST_CASE("reduce kernels: every float dtype and op, rounded once, NaN propagating", "[reduce][pure]") {
   check_floats<float>(DataType::Float32);
   check_floats<double>(DataType::Float64);
   check_floats<collie::float16>(DataType::Float16);
   check_floats<collie::bfloat16>(DataType::BFloat16);
 }
 
-TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
+TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce][pure]") {
   collie::reduce(DataType::Float32, ReduceOp::Sum, nullptr, nullptr, 0);
   for (auto op : kOps)
     CHECK(collie::parse_reduce_op(collie::reduce_op_name(op)) == op);
@@ -221,7 +221,7 @@ TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce]") {
 }
 
 TEST_CASE("stream reducer: pieces of any length and alignment, elements cut between them",
-          "[reduce]") {
+          "[reduce][pure]") {
   // The executor's consumer for a receive that reduces: the transport hands
   // it the message in pieces wherever they arrive. Whatever the cut, the
   // result is the whole message reduced at once (whose kernels are checked
