@@ -4,7 +4,9 @@
 // say who sent them; blocking send and receive.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <memory>
@@ -73,12 +75,21 @@ struct Cluster {
   std::vector<std::shared_ptr<Transport>> meshes;
 };
 
-// Bytes that depend on who sent them, the tag and the position.
+// Bytes that depend on who sent them, the tag and the position. Byte i
+// depends on i mod 251 alone: the first 251 are computed, the rest copied
+// from them (a byte loop under ThreadSanitizer instruments every byte;
+// memcpy is checked once per call).
 inline std::vector<std::uint8_t> pattern(std::size_t n, int from, std::uint64_t tag) {
   std::vector<std::uint8_t> v(n);
-  for (std::size_t i = 0; i < n; ++i)
+  const std::size_t period = std::min<std::size_t>(n, 251);
+  for (std::size_t i = 0; i < period; ++i)
     v[i] =
         static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(from) * 7 + tag * 13) % 251);
+  for (std::size_t done = period; done < n;) {
+    const std::size_t more = std::min(done - done % period, n - done);
+    std::memcpy(v.data() + done, v.data(), more);
+    done += more;
+  }
   return v;
 }
 
