@@ -9,4 +9,9 @@ cd "$(dirname "$0")/.."
 tools/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target collie_cli examples  # not the tests
-exec build/release/bin/collie bench all_reduce --ranks 4 "$@"
+# Four ranks unless the arguments say how many.
+ranks=(--ranks 4)
+for arg in "$@"; do
+  case $arg in --ranks|--ranks=*) ranks=() ;; esac
+done
+exec build/release/bin/collie bench all_reduce "${ranks[@]}" "$@"

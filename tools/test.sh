@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Builds and runs every test, in every test preset:
-#   release   optimized build (with CUDA device buffers where the toolkit is found)
+# Builds and runs every test, in every test preset (docs/building.md says
+# what each runs, and how long it takes):
+#   release   optimized build (with CUDA device buffers where the toolkit is found): every test
 #   nocuda    optimized build with -DCOLLIE_CUDA=OFF: the tests of the code that differs
 #             without CUDA (COLLIE_TEST_SCOPE=device; release tests the rest, the same code)
-#   asan      AddressSanitizer + UndefinedBehaviorSanitizer
-#   tsan      ThreadSanitizer (the CLI's cases tagged [volume] are left to the others)
-#   fuzz      clang + libFuzzer: the store's request parser, for COLLIE_FUZZ_SECONDS (20)
+#   asan      AddressSanitizer + UndefinedBehaviorSanitizer (the matrices between processes
+#             on fewer worlds)
+#   tsan      ThreadSanitizer (the pure single-threaded cases and the CLI's cases tagged
+#             [volume] are left to the others)
+#   fuzz      clang + libFuzzer: the store's parsers, for COLLIE_FUZZ_SECONDS (20) each
 # Runs all of them even when one fails, then prints one line per preset and
 # a total, and exits non-zero if anything failed.
 set -uo pipefail
