@@ -99,6 +99,11 @@ TEST_CASE("the settings' defaults are the table's, and every refusal names the v
         if (v == "MASTER_PORT") return "1";
         return std::nullopt;
       });
+  // The structs' defaults are read off the table at compile time.
+  static_assert(env::default_bytes(env::kSegmentBytes) == 256 * 1024);
+  static_assert(env::default_bytes(env::kStageChunkBytes) == 4 << 20);
+  static_assert(env::default_number(env::kHostLink, 0) == 10);
+  static_assert(env::default_number(env::kHostLink, 1) == 30);
   const collie::JobConfig plain;  // the struct's own defaults agree
   CHECK(config.timeout == plain.timeout);
   CHECK(config.timeout == std::chrono::seconds(300));

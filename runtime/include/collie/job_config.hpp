@@ -41,6 +41,7 @@
 #include <memory>
 
 #include <collie/address.hpp>
+#include <collie/environment.hpp>
 #include <collie/collectives/algorithms.hpp>
 #include <collie/transport/settings.hpp>
 
@@ -113,19 +114,21 @@ struct JobConfig {
   std::string given_key_prefix;
   bool store_hosted_by_launcher = false;
   int restart_count = 0;
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::chrono::milliseconds timeout{
+      static_cast<long long>(environment::default_number(environment::kTimeout) * 1000)};
   std::string socket_ifname;  // as given; empty: the interface that routes to the master
   std::string token;
   std::string rank_source;        // which variables the rank came from, for messages
   AlgorithmOverrides algorithms;  // COLLIE_ALGO
-  std::size_t segment_bytes = std::size_t{256} << 10;  // COLLIE_SEGMENT_BYTES
-  std::size_t stage_whole_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_WHOLE_BYTES
-  std::size_t stage_chunk_bytes = std::size_t{4} << 20;  // COLLIE_STAGE_CHUNK_BYTES
+  // The defaults below are the variables' table's (collie/environment.hpp).
+  std::size_t segment_bytes = environment::default_bytes(environment::kSegmentBytes);
+  std::size_t stage_whole_bytes = environment::default_bytes(environment::kStageWholeBytes);
+  std::size_t stage_chunk_bytes = environment::default_bytes(environment::kStageChunkBytes);
   // The link between hosts, for Auto's choice in a group that spans hosts
   // (COLLIE_HOST_LINK="GBITS[,LATENCY_US]", e.g. "1,50"): its rate in Gbit/s
   // and one message's latency.
-  double host_link_gbits = 10;
-  double host_link_latency_us = 30;
+  double host_link_gbits = environment::default_number(environment::kHostLink, 0);
+  double host_link_latency_us = environment::default_number(environment::kHostLink, 1);
   // What carries messages and how (COLLIE_TRANSPORT, COLLIE_SPIN_US,
   // COLLIE_SHM_SINGLE_COPY, COLLIE_SHM_STORES): transport/settings.hpp.
   transport::TransportSettings transport;
@@ -134,7 +137,8 @@ struct JobConfig {
   // How long a call waits before the ranks are asked who holds it up
   // (COLLIE_STALL_TIME, seconds; 0: never). See the stall inspector in
   // docs/failures.md.
-  std::chrono::milliseconds stall_time{std::chrono::seconds(30)};
+  std::chrono::milliseconds stall_time{
+      static_cast<long long>(environment::default_number(environment::kStallTime) * 1000)};
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

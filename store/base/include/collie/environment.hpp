@@ -160,6 +160,25 @@ inline constexpr const Variable* kVariables[] = {
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
     &kRestartCount};
 
+// A variable's default as a value, at compile time, so that the structs
+// that hold the settings (JobConfig, TransportSettings) start from the
+// table itself: the index-th comma-separated number of `fallback` ("10,30"),
+// and a size with its K or M ("256K").
+constexpr double default_number(const Variable& v, int index = 0) {
+  std::string_view text = v.fallback;
+  for (int i = 0; i < index; ++i) text.remove_prefix(text.find(',') + 1);
+  double value = 0;
+  std::size_t at = 0;
+  for (; at < text.size() && text[at] >= '0' && text[at] <= '9'; ++at)
+    value = value * 10 + (text[at] - '0');
+  return value;
+}
+constexpr std::size_t default_bytes(const Variable& v) {
+  const auto unit = v.fallback.empty() ? '\0' : v.fallback.back();
+  const auto value = static_cast<std::size_t>(default_number(v));
+  return unit == 'K' ? value << 10 : unit == 'M' ? value << 20 : value;
+}
+
 // What a variable accepts, in words: Text and Choice, `accepts`; a number,
 // its range ("more than 0", "1K to 1G", "0 or more").
 std::string range(const Variable& v);

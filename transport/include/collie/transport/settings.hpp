@@ -3,12 +3,15 @@
 // copies. One struct, under one set of names, from the environment
 // (COLLIE_TRANSPORT, COLLIE_SPIN_US, COLLIE_SHM_SINGLE_COPY,
 // COLLIE_SHM_STORES; the runtime's JobConfig::transport) to the backends
-// (TransportOptions::settings, transport.hpp).
+// (TransportOptions::settings, transport.hpp). The defaults are the
+// variables' table's (collie/environment.hpp).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <string>
+
+#include <collie/environment.hpp>
 
 namespace collie::transport {
 
@@ -17,21 +20,22 @@ struct TransportSettings {
   // (shared memory between ranks of one host, TCP between hosts), "tcp"
   // (TCP for every peer) or "shm" (shared memory for every peer: all ranks
   // must share this host). Between hosts it is always TCP.
-  std::string backend = "auto";
+  std::string backend{environment::kTransport.fallback};
   // How long a wait polls (yielding the CPU between polls) before it
   // sleeps: 0 to 1 s.
-  std::chrono::microseconds spin{50};
+  std::chrono::microseconds spin{
+      static_cast<long long>(environment::default_number(environment::kSpinUs))};
   // Shared memory: messages of at least this many bytes are read by the
   // receiver straight from the sender's memory (process_vm_readv, one copy)
   // where the kernel permits it; 0: never, every message goes through the
   // ring (two copies, by both processes at once: faster on the machines
   // measured, docs/PERFORMANCE.md).
-  std::size_t shm_single_copy_from = 0;
+  std::size_t shm_single_copy_from = environment::default_bytes(environment::kShmSingleCopy);
   // Shared memory: how a sender stores messages into a ring: "auto"
   // (ordinary or non-temporal stores, whichever has been faster lately: it
   // depends on whether the two cores share a cache), "cached" or
   // "streaming" (non-temporal).
-  std::string shm_stores = "auto";
+  std::string shm_stores{environment::kShmStores.fallback};
 };
 
 }  // namespace collie::transport
