@@ -328,8 +328,8 @@ TEST_CASE("a stopped rank is named by every other rank at the stall time, and at
     REQUIRE(line);
     INFO(*line);
     CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
-    CHECK_THAT(*line, Catch::Contains("the call gave up after") ||
-                          Catch::Contains("gave up on this collective at its timeout"));
+    CHECK_THAT(*line, Catch::Contains("the call's timeout ran out after") ||
+                          Catch::Contains("'s timeout ran out on this collective"));
     CHECK_THAT(*line, Catch::Contains("the stall inspector found: ") &&
                           Catch::Contains("rank 2 at 127.0.0.1:") &&
                           Catch::Contains("is stopped (SIGSTOP"));
@@ -368,7 +368,7 @@ TEST_CASE("a rank that times out tells the others whom it waited for",
   REQUIRE(line0);
   INFO(*line0);
   CHECK_THAT(*line0, Catch::StartsWith("rank 0: failed after ") &&
-                         Catch::Contains("the call gave up after") &&
+                         Catch::Contains("the call's timeout ran out after") &&
                          Catch::Contains("rank 2 at 127.0.0.1:") &&
                          Catch::Contains("has not reached it"));
   REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
@@ -377,7 +377,7 @@ TEST_CASE("a rank that times out tells the others whom it waited for",
     REQUIRE(line);
     INFO(*line);
     CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after ") &&
-                          Catch::Contains("gave up on this collective at its timeout") &&
+                          Catch::Contains("'s timeout ran out on this collective") &&
                           Catch::Contains("rank 2 at 127.0.0.1:"));
   }
 }

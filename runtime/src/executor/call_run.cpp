@@ -88,7 +88,7 @@ void CallRun::wait(const transport::RequestPtr& r, int with) {
         Clock::now() - (deadline - call.timeout));
     stall.final_poll();
     throw TimeoutError(fmt::format(
-        "{}: the call gave up after {} (its timeout: {}, from CollectiveOptions::timeout or "
+        "{}: the call's timeout ran out after {} (it is {}, from CollectiveOptions::timeout or "
         "COLLIE_TIMEOUT){}",
         e.what(), describe_duration(waited), describe_duration(call.timeout),
         stall.report().empty() ? "" : "; the stall inspector found: " + stall.report()));

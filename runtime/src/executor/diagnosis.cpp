@@ -164,7 +164,7 @@ void Diagnosis::reported_failure(std::uint64_t notice, int from,
              peer(gave_up) != failed_world_rank)
       waited_for = fmt::format(", waiting for {}", transport.describe_peer(failed_world_rank));
     throw TimeoutError(fmt::format(
-        "rank {}: rank {} gave up on this collective at its timeout{}{}{}", g_.rank, gave_up,
+        "rank {}: rank {}'s timeout ran out on this collective{}{}{}", g_.rank, gave_up,
         waited_for, gave_up == from ? "" : fmt::format(" (as rank {} reported)", from),
         report.empty() ? "" : "; the stall inspector found: " + report));
   }
