@@ -40,10 +40,10 @@ std::size_t checked_count(collie::Collective c, int world, int rank, const at::T
 
 }  // namespace
 
-template <class Run>
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
                                                               std::vector<at::Tensor> outputs,
-                                                              const CallPlace& place, Run run) {
+                                                              const CallPlace& place,
+                                                              std::function<void()> run) {
   auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
   collie::AsyncRunner::Task task;
   // The task's finish holds the Work until after its run returned.
@@ -103,6 +103,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Tensor>& tensors,
                                          const c10d::AllreduceOptions& opts) {
   const auto& t = single(tensors, "allreduce");
+  if (t.is_sparse()) return sparse_allreduce(t, opts);
   const auto dtype = check_tensor(t, "allreduce");
   const auto op = op_of(opts.reduceOp);
   const auto place = CallPlace::of(t);

@@ -63,6 +63,12 @@ class ProcessGroupCollie final : public TorchBackend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  // Every rank's list of inputs, in one all_gather of them laid end to end:
+  // outputs[r][j] gets rank r's inputs[j] (one dtype, as gloo's;
+  // sparse_calls.cpp).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -95,10 +101,11 @@ class ProcessGroupCollie final : public TorchBackend {
   // The rank a call names (a root, a peer), checked to be one of the group.
   int rank_of(std::int64_t r, const char* what) const;
   // Queues a collective, run at `place`; its Work completes when it ran.
-  // (Defined in process_group_collie.cpp, its only user.)
-  template <class Run>
   c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                            const CallPlace& place, Run run);
+                                            const CallPlace& place, std::function<void()> run);
+  // The sum of a sparse COO tensor over the group, in place (sparse_calls.cpp).
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(const at::Tensor& t,
+                                                  const c10d::AllreduceOptions& opts);
   // A send or receive posted as `work`.
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
                                                 collie::Work work);

@@ -5,7 +5,8 @@ reference computed in Python from the ranks' inputs.
     python3 torch_backend_test.py CASE[,CASE...] [WORLD]
 
 Cases: tutorials (point-to-point and every collective, every dtype and
-op), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
+op), like_gloo (the coalesced forms and sparse all_reduce give gloo's
+results on the same inputs), ddp (DistributedDataParallel reaches gloo's weights), killed (a rank
 SIGKILLed mid all_reduce is named on the others), mismatch (MismatchError
 naming both calls), errors (what collie cannot take is named), cuda
 (every collective and send/recv on CUDA tensors, on torch's current
@@ -282,6 +283,77 @@ def ddp(rank, size, path):
     check(diff < 1e-12, f"DDP on collie and on gloo differ by {diff}")
 
 
+# ---- what gloo has beside the plain collectives, against gloo ---------------------
+
+def like_gloo(rank, size, path):
+    """The coalesced forms and sparse all_reduce on collie's world and on a
+    gloo group of the same ranks, on the same inputs: the same results."""
+    import warnings
+    warnings.filterwarnings("ignore", message=".*coalesced will be deprecated")
+    init("collie", rank, size, path)
+    gloo = dist.new_group(list(range(size)), backend="gloo")
+    world = list(range(size))
+
+    def both(run):
+        """run(group) on collie's group and on gloo's; their results."""
+        return run(None), run(gloo)
+
+    # all_gather_coalesced: a list of tensors of several shapes (one empty).
+    def gather_lists(group):
+        ins = [torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * rank,
+               torch.full((4,), float(rank)), torch.zeros(0), torch.tensor([rank * 1.5])]
+        outs = [[torch.zeros_like(t) for t in ins] for _ in world]
+        dist.all_gather_coalesced(outs, ins, group=group)
+        return outs
+    got, want = both(gather_lists)
+    for r in world:
+        for j, (g, w) in enumerate(zip(got[r], want[r])):
+            check(torch.equal(g, w), f"all_gather_coalesced rank {r} tensor {j}: {g} != {w}")
+    check(torch.equal(got[size - 1][1], torch.full((4,), float(size - 1))),
+          "all_gather_coalesced: the last rank's tensor")
+
+    # Sparse COO tensors summed: overlapping indices, a hybrid one (a dense
+    # row per index), and a rank with no entries at all.
+    def sparse_sums(group):
+        i = torch.tensor([[0, rank, 3], [1, 2, rank % 2]])
+        v = torch.tensor([1.0, 2.0 * rank, 0.5])
+        a = torch.sparse_coo_tensor(i, v, (4, 3))
+        if rank == 1:
+            b = torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, 2),
+                                        (5, 2))
+        else:
+            b = torch.sparse_coo_tensor(torch.tensor([[rank % 5, 4]]),
+                                        torch.tensor([[rank, 1.0], [2.0, -rank]]), (5, 2))
+        dist.all_reduce(a, group=group)
+        dist.all_reduce(b, group=group)
+        return a.to_dense(), b.to_dense()
+    got, want = both(sparse_sums)
+    check(torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]),
+          f"sparse all_reduce: {got} != {want}")
+    dense = torch.zeros(4, 3)
+    for r in world:
+        for (x, y), val in zip([(0, 1), (r, 2), (3, r % 2)], [1.0, 2.0 * r, 0.5]):
+            dense[x, y] += val
+    check(torch.equal(got[0], dense), f"sparse all_reduce: {got[0]} != {dense}")
+    try:
+        dist.all_reduce(torch.sparse_coo_tensor(torch.tensor([[0]]), torch.tensor([1.0]), (2,)),
+                        op=dist.ReduceOp.MAX)
+        raise AssertionError("a sparse max went through")
+    except RuntimeError as e:
+        check("summed only" in str(e), str(e))
+
+    # all_reduce_coalesced, every op gloo takes there.
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX):
+        def reduce_lists(group, op=op):
+            ts = [torch.arange(5, dtype=torch.float32) + rank, torch.tensor([[rank + 2.0]])]
+            dist.all_reduce_coalesced(ts, op=op, group=group)
+            return ts
+        got, want = both(reduce_lists)
+        check(all(torch.equal(g, w) for g, w in zip(got, want)),
+              f"all_reduce_coalesced {op}: {got} != {want}")
+    dist.destroy_process_group()
+
+
 # ---- failures -------------------------------------------------------------------
 
 def killed(rank, size, path):
@@ -526,7 +598,7 @@ def cuda(rank, size, path):
 # Cases that end their processes (a group they broke is not destroyed).
 ENDS_PROCESS = ("mismatch", "killed")
 
-CASES = {"tutorials": tutorials, "ddp": ddp, "killed": killed, "mismatch": mismatch,
+CASES = {"tutorials": tutorials, "like_gloo": like_gloo, "ddp": ddp, "killed": killed, "mismatch": mismatch,
          "errors": errors, "monitored": monitored, "cuda": cuda, "reinit_tcp": reinit_tcp}
 
 
