@@ -431,10 +431,15 @@ def errors(rank, size, path):
 
 
 def monitored(rank, size, path):
-    # torch 1.13's own works with gloo alone; collie_torch's names who is missing.
+    # torch 1.13's own works with gloo alone; collie_torch's names who is
+    # missing, and with collie_torch imported torch's own function runs it
+    # for a collie group (and torch's for a gloo one).
     import collie_torch
     init("collie", rank, size, path)
     collie_torch.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    gloo = dist.new_group(list(range(size)), backend="gloo")
+    dist.monitored_barrier(group=gloo, timeout=datetime.timedelta(seconds=30))
     short = datetime.timedelta(seconds=2)
     # The last rank does not come: every rank hears it named.
     if rank != size - 1:
@@ -449,7 +454,7 @@ def monitored(rank, size, path):
         if rank in (1, 2):
             continue
         try:
-            collie_torch.monitored_barrier(timeout=short, wait_all_ranks=wait_all)
+            dist.monitored_barrier(timeout=short, wait_all_ranks=wait_all)
             raise AssertionError("missing ranks went unnoticed")
         except RuntimeError as e:
             if rank == 0:

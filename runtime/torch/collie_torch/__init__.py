@@ -39,4 +39,28 @@ def _register():
         _dist.Backend.register_backend("collie", _create)
 
 
+def _route_monitored_barrier():
+    """torch 1.13's own dist.monitored_barrier takes gloo groups alone
+    ("monitored_barrier is only implemented for GLOO backend"): for a collie
+    group it now runs collie's (monitored.py); any other group goes to
+    torch's, untouched."""
+    from torch.distributed import distributed_c10d as c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_collie_routes", False):
+        return
+
+    def routed(group=None, timeout=None, wait_all_ranks=False):
+        if c10d.is_initialized() and group is not c10d.GroupMember.NON_GROUP_MEMBER:
+            to_use = group if group is not None else c10d._get_default_group()
+            if c10d.get_backend(to_use) == "collie":
+                return monitored_barrier(group, timeout, wait_all_ranks)
+        return original(group, timeout, wait_all_ranks)
+
+    routed.__doc__ = original.__doc__
+    routed._collie_routes = True
+    c10d.monitored_barrier = routed
+    _dist.monitored_barrier = routed
+
+
 _register()
+_route_monitored_barrier()
