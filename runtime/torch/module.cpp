@@ -38,7 +38,8 @@ struct JustMade {
 #endif
 
 c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                        int size, std::chrono::milliseconds timeout) {
+                                        int size, std::chrono::milliseconds timeout,
+                                        const std::string& profiling_name) {
 #if TORCH_VERSION_MAJOR >= 2
   static std::mutex mu;
   static JustMade last{c10::weak_intrusive_ptr<c10d::Store>(c10::intrusive_ptr<c10d::Store>()),
@@ -51,12 +52,12 @@ c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& s
       last.group_store.lock() == group_store) {
     if (auto made = last.backend.lock()) return made;
   }
-  auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout);
+  auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name);
   last = JustMade{c10::weak_intrusive_ptr<c10d::Store>(group_store), rank, size,
                   c10::weak_intrusive_ptr<ProcessGroupCollie>(made)};
   return made;
 #else
-  return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout);
+  return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name);
 #endif
 }
 
@@ -81,9 +82,11 @@ PYBIND11_MODULE(_collie_torch, m) {
   m.doc() = "collie's torch.distributed backend (import collie_torch to register it)";
   m.def("create_process_group", &collie_torch::create, pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
+        pybind11::arg("profiling_name") = "collie",
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "A collie process group of `size` ranks meeting in torch's `store` (the creator "
-        "torch.distributed.Backend.register_backend calls).");
+        "torch.distributed.Backend.register_backend calls); `profiling_name` leads its calls' "
+        "titles in torch's profiler (\"collie:all_reduce\").");
   m.def("describe_transport", &collie_torch::describe, pybind11::arg("group"),
         "What carries a collie group's messages (\"tcp on 127.0.0.1:41234\", \"shm ...\").");
   m.attr("__version__") = collie::version();

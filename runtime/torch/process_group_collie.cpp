@@ -40,11 +40,39 @@ std::size_t checked_count(collie::Collective c, int world, int rank, const at::T
 
 }  // namespace
 
+std::string ProcessGroupCollie::profiling_title(c10d::OpType type) const {
+  const char* op = "unknown";
+  switch (type) {
+    case c10d::OpType::BROADCAST: op = "broadcast"; break;
+    case c10d::OpType::ALLREDUCE:
+    case c10d::OpType::ALLREDUCE_COALESCED: op = "all_reduce"; break;
+    case c10d::OpType::REDUCE: op = "reduce"; break;
+    case c10d::OpType::ALLGATHER:
+    case c10d::OpType::ALLGATHER_COALESCED: op = "all_gather"; break;
+    case c10d::OpType::_ALLGATHER_BASE: op = "all_gather_into_tensor"; break;
+    case c10d::OpType::GATHER: op = "gather"; break;
+    case c10d::OpType::SCATTER: op = "scatter"; break;
+    case c10d::OpType::REDUCE_SCATTER: op = "reduce_scatter"; break;
+    case c10d::OpType::_REDUCE_SCATTER_BASE: op = "reduce_scatter_tensor"; break;
+    case c10d::OpType::ALLTOALL_BASE:
+    case c10d::OpType::ALLTOALL: op = "all_to_all"; break;
+    case c10d::OpType::BARRIER: op = "barrier"; break;
+    case c10d::OpType::SEND: op = "send"; break;
+    case c10d::OpType::RECV: op = "recv"; break;
+    case c10d::OpType::RECVANYSOURCE: op = "recvAnySource"; break;
+    default: break;
+  }
+  return profiling_name_ + ":" + op;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
+                                                              std::vector<at::Tensor> inputs,
                                                               std::vector<at::Tensor> outputs,
                                                               const CallPlace& place,
                                                               std::function<void()> run) {
-  auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, std::move(outputs), runner_);
+  ++sequence_;
+  auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, profiling_title(type),
+                                                  std::move(inputs), std::move(outputs), runner_);
   collie::AsyncRunner::Task task;
   // The task's finish holds the Work until after its run returned.
   task.run = [run = std::move(run), place, w = work.get()] {
@@ -64,8 +92,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
 }
 
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                       int size, std::chrono::milliseconds timeout)
-    : TorchBackend(rank, size), pg_(join(store, rank, size, timeout)) {
+                                       int size, std::chrono::milliseconds timeout,
+                                       std::string profiling_name)
+    : TorchBackend(rank, size),
+      pg_(join(store, rank, size, timeout)),
+      profiling_name_(std::move(profiling_name)) {
   if (rank != 0 && hosted_by_rank_zero(identify(store))) wait_for_close_ = store;
 }
 
@@ -94,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::broadcast(std::vector<at::Ten
   const auto dtype = check_tensor(t, "broadcast");
   const int root = rank_of(opts.rootRank, "broadcast");
   const auto place = CallPlace::of(t);
-  return collective(c10d::OpType::BROADCAST, {t}, place, [=, this] {
+  return collective(c10d::OpType::BROADCAST, {t}, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::Broadcast, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), collie::ReduceOp::Sum, root, place.options(opts.timeout));
   });
@@ -107,7 +138,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Ten
   const auto dtype = check_tensor(t, "allreduce");
   const auto op = op_of(opts.reduceOp);
   const auto place = CallPlace::of(t);
-  return collective(c10d::OpType::ALLREDUCE, {t}, place, [=, this] {
+  return collective(c10d::OpType::ALLREDUCE, {t}, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::AllReduce, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), op, 0, place.options(opts.timeout));
   });
@@ -122,7 +153,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
   const auto place = tensors.empty() ? CallPlace() : CallPlace::of(tensors.front());
   for (const auto& t : tensors)
     place.check(t, "allreduce_coalesced");
-  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, place, [=, this] {
+  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors, place, [=, this] {
     for (std::size_t i = 0; i < tensors.size(); ++i)
       pg_.run_collective(collie::Collective::AllReduce, dtypes[i], tensors[i].data_ptr(),
                          tensors[i].data_ptr(), count_of(tensors[i]), op, 0,
@@ -137,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor
   const auto op = op_of(opts.reduceOp);
   const int root = rank_of(opts.rootRank, "reduce");
   const auto place = CallPlace::of(t);
-  return collective(c10d::OpType::REDUCE, {t}, place, [=, this] {
+  return collective(c10d::OpType::REDUCE, {t}, {t}, place, [=, this] {
     pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), op, root, place.options(opts.timeout));
   });
@@ -167,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather(std::vector<std::ve
   for (const auto& o : outs)
     place.check(o, "allgather");
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::ALLGATHER, outs, place, [=, this] {
+  return collective(c10d::OpType::ALLGATHER, {in}, outs, place, [=, this] {
     const auto total = static_cast<std::int64_t>(
         std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
     if (equal) {
@@ -197,7 +228,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_allgather_base(at::Tensor& o
   place.check(output, "_allgather_base");
   const auto count = checked_count(collie::Collective::AllGather, getSize(), getRank(), input,
                                    output, "_allgather_base");
-  return collective(c10d::OpType::_ALLGATHER_BASE, {output}, place, [=, this] {
+  return collective(c10d::OpType::_ALLGATHER_BASE, {input}, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::AllGather, dtype, input.data_ptr(),
                        output.data_ptr(), count, collie::ReduceOp::Sum, 0,
                        place.options(opts.timeout));
@@ -214,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::gather(std::vector<std::vecto
       root_list(outputs, getRank() == root, getSize(), in, "gather", "output", "input");
   const auto place = CallPlace::of(in);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::GATHER, outs, place, [=, this] {
+  return collective(c10d::OpType::GATHER, {in}, outs, place, [=, this] {
     at::Tensor flat;
     if (const auto gathered = collie::collectives::extents(collie::Collective::Gather, getSize(),
                                                            count_of(in), getRank(), root)
@@ -237,7 +268,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tenso
       root_list(inputs, getRank() == root, getSize(), out, "scatter", "input", "output");
   const auto place = CallPlace::of(out);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::SCATTER, {out}, place, [=, this] {
+  return collective(c10d::OpType::SCATTER, ins, {out}, place, [=, this] {
     at::Tensor flat;
     if (getRank() == root) flat = flatten(ins);
     pg_.run_collective(collie::Collective::Scatter, dtype,
@@ -262,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter(std::vector<at
   }
   const auto op = op_of(opts.reduceOp);
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::REDUCE_SCATTER, {out}, place, [=, this] {
+  return collective(c10d::OpType::REDUCE_SCATTER, ins, {out}, place, [=, this] {
     const auto flat = flatten(ins);
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, flat.data_ptr(),
                        out.data_ptr(), count_of(out), op, 0, place.options(timeout));
@@ -279,7 +310,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
   const auto count = checked_count(collie::Collective::ReduceScatter, getSize(), getRank(), input,
                                    output, "_reduce_scatter_base");
   const auto op = op_of(opts.reduceOp);
-  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, place, [=, this] {
+  return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {input}, {output}, place, [=, this] {
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
                        output.data_ptr(), count, op, 0, place.options(opts.timeout));
   });
@@ -299,7 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   if (output_splits.empty() && input_splits.empty()) {
     const auto count = checked_count(collie::Collective::AllToAll, getSize(), getRank(), input,
                                      output, "alltoall_base");
-    return collective(c10d::OpType::ALLTOALL_BASE, {output}, place, [=, this] {
+    return collective(c10d::OpType::ALLTOALL_BASE, {input}, {output}, place, [=, this] {
       pg_.run_collective(collie::Collective::AllToAll, dtype, input.data_ptr(),
                          output.data_ptr(), count, collie::ReduceOp::Sum, 0,
                          place.options(timeout));
@@ -330,7 +361,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor& out
   };
   const auto send = counts(input, input_splits, "input");
   const auto recv = counts(output, output_splits, "output");
-  return collective(c10d::OpType::ALLTOALL_BASE, {output}, place, [=, this] {
+  return collective(c10d::OpType::ALLTOALL_BASE, {input}, {output}, place, [=, this] {
     const auto in = on_host(input);
     auto out = place.on_device() ? at::empty(output.sizes(), host_options(output)) : output;
     pg_.run_vector_collective(collie::Collective::AllToAll, dtype, in.data_ptr(), send,
@@ -363,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
     recv.push_back(count_of(outputs[j]));
   }
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::ALLTOALL, outputs, place, [=, this] {
+  return collective(c10d::OpType::ALLTOALL, inputs, outputs, place, [=, this] {
     const auto in = on_host(flatten(inputs));
     const auto total = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
     auto out = at::empty({static_cast<std::int64_t>(total)}, host_options(inputs.front()));
@@ -376,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   const CallPlace place;
-  return collective(c10d::OpType::BARRIER, {}, place,
+  return collective(c10d::OpType::BARRIER, {}, {}, place,
                     [=, this] { pg_.barrier(place.options(opts.timeout)); });
 }
 
@@ -437,8 +468,9 @@ int ProcessGroupCollie::rank_of(std::int64_t r, const char* what) const {
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::point_to_point(c10d::OpType type,
                                                                   const at::Tensor& t,
                                                                   collie::Work work) {
-  return c10::make_intrusive<PointToPointWork>(getRank(), type, std::vector<at::Tensor>{t},
-                                               std::move(work), completer_);
+  return c10::make_intrusive<PointToPointWork>(getRank(), type, profiling_title(type),
+                                               std::vector<at::Tensor>{t}, std::move(work),
+                                               completer_);
 }
 
 }  // namespace collie_torch

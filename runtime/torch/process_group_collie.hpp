@@ -10,6 +10,7 @@
 // says; tensors are checked as tensors.hpp says.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -41,8 +42,11 @@ class CallPlace;
 class ProcessGroupCollie final : public TorchBackend {
  public:
   // Joins the collie group of torch's group `rank` of `size` in `store`.
+  // `profiling_name` leads the titles of its calls in torch's profiler
+  // ("collie:all_reduce"; torch's suite, run with collie's groups made under
+  // the name "gloo", looks for "gloo:all_reduce").
   ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout);
+                     std::chrono::milliseconds timeout, std::string profiling_name = "collie");
   // Runs what was queued, without holding the GIL.
   ~ProcessGroupCollie() override;
 
@@ -88,6 +92,12 @@ class ProcessGroupCollie final : public TorchBackend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // torch's sequence numbers (gloo's too): every rank starts from 0 when the
+  // group is made, and counts its collectives, which every rank calls in one
+  // order, so the numbers agree.
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
@@ -100,9 +110,13 @@ class ProcessGroupCollie final : public TorchBackend {
                                    int size, std::chrono::milliseconds timeout);
   // The rank a call names (a root, a peer), checked to be one of the group.
   int rank_of(std::int64_t r, const char* what) const;
-  // Queues a collective, run at `place`; its Work completes when it ran.
-  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> outputs,
+  // Queues a collective on `inputs` into `outputs`, run at `place`; its
+  // Work completes when it ran.
+  c10::intrusive_ptr<c10d::Work> collective(c10d::OpType type, std::vector<at::Tensor> inputs,
+                                            std::vector<at::Tensor> outputs,
                                             const CallPlace& place, std::function<void()> run);
+  // "collie:all_reduce": a call's title in torch's profiler, as gloo's.
+  std::string profiling_title(c10d::OpType type) const;
   // The sum of a sparse COO tensor over the group, in place (sparse_calls.cpp).
   c10::intrusive_ptr<c10d::Work> sparse_allreduce(const at::Tensor& t,
                                                   const c10d::AllreduceOptions& opts);
@@ -115,6 +129,8 @@ class ProcessGroupCollie final : public TorchBackend {
   c10::intrusive_ptr<c10d::Store> wait_for_close_;
   collie::ProcessGroup pg_;
   std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
+  std::atomic<std::uint64_t> sequence_{0};  // collectives called (setSequenceNumberForGroup)
+  std::string profiling_name_;
   // A call waits half a millisecond for its caller to run it (async_runner.hpp).
   std::shared_ptr<collie::AsyncRunner> runner_ =
       std::make_shared<collie::AsyncRunner>(std::chrono::microseconds(500));

@@ -37,7 +37,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather_coalesced(
       outs.push_back(list[j]);
     }
   }
-  return collective(c10d::OpType::ALLGATHER_COALESCED, outs, place, [=, this] {
+  return collective(c10d::OpType::ALLGATHER_COALESCED, inputs, outs, place, [=, this] {
     const auto flat = flatten(inputs);
     const auto count = count_of(flat);
     auto gathered = at::empty({static_cast<std::int64_t>(count) * getSize()}, flat.options());
@@ -55,7 +55,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::sparse_allreduce(
   TORCH_CHECK(!t.is_cuda(), "collie: allreduce: a sparse tensor on the CPU, please");
   check_tensor(t._values(), "allreduce");
   const auto timeout = opts.timeout;
-  return collective(c10d::OpType::ALLREDUCE, {t}, CallPlace(), [=, this] {
+  return collective(c10d::OpType::ALLREDUCE, {t}, {t}, CallPlace(), [=, this] {
     const auto input = t.coalesce();
     const auto indices = input._indices().contiguous();  // [sparse dims, nnz], int64
     const auto values = input._values().contiguous();    // [nnz, dense sizes...]

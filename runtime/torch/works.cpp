@@ -20,9 +20,10 @@ void settle_future(c10::ivalue::Future& future, const std::exception_ptr& error,
 
 // ---- collectives ----
 
-CollectiveWork::CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+CollectiveWork::CollectiveWork(int rank, c10d::OpType type, const std::string& title,
+                               std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                                std::weak_ptr<collie::AsyncRunner> runner)
-    : c10d::Work(rank, type),
+    : c10d::Work(rank, type, title.c_str(), std::move(inputs)),
       outputs_(std::move(outputs)),
       runner_(std::move(runner)) {}
 
@@ -54,9 +55,10 @@ void CollectiveWork::complete() {
 
 // ---- sends and receives ----
 
-PointToPointWork::PointToPointWork(int rank, c10d::OpType type, std::vector<at::Tensor> tensors,
-                                   collie::Work work, std::weak_ptr<Completer> completer)
-    : c10d::Work(rank, type),
+PointToPointWork::PointToPointWork(int rank, c10d::OpType type, const std::string& title,
+                                   std::vector<at::Tensor> tensors, collie::Work work,
+                                   std::weak_ptr<Completer> completer)
+    : c10d::Work(rank, type, title.c_str(), tensors),
       tensors_(std::move(tensors)),
       work_(std::move(work)),
       completer_(std::move(completer)) {}

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -36,7 +37,10 @@ c10::intrusive_ptr<c10::ivalue::Future> new_future();
 // in a thread that waited for it first.
 class CollectiveWork final : public c10d::Work {
  public:
-  CollectiveWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+  // `title` ("collie:all_reduce") and `inputs` are the profiler's (torch's
+  // RecordFunction, as gloo's Works record theirs).
+  CollectiveWork(int rank, c10d::OpType type, const std::string& title,
+                 std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
                  std::weak_ptr<collie::AsyncRunner> runner);
 
   bool wait(std::chrono::milliseconds timeout) override;
@@ -66,8 +70,10 @@ class Completer;
 // A send or receive: collie's Work, waited on by whoever asks.
 class PointToPointWork final : public c10d::Work {
  public:
-  PointToPointWork(int rank, c10d::OpType type, std::vector<at::Tensor> tensors,
-                   collie::Work work, std::weak_ptr<Completer> completer);
+  // `title`: the profiler's ("collie:send"), as CollectiveWork's.
+  PointToPointWork(int rank, c10d::OpType type, const std::string& title,
+                   std::vector<at::Tensor> tensors, collie::Work work,
+                   std::weak_ptr<Completer> completer);
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;

@@ -50,9 +50,10 @@ def _route_monitored_barrier():
         return
 
     def routed(group=None, timeout=None, wait_all_ranks=False):
+        # A collie group, whatever name torch knows it by.
         if c10d.is_initialized() and group is not c10d.GroupMember.NON_GROUP_MEMBER:
             to_use = group if group is not None else c10d._get_default_group()
-            if c10d.get_backend(to_use) == "collie":
+            if to_use._get_backend_name() == "collie":
                 return monitored_barrier(group, timeout, wait_all_ranks)
         return original(group, timeout, wait_all_ranks)
 
