@@ -187,6 +187,9 @@ def main(args):
         print(f"  passing on gloo: {len(passed_on_gloo)}; of those, on collie: "
               f"{len(passed_on_gloo) - sum(1 for w, _, _ in lost if w == world)}; "
               f"on collie in all: {on_collie} of {len(gloo)}")
+        for test in sorted(t for t, o in collie.items() if o.startswith("fail")):
+            print(f"  fails on collie as on gloo: {test}"
+                  f" (gloo: {gloo.get(test, 'not run')[:40]!r})")
         skipped = {}
         for test, o in collie.items():
             if o.startswith("skip") and test not in reserved:

@@ -50,18 +50,32 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
                 "within %d ms: it did not arrive, or failed" % (me, ranks[0], _milliseconds(timeout)))
         said = store.get(verdict).decode()
         if said != "ok":
-            raise RuntimeError("rank %d: %s" % (me, said))
+            # gloo's words, then what the first rank found.
+            raise RuntimeError(
+                "Rank %d successfully reached monitoredBarrier, but received errors while waiting "
+                "for send/recv from rank %d: %s" % (me, ranks[0], said))
         return
     # (torch's Python Store has no check(): a wait with what is left of the
     # timeout, at least a millisecond, tells whether a rank is in.)
+    # The ranks in order, as gloo's: without wait_all_ranks the first that
+    # does not arrive in what is left of the timeout is named, and a
+    # timeout spent before a rank was looked at is this rank's own.
     deadline = time.monotonic() + timeout.total_seconds()
     waiting = []
     for r in ranks[1:]:
-        left = max(deadline - time.monotonic(), 0.001)
+        left = deadline - time.monotonic()
+        if left <= 0 and not wait_all_ranks:
+            said = "Rank %d timed out in monitoredBarrier after %d ms" % (
+                me, _milliseconds(timeout))
+            store.set(verdict, said)
+            raise RuntimeError(said)
         try:
-            store.wait(["%s/arrived/%d" % (base, r)], datetime.timedelta(seconds=left))
+            store.wait(["%s/arrived/%d" % (base, r)],
+                       datetime.timedelta(seconds=max(left, 0.001)))
         except RuntimeError:
             waiting.append(r)
+            if not wait_all_ranks:
+                break
     if not waiting:
         store.set(verdict, "ok")
         return
