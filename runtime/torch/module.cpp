@@ -39,7 +39,7 @@ struct JustMade {
 
 c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                         int size, std::chrono::milliseconds timeout,
-                                        const std::string& profiling_name) {
+                                        const std::string& profiling_name, int global_rank) {
 #if TORCH_VERSION_MAJOR >= 2
   static std::mutex mu;
   static JustMade last{c10::weak_intrusive_ptr<c10d::Store>(c10::intrusive_ptr<c10d::Store>()),
@@ -52,12 +52,14 @@ c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& s
       last.group_store.lock() == group_store) {
     if (auto made = last.backend.lock()) return made;
   }
-  auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name);
+  auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name,
+                                                      global_rank);
   last = JustMade{c10::weak_intrusive_ptr<c10d::Store>(group_store), rank, size,
                   c10::weak_intrusive_ptr<ProcessGroupCollie>(made)};
   return made;
 #else
-  return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name);
+  return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name,
+                                                global_rank);
 #endif
 }
 
@@ -82,11 +84,13 @@ PYBIND11_MODULE(_collie_torch, m) {
   m.doc() = "collie's torch.distributed backend (import collie_torch to register it)";
   m.def("create_process_group", &collie_torch::create, pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
-        pybind11::arg("profiling_name") = "collie",
+        pybind11::arg("profiling_name") = "collie", pybind11::arg("global_rank") = -1,
         pybind11::call_guard<pybind11::gil_scoped_release>(),
         "A collie process group of `size` ranks meeting in torch's `store` (the creator "
         "torch.distributed.Backend.register_backend calls); `profiling_name` leads its calls' "
-        "titles in torch's profiler (\"collie:all_reduce\").");
+        "titles in torch's profiler (\"collie:all_reduce\"); `global_rank`, this process's rank in "
+        "the default group when this is a sub-group, makes its errors give both numbers of each "
+        "rank.");
   m.def("describe_transport", &collie_torch::describe, pybind11::arg("group"),
         "What carries a collie group's messages (\"tcp on 127.0.0.1:41234\", \"shm ...\").");
   m.attr("__version__") = collie::version();

@@ -10,6 +10,7 @@
 #include <collie/error.hpp>
 
 #include "call_place.hpp"
+#include "torch_keys.hpp"
 #include "tensors.hpp"
 #include "torch_store.hpp"
 
@@ -36,6 +37,22 @@ std::size_t checked_count(collie::Collective c, int world, int rank, const at::T
   } catch (const collie::Error& e) {
     TORCH_CHECK(false, "collie: ", op, ": ", e.what());
   }
+}
+
+// Every member's global rank, by group rank: each says its own in the
+// group's store (a sub-group; the default group's are its own ranks).
+std::vector<int> global_ranks(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                              int global_rank) {
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  if (global_rank < 0) return ranks;
+  const auto own = std::to_string(global_rank);
+  store->set(keys::global_rank(rank), std::vector<std::uint8_t>(own.begin(), own.end()));
+  for (int r = 0; r < size; ++r) {
+    const auto value = store->get(keys::global_rank(r));
+    ranks[static_cast<std::size_t>(r)] = std::stoi(std::string(value.begin(), value.end()));
+  }
+  return ranks;
 }
 
 }  // namespace
@@ -75,12 +92,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
                                                   std::move(inputs), std::move(outputs), runner_);
   collie::AsyncRunner::Task task;
   // The task's finish holds the Work until after its run returned.
-  task.run = [run = std::move(run), place, w = work.get()] {
+  task.run = [run = std::move(run), place, w = work.get(), names = names_] {
     try {
       const auto on = place.enter();
       run();
     } catch (...) {
-      w->fail(std::current_exception());
+      w->fail(names->rewrite(std::current_exception()));
     }
   };
   task.finish = [work] { work->complete(); };
@@ -93,10 +110,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
 
 ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout,
-                                       std::string profiling_name)
+                                       std::string profiling_name, int global_rank)
     : TorchBackend(rank, size),
       pg_(join(store, rank, size, timeout)),
-      profiling_name_(std::move(profiling_name)) {
+      profiling_name_(std::move(profiling_name)),
+      names_(std::make_shared<GroupNames>(global_ranks(store, rank, size, global_rank))) {
   if (rank != 0 && hosted_by_rank_zero(identify(store))) wait_for_close_ = store;
 }
 
@@ -482,7 +500,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::point_to_point(c10d::OpType t
                                                                   collie::Work work) {
   return c10::make_intrusive<PointToPointWork>(getRank(), type, profiling_title(type),
                                                std::vector<at::Tensor>{t}, std::move(work),
-                                               completer_);
+                                               completer_, names_);
 }
 
 }  // namespace collie_torch

@@ -27,6 +27,7 @@
 #include <collie/process_group.hpp>
 
 #include <collie/async_runner.hpp>
+#include "group_names.hpp"
 #include "works.hpp"
 
 namespace collie_torch {
@@ -44,9 +45,12 @@ class ProcessGroupCollie final : public TorchBackend {
   // Joins the collie group of torch's group `rank` of `size` in `store`.
   // `profiling_name` leads the titles of its calls in torch's profiler
   // ("collie:all_reduce"; torch's suite, run with collie's groups made under
-  // the name "gloo", looks for "gloo:all_reduce").
+  // the name "gloo", looks for "gloo:all_reduce"). `global_rank`: this
+  // process's rank in the default group, for a sub-group (its errors give
+  // both numbers of every rank, group_names.hpp); -1 for the default group.
   ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                     std::chrono::milliseconds timeout, std::string profiling_name = "collie");
+                     std::chrono::milliseconds timeout, std::string profiling_name = "collie",
+                     int global_rank = -1);
   // Runs what was queued, without holding the GIL.
   ~ProcessGroupCollie() override;
 
@@ -137,6 +141,7 @@ class ProcessGroupCollie final : public TorchBackend {
   std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
   std::atomic<std::uint64_t> sequence_{0};  // collectives called (setSequenceNumberForGroup)
   std::string profiling_name_;
+  std::shared_ptr<const GroupNames> names_;  // how its errors name it and its ranks
   // A call waits half a millisecond for its caller to run it (async_runner.hpp).
   std::shared_ptr<collie::AsyncRunner> runner_ =
       std::make_shared<collie::AsyncRunner>(std::chrono::microseconds(500));

@@ -22,8 +22,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather_coalesced(
     check_same_dtype(t, inputs.front(), op);
     place.check(t, op);
   }
-  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "collie: allgather_coalesced: ",
-              outputs.size(), " output lists for ", getSize(), " ranks");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(),
+              "collie: allgather_coalesced: ", outputs.size(), " output lists for ", getSize(),
+              " ranks");
   std::vector<at::Tensor> outs;  // rank by rank, as the gathered buffer holds them
   for (const auto& list : outputs) {
     TORCH_CHECK(list.size() == inputs.size(), "collie: allgather_coalesced: an output list of ",

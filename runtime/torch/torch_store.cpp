@@ -3,7 +3,7 @@
 // first), no listing and no server-side barrier (made of add and wait
 // here). Calls are serialised: a torch store client is one socket.
 #include "torch_store.hpp"
-#include "barrier_keys.hpp"
+#include "torch_keys.hpp"
 
 #include <cstdlib>
 #include <mutex>

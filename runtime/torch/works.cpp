@@ -57,11 +57,13 @@ void CollectiveWork::complete() {
 
 PointToPointWork::PointToPointWork(int rank, c10d::OpType type, const std::string& title,
                                    std::vector<at::Tensor> tensors, collie::Work work,
-                                   std::weak_ptr<Completer> completer)
+                                   std::weak_ptr<Completer> completer,
+                                   std::shared_ptr<const GroupNames> names)
     : c10d::Work(rank, type, title.c_str(), tensors),
       tensors_(std::move(tensors)),
       work_(std::move(work)),
-      completer_(std::move(completer)) {}
+      completer_(std::move(completer)),
+      names_(std::move(names)) {}
 
 bool PointToPointWork::isCompleted() {
   {
@@ -96,7 +98,7 @@ void PointToPointWork::settle(std::optional<std::chrono::milliseconds> timeout) 
       work_.wait();
     source_ = work_.source();
   } catch (...) {
-    error = std::current_exception();
+    error = names_->rewrite(std::current_exception());
   }
   settled_ = true;
   if (future_) settle_future(*future_, error, tensors_);

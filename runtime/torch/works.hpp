@@ -29,6 +29,8 @@
 
 #include <collie/async_runner.hpp>
 
+#include "group_names.hpp"
+
 namespace collie_torch {
 
 c10::intrusive_ptr<c10::ivalue::Future> new_future();
@@ -71,9 +73,10 @@ class Completer;
 class PointToPointWork final : public c10d::Work {
  public:
   // `title`: the profiler's ("collie:send"), as CollectiveWork's.
+  // `names` rewrites its error to name the group's ranks (group_names.hpp).
   PointToPointWork(int rank, c10d::OpType type, const std::string& title,
                    std::vector<at::Tensor> tensors, collie::Work work,
-                   std::weak_ptr<Completer> completer);
+                   std::weak_ptr<Completer> completer, std::shared_ptr<const GroupNames> names);
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
@@ -93,6 +96,7 @@ class PointToPointWork final : public c10d::Work {
   int source_ = -1;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::weak_ptr<Completer> completer_;
+  std::shared_ptr<const GroupNames> names_;
 };
 
 // Settles point-to-point Works whose futures were asked for, in order, on

@@ -271,7 +271,7 @@ TEST_CASE("docs/design.md: the key table is the keys headers' tables", "[docs]")
   for (const char* header :
        {"runtime/include/collie/keys.hpp", "transport/include/collie/transport/keys.hpp",
         "tools/collie/launch/keys.hpp", "tools/collie/bench/keys.hpp",
-        "runtime/torch/barrier_keys.hpp"}) {
+        "runtime/torch/torch_keys.hpp"}) {
     const auto rows = table_rows(lines_of(read_text(kRoot / header)), "| key", "// ");
     INFO(header);
     CHECK(!rows.empty());

@@ -427,6 +427,18 @@ def errors(rank, size, path):
         t = torch.ones(1)
         dist.all_reduce(t)
         check(t.item() == size, "the group after a refused call")
+    # A sub-group's errors name it, and give each rank's global number
+    # beside its number in the group: global rank 2 is the group's rank 1.
+    if size >= 3:
+        sub = dist.new_group([0, 2], timeout=datetime.timedelta(seconds=2))
+        if rank == 0:
+            try:
+                dist.barrier(group=sub)
+                raise AssertionError("a barrier without its other rank went through")
+            except RuntimeError as e:
+                check("on the torch group of global ranks 0, 2" in str(e)
+                      and "rank 1 (global rank 2)" in str(e) and " timeout " in str(e), str(e))
+        dist.barrier()
     dist.destroy_process_group()
 
 

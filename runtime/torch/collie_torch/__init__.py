@@ -25,7 +25,10 @@ def _create(store, rank, size, timeout):
         # gives its creator no rank.
         raise ValueError("collie: torch asked for a group of %r ranks with this process's rank "
                          "%r; new_group needs a list of the group's ranks" % (size, rank))
-    return create_process_group(store, rank, size, timeout)
+    # A sub-group's errors give each rank's global number too: its members
+    # tell each other theirs (the default group's are its own).
+    global_rank = _dist.get_rank() if _dist.is_initialized() else -1
+    return create_process_group(store, rank, size, timeout, global_rank=global_rank)
 
 
 def _register():
