@@ -441,35 +441,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOp
                     [=, this] { pg_.barrier(place.options(opts.timeout)); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>& tensors, int dst,
-                                    int tag) {
-  const auto& t = single(tensors, "send");
-  check_tensor(t, "send");
-  rank_of(dst, "send to");
-  CallPlace::of(t).synchronize();
-  auto work = pg_.isend(t.data_ptr(), t.nbytes(), dst, tag);
-  return point_to_point(c10d::OpType::SEND, t, std::move(work));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>& tensors, int src,
-                                    int tag) {
-  const auto& t = single(tensors, "recv");
-  check_tensor(t, "recv");
-  rank_of(src, "recv from");
-  CallPlace::of(t).synchronize();
-  auto work = pg_.irecv(t.data_ptr(), t.nbytes(), src, tag);
-  return point_to_point(c10d::OpType::RECV, t, std::move(work));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors,
-                                             int tag) {
-  const auto& t = single(tensors, "recv");
-  check_tensor(t, "recv");
-  CallPlace::of(t).synchronize();
-  auto work = pg_.irecv_any(t.data_ptr(), t.nbytes(), tag);
-  return point_to_point(c10d::OpType::RECVANYSOURCE, t, std::move(work));
-}
-
 collie::ProcessGroup ProcessGroupCollie::join(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout) {
   const auto id = identify(store);
@@ -493,14 +464,6 @@ int ProcessGroupCollie::rank_of(std::int64_t r, const char* what) const {
   TORCH_CHECK(r >= 0 && r < getSize(), "collie: ", what, " rank ", r,
               ": the group has ranks 0 to ", getSize() - 1);
   return static_cast<int>(r);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::point_to_point(c10d::OpType type,
-                                                                  const at::Tensor& t,
-                                                                  collie::Work work) {
-  return c10::make_intrusive<PointToPointWork>(getRank(), type, profiling_title(type),
-                                               std::vector<at::Tensor>{t}, std::move(work),
-                                               completer_, names_);
 }
 
 }  // namespace collie_torch
