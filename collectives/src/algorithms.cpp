@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/hosts.hpp>
 #include <collie/collectives/pairwise.hpp>
 #include <collie/collectives/recursive.hpp>
 #include <collie/collectives/ring.hpp>
@@ -156,19 +157,14 @@ namespace {
 // either way, and halving-doubling's largest exchange, with the rank n/2
 // away, stays within a host where ranks are numbered round robin.)
 Schedule in_host_order(Schedule (*make)(const Shape&), const Shape& shape) {
-  const auto order = ring_order(shape);
-  bool same = true;
-  for (std::size_t v = 0; v < order.size(); ++v)
-    same = same && order[v] == static_cast<int>(v);
-  if (same) return make(shape);
-  std::vector<int> position(order.size());
-  for (std::size_t v = 0; v < order.size(); ++v)
-    position[static_cast<std::size_t>(order[v])] = static_cast<int>(v);
+  check_hosts(shape);
+  if (!shape.hosts || shape.hosts->by_host()) return make(shape);
+  const auto& order = shape.hosts->ring_order();
+  const auto position = [&](int r) { return shape.hosts->position(r); };
   Shape virtual_shape = shape;
   virtual_shape.hosts = nullptr;
-  virtual_shape.rank = position[static_cast<std::size_t>(shape.rank)];
-  if (shape.root >= 0 && shape.root < shape.world)
-    virtual_shape.root = position[static_cast<std::size_t>(shape.root)];
+  virtual_shape.rank = position(shape.rank);
+  if (shape.root >= 0 && shape.root < shape.world) virtual_shape.root = position(shape.root);
   Schedule s = make(virtual_shape);
   for (auto& step : s.steps) {
     for (auto& t : step.sends) t.peer = order[static_cast<std::size_t>(t.peer)];

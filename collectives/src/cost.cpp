@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <queue>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -20,7 +21,7 @@ double cpu_work(const Schedule& schedule, const Shape& shape, std::size_t elemen
                 const CostModel& model) {
   const std::size_t segment = std::max<std::size_t>(1, model.segment_bytes);
   const auto* hosts = shape.hosts && shape.hosts->hosts() > 1 ? shape.hosts.get() : nullptr;
-  const auto host_of = [&](int r) { return hosts->host_of[static_cast<std::size_t>(r)]; };
+  const auto host_of = [&](int r) { return hosts->host_of(r); };
   double work = 0;
   for (const auto& st : schedule.steps)
     for (const auto* list : {&st.sends, &st.recvs})
@@ -85,7 +86,8 @@ Flow flow(Collective c, Algorithm a, const std::vector<Schedule>& schedules,
   };
   std::vector<Op> ops;
   std::vector<std::vector<std::size_t>> rank_ops(n);
-  std::vector<std::vector<std::size_t>> sent(n * n);  // [src * n + dst]: sends, in order
+  // [src * n + dst]: sends, in order (only the pairs that talk)
+  std::unordered_map<std::size_t, std::vector<std::size_t>> sent;
   const auto depend = [&](std::size_t before, std::size_t after) {
     ops[before].dependents.push_back(after);
     ++ops[after].pending;
@@ -141,22 +143,25 @@ Flow flow(Collective c, Algorithm a, const std::vector<Schedule>& schedules,
     throw Error(fmt::format("estimate: replaying {}'s {} on {} ranks piece by piece: {}",
                             collective_name(c), algorithm_name(a), n, what));
   };
-  std::vector<std::size_t> matched(n * n, 0);  // [src * n + dst]: sends matched so far
+  std::unordered_map<std::size_t, std::size_t> matched;  // [src * n + dst]: sends matched so far
   for (std::size_t id = 0; id < ops.size(); ++id) {
     if (ops[id].send) continue;
     const std::size_t q = ops[id].peer * n + ops[id].rank;
-    if (matched[q] == sent[q].size())
+    auto& to_here = sent[q];
+    auto& count = matched[q];
+    if (count == to_here.size())
       fail(fmt::format("rank {} receives more pieces from rank {} than it sends ({})", ops[id].rank,
-                       ops[id].peer, sent[q].size()));
-    ops[sent[q][matched[q]++]].match = id;
+                       ops[id].peer, to_here.size()));
+    ops[to_here[count++]].match = id;
     ++ops[id].pending;
   }
-  for (std::size_t q = 0; q < sent.size(); ++q) {
-    if (matched[q] != sent[q].size())
+  for (const auto& [q, sends] : sent) {
+    const std::size_t count = matched.count(q) ? matched[q] : 0;
+    if (count != sends.size())
       fail(fmt::format("rank {} sends {} pieces to rank {}, which receives {}", q / n,
-                       sent[q].size(), q % n, matched[q]));
-    for (std::size_t k = window; k < sent[q].size(); ++k)
-      depend(ops[sent[q][k - window]].match, sent[q][k]);
+                       sends.size(), q % n, count));
+    for (std::size_t k = window; k < sends.size(); ++k)
+      depend(ops[sends[k - window]].match, sends[k]);
   }
   // Ops in the order they may start; each link carries one at a time.
   using Entry = std::pair<double, std::size_t>;
@@ -265,7 +270,7 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   // Several hosts: each host's link out and in, shared by its ranks.
   const bool hosts = shape.hosts && shape.hosts->hosts() > 1;
   const auto host_of = [&](std::size_t r) {
-    return static_cast<std::size_t>(shape.hosts->host_of[r]);
+    return static_cast<std::size_t>(shape.hosts->host_of(static_cast<int>(r)));
   };
   std::vector<double> host_out(hosts ? static_cast<std::size_t>(shape.hosts->hosts()) : 0, 0.0);
   std::vector<double> host_in(host_out.size(), 0.0);

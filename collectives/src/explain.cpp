@@ -138,7 +138,7 @@ Explanation explain(Collective c, Algorithm a, const Shape& shape,
 
   const auto n = static_cast<std::size_t>(shape.world);
   auto state = e.initial;
-  std::vector<std::deque<Posted>> queues(n * n);  // [from * n + to]
+  PairQueues<Posted> queues(n);
   std::vector<std::size_t> next(n, 0);
   std::vector<bool> sent(n, false);
   for (std::size_t number = 1;; ++number) {
@@ -154,7 +154,7 @@ Explanation explain(Collective c, Algorithm a, const Shape& shape,
         step.copies.push_back(Copy{static_cast<int>(r), next[r], copy});
       }
       for (const auto& t : st.sends) {
-        queues[r * n + static_cast<std::size_t>(t.peer)].push_back(
+        queues.of(r, static_cast<std::size_t>(t.peer)).push_back(
             Posted{static_cast<int>(r), next[r], t.range, number, runs_in(state[r], t.range)});
         ++step.sent;
       }
@@ -165,11 +165,9 @@ Explanation explain(Collective c, Algorithm a, const Shape& shape,
       if (next[r] == steps.size()) continue;
       all_done = false;
       const auto& st = steps[next[r]];
-      if (!receivable(st, queues, n, r)) continue;
+      if (!receivable(st, queues, r)) continue;
       for (const auto& t : st.recvs) {
-        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
-        Posted p = std::move(q.front());
-        q.pop_front();
+        Posted p = queues.pop(static_cast<std::size_t>(t.peer), r);
         write(state[r], t.range, p.content, t.combine);
         step.messages.push_back(Message{p.from, static_cast<int>(r), p.from_step, next[r], p.range,
                                         t.range, t.combine, p.sent_in, std::move(p.content)});

@@ -3,28 +3,31 @@
 // are numbered.
 #include <collie/collectives/ring.hpp>
 
+#include <collie/collectives/hosts.hpp>
+
 namespace collie::collectives {
 
 namespace {
 
-// Where this rank is in the ring, and who its neighbours are.
+// Where this rank is in the ring, and who its neighbours are: by host
+// where the hosts are known (their order is worked out once, hosts.hpp).
 struct Ring {
-  std::vector<int> order;  // position -> rank
-  int pos = 0;             // this rank's position
+  const Hosts* hosts = nullptr;  // null: rank order
+  int pos = 0;                   // this rank's position
   int n = 1;
-  int at(int position) const { return order[static_cast<std::size_t>(wrap(position, n))]; }
+  int at(int position) const {
+    const int p = wrap(position, n);
+    return hosts ? hosts->ring_order()[static_cast<std::size_t>(p)] : p;
+  }
   int next() const { return at(pos + 1); }
   int prev() const { return at(pos - 1); }
-  int position_of(int rank) const {
-    for (int p = 0; p < n; ++p)
-      if (order[static_cast<std::size_t>(p)] == rank) return p;
-    return 0;
-  }
+  int position_of(int rank) const { return hosts ? hosts->position(rank) : rank; }
 };
 
 Ring ring_of(const Shape& shape) {
+  check_hosts(shape);
   Ring r;
-  r.order = ring_order(shape);
+  r.hosts = shape.hosts.get();
   r.n = shape.world;
   r.pos = r.position_of(shape.rank);
   return r;

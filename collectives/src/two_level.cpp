@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 #include <collie/collectives/hosts.hpp>
 
@@ -13,24 +14,25 @@ namespace {
 // This rank's view of the hosts: its own host's ranks, its place among
 // them, and each host's ranks.
 struct Site {
-  std::vector<std::vector<int>> ranks;  // [host] its ranks, ascending
-  int host = 0;                         // this rank's
-  int local = 0;                        // its index on its host
-  int stripes = 1;                      // the most ranks on one host
-  int hosts() const { return static_cast<int>(ranks.size()); }
-  const std::vector<int>& here() const { return ranks[static_cast<std::size_t>(host)]; }
+  std::shared_ptr<const Hosts> hosts;
+  int host = 0;     // this rank's
+  int local = 0;    // its index on its host
+  int stripes = 1;  // the most ranks on one host
+  int count() const { return hosts->hosts(); }
+  const std::vector<int>& on(int h) const { return hosts->ranks_on(h); }
+  const std::vector<int>& here() const { return on(host); }
   // The rank of `host` that owns stripe s.
   int owner(int h, int s) const {
-    const auto& on = ranks[static_cast<std::size_t>(h)];
-    return on[static_cast<std::size_t>(s) % on.size()];
+    const auto& ranks = on(h);
+    return ranks[static_cast<std::size_t>(s) % ranks.size()];
   }
   // Whether local rank `i` of this host owns stripe s.
   bool owns(int i, int s) const { return s % static_cast<int>(here().size()) == i; }
   // Rank r's partner on host h: the rank there whose local index is r's
   // modulo the host's ranks (all_gather, reduce_scatter).
   int partner(int r_local, int h) const {
-    const auto& on = ranks[static_cast<std::size_t>(h)];
-    return on[static_cast<std::size_t>(r_local) % on.size()];
+    const auto& ranks = on(h);
+    return ranks[static_cast<std::size_t>(r_local) % ranks.size()];
   }
   // The blocks local rank i of this host holds between the two levels: its
   // own, and those of the ranks of other hosts whose partner it is;
@@ -38,11 +40,11 @@ struct Site {
   std::vector<int> held_by(int i) const {
     std::vector<int> out;
     const int me = here()[static_cast<std::size_t>(i)];
-    for (int h = 0; h < hosts(); ++h) {
-      const auto& on = ranks[static_cast<std::size_t>(h)];
-      for (std::size_t l = 0; l < on.size(); ++l) {
-        if (h == host ? on[l] == me : partner(static_cast<int>(l), host) == me)
-          out.push_back(on[l]);
+    for (int h = 0; h < count(); ++h) {
+      const auto& ranks = on(h);
+      for (std::size_t l = 0; l < ranks.size(); ++l) {
+        if (h == host ? ranks[l] == me : partner(static_cast<int>(l), host) == me)
+          out.push_back(ranks[l]);
       }
     }
     std::sort(out.begin(), out.end());
@@ -53,21 +55,14 @@ struct Site {
 
 
 Site site_of(const Shape& shape) {
-  Hosts hosts;
-  if (shape.hosts) {
-    check_hosts(shape);
-    hosts = *shape.hosts;
-  } else {
-    for (int r = 0; r < shape.world; ++r)
-      hosts.host_of.push_back(r);
-  }
+  check_hosts(shape);
   Site site;
-  for (int h = 0; h < hosts.hosts(); ++h)
-    site.ranks.push_back(hosts.ranks_on(h));
-  site.host = hosts.host_of[static_cast<std::size_t>(shape.rank)];
-  const auto& here = site.here();
-  site.local = static_cast<int>(std::find(here.begin(), here.end(), shape.rank) - here.begin());
-  site.stripes = std::max(1, hosts.most_per_host());
+  site.hosts = shape.hosts;
+  if (!site.hosts)
+    site.hosts = std::make_shared<const Hosts>(Hosts::one_per_rank(shape.world));
+  site.host = site.hosts->host_of(shape.rank);
+  site.local = site.hosts->local_index(shape.rank);
+  site.stripes = std::max(1, site.hosts->most_per_host());
   return site;
 }
 
@@ -80,7 +75,7 @@ Schedule two_level_all_reduce(const Shape& shape) {
   const int local_ranks = static_cast<int>(site.here().size());
   const int stripes = site.stripes;
   auto stripe = [&](int i) { return chunk(shape.count, stripes, i); };
-  const int hosts = site.hosts();
+  const int hosts = site.count();
   const int next = (site.host + 1) % hosts;
   const int prev = (site.host - 1 + hosts) % hosts;
   auto piece = [&](int i, int j) {  // piece j of stripe i
@@ -157,7 +152,7 @@ Schedule two_level_all_gather(const Shape& shape) {
   const auto n = static_cast<std::size_t>(shape.world);
   s.buffer_count = shape.count * (n + 1);
   const auto site = site_of(shape);
-  const int hosts = site.hosts();
+  const int hosts = site.count();
   const int local_ranks = static_cast<int>(site.here().size());
   Step first;  // the rank's input into its own block
   add_copy(first, Range{shape.count * n, shape.count}, block(shape.count, shape.rank));
@@ -169,7 +164,7 @@ Schedule two_level_all_gather(const Shape& shape) {
     add_send(st, site.partner(site.local, (site.host + k) % hosts),
              block(shape.count, shape.rank));
     const int from = (site.host - k + hosts) % hosts;
-    const auto& there = site.ranks[static_cast<std::size_t>(from)];
+    const auto& there = site.on(from);
     for (std::size_t l = 0; l < there.size(); ++l)
       if (site.partner(static_cast<int>(l), site.host) == shape.rank)
         add_recv(st, there[l], block(shape.count, there[l]), Combine::Copy);
@@ -195,7 +190,7 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   Schedule s;
   s.buffer_count = shape.count * static_cast<std::size_t>(shape.world);
   const auto site = site_of(shape);
-  const int hosts = site.hosts();
+  const int hosts = site.count();
   const int local_ranks = static_cast<int>(site.here().size());
   // (1) Within the host: into each rank, the host's sum of the blocks it
   // holds (its own, and those it is the partner of).
@@ -216,7 +211,7 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   for (int k = 1; k < hosts; ++k) {
     Step st;
     const int to = (site.host + k) % hosts;
-    const auto& there = site.ranks[static_cast<std::size_t>(to)];
+    const auto& there = site.on(to);
     for (std::size_t l = 0; l < there.size(); ++l)
       if (site.partner(static_cast<int>(l), site.host) == shape.rank)
         add_send(st, there[l], block(shape.count, there[l]));

@@ -178,7 +178,7 @@ void agree_on_placement(World& world, const std::string& machine) {
       for (int r = 0; r < config.world_size; ++r)
         keys.push_back(keys::rank_host(r));
       auto hosts = collectives::hosts_from_names(store.multi_get(keys));
-      for (int h : hosts.host_of)
+      for (int h : hosts.host_of())
         text += fmt::format(" {}", h);
       world.hosts = std::make_shared<const collectives::Hosts>(std::move(hosts));
     }
@@ -217,9 +217,8 @@ void agree_on_placement(World& world, const std::string& machine) {
   world.host_ranks = numbers[0];
   world.host_cores = numbers[1];
   if (numbers.size() > 2) {
-    collectives::Hosts hosts;
-    hosts.host_of.assign(numbers.begin() + 2, numbers.end());
-    world.hosts = std::make_shared<const collectives::Hosts>(std::move(hosts));
+    world.hosts = std::make_shared<const collectives::Hosts>(
+        std::vector<int>(numbers.begin() + 2, numbers.end()));
   }
 }
 

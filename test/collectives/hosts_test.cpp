@@ -18,7 +18,7 @@ namespace {
 std::vector<Schedule> schedules_on(Collective c, Algorithm a, const Hosts& hosts,
                                    std::size_t count, int root, int pieces) {
   const auto shared = std::make_shared<const Hosts>(hosts);
-  const int world = static_cast<int>(hosts.host_of.size());
+  const int world = hosts.ranks();
   std::vector<Schedule> s;
   for (int r = 0; r < world; ++r)
     s.push_back(make_schedule(c, a, Shape{r, world, count, root, pieces, shared}));
@@ -37,9 +37,7 @@ std::vector<Hosts> layouts() {
   }
   for (const auto& sizes : std::vector<std::vector<int>>{{3, 1, 2}, {1, 4}, {2, 2, 1}, {5, 3}})
     out.push_back(hosts_of_sizes(sizes));
-  Hosts interleaved;  // neither by host nor round robin
-  interleaved.host_of = {0, 1, 1, 0, 2, 1, 0};
-  out.push_back(interleaved);
+  out.push_back(Hosts({0, 1, 1, 0, 2, 1, 0}));  // neither by host nor round robin
   return out;
 }
 
@@ -49,8 +47,8 @@ std::vector<std::size_t> sent_across(const std::vector<Schedule>& s, const Hosts
   for (std::size_t r = 0; r < s.size(); ++r)
     for (const auto& step : s[r].steps)
       for (const auto& t : step.sends)
-        if (hosts.host_of[r] != hosts.host_of[static_cast<std::size_t>(t.peer)])
-          out[static_cast<std::size_t>(hosts.host_of[r])] += t.range.count;
+        if (hosts.host_of(static_cast<int>(r)) != hosts.host_of(t.peer))
+          out[static_cast<std::size_t>(hosts.host_of(static_cast<int>(r)))] += t.range.count;
   return out;
 }
 
@@ -58,19 +56,27 @@ std::vector<std::size_t> sent_across(const std::vector<Schedule>& s, const Hosts
 
 TEST_CASE("hosts: numbered by first rank, ring order by host, described", "[schedule][hosts]") {
   const auto named = hosts_from_names({"b", "a", "b", "c", "a"});
-  CHECK(named.host_of == std::vector<int>{0, 1, 0, 2, 1});
+  CHECK(named.host_of() == std::vector<int>{0, 1, 0, 2, 1});
   CHECK(named.hosts() == 3);
   CHECK(named.ring_order() == std::vector<int>{0, 2, 1, 4, 3});
   CHECK(named.ranks_on(1) == std::vector<int>{1, 4});
   CHECK(named.most_per_host() == 2);
   const auto cyclic = uniform_hosts(4, 2, true);
-  CHECK(cyclic.host_of == std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3});
+  CHECK(cyclic.host_of() == std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3});
   CHECK(cyclic.ring_order() == std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7});
   CHECK(describe(cyclic) == "4 hosts x 2 ranks, round robin");
   CHECK(describe(uniform_hosts(4, 2, false)) == "4 hosts x 2 ranks, by host");
   CHECK(describe(hosts_of_sizes({3, 1, 2})) == "3 hosts (3, 1, 2 ranks), by host");
   CHECK(describe(named) == "3 hosts (2, 2, 1 ranks), ranks interleaved");
   CHECK_THROWS_WITH(hosts_of_sizes({2, 0}), Catch::Contains("host 1 has 0 ranks"));
+  // What the schedules read, worked out once: places on the host and in the ring.
+  CHECK(named.local_index(4) == 1);
+  CHECK(named.position(1) == 2);
+  CHECK(!named.by_host());
+  CHECK(uniform_hosts(3, 2, false).by_host());
+  CHECK(Hosts::one_per_rank(3).host_of() == std::vector<int>{0, 1, 2});
+  CHECK_THROWS_WITH(Hosts({0, 2, 2}), Catch::Contains("host 1 has no rank"));
+  CHECK_THROWS_WITH(Hosts({0, -1}), Catch::Contains("rank 1's host is numbered -1"));
   // A shape whose hosts name another number of ranks is refused.
   const Shape wrong{0, 3, 4, 0, 1, std::make_shared<const Hosts>(uniform_hosts(2, 2, false))};
   CHECK_THROWS_WITH(make_schedule(Collective::AllReduce, Algorithm::Ring, wrong),
@@ -82,7 +88,7 @@ TEST_CASE("every algorithm of every collective on hosts of every shape: exactly 
           "[schedule][hosts]") {
   std::size_t runs = 0;
   for (const auto& hosts : layouts()) {
-    const int world = static_cast<int>(hosts.host_of.size());
+    const int world = hosts.ranks();
     for (auto c : kCollectives) {
       for (auto a : algorithms_for(c)) {
         const std::vector<std::size_t> counts = {0, 1, static_cast<std::size_t>(world) - 1 + 1,

@@ -95,7 +95,7 @@ ordered_json to_json(const Request& r, const Run& run, bool compare) {
   doc["element_bytes"] = r.element_bytes;
   doc["pieces"] = r.shape.pieces;
   doc["segment_bytes"] = r.segment_bytes;
-  doc["hosts"] = r.hosts ? ordered_json(r.hosts->host_of) : ordered_json(nullptr);
+  doc["hosts"] = r.hosts ? ordered_json(r.hosts->host_of()) : ordered_json(nullptr);
   auto legend = ordered_json::array();
   for (int rank = 0; rank < r.shape.world; ++rank)
     legend.push_back({{"rank", rank}, {"letter", cs::rank_letter(rank)}});

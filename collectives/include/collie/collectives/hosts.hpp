@@ -11,19 +11,43 @@
 
 namespace collie::collectives {
 
-struct Hosts {
-  // [group rank] its host: 0, 1, ... numbered in the order of each host's
-  // lowest rank.
-  std::vector<int> host_of;
+class Hosts {
+ public:
+  Hosts() = default;
+  // [group rank] its host, numbered 0, 1, ... (any order; gaps not
+  // allowed). Throws collie::Error on a negative number or a gap. What the
+  // schedules ask (each host's ranks, the ring's order, a rank's place in
+  // it) is worked out here once, so a schedule built for one rank of
+  // thousands reads it instead of searching the whole group.
+  explicit Hosts(std::vector<int> host_of);
+  // Each rank a host of its own (the hosts are not known).
+  static Hosts one_per_rank(int world);
 
-  int hosts() const;                     // how many
-  std::vector<int> ranks_on(int host) const;  // ascending
+  const std::vector<int>& host_of() const { return host_of_; }
+  int host_of(int rank) const { return host_of_[static_cast<std::size_t>(rank)]; }
+  int ranks() const { return static_cast<int>(host_of_.size()); }
+  int hosts() const { return static_cast<int>(members_.size()); }
+  const std::vector<int>& ranks_on(int host) const {  // ascending
+    return members_[static_cast<std::size_t>(host)];
+  }
+  // A rank's index among its host's ranks.
+  int local_index(int rank) const { return local_[static_cast<std::size_t>(rank)]; }
   // The ranks by host, then by rank: the order a ring takes, so that it
   // crosses from one host to the next once per host, however the ranks are
   // numbered (the identity when each host's ranks are consecutive).
-  std::vector<int> ring_order() const;
+  const std::vector<int>& ring_order() const { return order_; }
+  int position(int rank) const { return position_[static_cast<std::size_t>(rank)]; }
+  // Whether ring_order() is the identity (each host's ranks consecutive).
+  bool by_host() const { return by_host_; }
   // The most ranks on one host.
-  int most_per_host() const;
+  int most_per_host() const { return most_; }
+
+ private:
+  std::vector<int> host_of_;
+  std::vector<std::vector<int>> members_;
+  std::vector<int> local_, order_, position_;
+  bool by_host_ = true;
+  int most_ = 0;
 };
 
 // Numbers hosts from each rank's host name (equal names: one host).

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace collie::collectives {
@@ -65,7 +66,7 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-struct Hosts;  // hosts.hpp
+class Hosts;  // hosts.hpp
 
 // What a schedule is made for: this rank, the world size, the element count
 // (per rank, as the collective's caller counts it: see algorithms.hpp), the
@@ -154,15 +155,45 @@ SymbolicBuffers own_contributions(int world, std::size_t count);
 [[noreturn]] void throw_unreceived(const char* who, std::size_t from, std::size_t to,
                                    std::size_t count);
 
+// The messages in flight between the ranks of n, in order per pair: only
+// the pairs that talk have a queue (a ring of n ranks uses n of the n^2).
+template <class Message>
+class PairQueues {
+ public:
+  explicit PairQueues(std::size_t n) : n_(n) {}
+  std::deque<Message>& of(std::size_t from, std::size_t to) { return queues_[from * n_ + to]; }
+  std::size_t waiting(std::size_t from, std::size_t to) const {
+    const auto it = queues_.find(from * n_ + to);
+    return it == queues_.end() ? 0 : it->second.size();
+  }
+  Message pop(std::size_t from, std::size_t to) {
+    const auto it = queues_.find(from * n_ + to);
+    Message m = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) queues_.erase(it);
+    return m;
+  }
+  // Calls f(from, to, count) for a pair with messages left, if any.
+  template <class F>
+  void leftover(F f) const {
+    for (const auto& [key, q] : queues_)
+      if (!q.empty()) return f(key / n_, key % n_, q.size());
+  }
+
+ private:
+  std::size_t n_;
+  std::unordered_map<std::size_t, std::deque<Message>> queues_;
+};
+
 // Whether rank `r` can complete `step`: as many messages wait from each
-// peer as the step receives from it. queues[src * n + dst], in order.
-template <class Queue>
-bool receivable(const Step& step, const std::vector<Queue>& queues, std::size_t n, std::size_t r) {
+// peer as the step receives from it.
+template <class Message>
+bool receivable(const Step& step, const PairQueues<Message>& queues, std::size_t r) {
   for (const auto& t : step.recvs) {
     const auto needed = static_cast<std::size_t>(
         std::count_if(step.recvs.begin(), step.recvs.end(),
                       [&](const Transfer& u) { return u.peer == t.peer; }));
-    if (queues[static_cast<std::size_t>(t.peer) * n + r].size() < needed) return false;
+    if (queues.waiting(static_cast<std::size_t>(t.peer), r) < needed) return false;
   }
   return true;
 }
@@ -171,7 +202,7 @@ template <class Message, class Send, class Receive>
 void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send send,
                    Receive receive) {
   const std::size_t n = schedules.size();
-  std::vector<std::deque<Message>> queues(n * n);  // [src * n + dst], in order
+  PairQueues<Message> queues(n);
   std::vector<std::size_t> next(n, 0);             // the step each rank is at
   std::vector<bool> sent(n, false);                // that step's sends posted?
   for (;;) {
@@ -185,18 +216,16 @@ void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send
       if (!sent[r]) {
         auto messages = send(r, next[r]);
         for (std::size_t i = 0; i < step.sends.size(); ++i)
-          queues[r * n + static_cast<std::size_t>(step.sends[i].peer)].push_back(
-              std::move(messages[i]));
+          queues.of(r, static_cast<std::size_t>(step.sends[i].peer))
+              .push_back(std::move(messages[i]));
         sent[r] = true;
         progress = true;
       }
-      if (!receivable(step, queues, n, r)) continue;
+      if (!receivable(step, queues, r)) continue;
       std::vector<Message> messages;
-      for (const auto& t : step.recvs) {
-        auto& q = queues[static_cast<std::size_t>(t.peer) * n + r];
-        messages.push_back(std::move(q.front()));
-        q.pop_front();
-      }
+      messages.reserve(step.recvs.size());
+      for (const auto& t : step.recvs)
+        messages.push_back(queues.pop(static_cast<std::size_t>(t.peer), r));
       receive(r, next[r], std::move(messages));
       ++next[r];
       sent[r] = false;
@@ -205,8 +234,9 @@ void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send
     if (all_done) break;
     if (!progress) throw_deadlock(who, schedules, next);
   }
-  for (std::size_t q = 0; q < queues.size(); ++q)
-    if (!queues[q].empty()) throw_unreceived(who, q / n, q % n, queues[q].size());
+  queues.leftover([&](std::size_t from, std::size_t to, std::size_t count) {
+    throw_unreceived(who, from, to, count);
+  });
 }
 
 }  // namespace collie::collectives
