@@ -235,27 +235,30 @@ Flow flow(Collective c, Algorithm a, const std::vector<Schedule>& schedules,
 
 }  // namespace
 
-Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
-              const CostModel& model) {
+namespace {
+
+Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm a,
+                 const Shape& shape, std::size_t element_bytes, const CostModel& model) {
   const auto n = static_cast<std::size_t>(shape.world);
   // Fitted to all_reduce only: on reduce_scatter and all_gather its ties
   // (the same bytes in the same segments) would go to the ring where
   // recursive halving is faster on a crowded host.
   const bool crowded = model.crowding > 1 && c == Collective::AllReduce;
-  std::vector<Schedule> schedules;
   Cost cost;
   double work = 0;  // every rank's CPU seconds, summed (crowded only)
   for (int r = 0; r < shape.world; ++r) {
-    Shape s = shape;
-    s.rank = r;
-    schedules.push_back(make_schedule(c, a, s));
+    const auto& schedule = schedules[static_cast<std::size_t>(r)];
     std::size_t messages = 0, bytes = 0;
-    for (const auto& st : schedules.back().steps) {
+    for (const auto& st : schedule.steps) {
       messages += st.sends.size();
       for (const auto& t : st.sends) bytes += t.range.count * element_bytes;
     }
-    if (crowded) work += cpu_work(schedules.back(), s, element_bytes, model);
-    cost.steps = std::max(cost.steps, schedules.back().steps.size());
+    if (crowded) {
+      Shape s = shape;
+      s.rank = r;
+      work += cpu_work(schedule, s, element_bytes, model);
+    }
+    cost.steps = std::max(cost.steps, schedule.steps.size());
     cost.messages = std::max(cost.messages, messages);
     cost.bytes = std::max(cost.bytes, bytes);
     cost.rank_messages.push_back(messages);
@@ -277,11 +280,12 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
   const auto across = [&](std::size_t r, int peer) {
     return hosts && host_of(r) != host_of(static_cast<std::size_t>(peer));
   };
+  std::vector<double> arrivals;  // a step's messages: when each arrives
   run_schedules<double>(
       schedules, "estimate",
-      [&](std::size_t r, std::size_t index) {
+      [&](std::size_t r, std::size_t index) -> const std::vector<double>& {
         double link = clock[r];  // this rank's outgoing link, busy until
-        std::vector<double> arrivals;
+        arrivals.clear();
         for (const auto& t : schedules[r].steps[index].sends) {
           if (across(r, t.peer)) {
             link += model.delta;
@@ -296,18 +300,18 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
         send_end[r] = link;
         return arrivals;
       },
-      [&](std::size_t r, std::size_t index, std::vector<double> arrivals) {
+      [&](std::size_t r, std::size_t index, const std::vector<double>& arrived) {
         const auto& recvs = schedules[r].steps[index].recvs;
         double end = send_end[r];
         double inbound = clock[r];  // this rank's incoming link, busy until
         for (std::size_t k = 0; k < recvs.size(); ++k) {
           if (across(r, recvs[k].peer)) {
             auto& in = host_in[host_of(r)];
-            in = std::max(in + model.host_beta * bytes_of(recvs[k]), arrivals[k]);
+            in = std::max(in + model.host_beta * bytes_of(recvs[k]), arrived[k]);
             inbound = std::max(inbound, in) + model.delta;
           } else {
             inbound =
-                std::max(inbound + model.beta * bytes_of(recvs[k]), arrivals[k]) + model.delta;
+                std::max(inbound + model.beta * bytes_of(recvs[k]), arrived[k]) + model.delta;
           }
           if (recvs[k].combine == Combine::Reduce) inbound += model.gamma * bytes_of(recvs[k]);
           end = std::max(end, inbound);
@@ -335,6 +339,33 @@ Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element
     cost.seconds = hosts ? cost.seconds + cores : std::max(cost.seconds, cores);
   }
   return cost;
+}
+
+std::vector<Schedule> schedules_of(Collective c, Algorithm a, const Shape& shape) {
+  std::vector<Schedule> schedules;
+  schedules.reserve(static_cast<std::size_t>(shape.world));
+  for (int r = 0; r < shape.world; ++r) {
+    Shape s = shape;
+    s.rank = r;
+    schedules.push_back(make_schedule(c, a, s));
+  }
+  return schedules;
+}
+
+}  // namespace
+
+Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
+              const CostModel& model) {
+  return estimate_on(schedules_of(c, a, shape), c, a, shape, element_bytes, model);
+}
+
+std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
+                           std::size_t element_bytes, const std::vector<CostModel>& models) {
+  const auto schedules = schedules_of(c, a, shape);
+  std::vector<Cost> out;
+  for (const auto& model : models)
+    out.push_back(estimate_on(schedules, c, a, shape, element_bytes, model));
+  return out;
 }
 
 CostModel shared_memory_cost_model(double crowding) {
@@ -381,7 +412,8 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
       continue;
     const Shape shape{0, world, representative, 0,
                       pieces_for(representative * element_bytes, segment_bytes), hosts};
-    const double t = estimate(c, a, shape, element_bytes, m).seconds;
+    const double t = replays_quickly(a, shape) ? estimate(c, a, shape, element_bytes, m).seconds
+                                               : formula_seconds(c, a, shape, element_bytes, m);
     // A tie (the crowded bound can cost two algorithms alike) goes to the
     // earlier one, except that two_level, made for hosts, wins within 10%
     // of the best. Numbered round robin, halving_doubling's first exchange

@@ -120,7 +120,7 @@ void validate(const std::vector<Schedule>& schedules) {
         for (const auto& t : schedules[r].steps[index].sends) out.push_back(t.range.count);
         return out;
       },
-      [&](std::size_t r, std::size_t index, std::vector<std::size_t> sizes) {
+      [&](std::size_t r, std::size_t index, const std::vector<std::size_t>& sizes) {
         const auto& recvs = schedules[r].steps[index].recvs;
         for (std::size_t k = 0; k < recvs.size(); ++k)
           if (sizes[k] != recvs[k].range.count)
@@ -157,7 +157,7 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
         }
         return out;
       },
-      [&](std::size_t r, std::size_t index, std::vector<Message> messages) {
+      [&](std::size_t r, std::size_t index, std::vector<Message>& messages) {
         const auto& step = schedules[r].steps[index];
         auto& buffer = buffers[r];
         for (std::size_t k = 0; k < step.recvs.size(); ++k) {

@@ -9,14 +9,30 @@ namespace collie::cli::explain {
 
 CostLine cost_of(const Request& r, cs::Algorithm a) {
   CostLine line{a, {}, 0, 0};
-  line.cost = cs::estimate(r.collective, a, r.shape, r.element_bytes, r.model);
   cs::CostModel latency = r.model, bandwidth = r.model;
   latency.beta = latency.gamma = latency.work_per_byte = latency.host_beta = 0;
   latency.work_per_warm_byte = latency.work_per_cold_byte = 0;
   bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = bandwidth.host_alpha = 0;
-  line.latency_seconds = cs::estimate(r.collective, a, r.shape, r.element_bytes, latency).seconds;
-  line.bandwidth_seconds =
-      cs::estimate(r.collective, a, r.shape, r.element_bytes, bandwidth).seconds;
+  if (!cs::replays_quickly(a, r.shape)) {
+    line.closed_form = true;
+    const auto schedule = cs::make_schedule(r.collective, a, r.shape);  // rank 0's
+    line.cost.steps = schedule.steps.size();
+    for (const auto& st : schedule.steps) {
+      line.cost.messages += st.sends.size();
+      for (const auto& t : st.sends) line.cost.bytes += t.range.count * r.element_bytes;
+    }
+    line.cost.seconds = cs::formula_seconds(r.collective, a, r.shape, r.element_bytes, r.model);
+    line.latency_seconds =
+        cs::formula_seconds(r.collective, a, r.shape, r.element_bytes, latency);
+    line.bandwidth_seconds =
+        cs::formula_seconds(r.collective, a, r.shape, r.element_bytes, bandwidth);
+    return line;
+  }
+  const auto costs =
+      cs::estimate(r.collective, a, r.shape, r.element_bytes, {r.model, latency, bandwidth});
+  line.cost = costs[0];
+  line.latency_seconds = costs[1].seconds;
+  line.bandwidth_seconds = costs[2].seconds;
   return line;
 }
 

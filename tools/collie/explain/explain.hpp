@@ -36,6 +36,10 @@ struct CostLine {
   cs::Cost cost;             // the full model, with what each rank sends
   double latency_seconds;    // alpha and delta only
   double bandwidth_seconds;  // beta and gamma only
+  // Priced in closed form, as Auto prices a ring or two_level whose replay
+  // would pass cs::kReplaySteps (cost.hpp): then steps, messages and bytes
+  // are rank 0's, and cost.rank_messages and rank_bytes are empty.
+  bool closed_form = false;
 };
 CostLine cost_of(const Request& r, cs::Algorithm a);
 

@@ -53,6 +53,7 @@ ordered_json cost_json(const CostLine& c) {
           {"seconds", c.cost.seconds},
           {"latency_seconds", c.latency_seconds},
           {"bandwidth_seconds", c.bandwidth_seconds},
+          {"closed_form", c.closed_form},
           {"messages", c.cost.rank_messages},
           {"bytes", c.cost.rank_bytes}};
 }

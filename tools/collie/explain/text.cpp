@@ -219,19 +219,27 @@ std::string compare_text(const Request& r) {
                                 request_words(r), model_words(r));
   out += fmt::format("  {:<20} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11}\n", "algorithm", "steps",
                      "messages/rank", "bytes/rank", "time", "latency", "bandwidth");
+  bool closed = false;
   for (auto a : cs::algorithms_for(r.collective)) {
     const auto c = cost_of(r, a);
-    out +=
-        fmt::format("  {:<20} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11}{}\n", cs::algorithm_name(a),
-                    c.cost.steps, c.cost.messages, bytes_label(c.cost.bytes),
-                    time_label(c.cost.seconds), time_label(c.latency_seconds),
-                    time_label(c.bandwidth_seconds), a == chosen ? "   <- Auto" : "");
+    closed = closed || c.closed_form;
+    out += fmt::format("  {:<20} {:>6} {:>14} {:>12} {:>11} {:>11} {:>11}{}{}\n",
+                       cs::algorithm_name(a), c.cost.steps, c.cost.messages,
+                       bytes_label(c.cost.bytes), time_label(c.cost.seconds),
+                       time_label(c.latency_seconds), time_label(c.bandwidth_seconds),
+                       c.closed_form ? " *" : "", a == chosen ? "   <- Auto" : "");
   }
   out += fmt::format(
       "\nmessages/rank and bytes/rank: the most any rank sends. time: the model's; latency: its\n"
       "time with only alpha and delta; bandwidth: with only beta and gamma. Auto costs a call at\n"
       "its size rounded up to a power of two ({}) and picks the fastest.\n",
       bytes_label(cs::size_bucket(r.shape.count * r.element_bytes)));
+  if (closed)
+    out += fmt::format(
+        "*: priced in closed form, as Auto prices a ring or two_level whose replay would pass\n"
+        "{} steps (docs/algorithms.md, \"Thousands of ranks\"); steps, messages and bytes are\n"
+        "rank 0's.\n",
+        cs::kReplaySteps);
   return out;
 }
 

@@ -125,6 +125,26 @@ struct Cost {
 // as simulate() does on a schedule that cannot run.
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
               const CostModel& model);
+// The same for several models, the schedules built once (`collie explain
+// --compare` prices each algorithm whole, by latency alone and by bandwidth).
+std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
+                           std::size_t element_bytes, const std::vector<CostModel>& models);
+
+// Auto at scale. The replay runs every rank's schedule: a ring's or
+// two_level's n ranks take about n steps each (n^2 in all: 16 million at
+// 4,096 ranks), the others O(log n) each. Where the replay would pass
+// kReplaySteps steps, Auto prices those two in closed form instead
+// (formula_seconds(), cost_formula.cpp: the step clock's hops, summed along
+// the ring or over each phase, and the crowded bound from each rank's
+// average work; not the crowded TCP clock's overlap or cache terms), so a
+// first choice costs O(n log n) at most; `collie explain` always replays.
+// Where both run the two agree (tested: test/collectives/cost_formula_test.cpp).
+inline constexpr std::size_t kReplaySteps = std::size_t{1} << 16;
+bool replays_quickly(Algorithm a, const Shape& shape);
+// The model's time for a ring or two_level schedule without running it;
+// throws collie::Error for the algorithms it does not cover.
+double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
+                       const CostModel& model);
 
 // The pipeline pieces of a chain for a buffer of `bytes` cut into segments
 // of `segment_bytes` (COLLIE_SEGMENT_BYTES): 1 to 1024.

@@ -205,6 +205,10 @@ void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send
   PairQueues<Message> queues(n);
   std::vector<std::size_t> next(n, 0);             // the step each rank is at
   std::vector<bool> sent(n, false);                // that step's sends posted?
+  // A rank that could not receive is looked at again only once a message
+  // has come for it since (the order the ranks go in stays the sweep's).
+  std::vector<bool> stuck(n, false);
+  std::vector<Message> received;  // a step's messages, handed to `receive`
   for (;;) {
     bool progress = false;
     bool all_done = true;
@@ -212,21 +216,26 @@ void run_schedules(const std::vector<Schedule>& schedules, const char* who, Send
       const auto& steps = schedules[r].steps;
       if (next[r] == steps.size()) continue;
       all_done = false;
+      if (stuck[r]) continue;
       const auto& step = steps[next[r]];
       if (!sent[r]) {
-        auto messages = send(r, next[r]);
-        for (std::size_t i = 0; i < step.sends.size(); ++i)
-          queues.of(r, static_cast<std::size_t>(step.sends[i].peer))
-              .push_back(std::move(messages[i]));
+        auto&& messages = send(r, next[r]);
+        for (std::size_t i = 0; i < step.sends.size(); ++i) {
+          const auto to = static_cast<std::size_t>(step.sends[i].peer);
+          queues.of(r, to).push_back(std::move(messages[i]));
+          stuck[to] = false;
+        }
         sent[r] = true;
         progress = true;
       }
-      if (!receivable(step, queues, r)) continue;
-      std::vector<Message> messages;
-      messages.reserve(step.recvs.size());
+      if (!receivable(step, queues, r)) {
+        stuck[r] = true;
+        continue;
+      }
+      received.clear();
       for (const auto& t : step.recvs)
-        messages.push_back(queues.pop(static_cast<std::size_t>(t.peer), r));
-      receive(r, next[r], std::move(messages));
+        received.push_back(queues.pop(static_cast<std::size_t>(t.peer), r));
+      receive(r, next[r], received);
       ++next[r];
       sent[r] = false;
       progress = true;
