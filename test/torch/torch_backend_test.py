@@ -485,11 +485,17 @@ def reinit_tcp(rank, size, path):
     """mp.spawn's pattern: init_method tcp:// (rank 0's process serves torch's
     store), destroy, init again at once on the same port, three times."""
     port_file = path + ".port"
+    hold = None
     if rank == 0:
+        # The port stays bound (not listening) for the whole case, so that
+        # no other process's bind to port 0 gets it between this probe and
+        # torch's store; the store binds it beside this socket, as both set
+        # SO_REUSEADDR.
         import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        hold = socket.socket()
+        hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        hold.bind(("127.0.0.1", 0))
+        port = hold.getsockname()[1]
         with open(port_file + ".tmp", "w") as f:
             f.write(str(port))
         os.replace(port_file + ".tmp", port_file)
@@ -507,6 +513,8 @@ def reinit_tcp(rank, size, path):
         want = size * (size + 1) / 2 + size * again
         check(t.eq(want).all(), f"group {again}: {t[:4]} != {want}")
         dist.destroy_process_group()
+    if hold is not None:
+        hold.close()
 
 
 # ---- CUDA tensors -------------------------------------------------------------

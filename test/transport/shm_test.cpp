@@ -17,6 +17,7 @@
 
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
+#include <collie/host_cpus.hpp>
 #include <collie/transport/open.hpp>
 #include <collie/transport/shm.hpp>
 
@@ -289,4 +290,23 @@ TEST_CASE("shm: a receive under way when its sender withdraws the message fails,
   const auto next = tc::pattern(1000, 0, 6);
   tc::send(c[0], 1, 6, next);
   CHECK(tc::recv(c[1], 0, 6, 1000) == next);
+}
+
+TEST_CASE("shm: a machine is busy when work outside the job fills its processors",
+          "[shm][load]") {
+  // The kernel's count includes the task that asks.
+  const int runnable = collie::runnable_tasks();
+  CHECK(runnable >= 1);
+  CHECK(collie::online_cpus() >= 1);
+  // 2 processors, this job's 2 ranks: six other tasks (hogs) fill them,
+  // one does not; 2 others do (each has a processor of its own).
+  CHECK(collie::machine_busy(1 + 2 + 6, 2, 2));
+  CHECK(collie::machine_busy(1 + 2 + 2, 2, 2));
+  CHECK_FALSE(collie::machine_busy(1 + 2 + 1, 2, 2));
+  // The job's own ranks never make it busy, however many.
+  CHECK_FALSE(collie::machine_busy(1 + 256, 256, 2));
+  // Unknown load: not busy.
+  CHECK_FALSE(collie::machine_busy(-1, 2, 2));
+  CHECK_FALSE(collie::machine_busy(0, 0, 0));
+  CHECK(collie::machine_busy(3, 0, 0));  // no processor counted: one
 }

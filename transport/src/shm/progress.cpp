@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/host_cpus.hpp>
 #include <collie/interrupt.hpp>
 
 #include "bell.hpp"
@@ -32,6 +33,9 @@ constexpr auto kSharedSpin = 2ms;
 // How often the background thread looks whether peers are alive while a
 // wait across backends sleeps in another one (watch_for()).
 constexpr auto kWatchLiveness = 20ms;
+// How often the background thread reads the machine's load (one read of
+// /proc/loadavg: a few microseconds).
+constexpr auto kLoadEvery = 50ms;
 
 }  // namespace
 
@@ -149,6 +153,10 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   bool once = deadline <= began;
   unsigned turn = 0;
   const bool yielding = crowded.load(std::memory_order_relaxed);
+  // A busy machine: no spin (a few turns), straight to the bell.
+  const auto spin = busy.load(std::memory_order_relaxed) ? Clock::duration::zero()
+                                                         : Clock::duration(options.settings.spin);
+  if (spin == Clock::duration::zero()) spin_until = began;
   for (bool first = true; !finished(); first = false) {
     if (!first) now = Clock::now();
     if ((now >= deadline && !once) || waits_interrupted() != 0) break;
@@ -183,12 +191,12 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
       }
       if (finished() || once) return finished();
       if (moved) {
-        spin_until = std::max(spin_until, now + options.settings.spin);
+        spin_until = std::max(spin_until, now + spin);
       } else if (yielding) {
         sched_yield();
         const auto after = Clock::now();
         if (after - now > kYieldedAfter)
-          spin_until = std::min(spin_limit, std::max(spin_until, after + options.settings.spin));
+          spin_until = std::min(spin_limit, std::max(spin_until, after + spin));
         now = after;
       } else {
         cpu_relax();
@@ -240,8 +248,17 @@ void ShmTransport::Impl::watch_turn(std::uint32_t idle_seen) {
                   1us);
 }
 
+void ShmTransport::Impl::look_at_load(Clock::time_point now) {
+  if (now < next_load) return;
+  next_load = now + kLoadEvery;
+  const int ranks = std::max(machine_ranks.load(std::memory_order_relaxed),
+                             static_cast<int>(local.size()));
+  busy.store(machine_busy(runnable_tasks(), ranks, online_cpus()), std::memory_order_relaxed);
+}
+
 void ShmTransport::Impl::background_loop() {
   while (!stopping.load()) {
+    look_at_load(Clock::now());
     // Read first: a watch begun after this wakes the sleep below at once.
     const std::uint32_t idle_seen = idle_word.load();
     if (watching.load() > 0) {

@@ -322,6 +322,7 @@ void ShmTransport::set_host_load(int ranks, int processors) {
   auto& m = *impl_;
   const int sharing = std::max(ranks, static_cast<int>(m.local.size()));
   m.crowded.store(sharing > std::max(processors, 1), std::memory_order_relaxed);
+  m.machine_ranks.store(sharing, std::memory_order_relaxed);
 }
 
 bool ShmTransport::shares_memory_with(int peer) const {

@@ -150,9 +150,18 @@ struct ShmTransport::Impl {
   // More ranks on this machine than processors: waits yield. Its own
   // ranks at first; set_host_load() counts the machine's whole job.
   std::atomic<bool> crowded{false};
+  // Other work fills the machine's processors (machine_busy(),
+  // host_cpus.hpp): a wait then sleeps on its bell at once, as a blocking
+  // socket does, and the kernel wakes it ahead of the work that has used
+  // its time slice, where a rank that spins or yields has used its own.
+  // The background thread looks every kLoadEvery (look_at_load()).
+  std::atomic<bool> busy{false};
+  std::atomic<int> machine_ranks{0};  // this job's ranks on this machine
+  Clock::time_point next_load{};      // background thread only
   bool stream_receives = false;  // large plain receives use non-temporal stores
   std::thread background;
   Clock::time_point next_liveness{};
+  void look_at_load(Clock::time_point now);
   std::vector<std::byte> bounce;  // single copies consumed a piece at a time
 
   ShmRequest& of(const RequestPtr& r) const { return static_cast<ShmRequest&>(*r); }
