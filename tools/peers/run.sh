@@ -31,6 +31,11 @@
 # the TCP limit of this host: two iperf3 streams at once, one each way
 # (iperf-ROUND.json), which compare.py reads. Every system times the same
 # way: the mean over the iterations on each rank, the maximum across ranks.
+# HOGS=N (default 0) measures a busy host: N processes spinning
+# (`while :; do :; done`) for the whole run, started after the reference
+# probes below, so that runnable processes outnumber the cores (6 on this
+# project's 2-core machine); use it with SETTLE=0, as the probes read the
+# hogs too.
 # Needs the Debian packages openmpi-bin, libopenmpi-dev, python3-torch and
 # iperf3. See docs/PERFORMANCE.md; tools/peers/compare.py makes the tables.
 #
@@ -120,6 +125,14 @@ around() {
 for _ in $(seq 10); do
   probe
   sleep 2
+done
+
+hogs=()
+stop_hogs() { if [ ${#hogs[@]} -gt 0 ]; then kill "${hogs[@]}" 2> /dev/null || true; fi; }
+trap stop_hogs EXIT
+for _ in $(seq "${HOGS:-0}"); do
+  (while :; do :; done) &
+  hogs+=($!)
 done
 
 # Two iperf3 streams at once, one each way, as an all_reduce moves bytes

@@ -158,6 +158,7 @@ struct ShmTransport::Impl {
   std::atomic<bool> busy{false};
   std::atomic<int> machine_ranks{0};  // this job's ranks on this machine
   Clock::time_point next_load{};      // background thread only
+  int busy_looks = 0;                 // looks in a row that found it busy (background thread)
   bool stream_receives = false;  // large plain receives use non-temporal stores
   std::thread background;
   Clock::time_point next_liveness{};
