@@ -36,6 +36,8 @@
 # probes below, so that runnable processes outnumber the cores (6 on this
 # project's 2-core machine); use it with SETTLE=0, as the probes read the
 # hogs too.
+# MPI_YIELD=1 runs Open MPI with `--mca mpi_yield_when_idle 1` (its setting
+# for more ranks than cores: waits yield the processor).
 # Needs the Debian packages openmpi-bin, libopenmpi-dev, python3-torch and
 # iperf3. See docs/PERFORMANCE.md; tools/peers/compare.py makes the tables.
 #
@@ -71,6 +73,8 @@ settle=${SETTLE:-1}
 settle_max=${SETTLE_MAX:-180}
 launch_limit=${LAUNCH_LIMIT:-900}
 limited=(timeout -k 10 "$launch_limit")
+mpi_yield=()
+if [ "${MPI_YIELD:-0}" = 1 ]; then mpi_yield=(--mca mpi_yield_when_idle 1); fi
 # run.sh's own messages, whatever a launch's standard error is sent to.
 exec 3>&2
 
@@ -162,11 +166,11 @@ launch() {
         --ranks "$n" -b "$min" -e "$top" -f "$factor" -n 20 -w 5 --csv > "$csv"
       ;;
     mpishm)
-      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe \
+      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe "${mpi_yield[@]}" \
         -np "$n" "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
     mpi)
-      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe \
+      around "$name" "${limited[@]}" mpirun --allow-run-as-root --oversubscribe "${mpi_yield[@]}" \
         -np "$n" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
         "$out/mpi_bench" "$c" "$min" "$top" "$factor" 20 5 > "$csv"
       ;;
