@@ -101,7 +101,8 @@ inline constexpr Variable kSpinUs{
     0, 1000000, false,
     "how long a wait polls its sockets (yielding the CPU between polls) before it sleeps; on "
     "while the yields run other threads, at most 2 ms, and while requests keep finishing, at "
-    "most 100 ms"};
+    "most 100 ms; on a machine whose processors other work fills, shared memory's waits do not "
+    "spin"};
 inline constexpr Variable kTransport{
     "COLLIE_TRANSPORT", Kind::Choice, "choice", "auto", "auto, tcp, shm",
     0, -1, false,
