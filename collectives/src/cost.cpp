@@ -248,11 +248,7 @@ Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm
   double work = 0;  // every rank's CPU seconds, summed (crowded only)
   for (int r = 0; r < shape.world; ++r) {
     const auto& schedule = schedules[static_cast<std::size_t>(r)];
-    std::size_t messages = 0, bytes = 0;
-    for (const auto& st : schedule.steps) {
-      messages += st.sends.size();
-      for (const auto& t : st.sends) bytes += t.range.count * element_bytes;
-    }
+    const auto [messages, bytes] = sends_of(schedule, element_bytes);
     if (crowded) {
       Shape s = shape;
       s.rank = r;
@@ -353,6 +349,15 @@ std::vector<Schedule> schedules_of(Collective c, Algorithm a, const Shape& shape
 }
 
 }  // namespace
+
+Sends sends_of(const Schedule& schedule, std::size_t element_bytes) {
+  Sends out;
+  for (const auto& st : schedule.steps) {
+    out.messages += st.sends.size();
+    for (const auto& t : st.sends) out.bytes += t.range.count * element_bytes;
+  }
+  return out;
+}
 
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
               const CostModel& model) {

@@ -26,7 +26,6 @@ namespace {
 
 struct Formula {
   const CostModel& m;
-  std::size_t element_bytes;
   // For the crowded bound: one rank's CPU seconds, on average.
   double work = 0;
   // CPU seconds per byte moved that misses the cache (crowded TCP on one
@@ -112,10 +111,6 @@ double chain(Formula& f, const Shape& shape, double bytes, bool reduce) {
   return (n - 1 - x) * within + x * across + (pieces - 1) * (x > 0 ? across : within);
 }
 
-double m_delta(const Formula& f) {
-  return f.m.delta;
-}
-
 // two_level: L ranks on each of H hosts (the most on one), each phase's
 // steps together.
 double two_level(Formula& f, Collective c, const Shape& shape, double bytes) {
@@ -139,7 +134,7 @@ double two_level(Formula& f, Collective c, const Shape& shape, double bytes) {
     const double owners = std::min(local, stripes);
     for (bool reduce : {true, false}) {
       seconds += std::min(local - 1, owners) * f.hop(parts, stripe / parts, reduce) +
-                 (local - 1 - std::min(local - 1, owners)) * m_delta(f);
+                 (local - 1 - std::min(local - 1, owners)) * f.m.delta;
       f.count((local - 1) * owners / local, parts, stripe / parts, reduce);
       seconds += (hosts - 1) * f.hop(1, piece, reduce, owners * cross);
       f.count((hosts - 1) * owners / local * pieces / hosts, 1, piece, reduce, cross);
@@ -168,7 +163,7 @@ double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_
                        const CostModel& model) {
   check_hosts(shape);
   if (shape.world <= 1) return 0;
-  Formula f{model, element_bytes};
+  Formula f{model};
   const bool one_host = !shape.hosts || shape.hosts->hosts() < 2;
   if (model.crowding > 1 && model.flow_bytes > 0 && one_host) {
     const double buffer = static_cast<double>(shape.count * element_bytes);

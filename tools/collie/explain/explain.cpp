@@ -16,11 +16,10 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   if (!cs::replays_quickly(a, r.shape)) {
     line.closed_form = true;
     const auto schedule = cs::make_schedule(r.collective, a, r.shape);  // rank 0's
+    const auto sends = cs::sends_of(schedule, r.element_bytes);
     line.cost.steps = schedule.steps.size();
-    for (const auto& st : schedule.steps) {
-      line.cost.messages += st.sends.size();
-      for (const auto& t : st.sends) line.cost.bytes += t.range.count * r.element_bytes;
-    }
+    line.cost.messages = sends.messages;
+    line.cost.bytes = sends.bytes;
     line.cost.seconds = cs::formula_seconds(r.collective, a, r.shape, r.element_bytes, r.model);
     line.latency_seconds =
         cs::formula_seconds(r.collective, a, r.shape, r.element_bytes, latency);

@@ -121,6 +121,13 @@ struct Cost {
   std::vector<std::size_t> rank_bytes;     // [rank] bytes it sends
 };
 
+// What one rank's schedule sends: messages, and bytes (Cost's columns).
+struct Sends {
+  std::size_t messages = 0;
+  std::size_t bytes = 0;
+};
+Sends sends_of(const Schedule& schedule, std::size_t element_bytes);
+
 // Every rank of the collective, on the model's clock. Throws collie::Error
 // as simulate() does on a schedule that cannot run.
 Cost estimate(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
