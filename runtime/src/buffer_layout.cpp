@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+
 namespace collie {
 
 using collectives::Range;
@@ -46,14 +50,41 @@ bool overlapping(const void* a, std::size_t a_bytes, const void* b, std::size_t 
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
+// Scratch buffers larger than this are given back when their call ends.
+constexpr std::size_t kKeptScratchBytes = std::size_t{1} << 20;
+
+std::vector<std::byte>& thread_scratch(std::size_t i) {
+  static thread_local std::array<std::vector<std::byte>, 2> kept;
+  return kept.at(i);
+}
+
 bool inside(const Range& part, const Range& whole) {
   return part.offset >= whole.offset && part.offset + part.count <= whole.offset + whole.count;
 }
 
 }  // namespace
 
-std::byte* BufferLayout::scratch(std::size_t bytes) {
-  return scratch_.emplace_back(bytes).data();
+std::byte* BufferLayout::scratch(std::size_t bytes, bool zeroed) {
+  if (scratch_used_ == kMaxScratch)
+    throw Error(fmt::format("internal: a layout of {} needs more than {} scratch buffers",
+                            collectives::collective_name(call_.collective), kMaxScratch));
+  auto& kept = thread_scratch(scratch_used_++);
+  if (kept.size() < bytes) kept = std::vector<std::byte>(bytes);
+  if (zeroed) std::memset(kept.data(), 0, bytes);
+  return kept.data();
+}
+
+Region& BufferLayout::add(Region r) {
+  if (regions_used_ == kMaxRegions)
+    throw Error(fmt::format("internal: a layout of {} needs more than {} regions",
+                            collectives::collective_name(call_.collective), kMaxRegions));
+  return regions_[regions_used_++] = r;
+}
+
+BufferLayout::~BufferLayout() {
+  for (std::size_t i = 0; i < scratch_used_; ++i)
+    if (auto& kept = thread_scratch(i); kept.size() > kKeptScratchBytes)
+      std::vector<std::byte>().swap(kept);
 }
 
 Region BufferLayout::caller_region(Range range, std::byte* data, int device,
@@ -85,7 +116,7 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
   const bool avg = call.op == ReduceOp::Avg;
   // A working copy of the input's range, in host memory.
   auto working_copy = [&] {
-    std::byte* copy = scratch(layout.input.count * es);
+    std::byte* copy = scratch(layout.input.count * es, false);
     device::copy(engine_, copy, -1, in, in_dev, layout.input.count * es);
     return copy;
   };
@@ -99,21 +130,20 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
       if (in != out && !whole) device::copy(engine_, out, out_dev, in, in_dev, all.count * es);
       const void* from = in != out ? static_cast<const void*>(in) : out;
       const int from_dev = in != out ? in_dev : out_dev;
-      regions_.push_back(caller_region(all, out, out_dev, plan.output, true, from, from_dev));
-      result_ = regions_.back().data;
-      result_device_ = regions_.back().device;
+      const auto& r = add(caller_region(all, out, out_dev, plan.output, true, from, from_dev));
+      result_ = r.data;
+      result_device_ = r.device;
     } else if (!ext.input) {  // a barrier's token
-      regions_.push_back({all.offset, all.count, scratch(all.count * es), -1});
-      std::memset(regions_.back().data, 0, all.count * es);
+      add({all.offset, all.count, scratch(all.count * es), -1});  // zeroed
     } else if (writes(schedule) || (avg && call.dtype == DataType::Float16)) {
       // A partial result passes through this rank: not in the caller's input.
-      regions_.push_back({all.offset, all.count, working_copy(), -1});
+      add({all.offset, all.count, working_copy(), -1});
     } else {  // read only
-      regions_.push_back(caller_region(all, in, in_dev, plan.input, false, in, in_dev));
+      add(caller_region(all, in, in_dev, plan.input, false, in, in_dev));
     }
   } else if (inside(layout.output, layout.input)) {
     std::byte* copy = working_copy();
-    regions_.push_back({layout.input.offset, layout.input.count, copy, -1});
+    add({layout.input.offset, layout.input.count, copy, -1});
     copy_out_ = copy + (layout.output.offset - layout.input.offset) * es;
     result_ = copy_out_;
   } else {
@@ -133,12 +163,12 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
     const auto side = [&](Range range, bool present, std::byte* data, int device,
                           device::Staging staging, bool output) {
       if (present) {
-        regions_.push_back(caller_region(range, data, device, staging, output, data, device));
+        add(caller_region(range, data, device, staging, output, data, device));
         return;
       }
       const auto hull = touched_within(schedule, range);
       if (hull.count > 0)
-        regions_.push_back({hull.offset, hull.count, scratch(hull.count * es), -1});
+        add({hull.offset, hull.count, scratch(hull.count * es), -1});
     };
     const bool input_first = layout.input.offset < layout.output.offset;
     for (const bool input : {input_first, !input_first}) {
@@ -154,7 +184,7 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
     // in the one region of a reduction: always a working copy or the
     // output (a reduce's read-only input is never used for float16
     // averages, above).
-    const auto& r = regions_.front();
+    const auto& r = regions_[0];
     if (r.device < 0) {
       prescale_average(call.dtype, r.data, r.count, world_);
     } else {

@@ -23,6 +23,10 @@
 // After the schedule, finish() completes averages and copies out what is
 // owed.
 //
+// Scratch memory (working copies, a side a rank has no buffer for) comes
+// from buffers the thread keeps between its calls (a thread runs one call
+// at a time), up to 1 MiB each: a repeated call allocates nothing.
+//
 // Device memory: the call's staging plan (device/staging.hpp) said how
 // each of the caller's buffers is staged. A buffer to stage Whole is
 // copied to a pinned block here (device/whole_staging.hpp) and its region
@@ -34,8 +38,10 @@
 // engine, segment by segment.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include <collie/collectives/schedule.hpp>
@@ -55,18 +61,23 @@ class BufferLayout {
   // is divided in.
   BufferLayout(const Call& call, const collectives::Schedule& schedule,
                const collectives::Shape& shape, std::size_t segment_bytes);
+  // Gives back scratch memory too large to keep.
+  ~BufferLayout();
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
 
   // The working buffer, for the executor.
-  const std::vector<Region>& regions() const { return regions_; }
+  std::span<const Region> regions() const { return {regions_.data(), regions_used_}; }
 
   // After the schedule: the output's range out of the working copy,
   // averages divided, staged outputs copied back.
   void finish();
 
  private:
-  std::byte* scratch(std::size_t bytes);
+  // `bytes` of scratch memory for the call, zeroed unless the caller
+  // fills it at once.
+  std::byte* scratch(std::size_t bytes, bool zeroed = true);
+  Region& add(Region r);
   // A region of the caller's buffer `data` (on `device`), staged whole
   // where the plan says so (filled from `from` on `from_device`).
   Region caller_region(collectives::Range range, std::byte* data, int device,
@@ -77,8 +88,11 @@ class BufferLayout {
   int world_;
   device::Engine* engine_;
   std::size_t segment_bytes_;
-  std::vector<std::vector<std::byte>> scratch_;
-  std::vector<Region> regions_;
+  // The most any layout needs of each (a working copy and a side).
+  static constexpr std::size_t kMaxScratch = 2, kMaxRegions = 2;
+  std::size_t scratch_used_ = 0;
+  std::array<Region, kMaxRegions> regions_{};
+  std::size_t regions_used_ = 0;
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
   std::byte* copy_out_ = nullptr;  // the output's range in a working copy

@@ -2,6 +2,7 @@
 // run the call, blocking or on the group's async thread. Running it: build
 // the schedule, lay the buffers out (buffer_layout.hpp), execute it over the
 // transport (executor.hpp), trace it, and name the call in any error.
+#include <algorithm>
 #include <bit>
 
 #include <fmt/format.h>
@@ -30,11 +31,26 @@ std::size_t run_schedule(detail::Group& g, const Call& call,
       g.rank, n, call.count, call.root,
       collectives::pieces_for(call.count * dtype_size(call.dtype), g.world->config.segment_bytes),
       g.hosts};
-  const auto schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
-  BufferLayout layout(call, schedule, shape, g.world->config.segment_bytes);
-  execute_schedule(g, call, schedule, layout.regions(), std::move(failed_first));
+  const std::size_t es = dtype_size(call.dtype);
+  const auto plan = g.plans.get(
+      PlanCache::Key{call.collective, call.algorithm, call.count, es, call.root, shape.pieces},
+      [&] {
+        auto p = std::make_shared<Plan>();
+        p->schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
+        // Its dataflow, for calls on host memory (one with device buffers
+        // staged by segments runs step by step instead: executor.cpp).
+        flow::Graph built;
+        flow::build(p->schedule, 0, p->schedule.steps.size(),
+                    std::max<std::size_t>(1, g.world->config.segment_bytes / es),
+                    g.members.size(), built);
+        flow::copy_built(built, p->flow);
+        p->has_flow = true;
+        return std::shared_ptr<const Plan>(std::move(p));
+      });
+  BufferLayout layout(call, plan->schedule, shape, g.world->config.segment_bytes);
+  execute_schedule(g, call, *plan, layout.regions(), std::move(failed_first));
   layout.finish();
-  return schedule.steps.size();
+  return plan->schedule.steps.size();
 }
 
 void execute(detail::Group& g, const Call& call) {

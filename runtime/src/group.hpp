@@ -16,6 +16,7 @@
 #include <collie/transport/transport.hpp>
 
 #include "device/device.hpp"
+#include "plan_cache.hpp"
 #include "stall.hpp"
 #include "trace.hpp"
 #include "work.hpp"
@@ -66,6 +67,8 @@ struct detail::Group {
   // Auto's choices, by (collective, dtype size, log2 bytes, root).
   mutable std::mutex choice_mu;
   mutable std::map<std::uint64_t, Algorithm> choices;
+  // The schedules of recent calls, for the next call of the same shape.
+  PlanCache plans;
   // Set once a collective failed in a way that leaves messages in flight.
   std::mutex broken_mu;
   std::string broken;

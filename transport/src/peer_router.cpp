@@ -113,7 +113,7 @@ int PeerRouter::wait_any(std::span<const RequestPtr> requests, std::chrono::mill
     if (it == by_backend.end()) it = by_backend.insert(by_backend.end(), {b, {}});
     it->second.push_back(i);
   }
-  std::vector<std::shared_ptr<void>> claims;
+  std::vector<ProgressClaim> claims;
   for (auto& entry : by_backend)
     claims.push_back(entry.first->claim_progress());
   std::vector<RequestPtr> subset;
@@ -189,7 +189,7 @@ bool PeerRouter::any_queued() const {
   return false;
 }
 
-std::shared_ptr<void> PeerRouter::claim_progress() {
+ProgressClaim PeerRouter::claim_progress() {
   // One backend in use: its claim. Several: none. A caller waits on one
   // backend at a time, and a claim would keep the others' threads from
   // moving their data meanwhile: a send to a TCP peer, half written while
@@ -201,7 +201,7 @@ std::shared_ptr<void> PeerRouter::claim_progress() {
     if (used != backends_.size()) return {};
     used = b;
   }
-  return used < backends_.size() ? backends_[used]->claim_progress() : nullptr;
+  return used < backends_.size() ? backends_[used]->claim_progress() : ProgressClaim();
 }
 
 void PeerRouter::set_host_load(int ranks, int processors) {

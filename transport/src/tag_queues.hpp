@@ -2,20 +2,23 @@
 // and its messages that came before their receive.
 //
 // A collective's tag is used by one call only, so its queue is made and
-// emptied once per message or two. Emptied queues are kept (up to a few) and
-// reused for the next tag, map node and deque storage together: without
-// that, every message would allocate a map node, a deque's index and its
-// first block, and free them again. Shared by every backend (TCP: a peer
+// emptied once per message or two. Emptied queues are kept (up to kSpares) and
+// reused for the next tag, map node and queue storage together: without
+// that, every message would allocate a map node and its queue's slots, and
+// free them again. prime() makes kFirstSpares of them at once, so
+// that the few tags a rank's next calls queue at a time (a call and the
+// barrier after it, and the next call of a peer ahead) never allocate. Shared by every backend (TCP: a peer
 // stream's queues; shared memory: a peer's). Not thread-safe: used under
 // the backend's lock.
 #pragma once
 
 #include <algorithm>
-#include <deque>
 #include <unordered_map>
 #include <vector>
 
 #include <collie/transport/transport.hpp>
+
+#include "fifo.hpp"
 
 namespace collie::transport {
 
@@ -51,7 +54,7 @@ class TagQueues {
   void erase(Tag tag, const T& item) {
     auto it = map_.find(tag);
     if (it == map_.end()) return;
-    std::erase(it->second, item);
+    it->second.erase_value(item);
     if (it->second.empty()) retire(it);
   }
 
@@ -64,12 +67,31 @@ class TagQueues {
         f(tag, item);
   }
 
-  const std::deque<T>* find(Tag tag) const {
+  const Fifo<T>* find(Tag tag) const {
     auto it = map_.find(tag);
     return it == map_.end() ? nullptr : &it->second;
   }
 
   bool empty() const { return map_.empty(); }
+
+  // Makes kFirstSpares queues ready for the first tags: called once a peer
+  // is connected (not when the first message comes, which would allocate
+  // in whichever call that happens to be). Later calls do nothing.
+  void prime() {
+    if (primed_) return;
+    primed_ = true;
+    spare_.reserve(kSpares);
+    map_.reserve(2 * kFirstSpares);
+    for (std::size_t i = 0; i < kFirstSpares; ++i) {
+      // (Tags far from any a call uses: the node is taken out at once.)
+      const Tag key = ~Tag{0} - i;
+      map_.try_emplace(key).first->second.push_back(T{});
+      auto node = map_.extract(key);
+      node.mapped().pop_front();
+      spare_.push_back(std::move(node));
+    }
+  }
+
 
   // Calls f(item) for every item, then removes them all.
   template <class F>
@@ -81,8 +103,11 @@ class TagQueues {
   }
 
  private:
-  using Map = std::unordered_map<Tag, std::deque<T>>;
-  static constexpr std::size_t kSpares = 8;
+  using Map = std::unordered_map<Tag, Fifo<T>>;
+  // A broadcast's root may run calls ahead of its peers, each queued under
+  // its own tag at the peer: the spares cover that many.
+  static constexpr std::size_t kSpares = 64;
+  static constexpr std::size_t kFirstSpares = 4;
 
   void retire(typename Map::iterator it) {
     auto node = map_.extract(it);
@@ -91,6 +116,7 @@ class TagQueues {
 
   Map map_;  // no empty queue in it
   std::vector<typename Map::node_type> spare_;
+  bool primed_ = false;
 };
 
 }  // namespace collie::transport

@@ -19,10 +19,17 @@ namespace {
 
 constexpr std::chrono::milliseconds kFirstSlice{20};
 constexpr std::chrono::milliseconds kLongestSlice{500};
+// A snapshot larger than this is given back when its call ends.
+constexpr std::size_t kKeptSnapshotBytes = std::size_t{1} << 20;
+
+CallRun::Kept& thread_kept() {
+  static thread_local CallRun::Kept kept;
+  return kept;
+}
 
 }  // namespace
 
-CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> regions)
+CallRun::CallRun(detail::Group& group, const Call& c, std::span<const Region> regions)
     : g(group),
       transport(group.transport()),
       call(c),
@@ -35,12 +42,18 @@ CallRun::CallRun(detail::Group& group, const Call& c, std::vector<Region> region
       trace(group.world->tracer.get()),
       engine(c.staging.engine.get()),
       diagnosis(group, c, tag, fingerprint, stall),
-      regions_(std::move(regions)) {}
+      regions_(regions),
+      kept_(thread_kept()),
+      sends_(kept_.sends),
+      recvs_(kept_.recvs) {
+  forget_posted();
+}
 
 CallRun::~CallRun() {
   abandon();
   for (auto* block : pinned_)
     engine->give_pinned(block);
+  if (kept_.snapshot.capacity() > kKeptSnapshotBytes) std::vector<std::byte>().swap(kept_.snapshot);
 }
 
 const Region& CallRun::region_of(const collectives::Range& r) const {
@@ -173,6 +186,7 @@ void CallRun::give_block(std::byte*& b) {
 }
 
 std::byte* CallRun::snapshot_space(std::size_t elements) {
+  auto& snapshot = kept_.snapshot;
   if (snapshot.size() < elements * esize) snapshot.resize(elements * esize);
   return snapshot.data();
 }

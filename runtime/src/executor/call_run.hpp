@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <collie/collectives/schedule.hpp>
@@ -19,6 +20,7 @@
 #include "../stall.hpp"
 #include "../trace.hpp"
 #include "diagnosis.hpp"
+#include "flow_graph.hpp"
 #include "executor.hpp"
 
 namespace collie {
@@ -27,7 +29,8 @@ class CallRun {
  public:
   using Clock = std::chrono::steady_clock;
 
-  CallRun(detail::Group& g, const Call& call, std::vector<Region> regions);
+  // `regions` outlive the run (the call's BufferLayout holds them).
+  CallRun(detail::Group& g, const Call& call, std::span<const Region> regions);
   // Lets go of what is still in flight (abandon()) and gives the pinned
   // blocks back.
   ~CallRun();
@@ -46,7 +49,6 @@ class CallRun {
   Tracer* const trace;            // null: not tracing
   device::Engine* const engine;   // the plan's: stages device regions; null: none
   Diagnosis diagnosis;
-  std::vector<std::byte> snapshot;  // where sends of snapshot steps read from
   Tracer::Clock::time_point lane{};  // when the last send, receive or copy span ended
 
   // Where range `r` of the working buffer is, and on which device (-1: host).
@@ -89,23 +91,33 @@ class CallRun {
   std::byte* take_block();
   void give_block(std::byte*& b);
 
-  // Room for `elements` of snapshot; kept while sends may still read it.
+  // Room for `elements` of snapshot (where sends of snapshot steps read
+  // from); kept while sends may still read it.
   std::byte* snapshot_space(std::size_t elements);
+
+  // What a thread's calls keep between them (a thread runs one call at a
+  // time), so that a repeated call allocates nothing once these have grown.
+  struct Kept {
+    std::vector<transport::RequestPtr> sends, recvs;
+    std::vector<std::byte> snapshot;
+  };
 
  private:
   const Region& region_of(const collectives::Range& r) const;
 
-  std::vector<Region> regions_;
-  std::vector<transport::RequestPtr> sends_;  // posted, until known done
-  std::vector<transport::RequestPtr> recvs_;
+  std::span<const Region> regions_;
+  Kept& kept_;
+  std::vector<transport::RequestPtr>& sends_;  // posted, until known done
+  std::vector<transport::RequestPtr>& recvs_;
   std::vector<std::byte*> pinned_;       // this call's pinned blocks (one segment each)
   std::vector<std::byte*> blocks_free_;  // those of them not in use
 };
 
 // Runs schedule.steps[first, last), all on host memory, as one dataflow
-// (flow_graph.hpp). Throws what the waits throw.
+// (flow_graph.hpp): `built`'s graph when given (the plan's, for these
+// steps), else one built now. Throws what the waits throw.
 void run_flow(CallRun& run, const collectives::Schedule& schedule, std::size_t first,
-              std::size_t last);
+              std::size_t last, const flow::Graph* built = nullptr);
 
 // Runs one step with device memory in it (executor.hpp says how).
 void run_staged(CallRun& run, const collectives::Step& step, std::uint32_t index);

@@ -23,12 +23,13 @@ bool touches_device(const CallRun& run, const collectives::Step& step) {
 // Whole) runs as one flow; one with regions the plan stages by segments,
 // step by step: each host step a flow of its own, each step that touches
 // such a region staged.
-void run_steps(CallRun& run, const collectives::Schedule& schedule) {
+void run_steps(CallRun& run, const Plan& plan) {
+  const auto& schedule = plan.schedule;
   bool device = false;
   for (const auto& step : schedule.steps)
     device = device || touches_device(run, step);
   if (!device) {
-    run_flow(run, schedule, 0, schedule.steps.size());
+    run_flow(run, schedule, 0, schedule.steps.size(), plan.has_flow ? &plan.flow : nullptr);
     return;
   }
   for (std::size_t i = 0; i < schedule.steps.size(); ++i) {
@@ -42,10 +43,10 @@ void run_steps(CallRun& run, const collectives::Schedule& schedule) {
 
 }  // namespace
 
-void execute_schedule(detail::Group& g, const Call& call,
-                      const collectives::Schedule& schedule, std::vector<Region> regions,
-                      std::exception_ptr failed_first) {
-  CallRun run(g, call, std::move(regions));
+void execute_schedule(detail::Group& g, const Call& call, const Plan& plan,
+                      std::span<const Region> regions, std::exception_ptr failed_first) {
+  const auto& schedule = plan.schedule;
+  CallRun run(g, call, regions);
   auto& diagnosis = run.diagnosis;
   // This thread drives the sockets from here to the end: the transport's
   // own thread stays out of the way (no hand-off between threads).
@@ -53,7 +54,7 @@ void execute_schedule(detail::Group& g, const Call& call,
   try {
     if (failed_first) std::rethrow_exception(failed_first);
     diagnosis.check_stray();
-    run_steps(run, schedule);
+    run_steps(run, plan);
     diagnosis.check_stray();
   } catch (const MismatchError& e) {
     // Everyone should hear the same diagnosis: it goes to the store first

@@ -40,6 +40,7 @@
 
 #include "../call.hpp"
 #include "../group.hpp"
+#include "../plan_cache.hpp"
 
 namespace collie {
 
@@ -52,7 +53,7 @@ struct Region {
   int device = -1;  // the CUDA device it is on; -1: host memory
 };
 
-// Runs `schedule` (this rank's, for `call`) on the working buffer that
+// Runs `plan`'s schedule (this rank's, for `call`) on the working buffer that
 // `regions` map; the call's plan's engine (Call::staging) stages the
 // regions still on a device, segment by segment (buffer_layout.hpp staged
 // the others already). Throws what the transport throws (ConnectionError,
@@ -60,8 +61,8 @@ struct Region {
 // writes into the regions once it returns or throws. `failed_first`: a
 // device error this rank met before the schedule (a chunk's copy,
 // device/chunked_call.hpp), thrown at once and told to the peers as one met in it.
-void execute_schedule(detail::Group& g, const Call& call,
-                      const collectives::Schedule& schedule, std::vector<Region> regions,
+void execute_schedule(detail::Group& g, const Call& call, const Plan& plan,
+                      std::span<const Region> regions,
                       std::exception_ptr failed_first = nullptr);
 
 // After a call failed: lets go of its requests still in flight, so that

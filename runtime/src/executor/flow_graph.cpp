@@ -181,4 +181,12 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
     if (ops[i].blockers == 0) graph.ready.push_back(i);
 }
 
+void copy_built(const Graph& built, Graph& graph) {
+  graph.ops = built.ops;
+  graph.steps = built.steps;
+  graph.edges = built.edges;
+  graph.ready = built.ready;
+  graph.snapshot_count = built.snapshot_count;
+}
+
 }  // namespace collie::flow

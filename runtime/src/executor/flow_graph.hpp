@@ -94,4 +94,10 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
            std::size_t segment, std::size_t world, Graph& graph,
            Strategy strategy = Strategy::Auto);
 
+// Copies what build() made (the ops, steps, edges, ready ops and snapshot
+// count; not its working space) from `built` into `graph`, whose vectors
+// keep their memory: a call whose plan kept its graph (plan_cache.hpp)
+// starts from a copy instead of building it, without allocating.
+void copy_built(const Graph& built, Graph& graph);
+
 }  // namespace collie::flow

@@ -27,6 +27,10 @@ struct FlowScratch {
   std::vector<Tracer::Clock::time_point> posted_at;  // by op, when tracing
   std::vector<std::uint32_t> inflight;               // ops posted, not yet seen done, in posting order
   std::vector<transport::RequestPtr> watch;          // their requests
+  // By op: a receive that reduces consumes through its reducer here, so
+  // that the consumer handed to the transport is one pointer (a
+  // std::function holds that without allocating).
+  std::vector<StreamReducer> reducers;
 };
 
 FlowScratch& flow_scratch() {
@@ -39,14 +43,24 @@ constexpr std::uint32_t kStarted = UINT32_MAX;  // in `ready`: started already
 class FlowRun {
  public:
   FlowRun(CallRun& run, const collectives::Schedule& schedule, std::size_t first,
-          std::size_t last)
+          std::size_t last, const flow::Graph* built)
       : run_(run), first_(first) {
-    flow::build(schedule, first, last, run.segment, run.g.members.size(), s_.graph);
+    if (built != nullptr) {
+      flow::copy_built(*built, s_.graph);
+    } else {
+      flow::build(schedule, first, last, run.segment, run.g.members.size(), s_.graph);
+    }
     snapshot_ = run.snapshot_space(s_.graph.snapshot_count);
     s_.requests.assign(ops_.size(), nullptr);
+    s_.reducers.resize(std::max(s_.reducers.size(), ops_.size()));
     if (run.trace) s_.posted_at.assign(ops_.size(), {});
+    // Room for every op at once, so that no run grows these while it runs
+    // (how many are in flight at a time depends on timing).
     s_.inflight.clear();
     s_.watch.clear();
+    s_.inflight.reserve(ops_.size());
+    s_.watch.reserve(ops_.size());
+    s_.graph.ready.reserve(ops_.size());
   }
   // The requests go (the call's own lists keep what abandon() needs).
   ~FlowRun() {
@@ -198,9 +212,13 @@ class FlowRun {
       }
       case flow::Op::Recv:
         if (op.reduce) {
+          auto* reducer = &s_.reducers[i];
+          *reducer = StreamReducer{run_.call.dtype, run_.call.op, run_.esize, run_.at(op.range)};
           request = run_.transport.irecv_consume(
               run_.peer(op.peer), run_.tag, bytes,
-              StreamReducer{run_.call.dtype, run_.call.op, run_.esize, run_.at(op.range)});
+              [reducer](std::size_t offset, std::span<const std::byte> piece) {
+                (*reducer)(offset, piece);
+              });
         } else {
           request = run_.transport.irecv(run_.peer(op.peer), run_.tag, run_.at(op.range), bytes);
         }
@@ -229,8 +247,8 @@ class FlowRun {
 }  // namespace
 
 void run_flow(CallRun& run, const collectives::Schedule& schedule, std::size_t first,
-              std::size_t last) {
-  FlowRun(run, schedule, first, last).run();
+              std::size_t last, const flow::Graph* built) {
+  FlowRun(run, schedule, first, last, built).run();
 }
 
 }  // namespace collie

@@ -208,6 +208,8 @@ std::string ShmTransport::Impl::attach(Peer& p, const std::string& value) {
         options.rank, describe_peer(p.rank), got < 0 ? std::strerror(errno) : "wrong bytes");
   }
   p.state = PeerState::Ready;
+  p.posted.prime();
+  p.unexpected.prime();
   attached.push_back(p.rank);
   return "";
 }

@@ -251,7 +251,7 @@ inline bool ShmTransport::Impl::start_message(Peer& p) {
       return false;
     }
     p.paused = false;
-    auto q = std::make_shared<Queued>();
+    auto q = make_pooled<Queued>();
     q->data.resize(length);
     q->fingerprint = print;
     p.unexpected.push(tag, q);
@@ -411,7 +411,7 @@ void ShmTransport::Impl::send_to_self(ShmRequest& r) {
       }
     }
   } else {
-    auto q = std::make_shared<Queued>();
+    auto q = make_pooled<Queued>();
     q->data.assign(r.data, r.data + r.bytes);
     q->fingerprint = r.fingerprint;
     q->arrived = r.bytes;

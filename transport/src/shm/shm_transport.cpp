@@ -63,14 +63,14 @@ void ShmTransport::Impl::time_out(const RequestPtr& request, std::chrono::millis
     const auto seq = p.send_header[1];
     p.out->withdrawn_of(seq).store(seq + 1, std::memory_order_release);
     p.sends.front() =
-        std::make_shared<ShmRequest>(r.peer(), true, r.tag, nullptr, r.bytes, r.fingerprint);
+        make_pooled<ShmRequest>(r.peer(), true, r.tag, nullptr, r.bytes, r.fingerprint);
     p.withdrawn_end[seq % RingCursors::kWithdrawSlots] =
         p.out_head + (kHeaderBytes + round_up(r.bytes, kLine) - p.send_done);
     push(p);
   }
   if (half_way_send) {
     if (!p.sends.empty() && p.sends.front() == self) p.sends.pop_front();
-    std::erase(p.in_flight, self);
+    p.in_flight.erase_value(self);
     fail_peer(p, ErrorKind::Connection,
               fmt::format("the shared-memory channel to {} was closed after a send timed out "
                           "half-way through a message it could not withdraw (one read from "
@@ -128,6 +128,8 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.in_ring = m.mine.ring(p.slot);
   }
   m.peer(m.options.rank).state = PeerState::Ready;  // itself: no ring
+  m.peer(m.options.rank).posted.prime();
+  m.peer(m.options.rank).unexpected.prime();
   m.store->set(keys::shm_mailbox(m.options.group, m.options.rank), m.record());
   m.background = std::thread([&m] { m.background_loop(); });
   collie::log().debug("rank {}: shared-memory mailbox for {} ranks of this host ({} each way)",
@@ -172,7 +174,7 @@ RequestPtr ShmTransport::isend(int peer, Tag tag, const void* data, std::size_t 
                                std::uint64_t fingerprint) {
   auto& m = *impl_;
   check_peer(m.options.rank, m.options.world_size, peer, "send to");
-  auto r = std::make_shared<ShmRequest>(
+  auto r = make_pooled<ShmRequest>(
       peer, true, tag, const_cast<std::byte*>(static_cast<const std::byte*>(data)), bytes,
       fingerprint);
   const auto lock = m.lock_reached(peer, "send to");
@@ -195,7 +197,7 @@ RequestPtr ShmTransport::post(int peer, Tag tag, std::byte* data, std::size_t by
   auto& m = *impl_;
   const char* op = consume ? "irecv_consume from" : "recv from";
   check_peer(m.options.rank, m.options.world_size, peer, op);
-  auto r = std::make_shared<ShmRequest>(peer, false, tag, data, bytes, 0);
+  auto r = make_pooled<ShmRequest>(peer, false, tag, data, bytes, 0);
   r->consume = std::move(consume);
   const auto lock = m.lock_reached(peer, op);
   auto& p = m.peer(peer);
@@ -286,10 +288,10 @@ bool ShmTransport::any_queued() const {
   return impl_->queued_count.load(std::memory_order_relaxed) > 0;
 }
 
-std::shared_ptr<void> ShmTransport::claim_progress() {
+ProgressClaim ShmTransport::claim_progress() {
   auto* w = &impl_->waiters;
   ++*w;
-  return std::shared_ptr<void>(w, [](std::atomic<int>* x) { --*x; });
+  return ProgressClaim([](void* x) { --*static_cast<std::atomic<int>*>(x); }, w);
 }
 
 std::shared_ptr<void> ShmTransport::watch_for(std::function<void()> wake) {

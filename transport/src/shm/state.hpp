@@ -23,7 +23,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <span>
 #include <memory>
@@ -37,6 +36,7 @@
 #include <collie/store/store.hpp>
 #include <collie/transport/shm.hpp>
 
+#include "../block_pool.hpp"
 #include "../request_state.hpp"
 #include "../tag_queues.hpp"
 #include "layout.hpp"
@@ -51,7 +51,7 @@ namespace shm {
 
 // A message that came before its receive.
 struct Queued {
-  std::vector<std::byte> data;
+  std::vector<std::byte, PoolAllocator<std::byte>> data;  // up to 64 KiB: a pooled block
   std::uint64_t fingerprint = 0;
   std::size_t arrived = 0;
 };
@@ -78,10 +78,10 @@ struct Peer {
   RingCursors* out = nullptr;
   std::byte* out_ring = nullptr;
   std::uint64_t out_head = 0;
-  std::deque<ShmRequestPtr> sends;
+  Fifo<ShmRequestPtr> sends;
   std::size_t send_done = 0;  // ring bytes of the front send written
   std::array<std::uint64_t, 6> send_header{};
-  std::deque<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
+  Fifo<ShmRequestPtr> in_flight;  // single-copy sends the receiver has not read yet
   std::uint64_t acks_seen = 0;
   std::uint64_t send_seq = 0;
   // Per entry of the ring's `withdrawn`: where the message it names ends in

@@ -54,6 +54,8 @@ void Connections::resume_paused() {
 
 void Connections::install(PeerStream& p, Descriptor connection) {
   p.open(std::move(connection));
+  p.posted.prime();
+  p.unexpected.prime();
   connected.push_back(p.rank);
   state_cv.notify_all();
   wake_pollers();

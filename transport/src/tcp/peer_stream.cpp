@@ -230,7 +230,7 @@ void PeerStream::post_recv(TcpRequestPtr r) {
 bool PeerStream::withdraw(const TcpRequestPtr& r) {
   if (r->is_send) {
     if (r->header_built) return false;
-    std::erase(sends, r);
+    sends.erase_value(r);
     return true;
   }
   if (current_recv == r) {

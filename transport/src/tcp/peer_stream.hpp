@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,7 +94,7 @@ struct PeerStream {
   // Since when check_alive() has seen it retransmit or probe without an ack.
   std::chrono::steady_clock::time_point unacked_since{};
   // Sending.
-  std::deque<TcpRequestPtr> sends;
+  Fifo<TcpRequestPtr> sends;
   std::uint64_t send_sequence = 0;
 
   // Receiving.

@@ -19,6 +19,7 @@
 #include <collie/transport/keys.hpp>
 #include <collie/transport/tcp.hpp>
 
+#include "../block_pool.hpp"
 #include "connections.hpp"
 #include "connector.hpp"
 #include "listener.hpp"
@@ -121,7 +122,7 @@ struct TcpTransport::Impl {
   RequestPtr post_recv(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume) {
     check_peer(options.rank, options.world_size, peer,
                consume ? "irecv_consume from" : "recv from");
-    auto r = std::make_shared<TcpRequest>(peer, false, tag, data, bytes, 0);
+    auto r = make_pooled<TcpRequest>(peer, false, tag, data, bytes, 0);
     r->consume = std::move(consume);
     bool connect = false;
     {
@@ -238,7 +239,7 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
                                std::uint64_t fingerprint) {
   auto& m = *impl_;
   check_peer(m.options.rank, m.options.world_size, peer, "send to");
-  auto r = std::make_shared<TcpRequest>(peer, true, tag,
+  auto r = make_pooled<TcpRequest>(peer, true, tag,
                                         const_cast<std::byte*>(static_cast<const std::byte*>(data)),
                                         bytes, fingerprint);
   if (peer == m.options.rank) {
@@ -357,12 +358,12 @@ bool TcpTransport::any_queued() const {
   return impl_->table.pool.queued() > 0;
 }
 
-std::shared_ptr<void> TcpTransport::claim_progress() {
+ProgressClaim TcpTransport::claim_progress() {
   // A claim counts as a waiter: the background thread moves data only
   // while there are none (progress.hpp).
   auto* table = &impl_->table;
   ++table->waiters;
-  return std::shared_ptr<void>(table, [](Connections* t) { t->stop_waiting(); });
+  return ProgressClaim([](void* t) { static_cast<Connections*>(t)->stop_waiting(); }, table);
 }
 
 void TcpTransport::wake_waiters() {

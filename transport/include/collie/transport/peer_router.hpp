@@ -48,7 +48,7 @@ class PeerRouter final : public Transport {
   std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const override;
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
   bool any_queued() const override;
-  std::shared_ptr<void> claim_progress() override;
+  ProgressClaim claim_progress() override;
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;
   // Each backend with the ranks it serves: "tcp on 10.0.0.4:41234 (ranks

@@ -85,7 +85,7 @@ class ShmTransport final : public Transport {
   std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const override;
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
   bool any_queued() const override;
-  std::shared_ptr<void> claim_progress() override;
+  ProgressClaim claim_progress() override;
   std::shared_ptr<void> watch_for(std::function<void()> wake) override;  // its thread, on the bell
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;  // "rank 3 (pid 1234, shm)"

@@ -87,7 +87,7 @@ class TcpTransport final : public Transport {
   std::vector<std::pair<int, std::uint64_t>> queued_fingerprints(Tag tag) const override;
   std::vector<std::pair<Tag, std::uint64_t>> queued_from(int peer) const override;
   bool any_queued() const override;
-  std::shared_ptr<void> claim_progress() override;
+  ProgressClaim claim_progress() override;
   void wake_waiters() override;  // the thread asleep in poll(), through its eventfd
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;

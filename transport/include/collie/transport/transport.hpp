@@ -102,6 +102,36 @@ using RequestPtr = std::shared_ptr<Request>;
 // pieces, in order, that together cover [0, bytes) exactly once.
 using Consumer = std::function<void(std::size_t offset, std::span<const std::byte> piece)>;
 
+// A claim on a backend's progress (Transport::claim_progress()): what
+// releases it when it goes. Moves, never copies; empty: nothing to release.
+// A value, so that a call takes and drops one without allocating.
+class ProgressClaim {
+ public:
+  ProgressClaim() = default;
+  ProgressClaim(void (*release)(void*), void* target) : release_(release), target_(target) {}
+  ProgressClaim(ProgressClaim&& o) noexcept : release_(o.release_), target_(o.target_) {
+    o.release_ = nullptr;
+  }
+  ProgressClaim& operator=(ProgressClaim&& o) noexcept {
+    if (this != &o) {
+      reset();
+      release_ = o.release_;
+      target_ = o.target_;
+      o.release_ = nullptr;
+    }
+    return *this;
+  }
+  ~ProgressClaim() { reset(); }
+  explicit operator bool() const { return release_ != nullptr; }
+  void reset() {
+    if (release_ != nullptr) std::exchange(release_, nullptr)(target_);
+  }
+
+ private:
+  void (*release_)(void*) = nullptr;
+  void* target_ = nullptr;
+};
+
 // Throws collie::Error for a peer outside ranks 0..world_size-1, worded
 // alike by every transport: "rank 0: send to rank 5: rank 5 is not in the
 // group (ranks 0 to 3)".
@@ -185,7 +215,7 @@ class Transport {
   // Without a claim, requests also progress while nobody waits. Claims
   // nest and may be held by several threads; a backend without a thread of
   // its own returns an empty one.
-  virtual std::shared_ptr<void> claim_progress() = 0;
+  virtual ProgressClaim claim_progress() = 0;
 
   // For one wait across backends (PeerRouter::wait_any), which sleeps in
   // one backend's wait while another's requests may finish too:
