@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/coarse_clock.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
@@ -32,8 +33,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// (Read at every call's start and end: the coarse clock, as stall reports
+// count in milliseconds.)
 std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             CoarseClock::now().time_since_epoch())
       .count();
 }
 

@@ -65,10 +65,59 @@ Pool& pool() {
   return *p;
 }
 
-}  // namespace
+// Each thread keeps a few blocks of each size of its own, so that a call's
+// requests and its early messages take and give blocks without the lock:
+// most are dropped by the thread that made them. Past its share a thread
+// gives half back; at its exit, all.
+constexpr std::array<std::size_t, kClasses.size()> kThreadKept{64, 16, 4};
 
-void* BlockPool::take(std::size_t bytes) {
-  const auto c = class_of(bytes);
+struct ThreadCache {
+  std::array<std::vector<void*>, kClasses.size()> free;
+  ThreadCache() {
+    for (std::size_t c = 0; c < kClasses.size(); ++c)
+      free[c].reserve(kThreadKept[c]);
+  }
+  ~ThreadCache();
+};
+
+// Set once this thread's cache is gone (a request dropped by a later
+// destructor goes straight to the pool).
+thread_local bool t_cache_gone = false;
+
+ThreadCache* thread_cache() {
+  if (t_cache_gone) return nullptr;
+  static thread_local ThreadCache cache;
+  return &cache;
+}
+
+// Puts a block (poisoned) into the pool's list of size `c`, under its lock;
+// one past the pool's budget goes back to the heap.
+void shelve(std::vector<void*>& list, std::size_t c, void* block) {
+  if (list.size() < kClasses[c].kept) {
+    list.push_back(block);
+  } else {
+    ::operator delete(block);
+  }
+}
+
+// Moves the last `n` blocks of `from` into the pool.
+void give_back(std::vector<void*>& from, std::size_t c, std::size_t n) {
+  auto& p = pool();
+  std::lock_guard lock(p.mu);
+  for (; n > 0; --n) {
+    shelve(p.free[c], c, from.back());
+    from.pop_back();
+  }
+}
+
+ThreadCache::~ThreadCache() {
+  t_cache_gone = true;
+  for (std::size_t c = 0; c < kClasses.size(); ++c)
+    give_back(free[c], c, free[c].size());
+}
+
+// A block of size `c` from the pool (made in a batch when it has none).
+void* take_shared(std::size_t c) {
   const auto& size = kClasses[c];
   auto& p = pool();
   std::lock_guard lock(p.mu);
@@ -76,24 +125,39 @@ void* BlockPool::take(std::size_t bytes) {
   if (list.empty()) add_batch(list, size);
   void* block = list.back();
   list.pop_back();
-  // A block in the pool is out of bounds to AddressSanitizer, so a request
-  // used after it went still reads as a use after free.
-  COLLIE_UNPOISON(block, size.bytes);
+  return block;
+}
+
+}  // namespace
+
+void* BlockPool::take(std::size_t bytes) {
+  const auto c = class_of(bytes);
+  void* block = nullptr;
+  if (auto* cache = thread_cache(); cache != nullptr && !cache->free[c].empty()) {
+    block = cache->free[c].back();
+    cache->free[c].pop_back();
+  } else {
+    block = take_shared(c);
+  }
+  // A block kept is out of bounds to AddressSanitizer, so a request used
+  // after it went still reads as a use after free.
+  COLLIE_UNPOISON(block, kClasses[c].bytes);
   return block;
 }
 
 void BlockPool::give(void* block, std::size_t bytes) noexcept {
   const auto c = class_of(bytes);
-  auto& p = pool();
-  {
+  COLLIE_POISON(block, kClasses[c].bytes);
+  auto* cache = thread_cache();
+  if (cache == nullptr) {  // this thread is ending
+    auto& p = pool();
     std::lock_guard lock(p.mu);
-    if (auto& list = p.free[c]; list.size() < kClasses[c].kept) {
-      COLLIE_POISON(block, kClasses[c].bytes);
-      list.push_back(block);
-      return;
-    }
+    shelve(p.free[c], c, block);
+    return;
   }
-  ::operator delete(block);
+  auto& mine = cache->free[c];
+  if (mine.size() == kThreadKept[c]) give_back(mine, c, kThreadKept[c] / 2);
+  mine.push_back(block);
 }
 
 }  // namespace collie::transport

@@ -7,9 +7,11 @@
 // batches of 256, 64 and 16 blocks (every size's first batch when the pool
 // is first used, so no later call is the one that meets a size first), and
 // kept up to a budget (1, 2 and 8 MiB); past it memory goes back to the
-// heap, as larger pieces always do. Blocks come back from whichever thread
-// drops the last reference (a backend's own thread, often), so each size
-// is one list under a lock, not a list per thread. Internal to
+// heap, as larger pieces always do. Each thread keeps a few blocks of each
+// size of its own (taken and given without a lock: most requests are
+// dropped by the thread that made them); the rest are one list per size
+// under a lock, since blocks come back from whichever thread drops the
+// last reference (a backend's own thread, often). Internal to
 // transport/src.
 #pragma once
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/coarse_clock.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
@@ -37,7 +38,7 @@ CallRun::CallRun(detail::Group& group, const Call& c, std::span<const Region> re
       tag(collective_tag(group.slot, c.sequence)),
       fingerprint(collie::fingerprint(c.signature())),
       segment(std::max<std::size_t>(1, group.world->config.segment_bytes / esize)),
-      deadline(Clock::now() + c.timeout),
+      deadline(CoarseClock::now() + c.timeout),
       stall(group, c, deadline - c.timeout),
       trace(group.world->tracer.get()),
       engine(c.staging.engine.get()),
@@ -75,7 +76,8 @@ int CallRun::device_of(const collectives::Range& r) const {
 }
 
 std::chrono::milliseconds CallRun::remaining() const {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CoarseClock::now());
   return std::max(left, std::chrono::milliseconds(0));
 }
 

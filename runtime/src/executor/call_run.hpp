@@ -44,7 +44,7 @@ class CallRun {
   const std::uint64_t tag;         // of every message of the call
   const std::uint64_t fingerprint;  // of the call's signature (call.hpp)
   const std::size_t segment;       // elements
-  const Clock::time_point deadline;
+  const Clock::time_point deadline;  // read on the coarse clock (coarse_clock.hpp)
   StallCheck stall;
   Tracer* const trace;            // null: not tracing
   device::Engine* const engine;   // the plan's: stages device regions; null: none

@@ -178,6 +178,7 @@ std::string ShmTransport::Impl::attach(Peer& p, const std::string& value) {
   p.out = &p.theirs->cursors(me);
   p.out_ring = p.theirs->ring(me);
   p.out_head = p.out->head.load(std::memory_order_relaxed);
+  p.out_tail_seen = p.out->tail.load(std::memory_order_acquire);
   // Both views of the two rings of the pair (the peer's mapping of its own
   // it faults in when it attaches to this rank).
   populate(p.out_ring, ring_bytes);

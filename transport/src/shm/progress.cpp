@@ -269,6 +269,11 @@ void ShmTransport::Impl::look_at_load(Clock::time_point now) {
 }
 
 void ShmTransport::Impl::background_loop() {
+  // The callers' last finished request, as this thread saw it: it stays
+  // out until they have been quiet for kQuiet, counted from its start (a
+  // job's first calls come at once).
+  std::uint64_t seen_done = done_count.load(std::memory_order_relaxed);
+  auto seen_at = Clock::now();
   while (!stopping.load()) {
     look_at_load(Clock::now());
     // Read first: a watch begun after this wakes the sleep below at once.
@@ -278,8 +283,11 @@ void ShmTransport::Impl::background_loop() {
       continue;
     }
     const auto now = Clock::now();
-    const auto quiet_from =
-        Clock::time_point(Clock::duration(last_done.load(std::memory_order_relaxed))) + kQuiet;
+    if (const auto done = done_count.load(std::memory_order_relaxed); done != seen_done) {
+      seen_done = done;
+      seen_at = now;
+    }
+    const auto quiet_from = seen_at + kQuiet;
     if (waiters.load() == 0 && now >= quiet_from) {
       std::unique_lock drive_lock(drive_mu, std::try_to_lock);
       if (drive_lock.owns_lock()) {

@@ -31,7 +31,7 @@ constexpr std::size_t kStreamReceivesFrom = std::size_t{8} << 20;
 
 void ShmTransport::Impl::complete(ShmRequest& r) {
   r.state.store(static_cast<int>(State::Done), std::memory_order_release);
-  last_done.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  done_count.fetch_add(1, std::memory_order_relaxed);
   done_cv.notify_all();
 }
 
@@ -80,8 +80,9 @@ bool ShmTransport::Impl::push(Peer& p) {
   while (!p.sends.empty()) {
     auto& r = *p.sends.front();
     const std::size_t total = kHeaderBytes + round_up(r.bytes, kLine);
-    const std::uint64_t tail = p.out->tail.load(std::memory_order_acquire);
-    const std::uint64_t used = p.out_head - tail;
+    if (ring_bytes - (p.out_head - p.out_tail_seen) < total - p.send_done)
+      p.out_tail_seen = p.out->tail.load(std::memory_order_acquire);
+    const std::uint64_t used = p.out_head - p.out_tail_seen;
     if (used > ring_bytes) {
       fail_peer(p, ErrorKind::Protocol,
                 fmt::format("{} broke the shared-memory protocol (its ring's read cursor is "

@@ -117,9 +117,6 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.slot = m.slot_of(r);
   }
   m.crowded.store(static_cast<int>(m.local.size()) > host_cpus(), std::memory_order_relaxed);
-  // The background thread stays out until the callers have been quiet for
-  // kQuiet from now (not from the epoch): a job's first calls come at once.
-  m.last_done.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   m.make_mailbox();
   for (int r : m.local) {
     if (r == m.options.rank) continue;
