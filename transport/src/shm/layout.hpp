@@ -25,6 +25,8 @@ inline constexpr std::uint64_t kMagic = 0x31766d6873696c63ULL;  // "clishmv1"
 inline constexpr std::size_t kPage = 4096;
 inline constexpr std::size_t kLine = 64;
 inline constexpr std::size_t kHeaderBytes = 64;  // a message's header in the ring (48 used)
+inline constexpr std::size_t kReadyFrom = 8;     // ranks on a host before the ready words
+inline constexpr std::size_t kReadyWords = 32;   // 2,048 ranks
 // Bytes a sender copies before it publishes them: the receiver copies out
 // one piece while the sender copies in the next.
 inline constexpr std::size_t kPiece = 32 * 1024;
@@ -58,6 +60,12 @@ struct MailboxHeader {
   alignas(kLine) std::atomic<std::uint32_t> bell;  // a futex: bumped to wake sleepers
   std::atomic<std::uint32_t> sleepers;
   alignas(kLine) std::atomic<std::uint32_t> closed;
+  // On a host of more than kReadyFrom ranks: bit s of word s / 64 is set by
+  // the sender in slot s after it moved its ring's write cursor, and the
+  // owner reads (and clears) these words instead of every ring's cursor
+  // (hundreds of lines a turn, at hundreds of ranks). Up to kReadyWords * 64
+  // ranks; past that the owner reads every cursor.
+  alignas(kLine) std::atomic<std::uint64_t> ready[kReadyWords];
 };
 static_assert(sizeof(MailboxHeader) <= kPage);
 

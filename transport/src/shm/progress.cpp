@@ -4,6 +4,7 @@
 // waits, so that an isend completes even if its wait comes late. Peers'
 // liveness is looked at between turns.
 #include <algorithm>
+#include <bit>
 #include <poll.h>
 #include <sched.h>
 
@@ -39,8 +40,58 @@ constexpr auto kLoadEvery = 50ms;
 
 }  // namespace
 
+// With the ready words (layout.hpp): the peers listed as sending, then
+// those whose bit is set, and those left listed as reading.
+bool ShmTransport::Impl::progress_ready() {
+  bool moved = false;
+  for (std::size_t i = 0; i < sending.size();) {
+    auto& p = peer(sending[i]);
+    if (p.state == PeerState::Ready) {
+      if (!p.sends.empty()) moved = push(p) || moved;
+      moved = collect_acks(p) || moved;
+    }
+    if (p.state == PeerState::Ready && !(p.sends.empty() && p.in_flight.empty())) {
+      ++i;
+      continue;
+    }
+    p.listed_sending = false;
+    sending[i] = sending.back();
+    sending.pop_back();
+  }
+  auto& h = mine.header();
+  const std::size_t words = (local.size() + 63) / 64;
+  for (std::size_t w = 0; w < words; ++w) {
+    if (h.ready[w].load(std::memory_order_relaxed) == 0) continue;
+    for (std::uint64_t bits = h.ready[w].exchange(0, std::memory_order_acquire); bits != 0;
+         bits &= bits - 1) {
+      auto& p = peer(local[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))]);
+      if (p.listed_reading) continue;
+      p.listed_reading = true;
+      reading.push_back(p.rank);
+    }
+  }
+  for (std::size_t i = 0; i < reading.size();) {
+    auto& p = peer(reading[i]);
+    if (p.rank != options.rank && p.state != PeerState::Failed) {
+      moved = pull(p) || moved;
+      // Kept while its ring holds what this pass left (a message waiting
+      // for room in the queue, one read in passes).
+      if (p.state != PeerState::Failed &&
+          (p.reading || p.in->head.load(std::memory_order_acquire) != p.in_tail)) {
+        ++i;
+        continue;
+      }
+    }
+    p.listed_reading = false;
+    reading[i] = reading.back();
+    reading.pop_back();
+  }
+  return moved;
+}
+
 // (inline: every turn of a wait runs it; its callers are in this file.)
 inline bool ShmTransport::Impl::progress_all() {
+  if (use_ready) return progress_ready();
   bool moved = false;
   // Every ring into this mailbox is read, also from peers this rank has
   // not attached to yet: a message under a tag it waits for may come
@@ -58,6 +109,24 @@ inline bool ShmTransport::Impl::progress_all() {
 }
 
 bool ShmTransport::Impl::work_visible() {
+  if (use_ready) {
+    auto& h = mine.header();
+    for (std::size_t w = 0; w < (local.size() + 63) / 64; ++w)
+      if (h.ready[w].load(std::memory_order_acquire) != 0) return true;
+    for (int rank : reading) {
+      auto& p = peer(rank);
+      if (p.in->head.load(std::memory_order_acquire) != p.in_tail && !p.paused) return true;
+    }
+    for (int rank : sending) {
+      auto& p = peer(rank);
+      if (p.state != PeerState::Ready) continue;
+      if (!p.sends.empty() && p.out_head - p.out->tail.load(std::memory_order_acquire) < ring_bytes)
+        return true;
+      if (!p.in_flight.empty() && p.out->acked.load(std::memory_order_acquire) != p.acks_seen)
+        return true;
+    }
+    return false;
+  }
   for (int rank : local) {
     auto& p = peer(rank);
     if (rank == options.rank || p.state == PeerState::Failed) continue;

@@ -124,8 +124,27 @@ bool ShmTransport::Impl::push(Peer& p) {
     p.sends.pop_front();
     complete(*done);
   }
-  if (wrote) ring_bell(p.theirs->header());
+  if (wrote) {
+    if (use_ready) mark_ready(p);
+    ring_bell(p.theirs->header());
+  }
   return wrote;
+}
+
+void ShmTransport::Impl::mark_ready(Peer& p) {
+  auto& word = p.theirs->header().ready[my_slot / 64];
+  // Always the read-modify-write, even where the bit is seen set: a load
+  // that found it set could pass the cursor's store (a store-load pair
+  // x86 reorders) while the receiver clears the word, and the message
+  // would then wait for the next one. The release orders the cursor
+  // before the bit.
+  word.fetch_or(std::uint64_t{1} << (my_slot % 64), std::memory_order_release);
+}
+
+void ShmTransport::Impl::list_sending(Peer& p) {
+  if (!use_ready || p.listed_sending || (p.sends.empty() && p.in_flight.empty())) return;
+  p.listed_sending = true;
+  sending.push_back(p.rank);
 }
 
 inline void ShmTransport::Impl::write_ring(Peer& p, const ShmRequest& r, std::size_t from,

@@ -117,6 +117,8 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.slot = m.slot_of(r);
   }
   m.crowded.store(static_cast<int>(m.local.size()) > host_cpus(), std::memory_order_relaxed);
+  m.use_ready = m.local.size() > shm::kReadyFrom && m.local.size() <= shm::kReadyWords * 64;
+  m.my_slot = m.slot_of(m.options.rank);
   m.make_mailbox();
   for (int r : m.local) {
     if (r == m.options.rank) continue;
@@ -186,6 +188,7 @@ RequestPtr ShmTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   }
   p.sends.push_back(r);
   if (p.sends.size() == 1) m.push(p);  // at once, on the caller's thread
+  m.list_sending(p);
   return r;
 }
 

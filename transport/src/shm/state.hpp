@@ -67,6 +67,10 @@ enum class PeerState { Unattached, Ready, Departed, Failed };
 struct Peer {
   int rank = 0;
   std::size_t slot = 0;  // its index among the host's ranks
+  // With the ready words (layout.hpp): in `reading` (its ring may hold
+  // more than one pass read) or `sending` (sends or unacknowledged
+  // single-copy sends) of the Impl.
+  bool listed_reading = false, listed_sending = false;
   bool local = false;
   PeerState state = PeerState::Unattached;
   std::string published;  // "<pid> <fd> <secret hex> <address>"
@@ -133,6 +137,13 @@ struct ShmTransport::Impl {
   std::string advertised;  // "host:port" where else this rank is reached; "" none
   std::vector<Peer> peers;
   std::vector<int> attached;  // ranks Ready or failed after being attached
+  // More than kReadyFrom ranks on the host (and no more than the ready
+  // words cover): senders mark the receiver's ready words, and a turn
+  // reads those, the peers in `reading` and those in `sending`, instead of
+  // every peer (mu).
+  bool use_ready = false;
+  std::size_t my_slot = 0;
+  std::vector<int> reading, sending;
 
   mutable std::mutex mu;
   std::mutex drive_mu;
@@ -210,6 +221,10 @@ struct ShmTransport::Impl {
   void fail_peer(Peer& p, ErrorKind kind, const std::string& reason);
   // Writes what fits of the peer's queued sends into its ring.
   bool push(Peer& p);
+  // With the ready words: marks this rank's bit in the peer's mailbox
+  // (after its ring's write cursor moved); lists a peer with sends left.
+  void mark_ready(Peer& p);
+  void list_sending(Peer& p);
   // Copies bytes [from, from + n) of the message (header, payload, padding)
   // into the ring at the write cursor.
   void write_ring(Peer& p, const ShmRequest& r, std::size_t from, std::size_t n);
@@ -248,6 +263,7 @@ struct ShmTransport::Impl {
   // ---- progress.cpp ----
   // One pass over every attached peer (mu held): what moved.
   bool progress_all();
+  bool progress_ready();
   // Whether anything waits to be moved (a sleeper's last look; mu held).
   bool work_visible();
   // Peers whose process ended or who closed their transport fail, after
