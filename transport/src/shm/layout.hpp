@@ -44,6 +44,17 @@ inline constexpr std::size_t kRingBudget = std::size_t{64} << 20;
 // A message header's kind word.
 inline constexpr std::uint64_t kInline = 0;  // the payload follows in the ring
 inline constexpr std::uint64_t kRemote = 1;  // the payload is at `address` in the sender
+// A payload of up to kTinyBytes rides in its header's line, at kTinyAt: a
+// small collective's message is one line for the sender to write and the
+// receiver to read, not two.
+inline constexpr std::uint64_t kTiny = 2;
+inline constexpr std::size_t kTinyBytes = 16;
+inline constexpr std::size_t kTinyAt = 48;
+// The ring bytes a message of `bytes` takes (its header, and its payload
+// padded to lines unless it rides in the header).
+inline constexpr std::size_t ring_bytes_of(std::size_t bytes) {
+  return kHeaderBytes + (bytes <= kTinyBytes ? 0 : (bytes + kLine - 1) / kLine * kLine);
+}
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);

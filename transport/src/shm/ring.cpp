@@ -79,7 +79,7 @@ bool ShmTransport::Impl::push(Peer& p) {
   bool wrote = false;
   while (!p.sends.empty()) {
     auto& r = *p.sends.front();
-    const std::size_t total = kHeaderBytes + round_up(r.bytes, kLine);
+    const std::size_t total = ring_bytes_of(r.bytes);
     if (ring_bytes - (p.out_head - p.out_tail_seen) < total - p.send_done)
       p.out_tail_seen = p.out->tail.load(std::memory_order_acquire);
     const std::uint64_t used = p.out_head - p.out_tail_seen;
@@ -106,7 +106,9 @@ bool ShmTransport::Impl::push(Peer& p) {
       continue;
     }
     if (p.send_done == 0) {
-      p.send_header = {r.tag, p.send_seq++, r.bytes, r.fingerprint, kInline, 0};
+      p.send_header = {r.tag,         p.send_seq++,
+                       r.bytes,       r.fingerprint,
+                       r.bytes <= kTinyBytes ? kTiny : kInline, 0};
     }
     while (room > 0 && p.send_done < total) {  // room and total: multiples of kLine
       const std::size_t n = std::min({room, total - p.send_done, kPiece});
@@ -117,7 +119,9 @@ bool ShmTransport::Impl::push(Peer& p) {
       p.out->head.store(p.out_head, std::memory_order_release);
     }
     wrote = true;
-    r.moved = std::min(r.bytes, p.send_done > kHeaderBytes ? p.send_done - kHeaderBytes : 0);
+    r.moved = r.bytes <= kTinyBytes
+                  ? (p.send_done == total ? r.bytes : 0)
+                  : std::min(r.bytes, p.send_done > kHeaderBytes ? p.send_done - kHeaderBytes : 0);
     if (p.send_done < total) break;
     p.send_done = 0;
     auto done = std::move(p.sends.front());
@@ -161,8 +165,10 @@ inline void ShmTransport::Impl::write_ring(Peer& p, const ShmRequest& r, std::si
         k = std::min(span - done, kHeaderBytes - pos);
         std::array<std::byte, kHeaderBytes> h{};
         std::memcpy(h.data(), p.send_header.data(), sizeof p.send_header);
+        if (r.bytes <= kTinyBytes && r.bytes > 0 && r.data != nullptr)
+          std::memcpy(h.data() + kTinyAt, r.data, r.bytes);
         std::memcpy(dst + done, h.data() + pos, k);
-      } else if (pos < kHeaderBytes + r.bytes) {
+      } else if (r.bytes > kTinyBytes && pos < kHeaderBytes + r.bytes) {
         k = std::min(span - done, kHeaderBytes + r.bytes - pos);
         // (A withdrawn message's rest has no source: filler.)
         if (r.data != nullptr) p.copier.copy(dst + done, r.data + (pos - kHeaderBytes), k);
@@ -245,7 +251,8 @@ inline bool ShmTransport::Impl::start_message(Peer& p) {
   const std::uint64_t length = h[2];
   const std::uint64_t print = h[3];
   const std::uint64_t kind = h[4];
-  if (kind != kInline && kind != kRemote) {
+  if ((kind != kInline && kind != kRemote && kind != kTiny) ||
+      (kind == kTiny && length > kTinyBytes)) {
     fail_peer(p, ErrorKind::Protocol,
               fmt::format("{} broke the shared-memory protocol (a message of kind {})",
                           describe_peer(p.rank), kind));
@@ -293,7 +300,15 @@ inline bool ShmTransport::Impl::start_message(Peer& p) {
   p.read_done = 0;
   p.remote = kind == kRemote;
   p.remote_address = h[5];
-  if (length == 0) finish_message(p);
+  if (kind == kTiny) {
+    // The payload is in the line read: taken now (the ring's room is
+    // given back after it, by the caller's tail store).
+    if (length > 0) deliver(p, p.in_ring + at + kTinyAt, length);
+    p.read_done = length;
+    finish_message(p);
+  } else if (length == 0) {
+    finish_message(p);
+  }
   return true;
 }
 

@@ -65,7 +65,7 @@ void ShmTransport::Impl::time_out(const RequestPtr& request, std::chrono::millis
     p.sends.front() =
         make_pooled<ShmRequest>(r.peer(), true, r.tag, nullptr, r.bytes, r.fingerprint);
     p.withdrawn_end[seq % RingCursors::kWithdrawSlots] =
-        p.out_head + (kHeaderBytes + round_up(r.bytes, kLine) - p.send_done);
+        p.out_head + (ring_bytes_of(r.bytes) - p.send_done);
     push(p);
   }
   if (half_way_send) {
