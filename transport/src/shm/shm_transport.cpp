@@ -117,6 +117,8 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.slot = m.slot_of(r);
   }
   m.crowded.store(static_cast<int>(m.local.size()) > host_cpus(), std::memory_order_relaxed);
+  m.per_processor.store((static_cast<int>(m.local.size()) + host_cpus() - 1) / host_cpus(),
+                        std::memory_order_relaxed);
   m.use_ready = m.local.size() > shm::kReadyFrom && m.local.size() <= shm::kReadyWords * 64;
   m.my_slot = m.slot_of(m.options.rank);
   m.make_mailbox();
@@ -324,6 +326,8 @@ void ShmTransport::set_host_load(int ranks, int processors) {
   auto& m = *impl_;
   const int sharing = std::max(ranks, static_cast<int>(m.local.size()));
   m.crowded.store(sharing > std::max(processors, 1), std::memory_order_relaxed);
+  m.per_processor.store((sharing + std::max(processors, 1) - 1) / std::max(processors, 1),
+                        std::memory_order_relaxed);
   m.machine_ranks.store(sharing, std::memory_order_relaxed);
 }
 

@@ -168,6 +168,10 @@ struct ShmTransport::Impl {
   // More ranks on this machine than processors: waits yield. Its own
   // ranks at first; set_host_load() counts the machine's whole job.
   std::atomic<bool> crowded{false};
+  // The machine's ranks per processor (rounded up), as counted for
+  // `crowded`: past spin / kYieldTurn of them, a round of yields through
+  // the ranks of one processor outlasts the spin, and a wait sleeps at once.
+  std::atomic<int> per_processor{1};
   // Other work fills the machine's processors (machine_busy(),
   // host_cpus.hpp): a wait then sleeps on its bell at once, as a blocking
   // socket does, and the kernel wakes it ahead of the work that has used
