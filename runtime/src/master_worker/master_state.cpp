@@ -157,7 +157,10 @@ void MasterState::release(int worker, std::uint64_t id) noexcept {
 
 void MasterState::finish_part(OpState& op, bool failed, bool connection, const std::string& error,
                               double value) {
-  if (failed && op.error.empty()) {
+  // A worker's death names the failure of every operation with a part on
+  // it, also where another part failed first for its sake (a copy from a
+  // live worker whose send to the dead one failed: "its process ended").
+  if (failed && (op.error.empty() || (connection && !op.connection))) {
     op.error = fmt::format("{} failed: {}", op.what, error);
     op.connection = connection;
   }
