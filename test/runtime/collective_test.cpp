@@ -58,6 +58,21 @@ TEST_CASE("every collective and algorithm, worlds 1 to 5, in one process", "[col
   }
 }
 
+TEST_CASE("every collective and algorithm on 12 ranks: shared memory's ready words",
+          "[collective]") {
+  // Past 8 ranks a host, a sender marks its bit in the receiver's mailbox
+  // and waits read those words, not every ring (transport.md).
+  COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
+  const auto cases = collie::check::matrix(12, false);
+  REQUIRE(cases.size() > 100);
+  collie::test::run_ranks(
+      12, [&](collie::ProcessGroup& pg) { run_cases(pg, cases); }, 120s,
+      [](collie::InitOptions& o) {
+        o.segment_bytes = 1024;
+        o.transport = "shm";
+      });
+}
+
 TEST_CASE("sub-groups: own numbering, own tags, and a clear error outside", "[collective]") {
   run_ranks(5, [](collie::ProcessGroup& world) {
     // Odd and even ranks, the odd ones in reverse order.
