@@ -53,10 +53,6 @@ bool overlapping(const void* a, std::size_t a_bytes, const void* b, std::size_t 
 // Scratch buffers larger than this are given back when their call ends.
 constexpr std::size_t kKeptScratchBytes = std::size_t{1} << 20;
 
-std::vector<std::byte>& thread_scratch(std::size_t i) {
-  static thread_local std::array<std::vector<std::byte>, 2> kept;
-  return kept.at(i);
-}
 
 bool inside(const Range& part, const Range& whole) {
   return part.offset >= whole.offset && part.offset + part.count <= whole.offset + whole.count;
@@ -64,10 +60,15 @@ bool inside(const Range& part, const Range& whole) {
 
 }  // namespace
 
+std::vector<std::byte>& BufferLayout::thread_scratch(std::size_t i) {
+  static thread_local std::array<std::vector<std::byte>, kMaxScratch> kept;
+  return kept.at(i);
+}
+
 std::byte* BufferLayout::scratch(std::size_t bytes, bool zeroed) {
   if (scratch_used_ == kMaxScratch)
-    throw Error(fmt::format("internal: a layout of {} needs more than {} scratch buffers",
-                            collectives::collective_name(call_.collective), kMaxScratch));
+    throw Error(fmt::format("rank {}: internal: a layout of {} needs more than {} scratch buffers",
+                            rank_, collectives::collective_name(call_.collective), kMaxScratch));
   auto& kept = thread_scratch(scratch_used_++);
   if (kept.size() < bytes) kept = std::vector<std::byte>(bytes);
   if (zeroed) std::memset(kept.data(), 0, bytes);
@@ -76,7 +77,7 @@ std::byte* BufferLayout::scratch(std::size_t bytes, bool zeroed) {
 
 Region& BufferLayout::add(Region r) {
   if (regions_used_ == kMaxRegions)
-    throw Error(fmt::format("internal: a layout of {} needs more than {} regions",
+    throw Error(fmt::format("rank {}: internal: a layout of {} needs more than {} regions", rank_,
                             collectives::collective_name(call_.collective), kMaxRegions));
   return regions_[regions_used_++] = r;
 }

@@ -78,6 +78,8 @@ class BufferLayout {
   // fills it at once.
   std::byte* scratch(std::size_t bytes, bool zeroed = true);
   Region& add(Region r);
+  // The thread's kept scratch buffer `i` (of kMaxScratch).
+  static std::vector<std::byte>& thread_scratch(std::size_t i);
   // A region of the caller's buffer `data` (on `device`), staged whole
   // where the plan says so (filled from `from` on `from_device`).
   Region caller_region(collectives::Range range, std::byte* data, int device,

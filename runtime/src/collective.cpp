@@ -2,7 +2,6 @@
 // run the call, blocking or on the group's async thread. Running it: build
 // the schedule, lay the buffers out (buffer_layout.hpp), execute it over the
 // transport (executor.hpp), trace it, and name the call in any error.
-#include <algorithm>
 #include <bit>
 
 #include <fmt/format.h>
@@ -37,14 +36,11 @@ std::size_t run_schedule(detail::Group& g, const Call& call,
       [&] {
         auto p = std::make_shared<Plan>();
         p->schedule = collectives::make_schedule(call.collective, call.algorithm, shape);
-        // Its dataflow, for calls on host memory (one with device buffers
-        // staged by segments runs step by step instead: executor.cpp).
-        flow::Graph built;
+        flow::Graph built;  // (with build()'s working space, which the plan leaves)
         flow::build(p->schedule, 0, p->schedule.steps.size(),
-                    std::max<std::size_t>(1, g.world->config.segment_bytes / es),
-                    g.members.size(), built);
+                    flow::segment_elements(g.world->config.segment_bytes, es), g.members.size(),
+                    built);
         flow::copy_built(built, p->flow);
-        p->has_flow = true;
         return std::shared_ptr<const Plan>(std::move(p));
       });
   BufferLayout layout(call, plan->schedule, shape, g.world->config.segment_bytes);

@@ -3,8 +3,8 @@
 // over and over, and a plan is a pure function of the call's shape
 // (collective, algorithm, count, element size, root, pipeline pieces; the
 // group's ranks, hosts and segment size are fixed). A plan is the schedule
-// and, for a call on host memory, its dataflow graph as built
-// (executor/flow_graph.hpp). Kept: the 16 most recently used shapes, each of
+// and its dataflow graph as built (executor/flow_graph.hpp; a call on host
+// memory runs it, one staged by segments runs step by step). Kept: the 16 most recently used shapes, each of
 // at most kMaxSteps steps and kMaxOps ops (a larger one moves so much data
 // that making it again costs nothing in comparison). A hit costs a lock and
 // a reference count: no allocation.
@@ -26,9 +26,8 @@ namespace collie {
 struct Plan {
   collectives::Schedule schedule;
   // The whole schedule as one dataflow, as build() left it (copied by each
-  // run that uses it; empty when the plan was made without it).
+  // run that uses it).
   flow::Graph flow;
-  bool has_flow = false;
 };
 
 class PlanCache {

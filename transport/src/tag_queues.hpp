@@ -2,14 +2,14 @@
 // and its messages that came before their receive.
 //
 // A collective's tag is used by one call only, so its queue is made and
-// emptied once per message or two. Emptied queues are kept (up to kSpares) and
-// reused for the next tag, map node and queue storage together: without
+// emptied once per message or two. Emptied queues are kept (up to kSpares)
+// and reused for the next tag, map node and queue storage together: without
 // that, every message would allocate a map node and its queue's slots, and
-// free them again. prime() makes kFirstSpares of them at once, so
-// that the few tags a rank's next calls queue at a time (a call and the
-// barrier after it, and the next call of a peer ahead) never allocate. Shared by every backend (TCP: a peer
-// stream's queues; shared memory: a peer's). Not thread-safe: used under
-// the backend's lock.
+// free them again. prime() makes kFirstSpares of them at once, so that the
+// few tags a rank's next calls queue at a time (a call and the barrier after
+// it, and the next call of a peer ahead) never allocate. Shared by every
+// backend (TCP: a peer stream's queues; shared memory: a peer's). Not
+// thread-safe: used under the backend's lock.
 #pragma once
 
 #include <algorithm>

@@ -37,7 +37,7 @@ CallRun::CallRun(detail::Group& group, const Call& c, std::span<const Region> re
       esize(dtype_size(c.dtype)),
       tag(collective_tag(group.slot, c.sequence)),
       fingerprint(collie::fingerprint(c.signature())),
-      segment(std::max<std::size_t>(1, group.world->config.segment_bytes / esize)),
+      segment(flow::segment_elements(group.world->config.segment_bytes, esize)),
       deadline(CoarseClock::now() + c.timeout),
       stall(group, c, deadline - c.timeout),
       trace(group.world->tracer.get()),

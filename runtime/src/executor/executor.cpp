@@ -29,7 +29,7 @@ void run_steps(CallRun& run, const Plan& plan) {
   for (const auto& step : schedule.steps)
     device = device || touches_device(run, step);
   if (!device) {
-    run_flow(run, schedule, 0, schedule.steps.size(), plan.has_flow ? &plan.flow : nullptr);
+    run_flow(run, schedule, 0, schedule.steps.size(), &plan.flow);
     return;
   }
   for (std::size_t i = 0; i < schedule.steps.size(); ++i) {

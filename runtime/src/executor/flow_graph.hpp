@@ -23,6 +23,7 @@
 // step reuses it only once the sends reading it are done.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -86,6 +87,12 @@ struct Graph {
   };
   std::vector<Access> accesses;
 };
+
+// A segment of COLLIE_SEGMENT_BYTES in elements of `element_bytes` (at
+// least 1): what build() cuts sends and receives into.
+inline std::size_t segment_elements(std::size_t segment_bytes, std::size_t element_bytes) {
+  return std::max<std::size_t>(1, segment_bytes / element_bytes);
+}
 
 // Fills `graph` with the ops of schedule.steps[first, last), cut into
 // segments of `segment` elements (at least 1), their dependencies and the

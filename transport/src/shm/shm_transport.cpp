@@ -116,9 +116,7 @@ ShmTransport::ShmTransport(std::shared_ptr<store::Store> store, TransportOptions
     p.local = std::binary_search(m.local.begin(), m.local.end(), r);
     p.slot = m.slot_of(r);
   }
-  m.crowded.store(static_cast<int>(m.local.size()) > host_cpus(), std::memory_order_relaxed);
-  m.per_processor.store((static_cast<int>(m.local.size()) + host_cpus() - 1) / host_cpus(),
-                        std::memory_order_relaxed);
+  m.count_sharing(static_cast<int>(m.local.size()), host_cpus());
   m.use_ready = m.local.size() > shm::kReadyFrom && m.local.size() <= shm::kReadyWords * 64;
   m.my_slot = m.slot_of(m.options.rank);
   m.make_mailbox();
@@ -323,12 +321,15 @@ void ShmTransport::set_host_load(int ranks, int processors) {
   // Ranks on other hosts of this machine (namespaces, COLLIE_HOST_ID) spin
   // on the same processors: a wait that does not yield takes them from the
   // rank it waits for.
-  auto& m = *impl_;
-  const int sharing = std::max(ranks, static_cast<int>(m.local.size()));
-  m.crowded.store(sharing > std::max(processors, 1), std::memory_order_relaxed);
-  m.per_processor.store((sharing + std::max(processors, 1) - 1) / std::max(processors, 1),
-                        std::memory_order_relaxed);
-  m.machine_ranks.store(sharing, std::memory_order_relaxed);
+  impl_->count_sharing(ranks, processors);
+}
+
+void ShmTransport::Impl::count_sharing(int ranks, int processors) {
+  const int sharing = std::max(ranks, static_cast<int>(local.size()));
+  const int cpus = std::max(processors, 1);
+  crowded.store(sharing > cpus, std::memory_order_relaxed);
+  per_processor.store((sharing + cpus - 1) / cpus, std::memory_order_relaxed);
+  machine_ranks.store(sharing, std::memory_order_relaxed);
 }
 
 bool ShmTransport::shares_memory_with(int peer) const {

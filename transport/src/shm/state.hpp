@@ -287,6 +287,9 @@ struct ShmTransport::Impl {
   bool drive(const Finished& finished, std::chrono::milliseconds timeout);
 
   // ---- shm_transport.cpp ----
+  // How many ranks share this machine's processors (this host's at least):
+  // `crowded`, `per_processor` and `machine_ranks` from them.
+  void count_sharing(int ranks, int processors);
   // A wait ran out of time or was interrupted (mu held).
   void time_out(const RequestPtr& request, std::chrono::milliseconds limit, int signal);
 };
