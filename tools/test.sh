@@ -19,6 +19,8 @@ jobs=$(nproc)
 # The tests mostly wait on sockets and child processes: run more than one per core.
 test_jobs=$((jobs * 2))
 summary=()
+failed_names=()
+failed_output=$(mktemp)
 passed_total=0
 failed_total=0
 
@@ -38,6 +40,24 @@ count_result() {
   passed_total=$((passed_total + passed))
   failed_total=$((failed_total + failed))
   summary+=("$what: $passed passed, $failed failed")
+  # ctest's list of the failed tests, kept for the summary: a log's tail
+  # (all that a CI page may show) then names them.
+  local name
+  while IFS= read -r name; do
+    failed_names+=("$what: ${name#"${name%%[![:space:]]*}"}")
+  done < <(sed -n '/^The following tests FAILED:/,/^$/p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ')
+  # And the last 40 lines of what each failed test printed, for the same tail.
+  awk -v what="$what" '
+    /Test +#[0-9]+: .*\*\*\*/ && !/\*\*\*Skipped/ { if (keep) flush(); keep = 1; n = 0; head = what ": " $0; next }
+    keep && (/^ +Start +[0-9]+:/ || /^[0-9]+\/[0-9]+ Test +#/ || /^[0-9]+% tests passed/) { flush(); keep = 0 }
+    keep { line[n++ % 40] = $0 }
+    function flush(  i, from) {
+      print "--- " head
+      from = n > 40 ? n - 40 : 0
+      for (i = from; i < n; i++) print line[i % 40]
+      n = 0
+    }
+    END { if (keep) flush() }' "$log" >>"$failed_output"
 }
 
 run_preset() {
@@ -76,8 +96,18 @@ for preset in release nocuda asan tsan fuzz; do
   run_preset "$preset"
 done
 
+if [ -s "$failed_output" ]; then
+  echo
+  echo "=== what the failed tests printed last"
+  cat "$failed_output"
+fi
+rm -f "$failed_output"
 echo
 echo "=== summary ($((SECONDS - start)) s)"
 printf '  %s\n' "${summary[@]}"
+if [ "${#failed_names[@]}" -gt 0 ]; then
+  echo "failed:"
+  printf '  %s\n' "${failed_names[@]}"
+fi
 echo "collie: $passed_total passed, $failed_total failed"
 [ "$failed_total" -eq 0 ]

@@ -89,6 +89,9 @@ struct Call {
   // Where its buffers are and how they are staged, chosen when the call
   // started (device/staging.hpp).
   device::StagingPlan staging;
+  // Its ticket among the group's calls on the board (board_call.hpp), or
+  // -1: it goes by messages, as its schedule says.
+  std::int64_t board = -1;
 
   Signature signature() const { return Signature{collective, dtype, op, algorithm, root, count}; }
 };

@@ -3,11 +3,13 @@
 // the schedule, lay the buffers out (buffer_layout.hpp), execute it over the
 // transport (executor.hpp), trace it, and name the call in any error.
 #include <bit>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
 
+#include "board_call.hpp"
 #include "buffer_layout.hpp"
 #include "call.hpp"
 #include "device/chunked_call.hpp"
@@ -52,8 +54,10 @@ std::size_t run_schedule(detail::Group& g, const Call& call,
 void execute(detail::Group& g, const Call& call) {
   Tracer* const trace = g.world->tracer.get();
   const auto begin = trace != nullptr ? Tracer::now() : Tracer::Clock::time_point{};
-  std::size_t steps = 0;
-  if (call.staging.in_chunks()) {
+  std::size_t steps = 0;  // (none on the board)
+  if (call.board >= 0) {
+    run_on_board(g, call);
+  } else if (call.staging.in_chunks()) {
     run_in_chunks(call, [&](const Call& chunk, std::exception_ptr failed) {
       steps = run_schedule(g, chunk, std::move(failed));
     });
@@ -64,7 +68,7 @@ void execute(detail::Group& g, const Call& call) {
     trace->collective(begin, Tracer::now(),
                       Tracer::CallInfo{call.collective, call.dtype, call.op, call.algorithm,
                                        call.root, call.count, call.sequence, g.trace_group,
-                                       static_cast<std::uint32_t>(steps)});
+                                       static_cast<std::uint32_t>(steps), call.board >= 0});
   }
 }
 
@@ -122,6 +126,13 @@ void execute_checked(detail::Group& g, const Call& call) {
   }
 }
 
+// The algorithm COLLIE_ALGO names for `c`, if any.
+std::optional<Algorithm> forced_by_config(const JobConfig& config, Collective c) {
+  for (const auto& [collective, algorithm] : config.algorithms)
+    if (collective == c && algorithm != Algorithm::Auto) return algorithm;
+  return std::nullopt;
+}
+
 // Auto's choices are kept by (collective, dtype size, size bucket).
 std::uint64_t choice_key(Collective c, std::size_t es, std::size_t bytes) {
   const auto log = std::countr_zero(collectives::size_bucket(bytes));
@@ -135,8 +146,7 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
                                          int root) const {
   (void)root;  // every algorithm costs the same whichever rank is the root
   const auto& g = *impl_;
-  for (const auto& [collective, algorithm] : g.world->config.algorithms)
-    if (collective == c && algorithm != Algorithm::Auto) return algorithm;
+  if (const auto forced = forced_by_config(g.world->config, c)) return *forced;
   const auto& candidates = collectives::algorithms_for(c);
   if (candidates.size() == 1 || g.members.size() <= 1) return candidates.front();
   const std::size_t es = dtype_size(dtype);
@@ -148,6 +158,11 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
                                   g.world->config.segment_bytes, g.cost_model, g.hosts);
   g.choices.emplace(key, best);
   return best;
+}
+
+bool ProcessGroup::uses_board(Collective c, DataType dtype, std::size_t count) const {
+  const auto& g = *impl_;
+  return !forced_by_config(g.world->config, c).has_value() && board_takes(g, c, dtype, count);
 }
 
 std::size_t ProcessGroup::count_of(Collective c, std::size_t input, std::size_t output,
@@ -198,6 +213,8 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   } else {
     call.algorithm = choose_algorithm(c, call.dtype, call.count, call.root);
   }
+  const bool by_auto =
+      o.algorithm == Algorithm::Auto && !forced_by_config(g.world->config, c).has_value();
   // Where the buffers are and how they are staged, for the bytes this
   // rank's call reads and writes.
   const std::size_t es = dtype_size(call.dtype);
@@ -209,6 +226,8 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
       *g.engines, o.memory, collectives::elementwise(c), buffers, o.cuda_stream,
       device::CallName{rank(), collectives::collective_name(c)}, call.timeout,
       device::StagingLimits{config.stage_whole_bytes, config.stage_chunk_bytes});
+  if (goes_on_board(g, call, by_auto))
+    call.board = static_cast<std::int64_t>(g.board_tickets.fetch_add(1));
   // (A call in chunks takes a number per chunk: chunked_call.hpp.)
   call.sequence = g.sequence.fetch_add(chunks_of(call));
   if (when == Completion::Blocking) {

@@ -8,6 +8,7 @@
 
 #include <collie/error.hpp>
 
+#include "board_call.hpp"
 #include "placement.hpp"
 
 namespace collie {
@@ -53,6 +54,7 @@ std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::str
     g->hosts = std::make_shared<const collectives::Hosts>(
         collectives::hosts_of_members(*g->world->hosts, g->members));
   }
+  g->board_possible = board_possible(*g);
   if (auto* tracer = g->world->tracer.get()) g->trace_group = tracer->group_id(g->name);
   g->progress.started_at.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,18 @@ struct detail::Group {
   mutable std::map<std::uint64_t, Algorithm> choices;
   // The schedules of recent calls, for the next call of the same shape.
   PlanCache plans;
+  // Small calls on a board (board_call.hpp): whether the members can
+  // (alike on each), the board (opened at the first), the tickets handed
+  // out (start()) and those this rank has run, in order (the rest wait on
+  // board_cv).
+  bool board_possible = false;
+  std::once_flag board_once;
+  std::unique_ptr<transport::Board> board;
+  std::atomic<std::uint64_t> board_tickets{0};
+  std::atomic<std::uint64_t> board_done{0};
+  std::atomic<int> board_waiting{0};
+  std::mutex board_mu;
+  std::condition_variable board_cv;
   // Set once a collective failed in a way that leaves messages in flight.
   std::mutex broken_mu;
   std::string broken;

@@ -146,7 +146,8 @@ void Tracer::flush_locked() {
                      collectives::collective_name(c.collective),
                      collectives::reduces(c.collective) ? reduce_op_name(c.op) : "none",
                      dtype_name(c.dtype), c.count, r.bytes,
-                     collectives::algorithm_name(c.algorithm), c.root, groups_.at(c.group),
+                     c.board ? std::string_view("board") : collectives::algorithm_name(c.algorithm),
+                     c.root, groups_.at(c.group),
                      c.sequence, c.steps);
       continue;
     }

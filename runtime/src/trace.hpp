@@ -54,6 +54,7 @@ class Tracer {
     std::uint64_t sequence;
     std::uint32_t group;  // from group_id()
     std::uint32_t steps;
+    bool board = false;  // on the group's board (no schedule): "algorithm":"board"
   };
   // A small number for a group's name (kept for the file); a group asks
   // once, when it is made.

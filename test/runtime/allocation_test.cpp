@@ -79,8 +79,12 @@ struct Shape {
 std::vector<Shape> shapes(int world) {
   std::vector<Shape> out;
   for (const auto c : collie::collectives::kCollectives) {
-    // Rooted or not, one each; a barrier has no count.
-    for (const auto a : collie::collectives::algorithms_for(c)) {
+    // Rooted or not, one each; a barrier has no count. Auto's too: a small
+    // all_reduce and a barrier on shared memory go on the group's board.
+    std::vector<Algorithm> algorithms{Algorithm::Auto};
+    for (const auto a : collie::collectives::algorithms_for(c))
+      algorithms.push_back(a);
+    for (const auto a : algorithms) {
       for (const std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{4096}}) {
         if (c == Collective::Barrier && count != 1) continue;
         out.push_back({c, a, count});

@@ -120,9 +120,21 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
       // The schedule this rank ran.
       const auto& a = collective->args;
       const auto c = *cs::parse_collective(a["collective"].get<std::string>());
-      const auto algo = *cs::parse_algorithm(a["algorithm"].get<std::string>());
       const auto count = a["count"].get<std::size_t>();
       const auto es = collie::dtype_size(*collie::parse_dtype(a["dtype"].get<std::string>()));
+      ++collectives_seen[a["collective"].get<std::string>() + "/" + a["algorithm"].get<std::string>()];
+      if (a["algorithm"] == "board") {
+        // On the group's board (shared memory): no step, no message.
+        INFO("rank " << rank << " " << a.dump());
+        REQUIRE(shm);
+        REQUIRE((c == cs::Collective::AllReduce || c == cs::Collective::Barrier));
+        REQUIRE(count * es <= collie::transport::Board::kBytes);
+        REQUIRE(sent == 0);
+        REQUIRE(received == 0);
+        REQUIRE(a["steps"].get<std::size_t>() == 0);
+        return;
+      }
+      const auto algo = *cs::parse_algorithm(a["algorithm"].get<std::string>());
       // (The four ranks share this host, as init finds.)
       const cs::Shape shape{rank, 4, count, a["root"].get<int>(),
                             cs::pieces_for(count * es, collie::JobConfig{}.segment_bytes),
@@ -137,7 +149,6 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
       REQUIRE(sent == want_sent);
       REQUIRE(received == want_received);
       REQUIRE(a["steps"].get<std::size_t>() == schedule.steps.size());
-      ++collectives_seen[a["collective"].get<std::string>() + "/" + a["algorithm"].get<std::string>()];
     };
     for (const auto& s : spans) {
       while (!open.empty() && open.back()->end <= s.begin + slack &&
@@ -168,6 +179,10 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
     for (auto a : cs::algorithms_for(c))
       REQUIRE(collectives_seen.count(std::string(cs::collective_name(c)) + "/" +
                                      std::string(cs::algorithm_name(a))) == 1);
+  // Where the ranks share memory, the bench's own small all_reduces and
+  // barriers (Auto's) go on the board.
+  CHECK(collectives_seen.count("all_reduce/board") == (shm ? 1 : 0));
+  CHECK(collectives_seen.count("barrier/board") == (shm ? 1 : 0));
 }
 
 TEST_CASE("trace merge: errors name the directory and what is in it", "[trace]") {

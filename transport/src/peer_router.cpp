@@ -214,6 +214,20 @@ bool PeerRouter::shares_memory_with(int peer) const {
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->shares_memory_with(peer);
 }
 
+std::unique_ptr<Board> PeerRouter::open_board(std::span<const int> members,
+                                              std::uint32_t space) {
+  std::size_t serving = backends_.size();  // none yet
+  for (int m : members) {
+    if (m == rank()) continue;
+    if (m < 0 || m >= world_size()) return nullptr;
+    const auto b = backend_of_[static_cast<std::size_t>(m)];
+    if (serving != backends_.size() && b != serving) return nullptr;
+    serving = b;
+  }
+  if (serving == backends_.size()) return nullptr;  // no other member
+  return backends_[serving]->open_board(members, space);
+}
+
 std::string PeerRouter::describe_peer(int peer) const {
   if (peer < 0 || peer >= world_size()) return fmt::format("rank {}", peer);
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_peer(peer);

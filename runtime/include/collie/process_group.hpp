@@ -388,6 +388,10 @@ class ProcessGroup {
 
   // The algorithm Auto (or COLLIE_ALGO) picks for this call.
   Algorithm choose_algorithm(Collective c, DataType dtype, std::size_t count, int root = 0) const;
+  // Whether Auto runs this call, on host memory, on the group's board
+  // instead (no schedule and no message: every member shares this host's
+  // memory, and the call is a barrier or a small all_reduce; docs/transport.md).
+  bool uses_board(Collective c, DataType dtype, std::size_t count) const;
 
   // ---- sub-groups ----
   // A group of some of this group's ranks (given in this group's numbering,

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <collie/coarse_clock.hpp>
-#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
 
@@ -102,11 +101,7 @@ void CallRun::wait(const transport::RequestPtr& r, int with) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
         Clock::now() - (deadline - call.timeout));
     stall.final_poll();
-    throw TimeoutError(fmt::format(
-        "{}: the call's timeout ran out after {} (it is {}, from CollectiveOptions::timeout or "
-        "COLLIE_TIMEOUT){}",
-        e.what(), describe_duration(waited), describe_duration(call.timeout),
-        stall.report().empty() ? "" : "; the stall inspector found: " + stall.report()));
+    throw TimeoutError(call_timeout_text(e.what(), waited, call.timeout, stall.report()));
   } catch (const ConnectionError&) {
     diagnosis.explain_lost_connection(with);
     if (diagnosis.failed_world_rank < 0) diagnosis.failed_world_rank = peer(with);
@@ -121,6 +116,7 @@ void CallRun::wait_recv(const transport::RequestPtr& r, int from) {
     auto slice = kFirstSlice;
     while (!transport.wait_some(r, std::min(slice, remaining()))) {
       diagnosis.check_queued();
+      diagnosis.check_board(from);
       if (remaining().count() == 0 || waits_interrupted() != 0) {
         wait(r, from);  // throws the TimeoutError (or InterruptedError)
         break;
@@ -152,6 +148,7 @@ void CallRun::wait_recv(const transport::RequestPtr& r, int from) {
 
 void CallRun::idle(const transport::RequestPtr& oldest, bool receive, int with) {
   diagnosis.check_queued();
+  if (receive) diagnosis.check_board(with);
   stall.poll();
   if (remaining().count() == 0 || waits_interrupted() != 0) {
     if (receive) wait_recv(oldest, with);

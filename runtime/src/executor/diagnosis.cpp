@@ -8,10 +8,12 @@
 
 #include <fmt/format.h>
 
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/keys.hpp>
 
+#include "../board_call.hpp"
 #include "../tags.hpp"
 
 namespace collie {
@@ -27,6 +29,15 @@ constexpr std::chrono::milliseconds kMismatchGrace{250};
 constexpr std::chrono::milliseconds kStoreWait{1000};
 
 }  // namespace
+
+std::string call_timeout_text(const std::string& what, std::chrono::milliseconds waited,
+                              std::chrono::milliseconds timeout, const std::string& report) {
+  return fmt::format(
+      "{}: the call's timeout ran out after {} (it is {}, from CollectiveOptions::timeout or "
+      "COLLIE_TIMEOUT){}",
+      what, describe_duration(waited), describe_duration(timeout),
+      report.empty() ? "" : "; the stall inspector found: " + report);
+}
 
 Diagnosis::Diagnosis(detail::Group& g, const Call& call, std::uint64_t tag,
                      std::uint64_t fingerprint, const StallCheck& stall)
@@ -78,6 +89,13 @@ std::optional<std::string> Diagnosis::saved_mismatch(std::uint64_t sequence) con
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+void Diagnosis::check_board(int from) {
+  const auto theirs = board_call_of(g_, from, call_.sequence);
+  if (!theirs || *theirs == fingerprint_) return;
+  found(from, *theirs, fingerprint_);
+  throw MismatchError(mismatch(from, *theirs));
 }
 
 void Diagnosis::check_queued() {

@@ -18,6 +18,7 @@
 // Used by the thread running the call (CallRun's).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +31,12 @@
 #include "../stall.hpp"
 
 namespace collie {
+
+// A wait's TimeoutError text `what`, said as the call's: how long it
+// waited, its timeout and where that comes from, and the stall inspector's
+// `report` if it made one.
+std::string call_timeout_text(const std::string& what, std::chrono::milliseconds waited,
+                              std::chrono::milliseconds timeout, const std::string& report);
 
 class Diagnosis {
  public:
@@ -49,6 +56,10 @@ class Diagnosis {
   // here: no receive will take them. Looked at when a call starts, between
   // its waits and when it ends (one atomic load when nothing is queued).
   void check_stray();
+  // Group rank `from`, whose message this call waits for, wrote another
+  // call of this number on the group's board (board_call.hpp): throws the
+  // MismatchError naming both. Nothing where the group has no board.
+  void check_board(int from);
   // Group rank `from` sent a failure notice (in the group's earlier call
   // #`earlier`, if given: it left after it). Throws what it says.
   [[noreturn]] void reported_failure(std::uint64_t notice, int from,

@@ -136,8 +136,11 @@ struct Bench {
     Result r;
     r.collective = c;
     r.algorithm = algo == Algorithm::Auto ? "auto" : std::string(cs::algorithm_name(algo));
-    r.chosen = std::string(cs::algorithm_name(
-        algo == Algorithm::Auto ? pg.choose_algorithm(c, dtype, k.count, a.root) : algo));
+    r.chosen = algo == Algorithm::Auto && !on_device && pg.uses_board(c, dtype, k.count)
+                   ? std::string("board")
+                   : std::string(cs::algorithm_name(
+                         algo == Algorithm::Auto ? pg.choose_algorithm(c, dtype, k.count, a.root)
+                                                 : algo));
     r.bytes = bytes;
     r.count = bytes / esize;
     r.in_place = in_place;
@@ -459,7 +462,8 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "starts --ranks processes on this machine and hosts the store on a free loopback\n"
       "port. Ctrl-C stops after the row being measured, prints the rows so far and exits\n"
       "130; SIGTERM stops a rank at once, even one stuck in a collective. --algo auto names\n"
-      "the algorithm it picked: auto:ring.");
+      "the algorithm it picked: auto:ring, or auto:board for a small all_reduce or barrier\n"
+      "that the ranks of one host carry on their group's board, with no message.");
   cmd->callback([args] {
     const Plan plan = make_plan(*args);  // once, before any rank starts
     if (inside_a_job()) {

@@ -5,6 +5,7 @@
 // A mailbox (one memfd per rank, mapped by its peers):
 //
 //   page 0            MailboxHeader: magic, group id, secret, owner, the bell
+//   page 1            BoardPage: the owner's entries of its groups' boards
 //   then, per slot    one page of RingCursors, then the ring (ring_bytes)
 //
 // Slot s of rank r's mailbox is the ring that the host's s-th rank writes
@@ -80,6 +81,22 @@ struct MailboxHeader {
 };
 static_assert(sizeof(MailboxHeader) <= kPage);
 
+// A group's board (board.hpp): for each of kBoardSpaces groups (by tag
+// space), two entries the owner writes in turn, one per small call.
+inline constexpr std::size_t kBoardSpaces = 8;
+inline constexpr std::size_t kBoardEntryBytes = 256;
+struct BoardEntry {
+  std::atomic<std::uint64_t> ticket;       // 1 + the call's ticket; 0: none yet
+  std::atomic<std::uint64_t> fingerprint;  // the call, as the runtime encodes it
+  std::atomic<std::uint64_t> sequence;     // its number among the group's calls
+  std::byte payload[kBoardEntryBytes - 24];
+};
+static_assert(sizeof(BoardEntry) == kBoardEntryBytes);
+struct BoardPage {
+  alignas(kLine) BoardEntry entries[kBoardSpaces][2];
+};
+static_assert(sizeof(BoardPage) == kPage);
+
 // The first page of each ring's slot: the cursors, each on its own line.
 struct RingCursors {
   alignas(kLine) std::atomic<std::uint64_t> head;  // bytes written, by the sender
@@ -123,8 +140,9 @@ inline std::size_t ring_bytes_for(std::size_t ranks_here) {
 inline std::size_t slot_bytes(std::size_t ring) {
   return kPage + ring;
 }
+inline constexpr std::size_t kRingsAt = 2 * kPage;  // after the header and the board page
 inline std::size_t mailbox_bytes(std::size_t slots, std::size_t ring) {
-  return kPage + slots * slot_bytes(ring);
+  return kRingsAt + slots * slot_bytes(ring);
 }
 inline std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
@@ -141,11 +159,13 @@ struct Mapping {
     if (base) ::munmap(base, length);
   }
   MailboxHeader& header() const { return *reinterpret_cast<MailboxHeader*>(base); }
+  BoardPage& board() const { return *reinterpret_cast<BoardPage*>(base + kPage); }
   RingCursors& cursors(std::size_t slot) const {
-    return *reinterpret_cast<RingCursors*>(base + kPage + slot * slot_bytes(header().ring_bytes));
+    return *reinterpret_cast<RingCursors*>(base + kRingsAt +
+                                           slot * slot_bytes(header().ring_bytes));
   }
   std::byte* ring(std::size_t slot) const {
-    return base + kPage + slot * slot_bytes(header().ring_bytes) + kPage;
+    return base + kRingsAt + slot * slot_bytes(header().ring_bytes) + kPage;
   }
 };
 

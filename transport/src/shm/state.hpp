@@ -9,6 +9,7 @@
 //   single_copy.cpp  large messages read from the sender's memory
 //   progress.cpp     who moves the data: waiting threads and the
 //                    background thread; liveness; sleeping on the bell
+//   board.cpp        groups' boards (board.hpp): entries in the mailboxes
 //   shm_transport.cpp  the Transport face, and timeouts
 //
 // Locks: one mutex (`mu`) guards every request, queue and ring cursor of
@@ -273,6 +274,9 @@ struct ShmTransport::Impl {
   // Peers whose process ended or who closed their transport fail, after
   // what they sent whole has been read (mu held).
   void check_liveness();
+  // How long a wait spins before it sleeps (the setting, or none where
+  // ranks crowd the processors).
+  Clock::duration wait_spin() const;
   // Sleeps on this rank's bell until a peer rings it or `d` passes
   // (neither lock held).
   void sleep_on_bell(std::chrono::microseconds d);

@@ -55,6 +55,8 @@ class PeerRouter final : public Transport {
   // 2-7); shm (ranks 0-1)".
   std::string describe() const override;
   bool shares_memory_with(int peer) const override;
+  // The board of the one backend that serves every other member, if one does.
+  std::unique_ptr<Board> open_board(std::span<const int> members, std::uint32_t space) override;
   void set_host_load(int ranks, int processors) override;  // every backend's
   void prefetch() override;
 

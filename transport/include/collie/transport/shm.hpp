@@ -52,6 +52,8 @@
 
 namespace collie::transport {
 
+class ShmBoard;
+
 class ShmTransport final : public Transport {
  public:
   // `local`: the ranks of this host that this rank reaches through shared
@@ -90,6 +92,9 @@ class ShmTransport final : public Transport {
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;  // "rank 3 (pid 1234, shm)"
   bool shares_memory_with(int peer) const override;     // the ranks it serves
+  // Entries in the members' mailboxes (board.cpp); none past kMostMembers
+  // or kSpaces.
+  std::unique_ptr<Board> open_board(std::span<const int> members, std::uint32_t space) override;
   std::string describe() const override;               // "shm"
   void prefetch() override;
   void set_host_load(int ranks, int processors) override;  // waits yield where crowded
@@ -98,6 +103,7 @@ class ShmTransport final : public Transport {
   RequestPtr post(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume);
 
   struct Impl;
+  friend class ShmBoard;
   std::unique_ptr<Impl> impl_;
 };
 

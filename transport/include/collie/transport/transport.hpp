@@ -61,6 +61,7 @@
 #include <utility>
 #include <vector>
 
+#include <collie/transport/board.hpp>
 #include <collie/transport/settings.hpp>
 
 namespace collie::transport {
@@ -247,6 +248,16 @@ class Transport {
   // cost what shared memory costs: the runtime's cost model). Both ranks
   // of a pair answer alike.
   virtual bool shares_memory_with(int /*peer*/) const { return false; }
+
+  // A board (board.hpp) for the group of `members` (ranks, this one among
+  // them, in the group's order) in tag space `space`, or null where this
+  // backend has none for them (not all of them share this rank's memory,
+  // too many, a space past Board::kSpaces). Every member gets one, or none,
+  // alike. Default: none.
+  virtual std::unique_ptr<Board> open_board(std::span<const int> /*members*/,
+                                            std::uint32_t /*space*/) {
+    return nullptr;
+  }
 
   // Reads from the store now everything later connections need (every
   // rank's address), waiting for ranks that have not published yet, so that

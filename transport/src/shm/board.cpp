@@ -1,0 +1,217 @@
+// Groups' boards over shared memory (board.hpp): a member's entries are in
+// its own mailbox's board page (layout.hpp), two per tag space; the others
+// read them where they lie. A waiting member spins as a wait on the rings
+// does (ShmTransport::Impl::wait_spin()), then sleeps on its bell, which a
+// member rings after it wrote its entry when somebody sleeps there.
+#include <algorithm>
+#include <cstring>
+#include <sched.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <collie/error.hpp>
+#include <collie/interrupt.hpp>
+
+#include "bell.hpp"
+#include "state.hpp"
+
+namespace collie::transport {
+
+using namespace std::chrono_literals;
+using namespace shm;
+
+namespace {
+
+// How often a sleeping member looks whether the missing ones are alive,
+// and runs the caller's look (as a wait on the rings looks at liveness).
+constexpr auto kLookEvery = 10ms;
+
+}  // namespace
+
+class ShmBoard final : public Board {
+ public:
+  using Clock = ShmTransport::Impl::Clock;
+
+  ShmBoard(ShmTransport::Impl& m, std::vector<int> members, std::size_t me, std::uint32_t space)
+      : m_(m), members_(std::move(members)), me_(me) {
+    entries_.reserve(members_.size());
+    for (int rank : members_) {
+      const Mapping& box = rank == m_.options.rank ? m_.mine : *m_.peer(rank).theirs;
+      entries_.push_back({&box.board().entries[space][0], &box.board().entries[space][1]});
+      if (rank != m_.options.rank) bells_.push_back(&box.header());
+    }
+  }
+
+  void exchange(std::uint64_t ticket, std::uint64_t sequence, std::uint64_t fingerprint,
+                std::span<const std::byte> mine, std::chrono::milliseconds timeout,
+                BoardLook look) override {
+    if (mine.size() > kBytes)
+      throw ArgumentError(fmt::format("rank {}: a board entry holds at most {} bytes, not {}",
+                                      m_.options.rank, kBytes, mine.size()));
+    parity_ = ticket & 1;
+    const std::uint64_t want = ticket + 1;
+    auto& own = *entries_[me_][parity_];
+    // (Its ticket 0 while it changes: posted() reads it as a seqlock.)
+    own.ticket.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    if (!mine.empty()) std::memcpy(own.payload, mine.data(), mine.size());
+    own.fingerprint.store(fingerprint, std::memory_order_relaxed);
+    own.sequence.store(sequence, std::memory_order_relaxed);
+    own.ticket.store(want, std::memory_order_release);
+    // The members asleep on their bells (bell.hpp: one fence for them all).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (MailboxHeader* h : bells_) {
+      if (h->sleepers.load(std::memory_order_relaxed) == 0) continue;
+      h->bell.fetch_add(1, std::memory_order_release);
+      futex_wake(h->bell);
+    }
+    // Activity, as a finished request is: the background thread stays out.
+    m_.done_count.fetch_add(1, std::memory_order_relaxed);
+    next_ = 0;
+    if (arrived(want)) return;
+    wait(want, timeout, look);
+  }
+
+  const std::byte* entry(std::size_t index) const override {
+    return entries_[index][parity_]->payload;
+  }
+  std::uint64_t fingerprint(std::size_t index) const override {
+    return entries_[index][parity_]->fingerprint.load(std::memory_order_relaxed);
+  }
+  std::optional<std::uint64_t> posted(std::size_t index, std::uint64_t sequence) const override {
+    for (const BoardEntry* e : entries_[index]) {
+      // Read between two reads of its ticket: an entry rewritten meanwhile
+      // is not taken.
+      const auto ticket = e->ticket.load(std::memory_order_acquire);
+      if (ticket == 0 || e->sequence.load(std::memory_order_relaxed) != sequence) continue;
+      const auto print = e->fingerprint.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (e->ticket.load(std::memory_order_relaxed) == ticket) return print;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // Whether every member's entry holds `want`; members found so are not
+  // read again (next_).
+  bool arrived(std::uint64_t want) {
+    for (; next_ < members_.size(); ++next_) {
+      if (next_ == me_) continue;
+      if (entries_[next_][parity_]->ticket.load(std::memory_order_acquire) != want) return false;
+    }
+    return true;
+  }
+
+  void wait(std::uint64_t want, std::chrono::milliseconds timeout, BoardLook look) {
+    const auto began = Clock::now();
+    const auto deadline = began + timeout;
+    // As a wait on the rings (progress.cpp): a busy machine sleeps at once;
+    // crowded processors yield while they spin.
+    const bool sleepy = m_.busy.load(std::memory_order_relaxed);
+    const bool yielding = !sleepy && m_.crowded.load(std::memory_order_relaxed);
+    const auto spin_until = began + (sleepy ? Clock::duration::zero() : m_.wait_spin());
+    for (unsigned turn = 1; !sleepy; ++turn) {
+      if (yielding) {
+        sched_yield();
+      } else {
+        cpu_relax();
+      }
+      if (arrived(want)) return;
+      if ((yielding || (turn & 15) == 0) && Clock::now() >= spin_until) break;
+    }
+    auto& h = m_.mine.header();
+    auto next_look = began + kLookEvery;
+    for (;;) {
+      h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const std::uint32_t seen = h.bell.load(std::memory_order_acquire);
+      if (!arrived(want)) {
+        const auto until = std::min(deadline, next_look);
+        const auto now = Clock::now();
+        if (until > now)
+          futex_wait(h.bell, seen,
+                     std::chrono::duration_cast<std::chrono::microseconds>(until - now) + 1us);
+      }
+      h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      if (arrived(want)) return;
+      const auto now = Clock::now();
+      if (now >= next_look) {
+        next_look = now + kLookEvery;
+        look();
+        check_members();
+      }
+      if (const int signal = waits_interrupted(); signal != 0 || now >= deadline)
+        throw_failure(ErrorKind::Timeout,
+                      timeout_text(fmt::format("rank {}: a small call on its group's board",
+                                               m_.options.rank),
+                                   missing(want), signal != 0 ? 0ms : timeout, signal),
+                      signal != 0);
+    }
+  }
+
+  // Throws ConnectionError for the first missing member whose process
+  // ended or who closed its transport.
+  void check_members() {
+    std::lock_guard lock(m_.mu);
+    m_.check_liveness();
+    for (std::size_t i = next_; i < members_.size(); ++i) {
+      if (i == me_) continue;
+      const auto& p = m_.peer(members_[i]);
+      if (p.state == PeerState::Failed || p.state == PeerState::Departed)
+        throw_failure(p.failure_kind,
+                      fmt::format("rank {}: a small call on its group's board: {}",
+                                  m_.options.rank, p.failure),
+                      false);
+    }
+  }
+
+  // "no entry yet from rank 2 (shared memory), rank 3 (shared memory)".
+  std::string missing(std::uint64_t want) const {
+    std::vector<std::string> who;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      if (i == me_) continue;
+      if (entries_[i][parity_]->ticket.load(std::memory_order_acquire) != want)
+        who.push_back(m_.describe_peer(members_[i]));
+    }
+    return fmt::format("no entry yet from {}", fmt::join(who, ", "));
+  }
+
+  ShmTransport::Impl& m_;
+  const std::vector<int> members_;  // ranks, in the group's order
+  const std::size_t me_;            // this rank's index among them
+  std::vector<std::array<BoardEntry*, 2>> entries_;
+  std::vector<MailboxHeader*> bells_;  // the other members'
+  std::size_t parity_ = 0;             // of the last exchange
+  std::size_t next_ = 0;               // members before it (but this one) have written
+};
+
+std::unique_ptr<Board> ShmTransport::open_board(std::span<const int> members,
+                                                std::uint32_t space) {
+  auto& m = *impl_;
+  if (members.size() < 2 || members.size() > Board::kMostMembers || space >= Board::kSpaces)
+    return nullptr;
+  std::size_t me = members.size();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int rank = members[i];
+    if (rank == m.options.rank) {
+      me = i;
+      continue;
+    }
+    if (rank < 0 || rank >= m.options.world_size || !m.peer(rank).local) return nullptr;
+  }
+  if (me == members.size()) return nullptr;
+  for (int rank : members) {
+    if (rank == m.options.rank) continue;
+    // (Attached already, as every peer a message went to: a moment.)
+    auto lock = m.lock_reached(rank, "open a board with");
+    const auto& p = m.peer(rank);
+    if (p.state != PeerState::Ready)
+      throw_failure(p.failure_kind,
+                    fmt::format("rank {}: a board for its group: {}", m.options.rank, p.failure),
+                    false);
+  }
+  return std::make_unique<ShmBoard>(m, std::vector<int>(members.begin(), members.end()), me,
+                                    space);
+}
+
+}  // namespace collie::transport
