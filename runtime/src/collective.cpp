@@ -75,7 +75,7 @@ void execute(detail::Group& g, const Call& call) {
 // Runs a call, turning transport errors into ones that name the collective,
 // and breaking the group when messages may be left in flight.
 void execute_checked(detail::Group& g, const Call& call) {
-  {
+  if (g.is_broken.load(std::memory_order_acquire)) {
     std::lock_guard lock(g.broken_mu);
     if (!g.broken.empty())
       throw Error(
@@ -89,6 +89,7 @@ void execute_checked(detail::Group& g, const Call& call) {
   auto break_group = [&](const std::string& message) {
     std::lock_guard lock(g.broken_mu);
     if (g.broken.empty()) g.broken = message;
+    g.is_broken.store(true, std::memory_order_release);
   };
   // The same error type, its message led by the call.
   auto named = [&]<class E>(const E& e) {
@@ -151,12 +152,19 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
   if (candidates.size() == 1 || g.members.size() <= 1) return candidates.front();
   const std::size_t es = dtype_size(dtype);
   const auto key = choice_key(c, es, count * es);
+  if (const auto last = g.last_choice.load(std::memory_order_acquire); (last >> 8) == key)
+    return static_cast<Algorithm>(last & 0xff);
   std::lock_guard lock(g.choice_mu);
-  if (auto it = g.choices.find(key); it != g.choices.end()) return it->second;
+  if (auto it = g.choices.find(key); it != g.choices.end()) {
+    g.last_choice.store(key << 8 | static_cast<std::uint64_t>(it->second),
+                        std::memory_order_release);
+    return it->second;
+  }
   const Algorithm best =
       collectives::auto_algorithm(c, static_cast<int>(g.members.size()), count, es,
                                   g.world->config.segment_bytes, g.cost_model, g.hosts);
   g.choices.emplace(key, best);
+  g.last_choice.store(key << 8 | static_cast<std::uint64_t>(best), std::memory_order_release);
   return best;
 }
 

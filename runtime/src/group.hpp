@@ -68,6 +68,8 @@ struct detail::Group {
   // Auto's choices, by (collective, dtype size, log2 bytes, root).
   mutable std::mutex choice_mu;
   mutable std::map<std::uint64_t, Algorithm> choices;
+  // The last choice, read without the lock: key << 8 | algorithm (0: none).
+  mutable std::atomic<std::uint64_t> last_choice{0};
   // The schedules of recent calls, for the next call of the same shape.
   PlanCache plans;
   // Small calls on a board (board_call.hpp): whether the members can
@@ -85,6 +87,7 @@ struct detail::Group {
   // Set once a collective failed in a way that leaves messages in flight.
   std::mutex broken_mu;
   std::string broken;
+  std::atomic<bool> is_broken{false};  // !broken.empty(), read without the lock
   // CUDA streams and pinned blocks, kept between calls on device buffers.
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   // Where this rank is in the group's calls (stall.hpp).

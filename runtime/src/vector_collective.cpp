@@ -73,6 +73,7 @@ void run_vector(detail::Group& g, const VectorCall& call) {
   auto broken = [&](const std::string& message) {
     std::lock_guard lock(g.broken_mu);
     if (g.broken.empty()) g.broken = message;
+    g.is_broken.store(true, std::memory_order_release);
   };
   std::vector<transport::RequestPtr> receives, sends;
   // On the way out with an error: no request may go on reading the

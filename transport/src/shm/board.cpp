@@ -104,13 +104,18 @@ class ShmBoard final : public Board {
   }
 
   void wait(std::uint64_t want, std::chrono::milliseconds timeout, BoardLook look) {
-    const auto began = Clock::now();
-    const auto deadline = began + timeout;
     // As a wait on the rings (progress.cpp): a busy machine sleeps at once;
-    // crowded processors yield while they spin.
+    // crowded processors yield while they spin. (The clock is read first
+    // after 16 turns where the spin does not yield: most small calls find
+    // their entries by then.)
     const bool sleepy = m_.busy.load(std::memory_order_relaxed);
     const bool yielding = !sleepy && m_.crowded.load(std::memory_order_relaxed);
-    const auto spin_until = began + (sleepy ? Clock::duration::zero() : m_.wait_spin());
+    const auto spin = sleepy ? Clock::duration::zero() : m_.wait_spin();
+    Clock::time_point began{}, spin_until{};
+    if (sleepy || yielding) {
+      began = Clock::now();
+      spin_until = began + spin;
+    }
     for (unsigned turn = 1; !sleepy; ++turn) {
       if (yielding) {
         sched_yield();
@@ -118,8 +123,15 @@ class ShmBoard final : public Board {
         cpu_relax();
       }
       if (arrived(want)) return;
-      if ((yielding || (turn & 15) == 0) && Clock::now() >= spin_until) break;
+      if (!yielding && (turn & 15) != 0) continue;
+      const auto now = Clock::now();
+      if (began == Clock::time_point{}) {
+        began = now;
+        spin_until = now + spin;
+      }
+      if (now >= spin_until) break;
     }
+    const auto deadline = began + timeout;
     auto& h = m_.mine.header();
     auto next_look = began + kLookEvery;
     for (;;) {
