@@ -155,10 +155,14 @@ void run_on_board(detail::Group& g, const Call& call) {
     throw;
   } catch (const ConnectionError& e) {
     auto& d = diagnose();
-    for (int m : g.members)
-      if (d.failed_world_rank < 0 && m != g.members[static_cast<std::size_t>(g.rank)] &&
-          !g.transport().failure_of(m).empty())
-        d.failed_world_rank = m;
+    for (int i = 0; i < n && d.failed_world_rank < 0; ++i) {
+      const int m = g.members[static_cast<std::size_t>(i)];
+      if (i == g.rank || g.transport().failure_of(m).empty()) continue;
+      // What it said before it left (a mismatch it found, a notice) is
+      // the news: thrown from here if there is any.
+      d.explain_lost_connection(i);
+      d.failed_world_rank = m;
+    }
     d.blame(e.what());
     d.tell_peers(everyone(g));
     throw;
