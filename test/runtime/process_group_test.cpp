@@ -133,7 +133,8 @@ TEST_CASE(
   run_ranks(
       2,
       [](collie::ProcessGroup& pg) {
-        std::vector<float> data(1000, 1.0f);
+        // (More than a board entry holds: messages, whose spans are traced.)
+        std::vector<float> data(2000, 1.0f);
         pg.all_reduce(std::span(data));
         pg.barrier();
       },
@@ -147,7 +148,7 @@ TEST_CASE(
     // with what they were.
     REQUIRE(t.rfind("\n]\n") == t.size() - 3);
     REQUIRE(t.find("\"name\":\"all_reduce\",\"cat\":\"collective\"") != std::string::npos);
-    REQUIRE(t.find("\"count\":1000,\"bytes\":4000") != std::string::npos);
+    REQUIRE(t.find("\"count\":2000,\"bytes\":8000") != std::string::npos);
     REQUIRE(t.find("\"name\":\"barrier\",\"cat\":\"collective\"") != std::string::npos);
     REQUIRE(t.find("\"cat\":\"send\"") != std::string::npos);
   }
@@ -183,7 +184,7 @@ TEST_CASE("a collective that times out says how long it waited and its limit", "
   std::string error;
   std::atomic<bool> done{false};
   run_ranks(2, [&](collie::ProcessGroup& pg) {
-    std::vector<float> v(1000, 1.0f);
+    std::vector<float> v(2000, 1.0f);  // (by messages: more than a board entry holds)
     if (pg.rank() == 0) {
       collie::CollectiveOptions o;
       o.timeout = 300ms;
@@ -200,7 +201,7 @@ TEST_CASE("a collective that times out says how long it waited and its limit", "
   });
   INFO(error);
   CHECK_THAT(error, Catch::Contains("all_reduce") && Catch::Contains("recv from rank 1") &&
-                        Catch::Contains("timed out (0 of 4000 bytes received)") &&
+                        Catch::Contains("timed out (0 of 8000 bytes received)") &&
                         Catch::Contains("the call's timeout ran out after") &&
                         Catch::Contains("(it is 300 ms") && !Catch::Contains("after 0 ms"));
   // What torch's callers (and its own tests) match a timeout by.

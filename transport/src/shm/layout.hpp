@@ -5,7 +5,7 @@
 // A mailbox (one memfd per rank, mapped by its peers):
 //
 //   page 0            MailboxHeader: magic, group id, secret, owner, the bell
-//   page 1            BoardPage: the owner's entries of its groups' boards
+//   pages 1-17        BoardPage: the owner's entries of its groups' boards
 //   then, per slot    one page of RingCursors, then the ring (ring_bytes)
 //
 // Slot s of rank r's mailbox is the ring that the host's s-th rank writes
@@ -78,24 +78,28 @@ struct MailboxHeader {
   // (hundreds of lines a turn, at hundreds of ranks). Up to kReadyWords * 64
   // ranks; past that the owner reads every cursor.
   alignas(kLine) std::atomic<std::uint64_t> ready[kReadyWords];
+  // 1 + the processor the owner last ran a board call on (board.cpp; 0: not
+  // known): a member that waits on the same one sleeps instead of spinning.
+  alignas(kLine) std::atomic<std::uint32_t> cpu;
 };
 static_assert(sizeof(MailboxHeader) <= kPage);
 
 // A group's board (board.hpp): for each of kBoardSpaces groups (by tag
-// space), two entries the owner writes in turn, one per small call.
+// space), two entries the owner writes in turn, one per small call. An
+// entry's first line holds its header and the first 40 bytes of its
+// payload: an 8 B call is one line to write and one to read.
 inline constexpr std::size_t kBoardSpaces = 8;
-inline constexpr std::size_t kBoardEntryBytes = 256;
+inline constexpr std::size_t kBoardPayload = 4096 + 40;
 struct BoardEntry {
   std::atomic<std::uint64_t> ticket;       // 1 + the call's ticket; 0: none yet
   std::atomic<std::uint64_t> fingerprint;  // the call, as the runtime encodes it
   std::atomic<std::uint64_t> sequence;     // its number among the group's calls
-  std::byte payload[kBoardEntryBytes - 24];
+  std::byte payload[kBoardPayload];
 };
-static_assert(sizeof(BoardEntry) == kBoardEntryBytes);
+static_assert(sizeof(BoardEntry) % kLine == 0);
 struct BoardPage {
   alignas(kLine) BoardEntry entries[kBoardSpaces][2];
 };
-static_assert(sizeof(BoardPage) == kPage);
 
 // The first page of each ring's slot: the cursors, each on its own line.
 struct RingCursors {
@@ -140,7 +144,8 @@ inline std::size_t ring_bytes_for(std::size_t ranks_here) {
 inline std::size_t slot_bytes(std::size_t ring) {
   return kPage + ring;
 }
-inline constexpr std::size_t kRingsAt = 2 * kPage;  // after the header and the board page
+// After the header page and the board's pages.
+inline constexpr std::size_t kRingsAt = kPage + (sizeof(BoardPage) + kPage - 1) / kPage * kPage;
 inline std::size_t mailbox_bytes(std::size_t slots, std::size_t ring) {
   return kRingsAt + slots * slot_bytes(ring);
 }

@@ -102,8 +102,9 @@ inline constexpr Variable kSpinUs{
     "how long a wait polls its sockets (yielding the CPU between polls) before it sleeps; on "
     "while the yields run other threads, at most 2 ms, and while requests keep finishing, at "
     "most 100 ms; on a machine whose processors other work fills, shared memory's waits do not "
-    "spin, and where more than one rank per microsecond of it share a processor they yield "
-    "once and sleep"};
+    "spin (a small call on a group's board still does where each rank has a processor), and "
+    "where more than one rank per microsecond of it share a processor they yield once and "
+    "sleep"};
 inline constexpr Variable kTransport{
     "COLLIE_TRANSPORT", Kind::Choice, "choice", "auto", "auto, tcp, shm",
     0, -1, false,

@@ -2,7 +2,7 @@
 // carry a small collective without messages. Each member writes its call's
 // bytes once, into an entry of its own mailbox, and reads every other
 // member's entry where it lies: one line written and n - 1 read for a call
-// of up to 48 bytes, and no request, queue or lock on the way.
+// of up to 40 bytes, and no request, queue or lock on the way.
 //
 //   auto board = transport.open_board(members, space);  // null: no board here
 //   board->exchange(ticket, sequence, fingerprint, mine, timeout, look);
@@ -45,7 +45,7 @@ class Board {
   // serves (each member reads every other's entry: past a few, a tree of
   // messages reads fewer lines), and the tag spaces that have one (the
   // world's and the first sub-groups').
-  static constexpr std::size_t kBytes = 232;
+  static constexpr std::size_t kBytes = 4096;
   static constexpr std::size_t kMostMembers = 8;
   static constexpr std::uint32_t kSpaces = 8;
 
@@ -60,7 +60,9 @@ class Board {
   // Throws ConnectionError when a member's process ended or it closed its
   // transport, naming it; TimeoutError past `timeout`, naming the members
   // whose entries are missing; InterruptedError when waits are
-  // interrupted (interrupt.hpp).
+  // interrupted (interrupt.hpp). A wait that throws withdraws this
+  // member's entry: a member that comes later waits for it, as it would
+  // for a message never sent.
   virtual void exchange(std::uint64_t ticket, std::uint64_t sequence, std::uint64_t fingerprint,
                         std::span<const std::byte> mine, std::chrono::milliseconds timeout,
                         BoardLook look) = 0;
