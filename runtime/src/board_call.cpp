@@ -51,13 +51,16 @@ collectives::Schedule everyone(const detail::Group& g) {
 
 // The group's board, opened at its first use.
 void open_board(detail::Group& g) {
-  std::call_once(g.board_once, [&] {
-    g.board = g.transport().open_board(g.members, g.slot);
-    if (!g.board)
-      throw Error(fmt::format("rank {}: {}: its transport has no board for its members, "
-                              "though they all share this host's memory",
-                              g.rank, g.name));
-  });
+  if (g.board_open.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(g.board_open_mu);
+  if (g.board) return;
+  auto board = g.transport().open_board(g.members, g.slot);
+  if (!board)
+    throw Error(fmt::format("rank {}: {}: its transport has no board for its members, "
+                            "though they all share this host's memory",
+                            g.rank, g.name));
+  g.board = std::move(board);
+  g.board_open.store(true, std::memory_order_release);
 }
 
 // Waits until this rank's board calls before `ticket` have run.
@@ -80,11 +83,15 @@ void wait_turn(detail::Group& g, const Call& call, std::uint64_t ticket) {
 }  // namespace
 
 std::optional<std::uint64_t> board_call_of(detail::Group& g, int member, std::uint64_t sequence) {
-  if (!g.board_possible || member == g.rank) return std::nullopt;
+  if (!g.board_possible || member == g.rank ||
+      g.board_unreachable.load(std::memory_order_relaxed))
+    return std::nullopt;
   try {
     open_board(g);
   } catch (const std::exception&) {
-    return std::nullopt;  // (the call's own wait names what is wrong)
+    // (The call's own wait names what is wrong; no second try from here.)
+    g.board_unreachable.store(true, std::memory_order_relaxed);
+    return std::nullopt;
   }
   return g.board->posted(static_cast<std::size_t>(member), sequence);
 }

@@ -77,8 +77,11 @@ struct detail::Group {
   // out (start()) and those this rank has run, in order (the rest wait on
   // board_cv).
   bool board_possible = false;
-  std::once_flag board_once;
-  std::unique_ptr<transport::Board> board;
+  std::mutex board_open_mu;  // (not std::call_once: opening may throw, and
+                             // libstdc++'s call_once then hangs the next caller)
+  std::atomic<bool> board_open{false};
+  std::atomic<bool> board_unreachable{false};  // a diagnosis could not open it
+  std::unique_ptr<transport::Board> board;  // set once, under board_open_mu
   std::atomic<std::uint64_t> board_tickets{0};
   std::atomic<std::uint64_t> board_done{0};
   std::atomic<int> board_waiting{0};
