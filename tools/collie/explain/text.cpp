@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/transport/board.hpp>
 
 #include "explain.hpp"
 #include "words.hpp"
@@ -234,6 +235,15 @@ std::string compare_text(const Request& r) {
       "time with only alpha and delta; bandwidth: with only beta and gamma. Auto costs a call at\n"
       "its size rounded up to a power of two ({}) and picks the fastest.\n",
       bytes_label(cs::size_bucket(r.shape.count * r.element_bytes)));
+  // On one host the runtime may run none of these (board_call.hpp).
+  const auto bytes = r.shape.count * r.element_bytes;
+  if (r.shape.world > 1 && static_cast<std::size_t>(r.shape.world) <= transport::Board::kMostMembers &&
+      (r.collective == cs::Collective::Barrier ||
+       (r.collective == cs::Collective::AllReduce && bytes > 0 &&
+        bytes <= transport::Board::kBytes)))
+    out +=
+        "Where every rank shares one host's memory, a call this small goes on the group's board\n"
+        "instead: no schedule and no message (docs/transport.md, \"The board\").\n";
   if (closed)
     out += fmt::format(
         "*: priced in closed form, as Auto prices a ring or two_level whose replay would pass\n"
