@@ -21,14 +21,6 @@ namespace collie::transport {
 using namespace std::chrono_literals;
 using namespace shm;
 
-namespace {
-
-// How often a sleeping member looks whether the missing ones are alive,
-// and runs the caller's look (as a wait on the rings looks at liveness).
-constexpr auto kLookEvery = 10ms;
-
-}  // namespace
-
 static_assert(Board::kBytes <= kBoardPayload);
 
 class ShmBoard final : public Board {
@@ -155,7 +147,7 @@ class ShmBoard final : public Board {
     }
     const auto deadline = began + timeout;
     auto& h = m_.mine.header();
-    auto next_look = began + kLookEvery;
+    auto next_look = began + kLivenessEvery;
     for (;;) {
       h.sleepers.fetch_add(1, std::memory_order_seq_cst);
       const std::uint32_t seen = h.bell.load(std::memory_order_acquire);
@@ -170,7 +162,7 @@ class ShmBoard final : public Board {
       if (arrived(want)) return;
       const auto now = Clock::now();
       if (now >= next_look) {
-        next_look = now + kLookEvery;
+        next_look = now + kLivenessEvery;
         look();
         check_members();
       }

@@ -20,6 +20,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <collie/transport/board.hpp>
+
 namespace collie::transport::shm {
 
 inline constexpr std::uint64_t kMagic = 0x31766d6873696c63ULL;  // "clishmv1"
@@ -84,11 +86,10 @@ struct MailboxHeader {
 };
 static_assert(sizeof(MailboxHeader) <= kPage);
 
-// A group's board (board.hpp): for each of kBoardSpaces groups (by tag
+// A group's board (board.hpp): for each of Board::kSpaces groups (by tag
 // space), two entries the owner writes in turn, one per small call. An
 // entry's first line holds its header and the first 40 bytes of its
 // payload: an 8 B call is one line to write and one to read.
-inline constexpr std::size_t kBoardSpaces = 8;
 inline constexpr std::size_t kBoardPayload = 4096 + 40;
 struct BoardEntry {
   std::atomic<std::uint64_t> ticket;       // 1 + the call's ticket; 0: none yet
@@ -98,7 +99,7 @@ struct BoardEntry {
 };
 static_assert(sizeof(BoardEntry) % kLine == 0);
 struct BoardPage {
-  alignas(kLine) BoardEntry entries[kBoardSpaces][2];
+  alignas(kLine) BoardEntry entries[Board::kSpaces][2];
 };
 
 // The first page of each ring's slot: the cursors, each on its own line.

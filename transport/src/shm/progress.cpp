@@ -23,8 +23,6 @@ using namespace shm;
 
 namespace {
 
-// How often a wait looks whether its peers are alive.
-constexpr auto kLivenessEvery = 10ms;
 // The background thread leaves the rings to the callers until no request
 // has finished for this long (as the TCP backend's).
 constexpr auto kQuiet = 2ms;

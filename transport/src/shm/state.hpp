@@ -124,6 +124,12 @@ struct Peer {
 
 }  // namespace shm
 
+namespace shm {
+// How often a wait looks whether its peers are alive (a wait on the rings,
+// and a board's once it sleeps).
+inline constexpr std::chrono::milliseconds kLivenessEvery{10};
+}  // namespace shm
+
 struct ShmTransport::Impl {
   using Clock = std::chrono::steady_clock;
   using Peer = shm::Peer;
