@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <collie/coarse_clock.hpp>
+#include <collie/duration.hpp>
 #include <collie/error.hpp>
 
 #include "executor/diagnosis.hpp"
@@ -75,9 +77,10 @@ void wait_turn(detail::Group& g, const Call& call, std::uint64_t ticket) {
   if (!g.board_cv.wait_until(lock, deadline,
                              [&] { return g.board_done.load() == ticket; }))
     throw TimeoutError(fmt::format(
-        "rank {}: timed out after {} ms waiting for the group's earlier small calls (on its "
-        "board, in the order they started) to finish",
-        g.rank, call.timeout.count()));
+        "rank {}: {} #{} on {}: timed out after {} waiting for this rank's earlier small calls "
+        "of the group (on its board, in the order they started; {} of them have run) to finish",
+        g.rank, describe(call.signature(), false), call.sequence, g.name,
+        describe_duration(call.timeout), g.board_done.load()));
 }
 
 }  // namespace
@@ -105,7 +108,9 @@ void run_on_board(detail::Group& g, const Call& call) {
     detail::Group& g;
     std::uint64_t ticket;
     ~Next() {
-      g.board_done.store(ticket + 1, std::memory_order_release);
+      // Sequentially consistent, as board_waiting's increment and load: a
+      // waiter counted after this load sees the new value (no lost wake-up).
+      g.board_done.store(ticket + 1);
       if (g.board_waiting.load() > 0) {
         std::lock_guard lock(g.board_mu);
         g.board_cv.notify_all();
@@ -127,7 +132,8 @@ void run_on_board(detail::Group& g, const Call& call) {
   // that called something else and sent its first message).
   std::optional<StallCheck> stall;
   std::optional<Diagnosis> diagnosis;
-  const auto began = std::chrono::steady_clock::now();
+  // (The coarse clock: read at every call, and only for the diagnosis.)
+  const auto began = CoarseClock::now();
   const auto diagnose = [&]() -> Diagnosis& {
     if (!diagnosis) {
       stall.emplace(g, call, began);
@@ -189,7 +195,7 @@ void run_on_board(detail::Group& g, const Call& call) {
       d.failed_reason = FailureReason::TimedOut;
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - began);
+        CoarseClock::now() - began);
     const std::string message = call_timeout_text(e.what(), waited, call.timeout, stall->report());
     d.blame(message);
     if (own) d.save_stall_report();
