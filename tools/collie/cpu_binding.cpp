@@ -24,19 +24,31 @@ void add_bind_option(CLI::App& cmd, std::string& into, const std::string& ranks)
   cmd.add_option("--bind", into,
                  "Where " + ranks +
                      " run: auto (packed when they outnumber the processors this process may "
-                     "use, else where the kernel puts them), none, or packed (one processor "
-                     "each, consecutive ranks on the same one)")
+                     "use; else one processor each, on processors no other collie launch of "
+                     "this machine holds, or where the kernel puts them when too few are "
+                     "free), none, or packed (one processor each, consecutive ranks on the "
+                     "same one)")
       ->check(CLI::IsMember({"auto", "none", "packed"}))
       ->capture_default_str();
 }
 
-Placement place_ranks(Binding b, int ranks) {
+Placement place_ranks(Binding b, int ranks, const std::string& claims_dir) {
   Placement p;
   p.binding = b;
   p.cpu.assign(static_cast<std::size_t>(std::max(ranks, 0)), -1);
   const std::vector<int> cpus = allowed_cpus();
   const auto m = static_cast<long long>(cpus.size());
-  if (m == 0 || b == Binding::None || (b == Binding::Auto && ranks <= m)) return p;
+  if (m == 0 || b == Binding::None) return p;
+  if (b == Binding::Auto && ranks <= m) {
+    if (ranks < 2) return p;
+    auto claims = std::make_shared<CpuClaims>(CpuClaims::take(
+        cpus, ranks, claims_dir.empty() ? CpuClaims::default_dir() : claims_dir));
+    if (claims->cpus().empty()) return p;
+    p.cpu = claims->cpus();
+    p.shared = ranks;
+    p.claims = std::move(claims);
+    return p;
+  }
   for (int r = 0; r < ranks; ++r)
     p.cpu[static_cast<std::size_t>(r)] =
         cpus[static_cast<std::size_t>(static_cast<long long>(r) * m / ranks)];

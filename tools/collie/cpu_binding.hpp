@@ -5,13 +5,20 @@
 // that exchange messages often share a processor in one launch and not in
 // the next, and a small all_reduce's time varies launch by launch; packed
 // two to a processor, consecutive ranks keep it steady
-// (docs/PERFORMANCE.md). With a processor each, binding was
-// slower (a rank's transport thread then shares its processor), so the
-// default binds only when the ranks outnumber the processors.
+// (docs/PERFORMANCE.md). With a processor each, unbound ranks on a busy
+// machine (more runnable processes than processors) meet on one processor
+// in about half the launches, and a small call then costs a wake-up
+// (5 us against 0.5 us bound, docs/scale.md), so auto binds those too, to
+// processors no other collie launcher of this machine holds
+// (cpu_claims.hpp); with none free enough, it leaves them where the kernel
+// puts them, as before.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "cpu_claims.hpp"
 
 namespace CLI {
 class App;
@@ -20,7 +27,8 @@ class App;
 namespace collie::cli {
 
 enum class Binding {
-  Auto,    // packed when the node's ranks outnumber the processors it may use, else none
+  Auto,    // packed when the node's ranks outnumber the processors it may use; two or more
+           // ranks that fit: one each, on unclaimed processors, else none
   None,    // where the kernel puts them
   Packed,  // one processor each, consecutive ranks on the same one
 };
@@ -37,6 +45,9 @@ struct Placement {
   Binding binding = Binding::None;
   std::vector<int> cpu;  // by local rank: its processor, or -1 where unbound
   int shared = 0;        // the processors the bound ranks share; 0 when none is bound
+  // The processors claimed for them (auto with a processor each), held as
+  // long as any copy of this placement lives.
+  std::shared_ptr<const CpuClaims> claims;
 
   // Local rank `rank`'s processor, or -1.
   int cpu_of(int rank) const;
@@ -51,8 +62,10 @@ struct Placement {
 // processor and the groups differ by one at most. Bound ranks learn how many
 // processors they share through kHostCpusVariable: each one's own affinity
 // is a single processor, and the cost model and shared memory's waits count
-// the host's.
-Placement place_ranks(Binding b, int ranks);
+// the host's. Auto with 2 to m ranks: rank i on the i-th processor no other
+// launcher claims (in `claims_dir`, CpuClaims::default_dir() when empty),
+// consecutive ones, so that they share caches; unbound where fewer are free.
+Placement place_ranks(Binding b, int ranks, const std::string& claims_dir = {});
 
 // Binds the calling thread (and the threads it starts later) to processor
 // `cpu`; nothing for -1, and left unbound if the kernel refuses. One system

@@ -42,10 +42,6 @@ void say(const std::string& text) {
   std::fflush(stderr);
 }
 
-std::string seconds(Clock::duration d) {
-  return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
-}
-
 class Launcher {
  public:
   // `args` is resolved and checked (resolve_torchrun()); the secret is
@@ -176,14 +172,14 @@ class Launcher {
       say(fmt::format("rank {} (a worker, node {}, pid {}) failed: {}, {} after it started; the "
                       "master carries on",
                       r.rank, node_rank_, r.pid, describe_wait_status(status),
-                      seconds(r.ended - r.started)));
+                      seconds_text(r.ended - r.started)));
       return;
     }
     end_.first_failure = &r;
     exit_code_ = exit_code_of(status);
     end_.failure_text = fmt::format("rank {} (node {}, pid {}) failed first: {}, {} after it started",
                                 r.rank, node_rank_, r.pid, describe_wait_status(status),
-                                seconds(r.ended - r.started));
+                                seconds_text(r.ended - r.started));
     if (team_) {
       try {
         team_->report_failure(end_.failure_text, std::chrono::seconds(10));
@@ -247,7 +243,7 @@ class Launcher {
       }
       if (ranks_->kill_late()) {
         say(fmt::format("ranks still running {} after being asked to stop; sending SIGKILL",
-                        seconds(ranks_->since_stop())));
+                        seconds_text(ranks_->since_stop())));
       }
       if (ranks_->all_reaped()) break;
     }

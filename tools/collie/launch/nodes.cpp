@@ -13,13 +13,9 @@ namespace collie::cli {
 
 using namespace std::chrono_literals;
 
-namespace {
-
-std::string seconds(std::chrono::steady_clock::duration d) {
+std::string seconds_text(std::chrono::steady_clock::duration d) {
   return fmt::format("{:.1f} s", std::chrono::duration<double>(d).count());
 }
-
-}  // namespace
 
 NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::string& token,
                    int node_rank, int nodes, Timeouts timeouts)
@@ -61,7 +57,7 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
     if (Clock::now() < deadline) return;
     throw Error(fmt::format(
         "collie launch: round {} of the rendezvous: {} within {} (--join-timeout; --nnodes {}:{})",
-        round, what, seconds(timeouts_.join), elastic.min_nodes, elastic.max_nodes));
+        round, what, seconds_text(timeouts_.join), elastic.min_nodes, elastic.max_nodes));
   };
   for (int round = attempt;; ++round) {
     ended();
@@ -186,7 +182,7 @@ std::optional<std::string> NodeTeam::silent_node() {
                now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
       return fmt::format("node {} {} (no heartbeat for {}, --{}-timeout {})", node,
                          joined ? "stopped answering" : "never joined",
-                         seconds(now - seen.changed), joined ? "node" : "join",
+                         seconds_text(now - seen.changed), joined ? "node" : "join",
                          std::chrono::duration<double>(joined ? timeouts_.node : timeouts_.join)
                              .count());
     }

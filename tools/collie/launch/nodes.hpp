@@ -23,6 +23,9 @@
 
 namespace collie::cli {
 
+// A duration as the launcher's messages write it: "2.5 s".
+std::string seconds_text(std::chrono::steady_clock::duration d);
+
 class NodeTeam {
  public:
   using Clock = std::chrono::steady_clock;

@@ -80,8 +80,9 @@ struct MailboxHeader {
   // (hundreds of lines a turn, at hundreds of ranks). Up to kReadyWords * 64
   // ranks; past that the owner reads every cursor.
   alignas(kLine) std::atomic<std::uint64_t> ready[kReadyWords];
-  // 1 + the processor the owner last ran a board call on (board.cpp; 0: not
-  // known): a member that waits on the same one sleeps instead of spinning.
+  // 1 + the processor the owner last waited on, in a board call (board.cpp)
+  // or on a busy machine (progress.cpp; 0: not known): a rank that waits on
+  // the same one sleeps instead of spinning.
   alignas(kLine) std::atomic<std::uint32_t> cpu;
 };
 static_assert(sizeof(MailboxHeader) <= kPage);

@@ -186,6 +186,9 @@ struct ShmTransport::Impl {
   // The background thread looks every kLoadEvery (look_at_load()).
   std::atomic<bool> busy{false};
   std::atomic<int> machine_ranks{0};  // this job's ranks on this machine
+  // Whether another of the host's ranks last waited on the processor this
+  // one runs on now; records this one's in its header (MailboxHeader::cpu).
+  bool processor_shared();
   Clock::time_point next_load{};      // background thread only
   int busy_looks = 0;                 // looks in a row that found it busy (background thread)
   bool stream_receives = false;  // large plain receives use non-temporal stores
