@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/coarse_clock.hpp>
 #include <collie/duration.hpp>
 #include <collie/log.hpp>
 
@@ -98,8 +99,19 @@ class PointerQuery {
       // dlopen(RTLD_NOLOAD) of a library that is not loaded searches the
       // file system (more than a small send costs); the loader's count of
       // libraries loaded so far (nanoseconds) says whether anything new came.
+      // That count takes the loader's lock, a twentieth of an 8 B
+      // all_reduce on the board, so within one tick of the coarse clock
+      // (1-4 ms) a count that had not moved is taken as read: device
+      // memory needs the driver loaded and initialised first (cuInit alone
+      // takes tens of milliseconds), so none can come from a driver loaded
+      // within the tick.
+      const auto tick = CoarseClock::now().time_since_epoch().count();
+      if (tick == quiet_tick_.load(std::memory_order_relaxed)) return -1;
       const auto adds = libraries_loaded();
-      if (adds == checked_at_.load(std::memory_order_acquire)) return -1;
+      if (adds == checked_at_.load(std::memory_order_acquire)) {
+        quiet_tick_.store(tick, std::memory_order_relaxed);
+        return -1;
+      }
       void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
       if (h == nullptr) {
         checked_at_.store(adds, std::memory_order_release);
@@ -137,6 +149,8 @@ class PointerQuery {
   std::atomic<CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr)> query_{nullptr};
   // libraries_loaded() when the driver was last found missing.
   std::atomic<unsigned long long> checked_at_{~0ull};
+  // The coarse clock's tick in which the count was last found unmoved.
+  std::atomic<CoarseClock::Clock::rep> quiet_tick_{0};
 };
 
 class CudaEngine final : public Engine {
