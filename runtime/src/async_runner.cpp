@@ -1,5 +1,6 @@
 // The task queue of async collectives and torch calls (async_runner.hpp).
 #include <collie/async_runner.hpp>
+#include <collie/transport/transport.hpp>
 
 namespace collie {
 
@@ -76,6 +77,9 @@ void AsyncRunner::execute(Queued& queued) {
 }
 
 void AsyncRunner::loop() {
+  // It waits while the caller's thread goes on, perhaps on the same
+  // processor: its waits yield (transport.hpp).
+  transport::set_waits_for_others(true);
   for (;;) {
     Queued queued;
     {

@@ -1,6 +1,8 @@
 // torch's Work for collie's calls (works.hpp).
 #include "works.hpp"
 
+#include <collie/transport/transport.hpp>
+
 namespace collie_torch {
 
 c10::intrusive_ptr<c10::ivalue::Future> new_future() {
@@ -145,6 +147,9 @@ void Completer::add(c10::intrusive_ptr<PointToPointWork> work) {
 }
 
 void Completer::loop() {
+  // Beside torch's thread, which may share its processor: its waits yield
+  // to it (transport.hpp).
+  collie::transport::set_waits_for_others(true);
   for (;;) {
     c10::intrusive_ptr<PointToPointWork> next;
     {

@@ -22,7 +22,6 @@
 #include "support/scratch_dir.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
-#include "collie/cpu_claims.hpp"   // tools/collie/
 #include "collie/launch/keys.hpp"  // tools/collie/launch/
 
 using namespace std::chrono_literals;
@@ -372,7 +371,7 @@ TEST_CASE("launch --bind: packed gives each rank one processor, consecutive rank
     for (const auto& got : cpus_by_rank(r, 3))
       CHECK(got == own);
   }
-  SECTION("auto: one processor each where no other launch holds them, packed past them") {
+  SECTION("auto: a processor each where they fit, packed past them") {
     std::string taskset;
     for (const char* path : {"/usr/bin/taskset", "/bin/taskset"})
       if (taskset.empty() && ::access(path, X_OK) == 0) taskset = path;
@@ -380,30 +379,22 @@ TEST_CASE("launch --bind: packed gives each rank one processor, consecutive rank
       WARN("skipped: needs 2 processors and taskset (util-linux) to give the launcher two");
       return;
     }
-    // A directory of its own for the claims: other tests' launches hold
-    // theirs in /dev/shm meanwhile.
-    const collie::test::ScratchDir claims;
     const auto two = fmt::format("{},{}", cpus[0], cpus[1]);
     auto on_two = [&](int n) {
       return run({taskset, "-c", two, kCollie, "launch", "-n", std::to_string(n), "--", "/bin/sh",
                   "-c", kShowCpus + "; echo \"shared: ${COLLIE_HOST_CPUS-unset}\""},
-                 {"COLLIE_CPU_CLAIMS=" + claims.path().string()}, {}, 60s);
+                 {}, {}, 60s);
     };
-    auto r = on_two(2);
+    auto r = on_two(1);
+    REQUIRE(r.exit_code == 0);
+    CHECK(cpus_by_rank(r, 1)[0] == list_of(cpus[0], cpus[1]));
+    CHECK_THAT(r.out, Catch::Contains("[rank 0] shared: unset"));
+    r = on_two(2);
     REQUIRE(r.exit_code == 0);
     auto got = cpus_by_rank(r, 2);
     CHECK(got[0] == std::to_string(cpus[0]));
     CHECK(got[1] == std::to_string(cpus[1]));
     CHECK_THAT(r.out, Catch::Contains("[rank 1] shared: 2"));
-    SECTION("another launch holding one of them: where the kernel puts them") {
-      const auto held = collie::cli::CpuClaims::take({cpus[1]}, 1, claims.path().string());
-      REQUIRE(held.cpus().size() == 1);
-      r = on_two(2);
-      REQUIRE(r.exit_code == 0);
-      for (const auto& cpu : cpus_by_rank(r, 2))
-        CHECK(cpu == list_of(cpus[0], cpus[1]));
-      CHECK_THAT(r.out, Catch::Contains("[rank 0] shared: unset"));
-    }
     r = on_two(3);
     REQUIRE(r.exit_code == 0);
     got = cpus_by_rank(r, 3);

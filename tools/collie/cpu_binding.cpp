@@ -2,7 +2,6 @@
 #include "cpu_binding.hpp"
 
 #include <algorithm>
-#include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -23,59 +22,70 @@ Binding parse_binding(const std::string& text) {
 void add_bind_option(CLI::App& cmd, std::string& into, const std::string& ranks) {
   cmd.add_option("--bind", into,
                  "Where " + ranks +
-                     " run: auto (packed when they outnumber the processors this process may "
-                     "use; else one processor each, on processors no other collie launch of "
-                     "this machine holds, or where the kernel puts them when too few are "
-                     "free), none, or packed (one processor each, consecutive ranks on the "
-                     "same one)")
+                     " run: auto (two or more: each on a slice of the processors this process "
+                     "may use, of its own, or packed when they outnumber the processors), "
+                     "none (where the kernel puts them), or packed (one processor each, "
+                     "consecutive ranks on the same one)")
       ->check(CLI::IsMember({"auto", "none", "packed"}))
       ->capture_default_str();
 }
 
-Placement place_ranks(Binding b, int ranks, const std::string& claims_dir) {
+Placement place_ranks(Binding b, int ranks, const std::vector<int>& cpus) {
   Placement p;
   p.binding = b;
-  p.cpu.assign(static_cast<std::size_t>(std::max(ranks, 0)), -1);
-  const std::vector<int> cpus = allowed_cpus();
+  p.cpus.assign(static_cast<std::size_t>(std::max(ranks, 0)), {});
   const auto m = static_cast<long long>(cpus.size());
-  if (m == 0 || b == Binding::None) return p;
-  if (b == Binding::Auto && ranks <= m) {
-    if (ranks < 2) return p;
-    auto claims = std::make_shared<CpuClaims>(CpuClaims::take(
-        cpus, ranks, claims_dir.empty() ? CpuClaims::default_dir() : claims_dir));
-    if (claims->cpus().empty()) return p;
-    p.cpu = claims->cpus();
-    p.shared = ranks;
-    p.claims = std::move(claims);
-    return p;
+  if (m == 0 || b == Binding::None || (b == Binding::Auto && ranks < 2)) return p;
+  const bool slices = b == Binding::Auto && ranks <= m;
+  for (int r = 0; r < ranks; ++r) {
+    const auto first = static_cast<long long>(r) * m / ranks;
+    // Slices: up to the next rank's first (every index below m is taken,
+    // each once); packed: that one processor (r * m / ranks takes every
+    // index below m when ranks >= m, else ranks different ones).
+    const auto end = slices ? (static_cast<long long>(r) + 1) * m / ranks : first + 1;
+    p.cpus[static_cast<std::size_t>(r)].assign(cpus.begin() + first, cpus.begin() + end);
   }
-  for (int r = 0; r < ranks; ++r)
-    p.cpu[static_cast<std::size_t>(r)] =
-        cpus[static_cast<std::size_t>(static_cast<long long>(r) * m / ranks)];
-  // r * m / ranks takes every index below m when ranks >= m, else ranks
-  // different ones.
   p.shared = static_cast<int>(std::min<long long>(ranks, m));
+  if (slices) p.shared = static_cast<int>(m);
   return p;
 }
 
-int Placement::cpu_of(int rank) const {
-  return rank >= 0 && static_cast<std::size_t>(rank) < cpu.size()
-             ? cpu[static_cast<std::size_t>(rank)]
-             : -1;
+Placement place_ranks(Binding b, int ranks) {
+  return place_ranks(b, ranks, allowed_cpus());
 }
 
-void bind_to_cpu(int cpu) {
-  if (cpu < 0 || cpu >= CPU_SETSIZE) return;
-  cpu_set_t set;
+bool Placement::set_of(int rank, cpu_set_t& set) const {
   CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  sched_setaffinity(0, sizeof(set), &set);
+  if (rank < 0 || static_cast<std::size_t>(rank) >= cpus.size()) return false;
+  bool any = false;
+  for (int c : cpus[static_cast<std::size_t>(rank)])
+    if (c >= 0 && c < CPU_SETSIZE) {
+      CPU_SET(c, &set);
+      any = true;
+    }
+  return any;
+}
+
+void bind_to(const cpu_set_t* set) {
+  if (set != nullptr) sched_setaffinity(0, sizeof(*set), set);
 }
 
 std::string Placement::describe() const {
   if (shared == 0) return "";
+  std::vector<std::string> each;
+  for (const auto& c : cpus) {
+    if (c.empty()) {
+      each.emplace_back("-");
+    } else if (c.size() == 1) {
+      each.push_back(std::to_string(c.front()));
+    } else if (c.back() - c.front() + 1 == static_cast<int>(c.size())) {
+      each.push_back(fmt::format("{}-{}", c.front(), c.back()));
+    } else {
+      each.push_back(fmt::format("{}", fmt::join(c, ",")));
+    }
+  }
   return fmt::format(", bound {} to processors {}", binding == Binding::Auto ? "auto" : "packed",
-                     fmt::join(cpu, " "));
+                     fmt::join(each, " "));
 }
 
 }  // namespace collie::cli

@@ -1,5 +1,6 @@
 // What every backend shares: peer checks, the exceptions of failed
-// requests, and the words of their messages (request_state.hpp).
+// requests, the words of their messages (request_state.hpp), and the mark
+// of threads that wait for others.
 #include <fmt/format.h>
 
 #include <collie/duration.hpp>
@@ -10,6 +11,18 @@
 #include "request_state.hpp"
 
 namespace collie::transport {
+
+namespace {
+thread_local bool marked_waits_for_others = false;
+}  // namespace
+
+void set_waits_for_others(bool on) {
+  marked_waits_for_others = on;
+}
+
+bool waits_for_others() {
+  return marked_waits_for_others;
+}
 
 void check_peer(int rank, int world_size, int peer, std::string_view op) {
   if (peer >= 0 && peer < world_size) return;

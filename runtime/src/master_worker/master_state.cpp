@@ -266,6 +266,9 @@ void MasterState::take_ready(Link& l) {
 }
 
 void MasterState::run_completions() {
+  // Beside the master's program thread, which may share its processor
+  // (ranks bound to one each): its waits yield to it (transport.hpp).
+  transport::set_waits_for_others(true);
   std::vector<transport::RequestPtr> waits;
   while (true) {
     waits.clear();

@@ -83,7 +83,8 @@ int run_standalone(int ranks, const Placement& placement, const std::function<in
       std::uint16_t port = 0;
       if (::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(1);
       set_rank_environment(rank, ranks, port);
-      bind_to_cpu(placement.cpu_of(rank));
+      cpu_set_t cpus;
+      if (placement.set_of(rank, cpus)) bind_to(&cpus);
       const int rc = rank_main();
       std::fflush(stdout);
       std::fflush(stderr);
@@ -94,7 +95,7 @@ int run_standalone(int ranks, const Placement& placement, const std::function<in
   ::close(pipe_fds[0]);
   // Rank 0 is this process: bound before its threads start (the watcher,
   // the store's), which then share its processor.
-  bind_to_cpu(placement.cpu_of(0));
+  if (cpu_set_t cpus; placement.set_of(0, cpus)) bind_to(&cpus);
 
   // Watches the other ranks: one that fails while rank 0 still runs may
   // leave rank 0 waiting for it (in the rendezvous, say) until the job's

@@ -35,7 +35,7 @@ std::string signal_name(int number) {
 }  // namespace
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env, int cpu) {
+                           const std::vector<std::string>& env, const cpu_set_t* cpus) {
   if (argv.empty()) throw Error("collie launch: no program to run");
   ExecArgs exec(argv, env);
   auto& args = exec.argv;
@@ -47,6 +47,10 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   make_pipe(exec_error);
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
+  // Copied before the fork: the child only reads it.
+  cpu_set_t bind_set;
+  CPU_ZERO(&bind_set);
+  if (cpus != nullptr) bind_set = *cpus;
   const pid_t launcher = getpid();
   pid_ = fork();
   if (pid_ < 0) {
@@ -69,7 +73,7 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
     // lives as long as it does.) It may have died before this line.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != launcher) _exit(128 + SIGKILL);
-    bind_to_cpu(cpu);
+    bind_to(cpus != nullptr ? &bind_set : nullptr);
     if (dev_null >= 0) dup2(dev_null, 0);
     dup2(out[1], 1);
     dup2(err[1], 2);

@@ -2,6 +2,7 @@
 // standard output and error captured through non-blocking pipes.
 #pragma once
 
+#include <sched.h>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -15,10 +16,10 @@ class ChildProcess {
   // signal is unblocked in the child, which leads a process group of its own
   // (signal it with kill(-pid, ...) to reach its descendants too). Throws collie::Error naming the
   // program if it cannot be started (not found, not executable...). With
-  // `cpu` >= 0 the child is bound to that processor before it starts the
-  // program (bind_to_cpu, cpu_binding.hpp).
+  // `cpus` the child is bound to those processors before it starts the
+  // program (bind_to, cpu_binding.hpp).
   ChildProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-               int cpu = -1);
+               const cpu_set_t* cpus = nullptr);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

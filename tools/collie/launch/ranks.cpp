@@ -54,7 +54,9 @@ void LocalRanks::start(int attempt, const Environment& environment) {
       if (!r.log) throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
     }
     try {
-      r.child = std::make_unique<ChildProcess>(command_, environment(r), placement_.cpu_of(local));
+      cpu_set_t cpus;
+      const bool bound = placement_.set_of(local, cpus);
+      r.child = std::make_unique<ChildProcess>(command_, environment(r), bound ? &cpus : nullptr);
     } catch (...) {
       ranks_.pop_back();
       kill_all(SIGKILL);

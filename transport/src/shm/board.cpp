@@ -126,7 +126,7 @@ class ShmBoard final : public Board {
     // yield: most small calls find their entries by then.)
     const bool crowd = m_.crowded.load(std::memory_order_relaxed);
     const bool sleepy = (crowd && m_.busy.load(std::memory_order_relaxed)) || shares_processor();
-    const bool yielding = crowd && !sleepy;
+    const bool yielding = (crowd || waits_for_others()) && !sleepy;
     const auto spin = sleepy ? Clock::duration::zero() : m_.wait_spin();
     Clock::time_point began{}, spin_until{};
     if (sleepy || yielding) {

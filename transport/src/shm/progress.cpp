@@ -250,7 +250,9 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   // on 2 bound ranks beside six spinning processes: 180 us sleeping,
   // against 4-11 us).
   const bool sleepy = busy.load(std::memory_order_relaxed) && (crowd || processor_shared());
-  const bool yielding = !sleepy && crowd;
+  // A thread that waits for another thread of its process yields as a
+  // crowded one does (transport.hpp, set_waits_for_others).
+  const bool yielding = !sleepy && (crowd || waits_for_others());
   for (bool first = true; !finished(); first = false) {
     if (!first) now = Clock::now();
     if ((now >= deadline && !once) || waits_interrupted() != 0) break;

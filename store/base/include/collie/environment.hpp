@@ -129,12 +129,6 @@ inline constexpr Variable kHostCpus{
     "the processors a job's ranks on this host share, counted by the cost model and by shared "
     "memory's waits instead of one rank's CPU affinity (unset: the affinity's); `collie launch` "
     "and `collie bench` set it when they bind each rank to one processor (`--bind`)"};
-inline constexpr Variable kCpuClaims{
-    "COLLIE_CPU_CLAIMS", Kind::Text, "directory", "/dev/shm", "a directory every launcher may write",
-    0, -1, false,
-    "where `collie launch` and `collie bench` record the processors they bind ranks to (a lock "
-    "file per processor, held while the job runs), so that jobs started side by side bind theirs "
-    "to different ones (`--bind`)"};
 inline constexpr Variable kHostId{
     "COLLIE_HOST_ID", Kind::Text, "text", "", "any text",
     0, -1, false,
@@ -166,7 +160,7 @@ inline constexpr const Variable* kVariables[] = {
     &kStoreToken,    &kStoreTokenFile,  &kLogLevel,        &kTimeout,       &kStallTime,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
     &kStageChunkBytes, &kSpinUs,        &kTransport,       &kShmSingleCopy, &kShmStores,
-    &kHostCpus,      &kCpuClaims,       &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
+    &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
     &kRestartCount};
 
 // A variable's default as a value, at compile time, so that the structs

@@ -138,6 +138,18 @@ class ProgressClaim {
 // group (ranks 0 to 3)".
 void check_peer(int rank, int world_size, int peer, std::string_view op);
 
+// Threads that wait on behalf of another thread of their process: an
+// async runner, a master's completion thread, a torch work's runner. The
+// thread they serve may want the processor they would spin on (ranks
+// bound to a processor each, `collie launch --bind`, share it with their
+// own threads), so a marked thread's waits yield the processor every turn
+// where others spin: one system call a turn where nothing else is ready,
+// and the program's thread at once where it is. Marks the calling thread
+// (true) or clears the mark; a thread starts unmarked.
+void set_waits_for_others(bool on);
+// Whether the calling thread is marked so.
+bool waits_for_others();
+
 class Transport {
  public:
   virtual ~Transport() = default;
