@@ -121,10 +121,14 @@ void run_on_board(detail::Group& g, const Call& call) {
   const std::size_t es = dtype_size(call.dtype);
   const std::size_t bytes = call.collective == Collective::AllReduce ? call.count * es : 0;
   const int n = static_cast<int>(g.members.size());
-  std::array<std::byte, transport::Board::kBytes> mine;
-  if (bytes > 0) {
-    std::memcpy(mine.data(), call.input, bytes);
-    if (call.op == ReduceOp::Avg) prescale_average(call.dtype, mine.data(), call.count, n);
+  // What this rank posts: its input as it is, or scaled first for Avg (a
+  // copy: the input stays the caller's).
+  std::array<std::byte, transport::Board::kBytes> scaled;
+  std::span<const std::byte> mine(static_cast<const std::byte*>(call.input), bytes);
+  if (bytes > 0 && call.op == ReduceOp::Avg) {
+    std::memcpy(scaled.data(), call.input, bytes);
+    prescale_average(call.dtype, scaled.data(), call.count, n);
+    mine = std::span<const std::byte>(scaled.data(), bytes);
   }
   const auto print = fingerprint(call.signature());
   // Built only if the wait takes long or fails: the stall inspector, and
@@ -148,7 +152,7 @@ void run_on_board(detail::Group& g, const Call& call) {
   };
   try {
     open_board(g);
-    g.board->exchange(ticket, call.sequence, print, std::span(mine.data(), bytes), call.timeout,
+    g.board->exchange(ticket, call.sequence, print, mine, call.timeout,
                        transport::BoardLook(look));
     for (int i = 0; i < n; ++i) {
       const auto theirs = g.board->fingerprint(static_cast<std::size_t>(i));

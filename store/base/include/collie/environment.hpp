@@ -128,7 +128,7 @@ inline constexpr Variable kHostCpus{
     1, -1, false,
     "the processors a job's ranks on this host share, counted by the cost model and by shared "
     "memory's waits instead of one rank's CPU affinity (unset: the affinity's); `collie launch` "
-    "and `collie bench` set it when they bind each rank to one processor (`--bind`)"};
+    "and `collie bench` set it when they bind each rank to processors of its own (`--bind`)"};
 inline constexpr Variable kHostId{
     "COLLIE_HOST_ID", Kind::Text, "text", "", "any text",
     0, -1, false,
