@@ -34,7 +34,7 @@ TEST_CASE("bind auto: a slice of the processors each, every processor in one sli
   CHECK(q.describe() == ", bound auto to processors 1,3 4-5 9,11,12");
 }
 
-TEST_CASE("bind auto: one rank is left alone; more ranks than processors are packed",
+TEST_CASE("bind auto: one rank is left alone, and more ranks than processors are packed",
           "[launch]") {
   const auto one = place_ranks(Binding::Auto, 1, {0, 1, 2, 3});
   CHECK(one.cpus == Cpus{{}});
