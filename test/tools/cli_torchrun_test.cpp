@@ -243,6 +243,19 @@ TEST_CASE("c10d: the node that has the endpoint hosts the store, the next to joi
   CHECK_THAT(second.err, Catch::Contains("joined as node 1"));
 }
 
+TEST_CASE("an elastic job ignores --node_rank, saying so, as torchrun does", "[launch][torchrun]") {
+  // Scripts pass --node_rank=$NODE_RANK to every launch, elastic or not.
+  const auto r = launch({"--nnodes=1:2", "--nproc_per_node=1", "--node_rank=1",
+                         "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:0",
+                         "--rdzv_conf=last_call_timeout=1", "/bin/sh", "-c",
+                         "echo $RANK $GROUP_RANK $WORLD_SIZE"},
+                        {"COLLIE_STORE_TOKEN=shared-secret"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(lines_of_rank(r.out, 0) == std::vector<std::string>{"0 0 1"});
+  CHECK_THAT(r.err, Catch::Contains("--node-rank 1 is ignored: an elastic job (--nnodes 1:2)"));
+}
+
 TEST_CASE("torchrun's flags that collie cannot honour are errors that name them",
           "[launch][torchrun]") {
   const auto refused = [](std::vector<std::string> words, const std::string& says) {

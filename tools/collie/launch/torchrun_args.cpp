@@ -192,6 +192,15 @@ void resolve_rendezvous(LaunchArgs& a) {
         a.rdzv_backend));
   }
   apply_rdzv_conf(a);
+  if (a.rdzv_backend == "c10d" && a.nnodes_min != a.nnodes_max && a.node_rank) {
+    // As torchrun ignores it: scripts pass --node_rank=$NODE_RANK to every
+    // launch, elastic or not.
+    a.notes.push_back(fmt::format(
+        "--node-rank {} is ignored: an elastic job (--nnodes {}) numbers its nodes as they join "
+        "each round",
+        *a.node_rank, a.nnodes));
+    a.node_rank.reset();
+  }
   if (a.standalone) {
     if (a.nnodes_max > 1)
       throw Error("collie launch: --standalone is a job on this node alone: --nnodes must be 1");
