@@ -248,7 +248,8 @@ TEST_CASE("a client started before its server connects once the server is up", "
 
 TEST_CASE("connecting to nothing fails after the connect timeout, naming the address",
           "[robustness]") {
-  const auto port = collie::test::momentarily_free_port();
+  const collie::test::RefusingPort nobody;
+  const auto port = nobody.port();
   ClientOptions options;
   options.connect_timeout = 400ms;
   const auto start = std::chrono::steady_clock::now();

@@ -2,7 +2,11 @@
 // (raw_connection.hpp).
 #include "raw_connection.hpp"
 
+#include <netinet/in.h>
+#include <stdexcept>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <asio/connect.hpp>
 #include <asio/read.hpp>
@@ -110,6 +114,25 @@ std::uint16_t momentarily_free_port() {
   asio::io_context io;
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   return acceptor.local_endpoint().port();
+}
+
+RefusingPort::RefusingPort() {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw std::runtime_error("RefusingPort: socket failed");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd_);
+    throw std::runtime_error("RefusingPort: bind failed");
+  }
+  port_ = ntohs(a.sin_port);
+}
+
+RefusingPort::~RefusingPort() {
+  ::close(fd_);
 }
 
 bool ipv6_loopback_available() {

@@ -44,6 +44,24 @@ struct StoreFixture {
 // client before its server: everything else binds port 0.
 std::uint16_t momentarily_free_port();
 
+// A loopback port that refuses every connection and that no other process
+// can take while this lives: bound, never listening. For a client that must
+// find no server (a port freed by a stopped server may be bound again at
+// once by a test running beside, whose server would answer instead).
+class RefusingPort {
+ public:
+  RefusingPort();
+  ~RefusingPort();
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+  std::uint16_t port() const { return port_; }
+  std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
 // True if this machine can open an IPv6 socket on ::1.
 bool ipv6_loopback_available();
 

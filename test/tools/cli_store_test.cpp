@@ -13,6 +13,7 @@
 #include "support/eventually.hpp"
 #include "support/raw_connection.hpp"
 #include "support/scratch_dir.hpp"
+#include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
 #include "support/torch_query.hpp"
 
@@ -187,10 +188,8 @@ TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PO
 }
 
 TEST_CASE("collie store client with no server gives up after --connect-timeout", "[cli]") {
-  ServedStore s;
-  const auto addr = s.addr;
-  s.server.signal(SIGTERM);
-  REQUIRE(s.server.wait(10s));
+  const collie::test::RefusingPort nobody;
+  const auto addr = nobody.addr();
   const auto start = std::chrono::steady_clock::now();
   auto r = run({kCollie, "store", "get", "k", "--addr", addr, "--connect-timeout", "0.5"});
   CHECK(std::chrono::steady_clock::now() - start < 10s);
