@@ -62,10 +62,7 @@ class ShmBoard final : public Board {
       futex_wake(h->bell);
     }
     // Activity, as a finished request is: the background thread stays out.
-    // (It only looks for a change, so a plain increment serves: a locked
-    // one costs as much as the fence again.)
-    m_.done_count.store(m_.done_count.load(std::memory_order_relaxed) + 1,
-                        std::memory_order_relaxed);
+    m_.note_activity();
     next_ = 0;
     if (arrived(want)) return;
     try {
@@ -111,14 +108,12 @@ class ShmBoard final : public Board {
   void wait(std::uint64_t want, std::chrono::milliseconds timeout, BoardLook look) {
     // Where this rank runs, for members that wait (written when it moved;
     // a call that waits not at all costs no look).
-    cpu_ = static_cast<std::uint32_t>(sched_getcpu() + 1);  // 0: not known
-    if (auto& mine_cpu = headers_[me_]->cpu; mine_cpu.load(std::memory_order_relaxed) != cpu_)
-      mine_cpu.store(cpu_, std::memory_order_relaxed);
+    cpu_ = m_.note_processor();
     // Crowded processors yield while they spin, and sleep at once where
     // other work fills the machine too, as a wait on the rings does
     // (progress.cpp). Where each rank has a processor but other work fills
-    // them (busy, not crowded), a board wait still spins, unlike a wait on
-    // the rings: the members' entries come while both run, and a sleep
+    // them (busy, not crowded), a board wait still spins, as a wait on the
+    // rings does there: the members' entries come while both run, and a sleep
     // costs a wake-up behind the other work every call. 2 ranks, 8 B, six
     // processes spinning on 2 cores, 50,000 calls: 15-43 us a call
     // sleeping, 4-9 us spinning 50 us first (Open MPI, which spins: 1.6-3.5).

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/coarse_clock.hpp>
 #include <collie/host_cpus.hpp>
 #include <collie/interrupt.hpp>
 
@@ -315,19 +316,32 @@ bool ShmTransport::Impl::drive(const Finished& finished, std::chrono::millisecon
   return finished();
 }
 
-bool ShmTransport::Impl::processor_shared() {
+std::uint32_t ShmTransport::Impl::note_processor() {
   const auto cpu = static_cast<std::uint32_t>(sched_getcpu() + 1);  // 0: not known
-  if (cpu == 0) return true;
   if (auto& mine_cpu = mine.header().cpu; mine_cpu.load(std::memory_order_relaxed) != cpu)
     mine_cpu.store(cpu, std::memory_order_relaxed);
+  return cpu;
+}
+
+bool ShmTransport::Impl::processor_shared() {
+  const auto cpu = note_processor();
+  if (cpu == 0) return false;  // as the board: a processor not known is not shared
+  const auto now = CoarseClock::now();
   std::lock_guard lock(mu);
+  if (cpu == shared_cpu && now < shared_until) return shared_answer;
+  bool shared = false;
   for (int rank : local) {
     const Peer& p = peer(rank);
     if (rank != options.rank && p.theirs != nullptr &&
-        p.theirs->header().cpu.load(std::memory_order_relaxed) == cpu)
-      return true;
+        p.theirs->header().cpu.load(std::memory_order_relaxed) == cpu) {
+      shared = true;
+      break;
+    }
   }
-  return false;
+  shared_cpu = cpu;
+  shared_answer = shared;
+  shared_until = now + kLivenessEvery;
+  return shared;
 }
 
 void ShmTransport::Impl::watch_turn(std::uint32_t idle_seen) {

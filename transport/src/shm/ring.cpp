@@ -31,7 +31,7 @@ constexpr std::size_t kStreamReceivesFrom = std::size_t{8} << 20;
 
 void ShmTransport::Impl::complete(ShmRequest& r) {
   r.state.store(static_cast<int>(State::Done), std::memory_order_release);
-  done_count.fetch_add(1, std::memory_order_relaxed);
+  note_activity();
   done_cv.notify_all();
 }
 

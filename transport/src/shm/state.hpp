@@ -169,6 +169,12 @@ struct ShmTransport::Impl {
   // from it (a count, not a time: reading the clock at every finished
   // request cost a tenth of an 8 B all_reduce).
   std::atomic<std::uint64_t> done_count{0};
+  // One more finished (or posted board) call. The background thread only
+  // looks for a change, so a plain increment serves (a locked one costs a
+  // small call as much as a fence); one lost between threads is no loss.
+  void note_activity() {
+    done_count.store(done_count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   std::atomic<std::size_t> queued_count{0};
   std::size_t held = 0;  // unexpected bytes held (mu)
   std::atomic<bool> stopping{false};
@@ -186,9 +192,17 @@ struct ShmTransport::Impl {
   // The background thread looks every kLoadEvery (look_at_load()).
   std::atomic<bool> busy{false};
   std::atomic<int> machine_ranks{0};  // this job's ranks on this machine
+  // Records where the calling thread waits in this rank's header
+  // (MailboxHeader::cpu) and returns it: 1 + the processor, 0 if unknown.
+  std::uint32_t note_processor();
   // Whether another of the host's ranks last waited on the processor this
-  // one runs on now; records this one's in its header (MailboxHeader::cpu).
+  // one runs on now (after note_processor()). The answer is kept for
+  // kLivenessEvery on that processor (mu), so that a wait at hundreds of
+  // ranks does not read every rank's header each time.
   bool processor_shared();
+  std::uint32_t shared_cpu = 0;       // the processor the kept answer is for (mu)
+  bool shared_answer = false;         // (mu)
+  Clock::time_point shared_until{};   // (mu)
   Clock::time_point next_load{};      // background thread only
   int busy_looks = 0;                 // looks in a row that found it busy (background thread)
   bool stream_receives = false;  // large plain receives use non-temporal stores
