@@ -6,13 +6,14 @@
 #                           explain page's browser test, iproute2 for the multi-host tests in
 #                           network namespaces, Slurm's daemons and srun for the Slurm test,
 #                           torch 1.13 with its C++ headers and pybind11 for the
-#                           torch.distributed backend and its tests)
+#                           torch.distributed backend and its tests, etcd and openssl for
+#                           the etcd store's tests: a real cluster, with certificates)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev catch2)
+packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev catch2)
 if [ "${1:-}" = "--test" ]; then
   packages+=(clang libclang-rt-14-dev chromium iproute2 slurmd slurmctld slurm-client
-             python3-torch libtorch-dev pybind11-dev)
+             python3-torch libtorch-dev pybind11-dev etcd-server openssl)
 fi
 
 missing=()

@@ -99,6 +99,11 @@ void claim_rank(store::Store& store, const JobConfig& config) {
   const auto where =
       config.method == JobConfig::Method::File
           ? fmt::format("the store file {}: is another job using this file?", config.file_path)
+      : config.method == JobConfig::Method::Etcd
+          ? fmt::format("etcd under /collie/{}/: is another job using that name, or did one of "
+                        "that name run before? (give each run its own JOB, or remove the old "
+                        "keys: etcdctl del --prefix /collie/{}/)",
+                        config.etcd_job, config.etcd_job)
       : config.method == JobConfig::Method::Given
           ? fmt::format("the program's store{}: is another group using it?",
                         config.given_store_name.empty() ? "" : " (" + config.given_store_name + ")")
@@ -149,6 +154,7 @@ void join(World& world, const transport::TransportOptions& options, const std::s
         who_joined(store, config.world_size), config.world_size, e.what()));
   } catch (const ConnectionError& e) {
     if (config.method == JobConfig::Method::File || config.method == JobConfig::Method::Given ||
+        config.method == JobConfig::Method::Etcd ||
         config.store_hosted_by_launcher || config.rank == 0)
       throw;
     throw ConnectionError(fmt::format(
@@ -250,6 +256,7 @@ ProcessGroup init(const InitOptions& options) {
   // Who this process is, for other ranks' stall reports (stall.hpp): a rank
   // stopped before its responder spoke is still looked at in /proc.
   const bool stall_reports = config.method != JobConfig::Method::File &&
+                             config.method != JobConfig::Method::Etcd &&
                              (config.method != JobConfig::Method::Given || config.given_served) &&
                              config.stall_time.count() > 0 && config.world_size > 1;
   if (stall_reports) store.set(keys::stall_process(config.rank), process_identity());

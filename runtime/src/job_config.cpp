@@ -12,6 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
 #include <collie/store/client_options.hpp>
+#include <collie/store/etcd_store.hpp>
 
 #include "launcher_variables.hpp"
 
@@ -31,10 +32,54 @@ std::chrono::milliseconds seconds_of(const env::Variable& v, const EnvironmentLo
   return std::chrono::milliseconds(env::seconds_in_ms(v, text_of(v, lookup), kWho));
 }
 
-// The init method: env://, tcp://, file://, or a store the program gives.
+// etcd://HOST:PORT[,HOST:PORT...]/JOB, and how to reach etcd (the
+// COLLIE_ETCD_* variables).
+void resolve_etcd(const std::string& url, const InitOptions& options,
+                  const EnvironmentLookup& lookup, JobConfig& config) {
+  config.method = JobConfig::Method::Etcd;
+  const std::string_view rest = std::string_view(url).substr(7);
+  const auto slash = rest.rfind('/');
+  const auto job = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+  const bool job_ok = !job.empty() && job.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                            "abcdefghijklmnopqrstuvwxyz"
+                                                            "0123456789._-") == std::string_view::npos;
+  if (!job_ok) {
+    throw Error(fmt::format(
+        "collie::init: '{}' is not etcd://HOST:PORT[,HOST:PORT...]/JOB (JOB: letters, digits, "
+        "'.', '_', '-'; every rank of the job gives the same)",
+        url));
+  }
+  try {
+    config.etcd_endpoints = store::parse_etcd_endpoints(rest.substr(0, slash));
+  } catch (const Error& e) {
+    throw Error(fmt::format("collie::init: '{}': {}", url, e.what()));
+  }
+  config.etcd_job = std::string(job);
+  config.etcd_cacert = options.etcd_cacert.value_or(text_of(env::kEtcdCacert, lookup));
+  config.etcd_cert = options.etcd_cert.value_or(text_of(env::kEtcdCert, lookup));
+  config.etcd_key = options.etcd_key.value_or(text_of(env::kEtcdKey, lookup));
+  config.etcd_insecure =
+      options.etcd_insecure ? *options.etcd_insecure
+                            : env::choice(env::kEtcdInsecure, text_of(env::kEtcdInsecure, lookup),
+                                          kWho) == "1";
+  // Ranks route to the first member: its host picks the interface they advertise.
+  std::string_view first = config.etcd_endpoints.front();
+  for (const std::string_view scheme : {"https://", "http://"})
+    if (first.starts_with(scheme)) first.remove_prefix(scheme.size());
+  if (const auto at = split_host_port(first.substr(0, first.find('/')))) {
+    config.master_addr = at->host;
+    config.master_port = at->port;
+  }
+}
+
+// The init method: env://, tcp://, file://, etcd://, or a store the program gives.
 void resolve_method(const InitOptions& options, const EnvironmentLookup& lookup,
                     JobConfig& config) {
-  const std::string& url = options.init_method;
+  std::string url = options.init_method;
+  // A program that leaves the method at its default takes the environment's.
+  const bool from_environment = (url.empty() || url == "env://") && !options.store &&
+                                !text_of(env::kInitMethod, lookup).empty();
+  if (from_environment) url = text_of(env::kInitMethod, lookup);
   if (options.store) {
     config.method = JobConfig::Method::Given;
     config.given_store = options.store;
@@ -72,11 +117,13 @@ void resolve_method(const InitOptions& options, const EnvironmentLookup& lookup,
       throw Error(
           fmt::format("collie::init: '{}' needs an absolute path: file:///path/to/file", url));
     }
+  } else if (url.starts_with("etcd://")) {
+    resolve_etcd(url, options, lookup, config);
   } else {
     throw Error(
-        fmt::format("collie::init: unknown init method '{}'; use env://, "
-                    "tcp://HOST:PORT or file:///PATH",
-                    url));
+        fmt::format("collie::init: unknown init method '{}'{}; use env://, "
+                    "tcp://HOST:PORT, file:///PATH or etcd://HOST:PORT[,HOST:PORT]/JOB",
+                    url, from_environment ? " (from COLLIE_INIT_METHOD)" : ""));
   }
 }
 

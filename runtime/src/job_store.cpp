@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <collie/address.hpp>
 #include <collie/crypto.hpp>
@@ -13,6 +14,7 @@
 #include "job_store.hpp"
 #include <collie/log.hpp>
 #include <collie/store/client.hpp>
+#include <collie/store/etcd_store.hpp>
 #include <collie/store/file_store.hpp>
 #include <collie/keys.hpp>
 #include <collie/store/prefix_store.hpp>
@@ -88,12 +90,36 @@ void stop_hosted(const std::shared_ptr<store::StoreServer>& server) {
   server->stop();
 }
 
+// The job's keys in etcd, under /collie/<job>/.
+std::shared_ptr<store::Store> open_etcd(const JobConfig& config) {
+  store::EtcdOptions options;
+  options.endpoints = config.etcd_endpoints;
+  options.prefix = "/collie/" + config.etcd_job + "/";
+  options.tls = {config.etcd_cacert, config.etcd_cert, config.etcd_key};
+  options.insecure = config.etcd_insecure;
+  options.timeout = config.timeout;
+  if (options.insecure) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      collie::log().warn(
+          "the job's keys in etcd at {} travel over plain HTTP without certificates "
+          "(COLLIE_ETCD_INSECURE=1): anyone who reaches etcd can read and change them. The "
+          "job's secret still guards the ranks' connections",
+          fmt::join(options.endpoints, ","));
+    });
+  }
+  return std::make_shared<store::EtcdStore>(options);
+}
+
 }  // namespace
 
 JobStore::JobStore(const JobConfig& config) {
   const bool given = config.method == JobConfig::Method::Given;
   key_ = fmt::format("{}#{}#{}",
                      config.method == JobConfig::Method::File ? "file:" + config.file_path
+                     : config.method == JobConfig::Method::Etcd
+                         ? fmt::format("etcd:{}/{}", fmt::join(config.etcd_endpoints, ","),
+                                       config.etcd_job)
                      : given ? "given:" + config.given_store_name
                              : join_host_port(config.master_addr, config.master_port),
                      config.restart_count, config.rank);
@@ -111,6 +137,8 @@ JobStore::JobStore(const JobConfig& config) {
     root = config.given_store;
   } else if (config.method == JobConfig::Method::File) {
     root = std::make_shared<store::FileStore>(config.file_path, config.timeout);
+  } else if (config.method == JobConfig::Method::Etcd) {
+    root = open_etcd(config);
   } else {
     std::string host = config.master_addr;
     if (config.rank == 0 && !config.store_hosted_by_launcher) {

@@ -229,6 +229,55 @@ TEST_CASE("tcp:// and file:// init methods", "[init]") {
                     Catch::Contains("unknown init method 'mpi://'"));
 }
 
+TEST_CASE("etcd:// init method, also from COLLIE_INIT_METHOD, with its certificates", "[init]") {
+  InitOptions etcd;
+  etcd.init_method = "etcd://10.0.0.1:2379,https://10.0.0.2:2379/job-7.a_b";
+  auto c = resolve({{"RANK", "1"},
+                    {"WORLD_SIZE", "2"},
+                    {"COLLIE_ETCD_CACERT", "/ca.pem"},
+                    {"COLLIE_ETCD_CERT", "/c.pem"},
+                    {"COLLIE_ETCD_KEY", "/k.pem"}},
+                   etcd);
+  CHECK(c.method == JobConfig::Method::Etcd);
+  CHECK(c.etcd_endpoints == std::vector<std::string>{"10.0.0.1:2379", "https://10.0.0.2:2379"});
+  CHECK(c.etcd_job == "job-7.a_b");
+  CHECK(c.etcd_cacert == "/ca.pem");
+  CHECK(c.etcd_cert == "/c.pem");
+  CHECK(c.etcd_key == "/k.pem");
+  CHECK_FALSE(c.etcd_insecure);
+  CHECK(c.master_addr == "10.0.0.1");  // the route to the first member picks the interface
+
+  for (const char* bad : {"etcd://h:1", "etcd://h:1/", "etcd://h:1/a/b", "etcd://h/job",
+                          "etcd:///job", "etcd://h:1,/job"}) {
+    etcd.init_method = bad;
+    CHECK_THROWS_AS(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}}, etcd), collie::Error);
+  }
+
+  // A program that leaves the method at env:// takes COLLIE_INIT_METHOD.
+  c = resolve({{"RANK", "0"},
+               {"WORLD_SIZE", "1"},
+               {"COLLIE_INIT_METHOD", "etcd://[::1]:2379/j"},
+               {"COLLIE_ETCD_INSECURE", "1"}});
+  CHECK(c.method == JobConfig::Method::Etcd);
+  CHECK(c.etcd_insecure);
+  CHECK(c.master_addr == "::1");
+  c = resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_INIT_METHOD", "file:///x"}});
+  CHECK(c.method == JobConfig::Method::File);
+  // One the program names wins.
+  InitOptions tcp;
+  tcp.init_method = "tcp://h:5";
+  c = resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_INIT_METHOD", "file:///x"}}, tcp);
+  CHECK(c.method == JobConfig::Method::Tcp);
+  CHECK_THROWS_WITH(
+      resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_INIT_METHOD", "mpi://"}}),
+      Catch::Contains("(from COLLIE_INIT_METHOD)"));
+  CHECK_THROWS_WITH(resolve({{"RANK", "0"},
+                             {"WORLD_SIZE", "1"},
+                             {"COLLIE_INIT_METHOD", "etcd://h:1/j"},
+                             {"COLLIE_ETCD_INSECURE", "yes"}}),
+                    Catch::Contains("COLLIE_ETCD_INSECURE='yes'"));
+}
+
 TEST_CASE("options override the environment, and COLLIE_* settings are read", "[init]") {
   InitOptions options;
   options.rank = 1;

@@ -21,6 +21,13 @@
 //                       options or the environment as above.
 //   file:///PATH        a file-based store on a shared file system; rank and
 //                       world size as above.
+//   etcd://HOST:PORT[,HOST:PORT...]/JOB
+//                       the job's keys in an etcd cluster (under /collie/JOB/),
+//                       over TLS with the client certificate of
+//                       COLLIE_ETCD_CACERT, _CERT, _KEY (or plain HTTP with
+//                       COLLIE_ETCD_INSECURE=1); nobody hosts a store, so any
+//                       rank may be lost without losing it. Rank and world
+//                       size as above.
 // A program that already has a store (torch's, handed to the collie backend
 // for torch.distributed) passes it in InitOptions::store instead: the ranks
 // meet there, under "collie/", and nobody hosts a store for them.
@@ -66,6 +73,9 @@ struct InitOptions {
   std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
   std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
+  // etcd://: how to reach etcd (override COLLIE_ETCD_CACERT, _CERT, _KEY, _INSECURE).
+  std::optional<std::string> etcd_cacert, etcd_cert, etcd_key;
+  std::optional<bool> etcd_insecure;
 
   // Meet the other ranks in this store rather than one init_method names
   // (init_method is then ignored; rank and world_size come from the options
@@ -95,7 +105,7 @@ using AlgorithmOverrides = std::vector<std::pair<collectives::Collective, collec
 AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source);
 
 struct JobConfig {
-  enum class Method { Env, Tcp, File, Given };  // Given: InitOptions::store
+  enum class Method { Env, Tcp, File, Etcd, Given };  // Given: InitOptions::store
   Method method = Method::Env;
   int rank = 0;
   int world_size = 1;
@@ -106,6 +116,11 @@ struct JobConfig {
   // without MASTER_PORT), for messages; empty when it was given.
   std::string port_source;
   std::string file_path;          // file://
+  // etcd://: the members ("host:port"), the job's name, how to reach them.
+  std::vector<std::string> etcd_endpoints;
+  std::string etcd_job;
+  std::string etcd_cacert, etcd_cert, etcd_key;  // COLLIE_ETCD_CACERT, _CERT, _KEY
+  bool etcd_insecure = false;                    // COLLIE_ETCD_INSECURE
   std::shared_ptr<store::Store> given_store;  // Method::Given
   std::string given_store_name;               // Method::Given (InitOptions::store_name)
   // Method::Given: a collie store at master_addr:master_port serves it, its

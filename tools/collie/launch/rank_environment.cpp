@@ -48,6 +48,8 @@ std::vector<std::string> rank_environment(const LaunchArgs& a, const RankPlace& 
       // The job's secret, inherited: never on a command line.
       fmt::format("{}={}", environment::kStoreToken.name, p.token),
       fmt::format("{}=", environment::kStoreTokenFile.name),
+      // They meet in the launcher's store, whatever the shell said.
+      fmt::format("{}=", environment::kInitMethod.name),
   };
   if (a.omp_threads_one) env.emplace_back("OMP_NUM_THREADS=1");
   if (!p.socket_ifname.empty())

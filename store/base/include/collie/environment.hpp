@@ -52,6 +52,30 @@ inline constexpr Variable kStoreTokenFile{
     "COLLIE_STORE_TOKEN_FILE", Kind::Text, "path", "", "a readable file",
     0, -1, false,
     "a file holding that secret, read when `COLLIE_STORE_TOKEN` is unset"};
+inline constexpr Variable kInitMethod{
+    "COLLIE_INIT_METHOD", Kind::Text, "URL", "",
+    "env://, tcp://HOST:PORT, file:///PATH, etcd://HOST:PORT[,HOST:PORT...]/JOB",
+    0, -1, false,
+    "how ranks meet when the program leaves `InitOptions::init_method` at env:// (unset: "
+    "env://); `collie launch` clears it for its ranks"};
+inline constexpr Variable kEtcdCacert{
+    "COLLIE_ETCD_CACERT", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "with an etcd store (`etcd://`, `--rdzv_backend etcd`): the CA that signed etcd's "
+    "certificates (unset: the system's)"};
+inline constexpr Variable kEtcdCert{
+    "COLLIE_ETCD_CERT", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "with an etcd store: this client's certificate, which etcd's `--client-cert-auth` checks"};
+inline constexpr Variable kEtcdKey{
+    "COLLIE_ETCD_KEY", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "with an etcd store: the private key of `COLLIE_ETCD_CERT`"};
+inline constexpr Variable kEtcdInsecure{
+    "COLLIE_ETCD_INSECURE", Kind::Choice, "choice", "0", "0, 1",
+    0, -1, false,
+    "1: reach etcd over plain HTTP without certificates (anyone who reaches etcd can then read "
+    "and change the job's keys; said once on standard error)"};
 inline constexpr Variable kLogLevel{
     "COLLIE_LOG_LEVEL", Kind::Choice, "choice", "warn", "off, error, warn, info, debug, trace",
     0, -1, false,
@@ -157,7 +181,8 @@ inline constexpr Variable kRestartCount{
 
 // The table, in the order docs/environment.md shows it.
 inline constexpr const Variable* kVariables[] = {
-    &kStoreToken,    &kStoreTokenFile,  &kLogLevel,        &kTimeout,       &kStallTime,
+    &kStoreToken,    &kStoreTokenFile,  &kInitMethod,      &kEtcdCacert,      &kEtcdCert,      &kEtcdKey,
+    &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
     &kStageChunkBytes, &kSpinUs,        &kTransport,       &kShmSingleCopy, &kShmStores,
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
