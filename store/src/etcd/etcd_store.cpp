@@ -26,7 +26,7 @@ constexpr std::size_t kMaxTxnOps = 128;  // etcd's --max-txn-ops default
 // base64 (4 bytes for 3) with their key and some JSON around them.
 constexpr std::size_t kMaxValueBytes = (3u << 20) / 2 / 4 * 3 - 8192;
 
-void check_options(const EtcdOptions& o) {
+void check_all(const EtcdOptions& o) {
   if (o.endpoints.empty()) throw ArgumentError("etcd store: no endpoint (host:port) was given");
   if (o.prefix.empty() || o.prefix.back() != '/')
     throw ArgumentError(fmt::format("etcd store: the prefix '{}' must end in '/'", o.prefix));
@@ -109,8 +109,10 @@ class EtcdStore::Impl {
   etcd::Session session;
 };
 
+void EtcdStore::check_options(const EtcdOptions& options) { check_all(options); }
+
 EtcdStore::EtcdStore(EtcdOptions options) {
-  check_options(options);
+  check_all(options);
   impl_ = std::make_unique<Impl>(std::move(options));
 }
 

@@ -44,12 +44,19 @@ struct LaunchArgs {
   // torchrun's --rdzv-conf keys that collie honours
   double last_call_s = 30;    // last_call_timeout: MIN:MAX waits this long for more nodes
   std::optional<bool> is_host;  // is_host: this node hosts the store (c10d)
+  // etcd's (launch/etcd_args.hpp): protocol, cacert, cert, key
+  std::string etcd_protocol;
+  std::string etcd_cacert, etcd_cert, etcd_key;
 
   // ---- resolved by resolve_torchrun()
   int nproc_count = 1;
   int nnodes_min = 1;
   int nnodes_max = 1;
-  int node_rank_value = 0;  // -1: to be given by the rendezvous (c10d)
+  int node_rank_value = 0;  // -1: to be given by the rendezvous (c10d, etcd)
+  // --rdzv-backend etcd (or etcd-v2): the launchers meet in etcd, each
+  // round's node 0 hosts the ranks' store; etcd's members.
+  bool etcd = false;
+  std::vector<std::string> etcd_endpoints;
   bool host_store = false;  // this node is to host the store (node 0, or c10d's host)
   int port = 0;  // the store's: --master-port, else 29500 on several nodes, 0 (a free one) on one
   std::vector<int> tee_streams;       // per local rank: 1 stdout, 2 stderr, 3 both

@@ -13,6 +13,7 @@
 // | collie/launch/round/<r>/joined         | a counter: the nodes numbered as they join (c10d) | launcher → launchers |
 // | collie/launch/round/<r>/node/<n>       | "<host> pid <pid>" of the n-th to join | launcher → launchers |
 // | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |
+// | collie/launch/round/<r>/store          | "host:port" of the round's ranks' store (etcd) | round's node 0 → launchers |
 // | collie/launch/ended                    | how the job ended, for nodes still waiting | launcher → launchers |
 #pragma once
 

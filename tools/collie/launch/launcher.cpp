@@ -100,7 +100,9 @@ class Launcher {
   }
 
  private:
-  bool elastic() const { return args_.nnodes_min != args_.nnodes_max; }
+  // In rounds: MIN:MAX nodes, or any job that meets in etcd (no node hosts
+  // its store for good, so every attempt meets anew).
+  bool elastic() const { return args_.nnodes_min != args_.nnodes_max || args_.etcd; }
   int nodes() const { return nodes_; }
 
   // An elastic job's round: who is in it, and who left since the last.
@@ -109,7 +111,7 @@ class Launcher {
     e.min_nodes = args_.nnodes_min;
     e.max_nodes = args_.nnodes_max;
     e.last_call = std::chrono::milliseconds(static_cast<std::int64_t>(args_.last_call_s * 1000));
-    e.closes = store_.hosts();
+    e.closes = store_.hosts() || args_.etcd;  // in etcd, any node closes a round
     e.check_signals = [this] {
       signalfd_siginfo info{};
       while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
@@ -134,6 +136,7 @@ class Launcher {
     say(fmt::format("round {}: {} nodes ({}), {} ranks; this is node {}", attempt_, nodes_,
                     fmt::join(members_, ", "), nodes_ * args_.nproc_count, node_rank_));
     if (!left.empty()) say(fmt::format("not in this round: {}", fmt::join(left, ", ")));
+    if (args_.etcd) store_.begin_round(attempt_, node_rank_, say);
   }
   void block_signals() {
     sigemptyset(&signals_);

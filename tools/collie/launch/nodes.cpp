@@ -29,7 +29,7 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
   // The store's node may start it after this one: wait for it as for a
   // node that has not joined yet.
   options.connect_timeout = timeouts.join;
-  store_ = std::make_unique<store::StoreClient>(host, port, options);
+  store_ = std::make_shared<store::StoreClient>(host, port, options);
   if (node_rank_ >= 0 || node_rank_ == kElastic) return;
   const auto joined = store_->add(keys::launch_round(0, "joined"), 1, 10s);
   if (joined >= nodes) {
@@ -40,6 +40,13 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
   }
   node_rank_ = static_cast<int>(joined);
 }
+
+NodeTeam::NodeTeam(std::shared_ptr<store::Store> store, int nodes, Timeouts timeouts)
+    : store_(std::move(store)),
+      node_rank_(kElastic),
+      nodes_(nodes),
+      timeouts_(timeouts),
+      heartbeats_(static_cast<std::size_t>(nodes)) {}
 
 NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
                                      const std::string& who) {
@@ -153,7 +160,7 @@ std::optional<std::string> NodeTeam::other_failure() {
     if (!failed) failed = silent_node();
     return failed;
   } catch (const Error& e) {
-    return fmt::format("lost the store on node 0: {}", e.what());
+    return fmt::format("lost the launchers' store: {}", e.what());
   }
 }
 

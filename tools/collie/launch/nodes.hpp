@@ -44,8 +44,11 @@ class NodeTeam {
   };
   NodeTeam(const std::string& host, std::uint16_t port, const std::string& token, int node_rank,
            int nodes, Timeouts timeouts);
+  // An elastic team in a store nobody of the job hosts (etcd): every node
+  // may close a round.
+  NodeTeam(std::shared_ptr<store::Store> store, int nodes, Timeouts timeouts);
 
-  store::StoreClient& store() { return *store_; }
+  store::Store& store() { return *store_; }
   int node_rank() const { return node_rank_; }
 
   // An elastic job's round: its attempt, this node's number in it, its
@@ -108,7 +111,7 @@ class NodeTeam {
   // must not count as silence.
   void reset_heartbeats();
 
-  std::unique_ptr<store::StoreClient> store_;
+  std::shared_ptr<store::Store> store_;
   int node_rank_;
   int nodes_;
   Timeouts timeouts_;

@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 
 #include <collie/environment.hpp>
+#include <collie/address.hpp>
 #include <collie/error.hpp>
+#include <collie/store/etcd_store.hpp>
 #include <collie/transport/interfaces.hpp>
 
+#include "etcd_args.hpp"
+#include "keys.hpp"
 #include "store_address.hpp"
 #include "torchrun_args.hpp"
 
@@ -16,6 +20,20 @@ namespace {
 
 std::chrono::milliseconds of_seconds(double s) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+// This host's address toward an etcd member ("host:port" or with a scheme).
+std::string advertised_toward(std::string endpoint) {
+  for (const std::string scheme : {"https://", "http://"})
+    if (endpoint.starts_with(scheme)) endpoint = endpoint.substr(scheme.size());
+  const auto at = split_host_port(endpoint);
+  const auto host = at ? at->host : endpoint;
+  try {
+    return transport::route_source_address(host);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("collie launch: no route from this node toward etcd at {}: {}",
+                            endpoint, e.what()));
+  }
 }
 
 // "=eth0": the interface this host reaches `host` by ("" if none is found).
@@ -84,7 +102,7 @@ bool StoreRoute::host(const std::function<void(const std::string&)>& say) {
   try {
     server_ = std::make_unique<store::StoreServer>(options);
   } catch (const Error& e) {
-    if (args_.node_rank_value >= 0 || args_.is_host.has_value()) throw;
+    if (args_.node_rank_value >= 0 || args_.is_host.has_value() || args_.etcd) throw;
     say(fmt::format("not hosting the store ({}): joining the one at {}:{}", e.what(),
                     args_.master_addr, port_));
     return false;
@@ -96,6 +114,18 @@ bool StoreRoute::host(const std::function<void(const std::string&)>& say) {
 }
 
 void StoreRoute::open(const std::function<void(const std::string&)>& say) {
+  if (args_.etcd) {
+    auto options = etcd_launch_options(args_);
+    options.timeout = timeouts().join;
+    auto etcd = std::make_shared<store::EtcdStore>(options);
+    say(fmt::format("meeting in {}", etcd->describe()));
+    team_ = std::make_unique<NodeTeam>(std::move(etcd), args_.nnodes_max, timeouts());
+    if (no_secret_) {
+      say("WARNING: --insecure: this job has no secret. Anyone who can reach its nodes can join "
+          "it as a rank, read and change its ranks' store, or stop it.");
+    }
+    return;
+  }
   if (no_secret_) {
     say(fmt::format(
         "WARNING: --insecure: this job has no secret. Anyone who can reach port {} on {} can "
@@ -111,7 +141,12 @@ void StoreRoute::open(const std::function<void(const std::string&)>& say) {
     if (args_.node_rank_value < 0 && !elastic())
       say(fmt::format("joined as node {}", team_->node_rank()));
   }
-  rank_host_ = args_.master_addr;
+  route_ranks(args_.master_addr, hosting);
+}
+
+void StoreRoute::route_ranks(const std::string& host, bool hosting) {
+  store_host_ = host;
+  rank_host_ = host;
   rank_port_ = port_;
   rank_ifname_ = args_.socket_ifname;
   if (!secure_nodes()) return;
@@ -122,18 +157,54 @@ void StoreRoute::open(const std::function<void(const std::string&)>& say) {
     store::ClientOptions options;
     options.token = token_;
     options.connect_timeout = timeouts().join;
-    relay_ = std::make_unique<store::TorchRelay>(args_.master_addr,
-                                                 static_cast<std::uint16_t>(port_), options);
+    relay_ = std::make_unique<store::TorchRelay>(host, static_cast<std::uint16_t>(port_), options);
   }
   rank_host_ = "127.0.0.1";
   rank_port_ = relay_ ? relay_->port() : port_;
   // Their own connections still leave by the interface toward the store's host.
   if (rank_ifname_.empty() && !environment::get(environment::kSocketIfname))
-    rank_ifname_ = interface_toward(args_.master_addr);
+    rank_ifname_ = interface_toward(host);
+}
+
+void StoreRoute::begin_round(int round, int node_rank,
+                             const std::function<void(const std::string&)>& say) {
+  relay_.reset();
+  local_.reset();
+  server_.reset();
+  port_ = args_.port;
+  auto& launchers = team_->store();
+  const auto key = keys::launch_round(round, "store");
+  if (node_rank == 0) {
+    host(say);
+    // The address the other nodes reach this one by: the one it reaches etcd from.
+    const auto here = advertised_toward(args_.etcd_endpoints.front());
+    launchers.set(key, join_host_port(here, static_cast<std::uint16_t>(port_)));
+    route_ranks(here, true);
+    return;
+  }
+  const auto at = launchers.get(key, timeouts().join);
+  const auto address = split_host_port(at);
+  if (!address) {
+    throw Error(fmt::format(
+        "collie launch: round {}: the ranks' store's address in etcd, '{}', is not host:port",
+        round, at));
+  }
+  port_ = address->port;
+  route_ranks(address->host, false);
 }
 
 store::Store* StoreRoute::reader() {
-  if (team_) return &team_->store();
+  if (team_ && !args_.etcd) return &team_->store();
+  if (args_.etcd && !server_ && !local_ && !store_host_.empty()) {
+    using namespace std::chrono_literals;
+    store::ClientOptions options;
+    options.token = token_;
+    options.timeout = 2s;
+    options.connect_timeout = 2s;
+    local_ = std::make_unique<store::StoreClient>(store_host_, static_cast<std::uint16_t>(port_),
+                                                  options);
+    return local_.get();
+  }
   if (!server_) return nullptr;
   if (!local_) {
     using namespace std::chrono_literals;

@@ -32,8 +32,14 @@ class StoreRoute {
   explicit StoreRoute(const LaunchArgs& args);
 
   // Hosts or joins the store, joins the team, opens the relay. `say`
-  // prints a line of the launcher's.
+  // prints a line of the launcher's. With etcd: joins the team there only.
   void open(const std::function<void(const std::string&)>& say);
+
+  // With etcd, after each round's rendezvous: the round's node 0 hosts the
+  // ranks' store (a fresh one, on --master-port or a free port) and says
+  // where in etcd; the others read it and reach it as a node that does not
+  // host reaches the store. The previous round's store or relay goes.
+  void begin_round(int round, int node_rank, const std::function<void(const std::string&)>& say);
 
   const std::string& token() const { return token_; }
   bool hosts() const { return server_ != nullptr; }
@@ -54,13 +60,15 @@ class StoreRoute {
   store::Store* reader();
 
  private:
-  bool multi_node() const { return args_.nnodes_max > 1; }
+  bool multi_node() const { return args_.nnodes_max > 1 || args_.etcd; }
   bool elastic() const { return args_.nnodes_min != args_.nnodes_max; }
   // Several nodes with a secret: the ranks meet on loopback (above).
   bool secure_nodes() const { return multi_node() && !args_.insecure; }
   void resolve_token();
   bool no_secret_ = false;  // several nodes, --insecure, and no token given
   bool host(const std::function<void(const std::string&)>& say);
+  // What the ranks are given to reach the store at `host` (rank_host_, ...).
+  void route_ranks(const std::string& host, bool hosting);
 
   const LaunchArgs& args_;
   std::string token_;
@@ -69,6 +77,7 @@ class StoreRoute {
   std::unique_ptr<store::TorchRelay> relay_;   // nodes but the store's, with a secret
   std::unique_ptr<NodeTeam> team_;             // several nodes only
   std::unique_ptr<store::StoreClient> local_;  // reader() on one node
+  std::string store_host_;  // where the store is (this round's, with etcd)
   std::string rank_host_;
   int rank_port_ = 0;
   std::string rank_ifname_;

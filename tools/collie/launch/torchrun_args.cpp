@@ -1,5 +1,6 @@
 // torchrun's command line for `collie launch` (launch/torchrun_args.hpp).
 #include "torchrun_args.hpp"
+#include "etcd_args.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -166,10 +167,11 @@ void apply_rdzv_conf(LaunchArgs& a) {
       a.last_call_s = *s;
     } else if (key == "is_host") {
       a.is_host = truthy(value);
-    } else {
+    } else if (!is_etcd_backend(a.rdzv_backend) || !apply_etcd_conf(a, key, value)) {
       throw Error(fmt::format(
           "collie launch: --rdzv-conf {}: collie cannot honour this key (it honours join_timeout "
-          "and timeout, as --join-timeout; last_call_timeout; is_host)",
+          "and timeout, as --join-timeout; last_call_timeout; is_host; with etcd protocol, "
+          "cacert, cert and key)",
           key));
     }
   }
@@ -185,13 +187,18 @@ bool is_this_host(const std::string& host) {
 }
 
 void resolve_rendezvous(LaunchArgs& a) {
-  if (a.rdzv_backend != "static" && a.rdzv_backend != "c10d") {
+  if (a.rdzv_backend != "static" && a.rdzv_backend != "c10d" && !is_etcd_backend(a.rdzv_backend)) {
     throw Error(fmt::format(
-        "collie launch: --rdzv-backend {}: collie's launchers meet in the job's own store; use "
-        "c10d (nodes numbered as they join) or static (--node-rank)",
+        "collie launch: --rdzv-backend {}: use c10d (nodes numbered as they join, the store on "
+        "the endpoint's node), etcd (or etcd-v2: the nodes meet in an etcd cluster, any node may "
+        "be lost) or static (--node-rank)",
         a.rdzv_backend));
   }
   apply_rdzv_conf(a);
+  if (is_etcd_backend(a.rdzv_backend)) {
+    resolve_etcd_rendezvous(a);
+    return;
+  }
   if (a.rdzv_backend == "c10d" && a.nnodes_min != a.nnodes_max && a.node_rank) {
     // As torchrun ignores it: scripts pass --node_rank=$NODE_RANK to every
     // launch, elastic or not.
@@ -294,7 +301,8 @@ void check_nodes_and_limits(LaunchArgs& a) {
   a.port = a.master_port.value_or(many ? 29500 : 0);
   if (a.port < 0 || a.port > 65535)
     throw Error(fmt::format("collie launch: --master-port {} is not a port number", a.port));
-  if (a.port == 0 && many && !a.host_store) {
+  if (a.etcd) a.port = a.master_port.value_or(0);  // each round's node 0 hosts; any free port
+  if (a.port == 0 && many && !a.host_store && !a.etcd) {
     throw Error(
         "collie launch: nodes other than node 0 need the store's port: pass "
         "--master-port (node 0 may use 0 with --port-file to pick a free one)");

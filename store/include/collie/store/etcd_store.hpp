@@ -86,6 +86,9 @@ class EtcdStore final : public Store {
   // lease_ttl of this process's death, or at once when the store is destroyed.
   void put_with_lease(std::string_view key, std::string_view value, Timeout timeout = {});
 
+  // Throws the ArgumentError the constructor would for these options.
+  static void check_options(const EtcdOptions& options);
+
   // "etcd at a:2379, b:2379 (prefix /collie/job-42/)", for messages.
   std::string describe() const;
   const EtcdOptions& options() const;
