@@ -369,4 +369,8 @@ TEST_CASE("etcd store: three members lose one unnoticed, then the quorum with an
                              Catch::Contains(etcd.endpoints()[0]));
   }
   CHECK(std::chrono::steady_clock::now() - start < 4s);
+  // A call that waits (a watch) ends the same way: nothing hangs.
+  const auto waited = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(s->get("never", 2s), Catch::Contains("no quorum"));
+  CHECK(std::chrono::steady_clock::now() - waited < 4s);
 }

@@ -265,7 +265,7 @@ TEST_CASE("torchrun's flags that collie cannot honour are errors that name them"
     CHECK(r.exit_code != 0);
     CHECK_THAT(r.err, Catch::Contains(says));
   };
-  refused({"--rdzv_backend=etcd"}, "--rdzv-backend etcd");
+  refused({"--rdzv_backend=zookeeper"}, "--rdzv-backend zookeeper");
   refused({"--rdzv_conf", "read_timeout=60"}, "--rdzv-conf read_timeout");
   refused({"--nnodes=1:3"}, "elastic");
   refused({"--nnodes=3:1"}, "MIN <= MAX");

@@ -36,16 +36,20 @@ void add_launch_command(CLI::App& app) {
                   "Port of the store (default: a free port on one node, 29500 on several)");
   cmd->add_option("--rdzv-backend", args->rdzv_backend,
                   "static: nodes numbered by --node-rank; c10d: the node that has the endpoint "
-                  "hosts the store, the others are numbered as they join")
+                  "hosts the store, the others are numbered as they join; etcd (or etcd-v2): "
+                  "the nodes meet in an etcd cluster and any node may be lost")
       ->capture_default_str();
   cmd->add_option("--rdzv-endpoint", args->rdzv_endpoint,
                   "HOST[:PORT] of the store, instead of --master-addr/--master-port (port "
-                  "29400 for c10d)");
-  cmd->add_option("--rdzv-id", args->rdzv_id, "The job's id: TORCHELASTIC_RUN_ID of its ranks")
+                  "29400 for c10d); with etcd, its members HOST[:PORT],... (port 2379)");
+  cmd->add_option("--rdzv-id", args->rdzv_id,
+                  "The job's id: TORCHELASTIC_RUN_ID of its ranks; with etcd, required and new "
+                  "for each job (its keys: /collie/launch/ID/)")
       ->capture_default_str();
   cmd->add_option("--rdzv-conf", args->rdzv_conf,
                   "KEY=VALUE,...: join_timeout (or timeout) as --join-timeout, is_host, "
-                  "last_call_timeout; any other key is an error");
+                  "last_call_timeout; with etcd protocol (https, or http with --insecure), "
+                  "cacert, cert, key; any other key is an error");
   cmd->add_flag("--standalone", args->standalone,
                 "A job on this node alone, its store on a free port of loopback (the default "
                 "on one node)");
@@ -96,7 +100,8 @@ void add_launch_command(CLI::App& app) {
                   "secret for this job)");
   cmd->add_flag("--insecure", args->insecure,
                 "Several nodes without a secret: anyone who can reach the store's port may "
-                "join or stop the job (a warning says so)");
+                "join or stop the job (a warning says so); with etcd, also etcd over plain "
+                "HTTP without certificates");
   cmd->add_flag("--master-worker", args->master_worker,
                 "Rank 0 is the master of a master-worker program (collie/master_worker.hpp): "
                 "a worker (another rank) that fails is the master's to handle, and the "
@@ -138,7 +143,10 @@ void add_launch_command(CLI::App& app) {
       "--master-addr NODE0 --master-port P (or --rdzv-backend c10d --rdzv-endpoint\n"
       "NODE0:P, every node the same line); a failure on any node stops (or restarts) all.\n"
       "Elastic: --nnodes MIN:MAX with c10d: the nodes meet again for each attempt, without\n"
-      "a node that left, and with one that came (docs/launching.md).");
+      "a node that left, and with one that came (docs/launching.md). With etcd\n"
+      "(--rdzv-backend etcd --rdzv-endpoint M1,M2,M3 --rdzv-id ID, TLS certificates in\n"
+      "--rdzv-conf) no node hosts the job for good: each round's node 0 hosts its ranks'\n"
+      "store, and any node may be lost.");
   cmd->callback([args, master_port, node_rank] {
     if (*master_port >= 0) args->master_port = *master_port;
     if (*node_rank != -1) args->node_rank = *node_rank;

@@ -1,0 +1,270 @@
+// Jobs that meet in etcd (Debian's etcd-server, with certificates made by
+// openssl): `collie launch --rdzv-backend etcd` refusing what cannot work,
+// two launchers on one host, ranks started by hand (srun's variables) with
+// an etcd:// init on two namespace hosts, and the elastic job whose first
+// node and one etcd member are lost. Each skips, saying why, where etcd,
+// network namespaces or torch are missing.
+#include <csignal>
+#include <fstream>
+#include <memory>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "support/cli.hpp"
+#include "support/etcd_cluster.hpp"
+#include "support/eventually.hpp"
+#include "support/netns.hpp"
+#include "support/read_file.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/subprocess.hpp"
+#include "support/torch_hosts.hpp"
+
+using namespace std::chrono_literals;
+using collie::test::EtcdCluster;
+using collie::test::kCollie;
+using collie::test::NetworkNamespaces;
+using collie::test::read_file;
+using collie::test::Subprocess;
+
+namespace {
+
+const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
+
+// --rdzv-conf's certificates for a launcher.
+std::string tls_conf(const EtcdCluster& etcd) {
+  const auto t = etcd.client_tls();
+  return fmt::format("cacert={},cert={},key={}", t.cacert, t.cert, t.key);
+}
+
+// The environment that gives ranks started by hand etcd's certificates.
+std::vector<std::string> tls_env(const EtcdCluster& etcd) {
+  const auto t = etcd.client_tls();
+  return {"COLLIE_ETCD_CACERT=" + t.cacert, "COLLIE_ETCD_CERT=" + t.cert,
+          "COLLIE_ETCD_KEY=" + t.key};
+}
+
+}  // namespace
+
+TEST_CASE("launch with etcd: what cannot work is refused, naming why", "[launch][etcd]") {
+  const auto refused = [](std::vector<std::string> words, const std::string& says) {
+    words.insert(words.begin(), {kCollie, "launch"});
+    words.emplace_back("/bin/true");
+    const auto r = collie::test::run(words, {"COLLIE_ETCD_CERT=", "COLLIE_ETCD_KEY="});
+    INFO(r.err);
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Catch::Contains(says));
+  };
+  refused({"--rdzv_backend=etcd"}, "needs --rdzv-endpoint");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379"}, "needs --rdzv-id");
+  refused({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=10.0.0.1", "--rdzv_id=j"},
+          "no client certificate");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=http://10.0.0.1:2379", "--rdzv_id=j"},
+          "plain HTTP");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379", "--rdzv_id=j",
+           "--rdzv_conf=protocol=http"},
+          "plain HTTP");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379", "--rdzv_id=j",
+           "--rdzv_conf=protocol=ftp"},
+          "http or https");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379", "--rdzv_id=a/b"},
+          "--rdzv-id 'a/b'");
+  refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379,", "--rdzv_id=j"},
+          "is not host:port");
+  refused({"--rdzv_backend=c10d", "--rdzv_conf=cacert=/x"}, "--rdzv-conf cacert");
+  refused({"--rdzv_backend=zookeeper"}, "etcd (or etcd-v2");
+}
+
+TEST_CASE("launch with etcd: two launchers on one host meet there and run a checked job",
+          "[launch][etcd]") {
+  collie::test::ScratchDir dir;
+  EtcdCluster etcd(dir, EtcdCluster::on_loopback(1, /*tls=*/true));
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  const auto env = collie::test::job_secret(dir, "etcd-launch-secret-0123456789abcdef");
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kCollie, "launch", "--nnodes=2", "--nproc_per_node=2",
+                                 // Ignored with a note: the nodes are numbered as they join.
+                                 "--node_rank=" + std::to_string(i), "--rdzv_backend=etcd",
+                                 "--rdzv_endpoint=" + etcd.endpoint_list(), "--rdzv_id=two-nodes",
+                                 "--rdzv_conf=" + tls_conf(etcd), "--", kWorker, "stall", "0"},
+        env));
+  }
+  for (int i = 0; i < 2; ++i) {
+    const auto r = nodes[static_cast<std::size_t>(i)]->wait(120s);
+    REQUIRE(r);
+    INFO("node " << i << ":\n" << r->out << r->err);
+    CHECK(r->exit_code == 0);
+    CHECK_THAT(r->err, Catch::Contains("is ignored: with etcd the nodes are numbered as they join") &&
+                           Catch::Contains("round 0: 2 nodes") && Catch::Contains("4 ranks"));
+    // Numbered as they joined: either launcher may hold ranks 0 and 1.
+    const int low = r->err.find("this is node 0") != std::string::npos ? 0 : 2;
+    CHECK_THAT(r->out, Catch::Contains(fmt::format("rank {}: ok", low)) &&
+                           Catch::Contains(fmt::format("rank {}: ok", low + 1)));
+  }
+}
+
+TEST_CASE("etcd:// init: ranks started by hand, as srun starts them, on two hosts run every "
+          "collective",
+          "[multihost][etcd]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  collie::test::ScratchDir dir;
+  EtcdCluster::Options o;
+  o.members = 3;
+  o.tls = true;
+  o.hosts = &hosts;
+  o.on_hosts = {0, 1, 2};
+  EtcdCluster etcd(dir, o);
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  constexpr int kWorld = 4;
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    auto env = tls_env(etcd);
+    env.insert(env.end(), {"SLURM_PROCID=" + std::to_string(r),
+                           "SLURM_NTASKS=" + std::to_string(kWorld),
+                           "SLURM_LOCALID=" + std::to_string(r % 2), "SLURM_JOB_ID=4242",
+                           "COLLIE_INIT_METHOD=etcd://" + etcd.endpoint_list() + "/srun-4242",
+                           "COLLIE_STORE_TOKEN=etcd-init-secret-0123456789abcdef",
+                           "COLLIE_LOG_LEVEL=warn"});
+    ranks.push_back(
+        std::make_unique<Subprocess>(hosts.exec(r / 2, {kWorker, "matrix", "smoke"}), env));
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    const auto result = ranks[static_cast<std::size_t>(r)]->wait(300s);
+    REQUIRE(result);
+    INFO("rank " << r << ":\n" << result->out << result->err);
+    CHECK(result->exit_code == 0);
+    CHECK_THAT(result->out, Catch::Contains(fmt::format("rank {}: matrix ok (", r)));
+  }
+}
+
+namespace {
+
+// Resumes from the checkpoint and sums the step numbers through all_reduce
+// (each rank gives step * (rank + 1)); ends after `steps` steps in all. A
+// step lost or done twice across a resume, or a wrong sum, leaves `sum` off
+// N(N+1)/2.
+constexpr const char* kTrain = R"(import json, os, sys, time, torch
+import torch.distributed as dist
+ckpt, steps = sys.argv[1], int(sys.argv[2])
+dist.init_process_group("collie")
+rank, world = dist.get_rank(), dist.get_world_size()
+state = {"step": 0, "sum": 0, "worlds": []}
+if os.path.exists(ckpt):
+    with open(ckpt) as f:
+        state = json.load(f)
+if not state["worlds"] or state["worlds"][-1] != world:
+    state["worlds"].append(world)
+print(f"rank {rank} of {world}: from step {state['step']}", flush=True)
+while state["step"] < steps:
+    step = state["step"] + 1
+    t = torch.full((8,), float(step * (rank + 1)), dtype=torch.float64)
+    dist.all_reduce(t)
+    state["sum"] += int(t[0].item()) * 2 // (world * (world + 1))
+    state["step"] = step
+    if rank == 0:
+        with open(ckpt + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.1)
+dist.barrier()
+print(f"rank {rank}: finished at step {state['step']}", flush=True)
+dist.destroy_process_group()
+)";
+
+}  // namespace
+
+TEST_CASE("launch with etcd: losing the first node and an etcd member, the others finish",
+          "[multihost][elastic][etcd]") {
+  NetworkNamespaces hosts(3);
+  if (const auto missing = collie::test::torch_hosts_missing(hosts); !missing.empty()) {
+    WARN("skipped: " << missing);
+    return;
+  }
+  collie::test::ScratchDir dir;
+  EtcdCluster::Options o;
+  o.members = 3;
+  o.tls = true;
+  o.hosts = &hosts;
+  o.on_hosts = {0, 1, 2};
+  EtcdCluster etcd(dir, o);
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  std::ofstream(dir.file("train.py")) << kTrain;
+  const auto env = collie::test::job_secret(dir, "etcd-elastic-secret-0123456789abcdef");
+  const auto ckpt = dir.file("ckpt.json");
+  constexpr int kSteps = 40;
+  // torchrun's elastic line on etcd, the same on every node.
+  auto node = [&](int i) {
+    return std::make_unique<Subprocess>(
+        hosts.exec(i, {kCollie, "launch", "--nnodes=2:3", "--nproc_per_node=2",
+                       "--max_restarts=3", "--rdzv_backend=etcd",
+                       "--rdzv_endpoint=" + etcd.endpoint_list(), "--rdzv_id=elastic-job",
+                       "--rdzv_conf=last_call_timeout=5,join_timeout=60," + tls_conf(etcd),
+                       dir.file("train.py"), ckpt, std::to_string(kSteps)}),
+        env);
+  };
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i)
+    nodes.push_back(node(i));
+  auto stop_all = [&] {
+    for (auto& n : nodes)
+      if (n) n->signal(SIGTERM);
+  };
+  // The node that joined first is node 0 of the first round: it hosts the
+  // ranks' store. Which launcher that is, each says on stderr.
+  int first = -1;
+  REQUIRE(collie::test::eventually(
+      [&] {
+        for (int i = 0; i < 3; ++i) {
+          if (nodes[static_cast<std::size_t>(i)]->wait_for_stderr("this is node 0", 10ms)) {
+            first = i;
+            return true;
+          }
+        }
+        return false;
+      },
+      180s));
+  // Every rank of the three nodes runs, and a few steps are done.
+  REQUIRE(collie::test::eventually(
+      [&] {
+        const auto state = read_file(ckpt);
+        return state.find("\"worlds\": [6]") != std::string::npos &&
+               state.find("\"step\": 3,") != std::string::npos;
+      },
+      180s));
+  nodes[static_cast<std::size_t>(first)]->signal(SIGKILL);
+  nodes[static_cast<std::size_t>(first)]->wait(30s);
+  // Once the two others run as 4 ranks, an etcd member dies too (not the
+  // one on the dead node's host: that one is still up).
+  REQUIRE(collie::test::eventually(
+      [&] { return read_file(ckpt).find("\"worlds\": [6, 4]") != std::string::npos; }, 180s));
+  etcd.stop((first + 1) % 3);
+  for (int i = 0; i < 3; ++i) {
+    if (i == first) continue;
+    const auto r = nodes[static_cast<std::size_t>(i)]->wait(300s);
+    if (!r) stop_all();
+    REQUIRE(r);
+    INFO("node " << i << " stdout:\n" << r->out << "\nstderr:\n" << r->err);
+    CHECK(r->exit_code == 0);
+    CHECK_THAT(r->err, Catch::Contains("round 0: 3 nodes") && Catch::Contains("2 nodes"));
+  }
+  const auto state = read_file(ckpt);
+  INFO(state);
+  CHECK_THAT(state, Catch::Contains("\"worlds\": [6, 4]"));
+  CHECK_THAT(state, Catch::Contains(fmt::format("\"step\": {},", kSteps)));
+  CHECK_THAT(state, Catch::Contains(fmt::format("\"sum\": {}", kSteps * (kSteps + 1) / 2)));
+}
