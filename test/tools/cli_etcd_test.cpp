@@ -108,6 +108,45 @@ TEST_CASE("launch with etcd: two launchers on one host meet there and run a chec
   }
 }
 
+TEST_CASE("launch with etcd: a launcher that dies is named once its lease expires",
+          "[launch][etcd]") {
+  collie::test::ScratchDir dir;
+  EtcdCluster etcd(dir, EtcdCluster::on_loopback(1, /*tls=*/true));
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  const auto env = collie::test::job_secret(dir, "etcd-lease-secret-0123456789abcdef");
+  // Ranks that never talk to each other: only the launchers' heartbeats
+  // can tell that a node went.
+  auto node = [&] {
+    return std::make_unique<Subprocess>(
+        std::vector<std::string>{kCollie, "launch", "--nnodes=2", "--nproc_per_node=1",
+                                 "--rdzv_backend=etcd", "--rdzv_endpoint=" + etcd.endpoint_list(),
+                                 "--rdzv_id=lease-job", "--rdzv_conf=" + tls_conf(etcd), "--",
+                                 "/bin/sh", "-c", "echo started; exec sleep 600"},
+        env);
+  };
+  auto a = node();
+  auto b = node();
+  // Both ranks run ("[rank R] started", R as their launchers joined).
+  for (auto* n : {a.get(), b.get()}) {
+    const auto line = n->read_line(60s);
+    REQUIRE(line);
+    CHECK_THAT(*line, Catch::EndsWith("] started"));
+  }
+  const auto killed = std::chrono::steady_clock::now();
+  a->signal(SIGKILL);
+  a->wait(30s);
+  // The node timeout (--node-timeout) is 60 s; the lease, 10 s.
+  const auto r = b->wait(45s);
+  REQUIRE(r);
+  INFO(r->err);
+  CHECK(r->exit_code != 0);
+  CHECK_THAT(r->err, Catch::Contains("is gone (its launcher's lease in etcd expired"));
+  CHECK(std::chrono::steady_clock::now() - killed < 40s);
+}
+
 TEST_CASE("etcd:// init: ranks started by hand, as srun starts them, on two hosts run every "
           "collective",
           "[multihost][etcd]") {

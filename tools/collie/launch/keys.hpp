@@ -9,7 +9,7 @@
 // | collie/launch/attempt/<a>/done, /left  | counters of nodes           | launcher → launchers |
 // | collie/launch/attempt/<a>/restart      | (a barrier)                 | launchers            |
 // | collie/launch/attempt/<a>/regroup      | "1": it ended for a change of nodes | launcher → launchers |
-// | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms | launcher → launchers |
+// | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms (in etcd, on its launcher's lease) | launcher → launchers |
 // | collie/launch/round/<r>/joined         | a counter: the nodes numbered as they join (c10d) | launcher → launchers |
 // | collie/launch/round/<r>/node/<n>       | "<host> pid <pid>" of the n-th to join | launcher → launchers |
 // | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |

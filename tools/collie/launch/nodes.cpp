@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
+#include <collie/store/etcd_store.hpp>
 
 namespace collie::cli {
 
@@ -177,16 +178,26 @@ std::optional<std::string> NodeTeam::silent_node() {
   const auto now = Clock::now();
   if (now < next_heartbeat_) return std::nullopt;
   next_heartbeat_ = now + 250ms;
-  store_->add(keys::launch_heartbeat(node_rank_), 1, 10s);
+  // In etcd a heartbeat is on this launcher's lease: when it dies, the key
+  // goes within the lease's time to live, and the others know at once.
+  auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get());
+  if (etcd != nullptr)
+    etcd->put_with_lease(keys::launch_heartbeat(node_rank_), std::to_string(++beats_), 10s);
+  else
+    store_->add(keys::launch_heartbeat(node_rank_), 1, 10s);
   for (int node = 0; node < nodes_; ++node) {
     if (node == node_rank_) continue;
     auto beat = store_->try_get(keys::launch_heartbeat(node), 10s);
     auto& seen = heartbeats_[static_cast<std::size_t>(node)];
+    const bool joined = !seen.value.empty();
     if (beat && *beat != seen.value) {
       seen.value = *beat;
       seen.changed = now;
-    } else if (const bool joined = !seen.value.empty();
-               now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
+    } else if (etcd != nullptr && joined && !beat) {
+      return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
+                         "could not reach etcd for {})",
+                         node, seconds_text(etcd->options().lease_ttl));
+    } else if (now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
       return fmt::format("node {} {} (no heartbeat for {}, --{}-timeout {})", node,
                          joined ? "stopped answering" : "never joined",
                          seconds_text(now - seen.changed), joined ? "node" : "join",

@@ -124,6 +124,7 @@ class NodeTeam {
     Clock::time_point changed = Clock::now();
   };
   std::vector<Heartbeat> heartbeats_;
+  std::int64_t beats_ = 0;  // this node's, on etcd
 };
 
 }  // namespace collie::cli
