@@ -7,7 +7,8 @@
 //
 // The parts: process_group_collie.hpp (the process group), works.hpp (how
 // its calls complete), tensors.hpp (which tensors it takes), torch_store.hpp
-// (torch's store as collie's), remote.hpp (master-worker mode: collie_torch.remote).
+// (torch's store as collie's), remote.hpp (master-worker mode: collie_torch.remote),
+// etcd_binding.hpp (the store of the etcd:// init method).
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
@@ -16,6 +17,7 @@
 
 #include <collie/version.hpp>
 
+#include "etcd_binding.hpp"
 #include "process_group_collie.hpp"
 #include "remote.hpp"
 #include "torch_store.hpp"
@@ -95,4 +97,5 @@ PYBIND11_MODULE(_collie_torch, m) {
         "What carries a collie group's messages (\"tcp on 127.0.0.1:41234\", \"shm ...\").");
   m.attr("__version__") = collie::version();
   collie_torch::add_remote(m);
+  collie_torch::add_etcd(m);
 }

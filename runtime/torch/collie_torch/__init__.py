@@ -6,7 +6,8 @@
 Every collective and point-to-point call of torch.distributed then runs over
 collie's mesh and algorithms (shared memory between ranks of one host, TCP
 between hosts). CPU and CUDA tensors (staged through pinned host memory),
-contiguous, of the dtypes collie carries. docs/torch.md says more.
+contiguous, of the dtypes collie carries. init_method="etcd://HOST:PORT,.../JOB"
+meets in an etcd cluster (etcd.py). docs/torch.md says more.
 """
 
 import inspect
@@ -15,6 +16,7 @@ import torch.distributed as _dist
 
 from ._collie_torch import __version__, create_process_group, describe_transport
 from .monitored import monitored_barrier
+from . import etcd as _etcd
 
 __all__ = ["__version__", "create_process_group", "describe_transport", "monitored_barrier"]
 
@@ -68,3 +70,4 @@ def _route_monitored_barrier():
 
 _register()
 _route_monitored_barrier()
+_etcd.register()  # init_method="etcd://HOSTS/JOB" (etcd.py)
