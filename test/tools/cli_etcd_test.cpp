@@ -147,6 +147,39 @@ TEST_CASE("launch with etcd: a launcher that dies is named once its lease expire
   CHECK(std::chrono::steady_clock::now() - killed < 40s);
 }
 
+TEST_CASE("launch with etcd: an etcd without a quorum stops the job, naming etcd's members",
+          "[launch][etcd]") {
+  collie::test::ScratchDir dir;
+  EtcdCluster etcd(dir, EtcdCluster::on_loopback(3, /*tls=*/true));
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  const auto env = collie::test::job_secret(dir, "etcd-quorum-secret-0123456789abcdef");
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{kCollie, "launch", "--nnodes=2", "--nproc_per_node=1",
+                                 "--max_restarts=1", "--rdzv_backend=etcd",
+                                 "--rdzv_endpoint=" + etcd.endpoint_list(), "--rdzv_id=quorum-job",
+                                 "--rdzv_conf=" + tls_conf(etcd), "--", "/bin/sh", "-c",
+                                 "echo started; exec sleep 600"},
+        env));
+  }
+  for (auto& n : nodes)
+    REQUIRE(n->read_line(60s).has_value());
+  etcd.stop(0);
+  etcd.stop(1);
+  // Every launcher ends (nothing hangs), saying that etcd lost its quorum.
+  for (auto& n : nodes) {
+    const auto r = n->wait(120s);
+    REQUIRE(r);
+    INFO(r->err);
+    CHECK(r->exit_code != 0);
+    CHECK_THAT(r->err, Catch::Contains("has no quorum") && Catch::Contains(etcd.endpoints()[2]));
+  }
+}
+
 TEST_CASE("etcd:// init: ranks started by hand, as srun starts them, on two hosts run every "
           "collective",
           "[multihost][etcd]") {

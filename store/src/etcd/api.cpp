@@ -87,6 +87,29 @@ std::string prefix_end(std::string_view prefix) {
   return std::string(1, '\0');  // every key
 }
 
+ErrorReply error_of(const Json& reply) {
+  ErrorReply e;
+  if (!reply.is_object()) return e;
+  const auto text = [](const Json& j, const char* field) {
+    const auto it = j.find(field);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const auto code = [](const Json& j, const char* field) {
+    const auto it = j.find(field);
+    return it != j.end() && it->is_number_integer() ? it->get<int>() : 0;
+  };
+  const auto inner = reply.find("error");
+  if (inner != reply.end() && inner->is_object()) {
+    e.code = code(*inner, "grpc_code");
+    e.message = text(*inner, "message");
+    return e;
+  }
+  e.code = code(reply, "code");
+  e.message = text(reply, "message");
+  if (e.message.empty()) e.message = text(reply, "error");
+  return e;
+}
+
 std::int64_t number(const Json& object, const char* field) {
   const auto it = object.find(field);
   if (it == object.end()) return 0;

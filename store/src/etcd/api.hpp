@@ -24,6 +24,15 @@ std::string unbase64(std::string_view text);
 // range_end for a prefix).
 std::string prefix_end(std::string_view prefix);
 
+// An error reply's gRPC code and message: {"code":14,"message":"..."} from a
+// call, {"error":{"grpc_code":14,"message":"..."}} from a stream; 0 and ""
+// when `reply` is no error.
+struct ErrorReply {
+  int code = 0;
+  std::string message;
+};
+ErrorReply error_of(const Json& reply);
+
 // A number etcd sent as a string or a number; 0 when absent.
 std::int64_t number(const Json& object, const char* field);
 

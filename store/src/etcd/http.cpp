@@ -1,6 +1,8 @@
 // JSON over HTTP to etcd's members, with failover (http.hpp).
 #include "http.hpp"
 
+#include "api.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -181,10 +183,9 @@ struct Http::Impl {
   // done) a proposal that timed out or lost its leader.
   bool unavailable(std::size_t member, long status, const std::string& body, bool& ambiguous) {
     if (status == 200) return false;
-    const auto json = nlohmann::json::parse(body, nullptr, false);
-    if (!json.is_object()) return false;
-    const int code = json.value("code", 0);
-    const std::string message = json.value("message", json.value("error", std::string()));
+    // (A stream's reply is a line; its first is the error.)
+    const auto json = nlohmann::json::parse(body.substr(0, body.find('\n')), nullptr, false);
+    const auto [code, message] = error_of(json);
     if (code != 14 && code != 4) return false;  // Unavailable, DeadlineExceeded
     if (message.find("no leader") == std::string::npos) ambiguous = true;
     note_failure(member, message.empty() ? "unavailable" : message);

@@ -66,9 +66,8 @@ Json Session::call(std::string_view path, const Json& request, Clock::time_point
   if (!reply) fail(what, timeout);
   auto json = Json::parse(reply->body, nullptr, false);
   if (reply->status == 200 && json.is_object()) return json;
-  const int code = json.is_object() ? json.value("code", 0) : 0;
-  const std::string message =
-      json.is_object() ? json.value("message", json.value("error", reply->body)) : reply->body;
+  auto [code, message] = error_of(json);
+  if (message.empty()) message = reply->body.substr(0, 300);
   const auto text = fmt::format("etcd at {}: {}: {} (HTTP {})", reply->member, what, message,
                                 reply->status);
   switch (code) {
@@ -85,16 +84,14 @@ Json Session::call(std::string_view path, const Json& request, Clock::time_point
 
 void Session::fail(std::string_view what, Timeout timeout, std::string_view more) {
   const auto limit = timeout.value_or(options_.timeout);
-  const auto failures = http_.failures();
   bool quorum = false;
   const auto budget = std::clamp(limit / 10, std::chrono::milliseconds(100),
                                  std::chrono::milliseconds(1000));
   const auto health = http_.health(budget, &quorum);
   if (!quorum) {
-    throw ConnectionError(fmt::format(
-        "etcd store: {} failed within {}: etcd at {} has no quorum ({}){}", what,
-        describe_duration(limit), http_.members(), health,
-        failures.empty() ? "" : "; the calls saw: " + failures));
+    // (What each member says now covers what the calls saw.)
+    throw ConnectionError(fmt::format("etcd store: {} failed within {}: etcd at {} has no quorum ({})",
+                                      what, describe_duration(limit), http_.members(), health));
   }
   throw TimeoutError(fmt::format("etcd at {}: {} timed out after {}{}", http_.members(), what,
                                  describe_duration(limit), more));
@@ -149,6 +146,14 @@ void Session::keep_alive() {
       std::chrono::milliseconds(100),
       std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3);
   auto wait = every;
+  bool failing = false;  // said once per streak of failures
+  const auto failed = [&](const std::string& why) {
+    if (!failing)
+      collie::log().warn("etcd store: keeping the lease of {} alive: {} (trying again)",
+                         describe(), why);
+    failing = true;
+    wait = every / 4;
+  };
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -160,22 +165,30 @@ void Session::keep_alive() {
                                     Json{{"ID", std::to_string(lease_.load())}}.dump(),
                                     Clock::now() + every);
       if (!reply) {
-        wait = every / 4;  // try again soon
+        failed("no member answered: " + http_.failures());
         continue;
       }
       // The reply is one line of a stream: {"result":{"ID":..,"TTL":..}}.
       const auto line = reply->body.substr(0, reply->body.find('\n'));
       const auto json = Json::parse(line, nullptr, false);
-      const auto result = json.is_object() ? json.value("result", Json::object()) : Json::object();
-      if (number(result, "TTL") > 0) continue;
+      if (const auto e = error_of(json); !e.message.empty()) {
+        failed(e.message);
+        continue;
+      }
+      const auto it = json.is_object() ? json.find("result") : json.end();
+      const auto result = it != json.end() && it->is_object() ? *it : Json::object();
+      if (number(result, "TTL") > 0) {
+        if (failing) collie::log().warn("etcd store: the lease of {} is kept alive again", describe());
+        failing = false;
+        continue;
+      }
       collie::log().warn(
           "etcd store: the lease of {} expired (this process could not reach etcd for {} s): its "
           "barrier entries and keys put with the lease are gone; taking a new lease",
           describe(), options_.lease_ttl.count());
       grant(Clock::now() + every);
     } catch (const std::exception& e) {
-      collie::log().warn("etcd store: keeping the lease of {} alive: {}", describe(), e.what());
-      wait = every / 4;
+      failed(e.what());
     }
   }
 }

@@ -9,11 +9,12 @@
 // | collie/launch/attempt/<a>/done, /left  | counters of nodes           | launcher → launchers |
 // | collie/launch/attempt/<a>/restart      | (a barrier)                 | launchers            |
 // | collie/launch/attempt/<a>/regroup      | "1": it ended for a change of nodes | launcher → launchers |
-// | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms (in etcd, on its launcher's lease) | launcher → launchers |
+// | collie/launch/heartbeat/<node>         | a counter, beaten each 250 ms | launcher → launchers |
 // | collie/launch/round/<r>/joined         | a counter: the nodes numbered as they join (c10d) | launcher → launchers |
 // | collie/launch/round/<r>/node/<n>       | "<host> pid <pid>" of the n-th to join | launcher → launchers |
 // | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |
 // | collie/launch/round/<r>/store          | "host:port" of the round's ranks' store (etcd) | round's node 0 → launchers |
+// | collie/launch/round/<r>/beat/<n>       | in etcd, the heartbeat of the round's node n, on its launcher's lease | launcher → launchers |
 // | collie/launch/ended                    | how the job ended, for nodes still waiting | launcher → launchers |
 #pragma once
 

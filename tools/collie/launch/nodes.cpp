@@ -71,6 +71,9 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
     ended();
     const auto joined = store_->add(keys::launch_round(round, "joined"), 1, 10s) - 1;
     store_->set(keys::launch_round(round, fmt::format("node/{}", joined)), who, 10s);
+    // In etcd, this node's first heartbeat of the round, on its lease.
+    if (auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get()))
+      etcd->put_with_lease(keys::launch_round(round, fmt::format("beat/{}", joined)), "0", 10s);
     if (elastic.closes) {
       // The first MIN, then whoever joins within the last call, MAX at most.
       while (count(round) < elastic.min_nodes) {
@@ -130,7 +133,11 @@ void NodeTeam::mark_regroup() {
 }
 
 bool NodeTeam::regrouped() {
-  return store_->try_get(key("regroup"), 10s).has_value();
+  try {
+    return store_->try_get(key("regroup"), 10s).has_value();
+  } catch (const Error&) {
+    return false;  // the store is gone: a failure, which other_failure() said
+  }
 }
 
 void NodeTeam::end_job(const std::string& how) {
@@ -178,22 +185,27 @@ std::optional<std::string> NodeTeam::silent_node() {
   const auto now = Clock::now();
   if (now < next_heartbeat_) return std::nullopt;
   next_heartbeat_ = now + 250ms;
-  // In etcd a heartbeat is on this launcher's lease: when it dies, the key
-  // goes within the lease's time to live, and the others know at once.
+  // In etcd a heartbeat is on this launcher's lease, one per round, put
+  // when it joined: when it dies, the key goes within the lease's time to
+  // live, and the others know at once.
   auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get());
+  const auto beat_key = [&](int node) {
+    return etcd != nullptr ? keys::launch_round(attempt_, fmt::format("beat/{}", node))
+                           : keys::launch_heartbeat(node);
+  };
   if (etcd != nullptr)
-    etcd->put_with_lease(keys::launch_heartbeat(node_rank_), std::to_string(++beats_), 10s);
+    etcd->put_with_lease(beat_key(node_rank_), std::to_string(++beats_), 10s);
   else
-    store_->add(keys::launch_heartbeat(node_rank_), 1, 10s);
+    store_->add(beat_key(node_rank_), 1, 10s);
   for (int node = 0; node < nodes_; ++node) {
     if (node == node_rank_) continue;
-    auto beat = store_->try_get(keys::launch_heartbeat(node), 10s);
+    auto beat = store_->try_get(beat_key(node), 10s);
     auto& seen = heartbeats_[static_cast<std::size_t>(node)];
     const bool joined = !seen.value.empty();
     if (beat && *beat != seen.value) {
       seen.value = *beat;
       seen.changed = now;
-    } else if (etcd != nullptr && joined && !beat) {
+    } else if (etcd != nullptr && !beat) {
       return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
                          "could not reach etcd for {})",
                          node, seconds_text(etcd->options().lease_ttl));
