@@ -206,6 +206,9 @@ std::optional<std::string> NodeTeam::silent_node() {
       seen.value = *beat;
       seen.changed = now;
     } else if (etcd != nullptr && !beat) {
+      // Every node finished: it left (its lease went with it), it did not die.
+      const auto done = store_->try_get(key("done"), 10s);
+      if (done && std::stoll(*done) >= nodes_) continue;
       return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
                          "could not reach etcd for {})",
                          node, seconds_text(etcd->options().lease_ttl));
