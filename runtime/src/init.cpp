@@ -256,7 +256,6 @@ ProcessGroup init(const InitOptions& options) {
   // Who this process is, for other ranks' stall reports (stall.hpp): a rank
   // stopped before its responder spoke is still looked at in /proc.
   const bool stall_reports = config.method != JobConfig::Method::File &&
-                             config.method != JobConfig::Method::Etcd &&
                              (config.method != JobConfig::Method::Given || config.given_served) &&
                              config.stall_time.count() > 0 && config.world_size > 1;
   if (stall_reports) store.set(keys::stall_process(config.rank), process_identity());
@@ -280,14 +279,20 @@ ProcessGroup init(const InitOptions& options) {
     everyone.push_back(r);
   auto group = make_group(world, "world", std::move(everyone), config.rank, 0);
   if (stall_reports) {
-    // A given store's keys lie under its own prefix in the collie store.
-    const auto prefix = config.given_key_prefix.empty()
-                            ? world->job->prefix()
-                            : config.given_key_prefix + "/" + world->job->prefix();
-    world->responder = std::make_unique<StallResponder>(
-        config, prefix, [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
-          return answer_query(*w, slot, sequence);
-        });
+    auto lookup = [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
+      return answer_query(*w, slot, sequence);
+    };
+    if (config.method == JobConfig::Method::Etcd) {
+      // etcd: the responder waits in the job's view itself.
+      world->responder =
+          std::make_unique<StallResponder>(world->job->shared_store(), config.rank, lookup);
+    } else {
+      // A given store's keys lie under its own prefix in the collie store.
+      const auto prefix = config.given_key_prefix.empty()
+                              ? world->job->prefix()
+                              : config.given_key_prefix + "/" + world->job->prefix();
+      world->responder = std::make_unique<StallResponder>(config, prefix, lookup);
+    }
   }
   return detail::Access::group(std::move(group));
 }

@@ -1,6 +1,7 @@
 // The stall inspector: each group's progress, the responder that answers
 // other ranks' queries, and the check that asks them (stall.hpp).
 #include "stall.hpp"
+#include "stall_polling.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -247,6 +248,10 @@ class StallResponder::Impl {
 StallResponder::StallResponder(const JobConfig& config, const std::string& prefix,
                                ProgressLookup lookup)
     : impl_(std::make_unique<Impl>(config, prefix, std::move(lookup))) {}
+
+StallResponder::StallResponder(std::shared_ptr<store::Store> store, int rank,
+                               ProgressLookup lookup)
+    : polling_(std::make_unique<StallPolling>(std::move(store), rank, std::move(lookup))) {}
 
 StallResponder::~StallResponder() = default;
 

@@ -33,6 +33,10 @@
 
 namespace collie {
 
+namespace store {
+class Store;
+}
+
 struct Call;
 struct World;
 
@@ -62,12 +66,16 @@ using ProgressLookup =
     std::function<std::optional<std::string>(std::uint32_t slot, std::uint64_t sequence)>;
 
 // Answers stall queries from a thread of its own. Started at init when the
-// job's store is a TCP store and the stall time is not 0; quietly stops if
-// the store goes away (rank 0 may host it and exit first).
+// job's store is a TCP store or etcd, and the stall time is not 0; quietly
+// stops if the store goes away (rank 0 may host it and exit first).
 class StallResponder {
  public:
-  // `prefix`: the job's namespace in the store (JobStore::prefix()).
+  // `prefix`: the job's namespace in the store (JobStore::prefix()); the
+  // responder has a connection of its own to the collie store there.
   StallResponder(const JobConfig& config, const std::string& prefix, ProgressLookup lookup);
+  // On another store (etcd): waits for queries in the job's view `store`
+  // itself, a slice at a time (stall_polling.cpp).
+  StallResponder(std::shared_ptr<store::Store> store, int rank, ProgressLookup lookup);
   ~StallResponder();
   StallResponder(const StallResponder&) = delete;
   StallResponder& operator=(const StallResponder&) = delete;
@@ -75,6 +83,7 @@ class StallResponder {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<class StallPolling> polling_;
 };
 
 // The stall check of one call on one rank: poll() between wait slices.

@@ -180,6 +180,34 @@ TEST_CASE("launch with etcd: an etcd without a quorum stops the job, naming etcd
   }
 }
 
+TEST_CASE("etcd:// init: the stall inspector names a rank busy elsewhere", "[etcd][stall]") {
+  collie::test::ScratchDir dir;
+  EtcdCluster etcd(dir, EtcdCluster::on_loopback(1, /*tls=*/true));
+  if (!etcd.ok()) {
+    WARN("skipped: " << etcd.why());
+    return;
+  }
+  // Rank 2 sleeps 5 s before its fourth all_reduce; the stall time is 1 s.
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = tls_env(etcd);
+    env.insert(env.end(), {"RANK=" + std::to_string(rank), "WORLD_SIZE=3",
+                           "COLLIE_INIT_METHOD=etcd://" + etcd.endpoint_list() + "/stall-job",
+                           "COLLIE_STALL_TIME=1", "COLLIE_TIMEOUT=120", "COLLIE_LOG_LEVEL=warn"});
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{kWorker, "stall", "5000"}, env));
+  }
+  REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
+  for (int rank : {0, 1}) {
+    auto& r = *ranks[static_cast<std::size_t>(rank)];
+    CHECK(r.wait_for_stderr("has not reached it: it last finished #2 ", 30s));
+    CHECK(r.wait_for_stderr("it is in no collective call (its program is busy elsewhere)", 1s));
+  }
+  for (int rank : {0, 1, 2})
+    CHECK(ranks[static_cast<std::size_t>(rank)]->read_line(60s) ==
+          "rank " + std::to_string(rank) + ": ok");
+}
+
 TEST_CASE("etcd:// init: ranks started by hand, as srun starts them, on two hosts run every "
           "collective",
           "[multihost][etcd]") {
