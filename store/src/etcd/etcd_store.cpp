@@ -205,6 +205,12 @@ bool EtcdStore::check(std::span<const std::string> keys, Timeout timeout) {
   return true;
 }
 
+std::vector<std::optional<std::string>> EtcdStore::read(std::span<const std::string> keys,
+                                                        Timeout timeout) {
+  auto& s = impl_->session;
+  return etcd::read_keys(s, keys, s.deadline(timeout), describe_call("read", keys), timeout).values;
+}
+
 bool EtcdStore::delete_key(std::string_view key, Timeout timeout) {
   auto& s = impl_->session;
   const auto reply = s.call("/v3/kv/deleterange", etcd::delete_request(s.data(key)),

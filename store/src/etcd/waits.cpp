@@ -21,12 +21,10 @@ constexpr auto kUndoTime = std::chrono::seconds(5);
 
 // One transaction of ranges, no comparison: one revision for all of them.
 Json read_all(Session& s, const std::vector<std::string>& full_keys, Clock::time_point deadline,
-              std::string_view what, Timeout timeout, bool prefix_last = false) {
+              std::string_view what, Timeout timeout) {
   Json ops = Json::array();
-  for (std::size_t i = 0; i < full_keys.size(); ++i) {
-    const bool whole = prefix_last && i + 1 == full_keys.size();
-    ops.push_back(op_range(range_request(full_keys[i], whole ? prefix_end(full_keys[i]) : "")));
-  }
+  for (const auto& key : full_keys)
+    ops.push_back(op_range(range_request(key)));
   return s.call("/v3/kv/txn", txn(Json::array(), std::move(ops)), deadline, what, timeout);
 }
 
@@ -154,7 +152,9 @@ void enter_barrier(Session& s, std::string_view name, std::uint32_t n, Timeout t
     const auto g = range_at(reply, 0);
     generation = generation_of(g);
     generation_revision = g.kvs.empty() ? 0 : g.kvs[0].mod_revision;
-    entry = fmt::format("{}{}-{}", entries(generation), s.id(), s.next_sequence());
+    // Named by its n: the entrants that agree on n are counted by a prefix,
+    // and so are all of them, without reading any (two counts, whatever n).
+    entry = fmt::format("{}{}/{}-{}", entries(generation), n, s.id(), s.next_sequence());
     const auto request = txn(Json::array({compare_mod(generation_key, generation_revision)}),
                              Json::array({op_put(put_request(entry, std::to_string(n), s.lease())),
                                           op_put(put_request(version_key, ""))}));
@@ -170,22 +170,37 @@ void enter_barrier(Session& s, std::string_view name, std::uint32_t n, Timeout t
 
   const auto wait_for_release = [&] {
     for (;;) {
-      const auto reply = read_all(s, {generation_key, version_key, entries(generation)},
-                                  Clock::now() >= until ? Clock::now() + kUndoTime : until, what,
-                                  timeout, true);
+      const auto all = entries(generation);
+      const auto alike = fmt::format("{}{}/", all, n);
+      const auto reply = s.call(
+          "/v3/kv/txn",
+          txn(Json::array(),
+              Json::array({op_range(range_request(generation_key)),
+                           op_range(range_request(version_key)),
+                           op_range(range_request(all, prefix_end(all), true)),
+                           op_range(range_request(alike, prefix_end(alike), true))})),
+          Clock::now() >= until ? Clock::now() + kUndoTime : until, what, timeout);
       const auto g = range_at(reply, 0);
       if (generation_of(g) != generation) return;  // released
       const auto v = range_at(reply, 1);
-      const auto in = range_at(reply, 2);
-      for (const auto& e : in.kvs) {
-        if (e.value == std::to_string(n)) continue;
+      const auto count = static_cast<std::uint64_t>(range_at(reply, 3).count);
+      if (range_at(reply, 2).count != range_at(reply, 3).count) {
+        // Someone entered with another n: which (one read, only now).
+        const auto names = parse_range(s.call("/v3/kv/range",
+                                              range_request(all, prefix_end(all), false, true),
+                                              Clock::now() + kUndoTime, what, kUndoTime));
+        std::string other = "another";
+        for (const auto& e : names.kvs) {
+          const auto theirs = e.key.substr(all.size(), e.key.find('/', all.size()) - all.size());
+          if (theirs != std::to_string(n)) other = theirs;
+        }
         if (leave())
           throw RequestError(fmt::format(
               "barrier '{}': this caller says n={}, but a caller waiting in it says n={}",
-              printable_key(name), n, e.value));
+              printable_key(name), n, other));
         return;
       }
-      if (in.kvs.size() >= n) {
+      if (count >= n) {
         // The last one in: release everyone, unless someone came or left
         // since the count (then count again).
         const auto release =
@@ -200,7 +215,7 @@ void enter_barrier(Session& s, std::string_view name, std::uint32_t n, Timeout t
       if (Clock::now() >= until) {
         if (!leave()) return;
         s.fail(what, timeout,
-               fmt::format("; {} of its {} callers came", in.kvs.size(), n));
+               fmt::format("; {} of its {} callers came", count, n));
       }
       // Wait for the generation to move on, or the deadline.
       watch(s, generation_key, "", revision_of(reply) + 1, until,

@@ -14,7 +14,7 @@
 // | collie/launch/round/<r>/node/<n>       | "<host> pid <pid>" of the n-th to join | launcher → launchers |
 // | collie/launch/round/<r>/closed         | how many of them are its nodes (MIN:MAX) | store's launcher → launchers |
 // | collie/launch/round/<r>/store          | "host:port" of the round's ranks' store (etcd) | round's node 0 → launchers |
-// | collie/launch/round/<r>/beat/<n>       | in etcd, the heartbeat of the round's node n, on its launcher's lease | launcher → launchers |
+// | collie/launch/round/<r>/beat/<n>       | in etcd, node n's heartbeat: put as it joins, on its launcher's lease | launcher → launchers |
 // | collie/launch/ended                    | how the job ended, for nodes still waiting | launcher → launchers |
 #pragma once
 

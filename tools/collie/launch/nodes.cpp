@@ -185,40 +185,46 @@ std::optional<std::string> NodeTeam::silent_node() {
   const auto now = Clock::now();
   if (now < next_heartbeat_) return std::nullopt;
   next_heartbeat_ = now + 250ms;
-  // In etcd a heartbeat is on this launcher's lease, one per round, put
-  // when it joined: when it dies, the key goes within the lease's time to
-  // live, and the others know at once.
-  auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get());
-  const auto beat_key = [&](int node) {
-    return etcd != nullptr ? keys::launch_round(attempt_, fmt::format("beat/{}", node))
-                           : keys::launch_heartbeat(node);
-  };
-  if (etcd != nullptr)
-    etcd->put_with_lease(beat_key(node_rank_), std::to_string(++beats_), 10s);
-  else
-    store_->add(beat_key(node_rank_), 1, 10s);
+  if (auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get())) return gone_node(*etcd);
+  store_->add(keys::launch_heartbeat(node_rank_), 1, 10s);
   for (int node = 0; node < nodes_; ++node) {
     if (node == node_rank_) continue;
-    auto beat = store_->try_get(beat_key(node), 10s);
+    auto beat = store_->try_get(keys::launch_heartbeat(node), 10s);
     auto& seen = heartbeats_[static_cast<std::size_t>(node)];
-    const bool joined = !seen.value.empty();
     if (beat && *beat != seen.value) {
       seen.value = *beat;
       seen.changed = now;
-    } else if (etcd != nullptr && !beat) {
-      // Every node finished: it left (its lease went with it), it did not die.
-      const auto done = store_->try_get(key("done"), 10s);
-      if (done && std::stoll(*done) >= nodes_) continue;
-      return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
-                         "could not reach etcd for {})",
-                         node, seconds_text(etcd->options().lease_ttl));
-    } else if (now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
+    } else if (const bool joined = !seen.value.empty();
+               now - seen.changed > (joined ? timeouts_.node : timeouts_.join)) {
       return fmt::format("node {} {} (no heartbeat for {}, --{}-timeout {})", node,
                          joined ? "stopped answering" : "never joined",
                          seconds_text(now - seen.changed), joined ? "node" : "join",
                          std::chrono::duration<double>(joined ? timeouts_.node : timeouts_.join)
                              .count());
     }
+  }
+  return std::nullopt;
+}
+
+// In etcd each node's heartbeat is a key on its launcher's lease, put when
+// it joined the round (rendezvous()): the lease keeps it while the launcher
+// lives, and when it dies the key goes within the lease's time to live. So
+// nobody beats; every node reads the others' keys, in one request, once a
+// second.
+std::optional<std::string> NodeTeam::gone_node(store::EtcdStore& etcd) {
+  next_heartbeat_ = Clock::now() + 1s;
+  std::vector<std::string> beats;
+  for (int node = 0; node < nodes_; ++node)
+    beats.push_back(keys::launch_round(attempt_, fmt::format("beat/{}", node)));
+  const auto present = etcd.read(beats, 10s);
+  for (int node = 0; node < nodes_; ++node) {
+    if (node == node_rank_ || present[static_cast<std::size_t>(node)]) continue;
+    // Every node finished: it left (its lease went with it), it did not die.
+    const auto done = store_->try_get(key("done"), 10s);
+    if (done && std::stoll(*done) >= nodes_) return std::nullopt;
+    return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
+                       "could not reach etcd for {})",
+                       node, seconds_text(etcd.options().lease_ttl));
   }
   return std::nullopt;
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <collie/store/client.hpp>
+#include <collie/store/etcd_store.hpp>
 
 namespace collie::cli {
 
@@ -106,6 +107,8 @@ class NodeTeam {
   // without reporting), or that has not beaten within the join timeout of
   // the attempt's start (a node that never joined), if any.
   std::optional<std::string> silent_node();
+  // silent_node() in etcd: a node whose heartbeat key went with its lease.
+  std::optional<std::string> gone_node(store::EtcdStore& etcd);
   // Starts the silence clock of every other node afresh: between phases (a
   // restart barrier, the end of an attempt) nobody beats, and that pause
   // must not count as silence.
@@ -124,7 +127,6 @@ class NodeTeam {
     Clock::time_point changed = Clock::now();
   };
   std::vector<Heartbeat> heartbeats_;
-  std::int64_t beats_ = 0;  // this node's, on etcd
 };
 
 }  // namespace collie::cli
