@@ -458,6 +458,10 @@ TEST_CASE("Auto counts the ranks that share a machine's cores, alike on every ra
     if (transport == "shm") return collie::collectives::shared_memory_cost_model(crowding);
     collie::collectives::CostModel m;
     m.crowding = crowding;
+    // TCP's model takes this machine's caches, as the ranks' does.
+    const auto caches = collie::cache_sizes();
+    if (caches.core > 0) m.core_cache_bytes = caches.core;
+    if (caches.host > 0) m.cache_bytes = caches.host;
     return m;
   };
   for (int world : {3, 4}) {
