@@ -108,8 +108,9 @@ TEST_CASE("launch with etcd: two launchers on one host meet there and run a chec
   }
 }
 
+// (Launcher logic on one thread: [volume], left to the presets but TSan's.)
 TEST_CASE("launch with etcd: a launcher that dies is named once its lease expires",
-          "[launch][etcd]") {
+          "[launch][etcd][volume]") {
   collie::test::ScratchDir dir;
   EtcdCluster etcd(dir, EtcdCluster::on_loopback(1, /*tls=*/true));
   if (!etcd.ok()) {
@@ -148,7 +149,7 @@ TEST_CASE("launch with etcd: a launcher that dies is named once its lease expire
 }
 
 TEST_CASE("launch with etcd: an etcd without a quorum stops the job, naming etcd's members",
-          "[launch][etcd]") {
+          "[launch][etcd][volume]") {
   collie::test::ScratchDir dir;
   EtcdCluster etcd(dir, EtcdCluster::on_loopback(3, /*tls=*/true));
   if (!etcd.ok()) {
@@ -160,7 +161,7 @@ TEST_CASE("launch with etcd: an etcd without a quorum stops the job, naming etcd
   for (int i = 0; i < 2; ++i) {
     nodes.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{kCollie, "launch", "--nnodes=2", "--nproc_per_node=1",
-                                 "--max_restarts=1", "--rdzv_backend=etcd",
+                                 "--rdzv_backend=etcd",
                                  "--rdzv_endpoint=" + etcd.endpoint_list(), "--rdzv_id=quorum-job",
                                  "--rdzv_conf=" + tls_conf(etcd), "--", "/bin/sh", "-c",
                                  "echo started; exec sleep 600"},

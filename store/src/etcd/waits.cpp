@@ -189,11 +189,12 @@ void enter_barrier(Session& s, std::string_view name, std::uint32_t n, Timeout t
         const auto names = parse_range(s.call("/v3/kv/range",
                                               range_request(all, prefix_end(all), false, true),
                                               Clock::now() + kUndoTime, what, kUndoTime));
-        std::string other = "another";
+        std::string other;
         for (const auto& e : names.kvs) {
           const auto theirs = e.key.substr(all.size(), e.key.find('/', all.size()) - all.size());
           if (theirs != std::to_string(n)) other = theirs;
         }
+        if (other.empty()) continue;  // it left meanwhile: count again
         if (leave())
           throw RequestError(fmt::format(
               "barrier '{}': this caller says n={}, but a caller waiting in it says n={}",

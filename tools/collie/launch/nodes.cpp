@@ -133,6 +133,7 @@ void NodeTeam::mark_regroup() {
 }
 
 bool NodeTeam::regrouped() {
+  if (lost_) return false;
   try {
     return store_->try_get(key("regroup"), 10s).has_value();
   } catch (const Error&) {
@@ -141,6 +142,7 @@ bool NodeTeam::regrouped() {
 }
 
 void NodeTeam::end_job(const std::string& how) {
+  if (lost_) return;  // nobody to tell: the store is gone
   try {
     store_->compare_set(keys::launch_ended(), "", how, 5s);
   } catch (const Error&) {
@@ -168,6 +170,7 @@ std::optional<std::string> NodeTeam::other_failure() {
     if (!failed) failed = silent_node();
     return failed;
   } catch (const Error& e) {
+    lost_ = true;  // the calls after this would each wait their timeout in vain
     return fmt::format("lost the launchers' store: {}", e.what());
   }
 }

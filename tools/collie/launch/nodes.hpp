@@ -127,6 +127,7 @@ class NodeTeam {
     Clock::time_point changed = Clock::now();
   };
   std::vector<Heartbeat> heartbeats_;
+  bool lost_ = false;  // a call found the store gone (other_failure())
 };
 
 }  // namespace collie::cli
