@@ -16,6 +16,9 @@ namespace collie::store::etcd {
 
 using Json = nlohmann::json;
 
+// Operations etcd takes in one transaction (its --max-txn-ops default).
+inline constexpr std::size_t kMaxTxnOps = 128;
+
 std::string base64(std::string_view bytes);
 // Throws ProtocolError on text that is not base64.
 std::string unbase64(std::string_view text);

@@ -21,7 +21,6 @@ namespace {
 using etcd::Clock;
 using etcd::Json;
 
-constexpr std::size_t kMaxTxnOps = 128;  // etcd's --max-txn-ops default
 // etcd refuses requests over 1.5 MiB (--max-request-bytes); values travel in
 // base64 (4 bytes for 3) with their key and some JSON around them.
 constexpr std::size_t kMaxValueBytes = (3u << 20) / 2 / 4 * 3 - 8192;
@@ -205,12 +204,6 @@ bool EtcdStore::check(std::span<const std::string> keys, Timeout timeout) {
   return true;
 }
 
-std::vector<std::optional<std::string>> EtcdStore::read(std::span<const std::string> keys,
-                                                        Timeout timeout) {
-  auto& s = impl_->session;
-  return etcd::read_keys(s, keys, s.deadline(timeout), describe_call("read", keys), timeout).values;
-}
-
 bool EtcdStore::delete_key(std::string_view key, Timeout timeout) {
   auto& s = impl_->session;
   const auto reply = s.call("/v3/kv/deleterange", etcd::delete_request(s.data(key)),
@@ -259,7 +252,7 @@ void EtcdStore::multi_set(std::span<const std::string> keys, std::span<const std
   while (at < keys.size()) {
     Json ops = Json::array();
     std::size_t bytes = 0;
-    for (; at < keys.size() && ops.size() < kMaxTxnOps; ++at) {
+    for (; at < keys.size() && ops.size() < etcd::kMaxTxnOps; ++at) {
       check_value(keys[at], values[at].size());
       bytes += keys[at].size() + values[at].size();
       if (!ops.empty() && bytes > kMaxValueBytes) break;

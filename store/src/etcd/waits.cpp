@@ -15,7 +15,6 @@ namespace collie::store::etcd {
 
 namespace {
 
-constexpr std::size_t kMaxTxnOps = 128;  // etcd's --max-txn-ops default
 // How long a barrier that timed out may take to take its entry back out.
 constexpr auto kUndoTime = std::chrono::seconds(5);
 

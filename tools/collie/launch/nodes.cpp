@@ -212,24 +212,21 @@ std::optional<std::string> NodeTeam::silent_node() {
 // In etcd each node's heartbeat is a key on its launcher's lease, put when
 // it joined the round (rendezvous()): the lease keeps it while the launcher
 // lives, and when it dies the key goes within the lease's time to live. So
-// nobody beats; every node reads the others' keys, in one request, once a
-// second.
+// nobody beats; each node reads the next node's key once a second (a ring:
+// every node is watched by one, and any death ends the attempt for all),
+// one read whatever the number of nodes.
 std::optional<std::string> NodeTeam::gone_node(store::EtcdStore& etcd) {
   next_heartbeat_ = Clock::now() + 1s;
-  std::vector<std::string> beats;
-  for (int node = 0; node < nodes_; ++node)
-    beats.push_back(keys::launch_round(attempt_, fmt::format("beat/{}", node)));
-  const auto present = etcd.read(beats, 10s);
-  for (int node = 0; node < nodes_; ++node) {
-    if (node == node_rank_ || present[static_cast<std::size_t>(node)]) continue;
-    // Every node finished: it left (its lease went with it), it did not die.
-    const auto done = store_->try_get(key("done"), 10s);
-    if (done && std::stoll(*done) >= nodes_) return std::nullopt;
-    return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
-                       "could not reach etcd for {})",
-                       node, seconds_text(etcd.options().lease_ttl));
-  }
-  return std::nullopt;
+  if (nodes_ < 2) return std::nullopt;
+  const int node = (node_rank_ + 1) % nodes_;
+  if (etcd.try_get(keys::launch_round(attempt_, fmt::format("beat/{}", node)), 10s))
+    return std::nullopt;
+  // Every node finished: it left (its lease went with it), it did not die.
+  const auto done = store_->try_get(key("done"), 10s);
+  if (done && std::stoll(*done) >= nodes_) return std::nullopt;
+  return fmt::format("node {} is gone (its launcher's lease in etcd expired: it died, or "
+                     "could not reach etcd for {})",
+                     node, seconds_text(etcd.options().lease_ttl));
 }
 
 std::optional<std::string> NodeTeam::finish(bool hosts_store) {

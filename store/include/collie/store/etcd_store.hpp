@@ -86,12 +86,6 @@ class EtcdStore final : public Store {
   // lease_ttl of this process's death, or at once when the store is destroyed.
   void put_with_lease(std::string_view key, std::string_view value, Timeout timeout = {});
 
-  // The values of `keys` as of one moment (per 128 keys), nullopt where
-  // missing, in one request: what try_get would say of each, without
-  // a round trip per key.
-  std::vector<std::optional<std::string>> read(std::span<const std::string> keys,
-                                               Timeout timeout = {});
-
   // Throws the ArgumentError the constructor would for these options.
   static void check_options(const EtcdOptions& options);
 
