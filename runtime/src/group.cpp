@@ -19,7 +19,7 @@ namespace {
 // shared-memory one when this rank reaches every other member through
 // shared memory (then every member does: they share one host), else the
 // TCP one; crowding as counted on this host, and the TCP one with this
-// host's cache sizes.
+// host's cache sizes and the link between hosts as the world agreed on it.
 collectives::CostModel cost_model_for(const World& world, const std::vector<int>& members) {
   const double crowded =
       crowding(world.host_ranks, world.host_cores, static_cast<int>(members.size()));
@@ -30,8 +30,8 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
   if (shared) return collectives::shared_memory_cost_model(crowded);
   collectives::CostModel m;
   m.crowding = crowded;
-  m.host_beta = 8 / (world.config.host_link_gbits * 1e9);
-  m.host_alpha = world.config.host_link_latency_us * 1e-6;
+  m.host_beta = 8 / (world.host_link.gbits * 1e9);
+  m.host_alpha = world.host_link.latency_us * 1e-6;
   const auto caches = cache_sizes();
   if (caches.core > 0) m.core_cache_bytes = caches.core;
   if (caches.host > 0) m.cache_bytes = caches.host;

@@ -17,6 +17,7 @@
 #include <collie/transport/transport.hpp>
 
 #include "device/device.hpp"
+#include "link_probe.hpp"
 #include "plan_cache.hpp"
 #include "stall.hpp"
 #include "trace.hpp"
@@ -40,6 +41,9 @@ struct World {
   // [world rank] its host (init.cpp); null when not known (one rank, or
   // more than init reads).
   std::shared_ptr<const collectives::Hosts> hosts;
+  // The link between hosts Auto prices with (link_probe.hpp): measured at
+  // init where the world spans hosts, unless COLLIE_HOST_LINK says it.
+  HostLink host_link;
   // This rank's groups, by slot, for the stall responder (a group adds
   // itself when made and leaves when destroyed).
   std::mutex groups_mu;

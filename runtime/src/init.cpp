@@ -9,8 +9,10 @@
 //      rank joined (a barrier);
 //   5. how many ranks share rank 0's machine, on how many cores, for Auto's
 //      cost model and the transport;
-//   6. every peer's address read while the store is surely up, the world
-//      group made, and the stall responder started.
+//   6. every peer's address read while the store is surely up;
+//   7. the link between hosts measured, where the world spans hosts
+//      (link_probe.hpp);
+//   8. the world group made, and the stall responder started.
 //
 // Every key it reads or writes is the keys headers'; every wait has the job's
 // timeout, and a rank that never comes is named.
@@ -33,6 +35,7 @@
 
 #include "group.hpp"
 #include "job_store.hpp"
+#include "link_probe.hpp"
 #include "placement.hpp"
 
 namespace collie {
@@ -270,6 +273,7 @@ ProcessGroup init(const InitOptions& options) {
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.
   if (config.world_size <= 4096) world->transport->prefetch();
+  world->host_link = agree_on_host_link(*world);
   collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
                       world->transport->describe());
   if (world->tracer) world->tracer->label("transport: " + world->transport->describe());

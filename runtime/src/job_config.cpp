@@ -173,7 +173,10 @@ void resolve_algorithm_settings(const InitOptions& options, const EnvironmentLoo
   config.stage_chunk_bytes =
       bytes_of(options.stage_chunk_bytes, "stage_chunk_bytes", env::kStageChunkBytes, lookup);
   const auto& v = env::kHostLink;
-  const std::string text = text_of(v, lookup);
+  const auto given = lookup(v.name);
+  config.host_link_given = given.has_value();
+  if (!given) return;
+  const std::string text = *given;
   const auto comma = text.find(',');
   const std::string rate = text.substr(0, comma);
   const std::string us = comma == std::string::npos ? "" : text.substr(comma + 1);

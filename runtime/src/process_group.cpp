@@ -53,7 +53,10 @@ std::string ProcessGroup::describe_transport() const {
   return impl_->transport().describe();
 }
 std::string ProcessGroup::describe_hosts() const {
-  return impl_->hosts ? collectives::describe(*impl_->hosts) : "not known";
+  if (!impl_->hosts) return "not known";
+  auto text = collectives::describe(*impl_->hosts);
+  if (impl_->hosts->hosts() > 1) text += "; link " + describe(impl_->world->host_link);
+  return text;
 }
 
 namespace {

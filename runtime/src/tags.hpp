@@ -18,6 +18,9 @@
 // 61 set): bits 56-60 the kind of message, bits 0-55 a sequence (the
 // operation's on its worker, or a copy's). Only the world's ranks use them,
 // one run at a time.
+//
+// The link probe's messages at init (link_probe.hpp; bits 61-63 clear, bit
+// 60 set): bits 0-7 the kind of message.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,11 @@ inline std::uint64_t p2p_tag(std::uint32_t slot, int tag) {
 inline std::uint64_t master_worker_tag(unsigned kind, std::uint64_t sequence) {
   return (std::uint64_t{1} << 61) | (static_cast<std::uint64_t>(kind & 31u) << 56) |
          (sequence & ((std::uint64_t{1} << 56) - 1));
+}
+
+// A link probe's message of `kind` (0 to 255).
+inline std::uint64_t link_probe_tag(unsigned kind) {
+  return (std::uint64_t{1} << 60) | (kind & 255u);
 }
 
 }  // namespace collie

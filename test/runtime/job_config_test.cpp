@@ -316,10 +316,13 @@ TEST_CASE("COLLIE_HOST_LINK: the rate and latency between hosts, checked", "[ini
     env["COLLIE_HOST_LINK"] = value;
     return resolve(env);
   };
+  // Unset, init measures it; these stand where it cannot.
   const auto defaults = resolve(job);
+  CHECK_FALSE(defaults.host_link_given);
   CHECK(defaults.host_link_gbits == 10);
   CHECK(defaults.host_link_latency_us == 30);
   const auto one = with("1");
+  CHECK(one.host_link_given);
   CHECK(one.host_link_gbits == 1);
   CHECK(one.host_link_latency_us == 30);
   const auto both = with("25,5.5");

@@ -31,6 +31,7 @@ class NetworkNamespaces {
     id_ = std::to_string(::getpid() % 100000);
     bridge_ = "cb" + id_;
     ip_ = find("ip");
+    tc_ = find("tc");
     const auto unshare = find("unshare");
     nsenter_ = find("nsenter");
     if (ip_.empty() || unshare.empty() || nsenter_.empty()) {
@@ -110,6 +111,28 @@ class NetworkNamespaces {
   // (a pulled cable, a switch that died).
   bool cut(int i) { return ip({"link", "set", outer_[static_cast<std::size_t>(i)], "nomaster"}); }
 
+  // Host i's link shaped to `rate` (tc's words: "400mbit") both ways, as
+  // tools/cluster.sh shapes its hosts: a token bucket of 256 KB. False
+  // (why() says) where tc cannot.
+  bool shape(int i, const std::string& rate) {
+    const auto n = std::to_string(i);
+    const std::vector<std::string> tbf{"root", "tbf", "rate", rate, "burst", "256kb", "latency",
+                                       "20ms"};
+    auto outer = std::vector<std::string>{tc_, "qdisc", "replace", "dev",
+                                          outer_[static_cast<std::size_t>(i)]};
+    auto inner = exec(i, {tc_, "qdisc", "replace", "dev", "cv" + id_ + "b" + n});
+    outer.insert(outer.end(), tbf.begin(), tbf.end());
+    inner.insert(inner.end(), tbf.begin(), tbf.end());
+    for (const auto& argv : {outer, inner}) {
+      const auto r = run(argv, {}, {}, std::chrono::seconds(30));
+      if (r.exit_code != 0) {
+        why_ = "tc cannot shape host " + n + "'s link: " + r.err;
+        return false;
+      }
+    }
+    return true;
+  }
+
  private:
   static std::string find(const std::string& name) {
     for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
@@ -136,7 +159,7 @@ class NetworkNamespaces {
   }
   void fail(const std::string& step) { why_ = "network namespaces: " + step + ": " + last_error_; }
 
-  std::string id_, bridge_, ip_, nsenter_;
+  std::string id_, bridge_, ip_, tc_, nsenter_;
   bool made_bridge_ = false;
   std::vector<std::unique_ptr<Subprocess>> holders_;
   std::vector<std::string> outer_;

@@ -314,3 +314,55 @@ TEST_CASE("three hosts, ranks numbered round robin and hosts of different sizes:
     CHECK_THAT(bench[0].out, Catch::Contains("#  hosts: " + layout.described));
   }
 }
+
+TEST_CASE("two hosts on a shaped link: init measures the link Auto prices with, unless "
+          "COLLIE_HOST_LINK says it",
+          "[multihost][hosts]") {
+  // Each host's link shaped to 400 Mbit/s as tools/cluster.sh shapes them
+  // (tbf, whose bucket lets its first 256 KB by at once: a probe that
+  // timed small transfers would read several times the rate).
+  NetworkNamespaces hosts(2);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  if (!hosts.shape(0, "400mbit") || !hosts.shape(1, "400mbit")) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  // bench's header on rank 0 of a 2-rank job, one rank a host.
+  const auto header = [&](const std::string& extra) {
+    HostStore store(hosts);
+    REQUIRE_FALSE(store.port.empty());
+    std::vector<std::unique_ptr<Subprocess>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.push_back(std::make_unique<Subprocess>(
+          hosts.exec(r, {kCollie, "bench", "all_reduce", "-b", "8", "-e", "8", "-n", "1", "-w",
+                         "0"}),
+          store.env(r, 2, {"COLLIE_SOCKET_IFNAME=cv", "COLLIE_LOG_LEVEL=warn", extra})));
+    }
+    std::string out;
+    for (int r = 0; r < 2; ++r) {
+      const auto result = ranks[static_cast<std::size_t>(r)]->wait(300s);
+      REQUIRE(result);
+      INFO("rank " << r << " stderr:\n" << result->err);
+      REQUIRE(result->exit_code == 0);
+      if (r == 0) out = result->out;
+    }
+    const auto at = out.find("#  hosts: ");
+    REQUIRE(at != std::string::npos);
+    return out.substr(at, out.find('\n', at) - at);
+  };
+  const auto measured = header("");
+  INFO(measured);
+  // "#  hosts: 2 hosts x 1 rank, by host; link 0.384 Gbit/s, 8 us
+  // (measured between rank 0 and rank 1 in 140 ms)"
+  const auto link = measured.find("; link ");
+  REQUIRE(link != std::string::npos);
+  const double gbits = std::strtod(measured.c_str() + link + 7, nullptr);
+  CHECK(gbits > 0.30);  // tbf moves 0.96 of its rate: 0.383
+  CHECK(gbits < 0.44);
+  CHECK_THAT(measured, Catch::Contains("(measured between rank 0 and rank 1 in "));
+  const auto told = header("COLLIE_HOST_LINK=25,7");
+  CHECK_THAT(told, Catch::EndsWith("; link 25 Gbit/s, 7 us (COLLIE_HOST_LINK)"));
+}

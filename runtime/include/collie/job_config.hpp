@@ -141,9 +141,13 @@ struct JobConfig {
   std::size_t stage_chunk_bytes = environment::default_bytes(environment::kStageChunkBytes);
   // The link between hosts, for Auto's choice in a group that spans hosts
   // (COLLIE_HOST_LINK="GBITS[,LATENCY_US]", e.g. "1,50"): its rate in Gbit/s
-  // and one message's latency.
-  double host_link_gbits = environment::default_number(environment::kHostLink, 0);
-  double host_link_latency_us = environment::default_number(environment::kHostLink, 1);
+  // and one message's latency. Where the variable is not set
+  // (host_link_given false), init measures the link instead
+  // (runtime/src/link_probe.hpp) and these defaults stand only where it
+  // cannot (one host, hosts not known).
+  double host_link_gbits = 10;
+  double host_link_latency_us = 30;
+  bool host_link_given = false;
   // What carries messages and how (COLLIE_TRANSPORT, COLLIE_SPIN_US,
   // COLLIE_SHM_SINGLE_COPY, COLLIE_SHM_STORES): transport/settings.hpp.
   transport::TransportSettings transport;

@@ -19,6 +19,7 @@
 // | world/machine/<machine>                | ranks on that machine       | init → init of rank 0 |
 // | world/joined                           | (a barrier)                 | init                 |
 // | world/placement                        | "<ranks> <cores> <host of rank 0> ..." | init of rank 0 → init |
+// | world/link                             | "<gbit/s> <latency us> <prober> <echo> <ms>", or "failed <why>" | init of the link's prober → init |
 // | blame/<world rank>                     | "<blamed rank> <message>"   | executor → executor, launcher |
 // | mismatch/<slot>/<seq>                  | the first diagnosis         | executor → executor  |
 // | stall/final/<slot>/<seq>               | "<culprit> <group rank> <report>" | executor → executor |
@@ -71,6 +72,8 @@ inline std::string machine(std::string_view machine_id) {
 }
 inline constexpr std::string_view kJoined = "world/joined";
 inline constexpr std::string_view kPlacement = "world/placement";
+// The link between hosts as measured at init (runtime/src/link_probe.hpp).
+inline constexpr std::string_view kHostLink = "world/link";
 
 // ---- in a run's namespace: failures ----
 

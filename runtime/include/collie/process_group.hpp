@@ -416,8 +416,10 @@ class ProcessGroup {
   // Which hosts the group's ranks are on, as its algorithms see them
   // (rings and trees go by host; two_level works within each host and
   // across):
-  // "4 hosts x 2 ranks, round robin"; "not known" for a group of one, or of
-  // more ranks than init reads the hosts of (4096).
+  // "4 hosts x 2 ranks, round robin"; on several hosts, the link Auto
+  // prices with, and where it came from ("; link 0.958 Gbit/s, 6 us
+  // (measured between rank 0 and rank 2 in 44 ms)"); "not known" for a group of
+  // one, or of more ranks than init reads the hosts of (4096).
   std::string describe_hosts() const;
 
  private:

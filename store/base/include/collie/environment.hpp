@@ -101,10 +101,11 @@ inline constexpr Variable kAlgo{
     "algorithms forced per collective (unset: Auto chooses; names in "
     "[collectives.md](collectives.md)); the same on every rank"};
 inline constexpr Variable kHostLink{
-    "COLLIE_HOST_LINK", Kind::Text, "GBITS[,LATENCY_US]", "10,30",
-    "1 is 1 Gbit/s; 25,5 is 25 Gbit/s and 5 us",
+    "COLLIE_HOST_LINK", Kind::Text, "GBITS[,LATENCY_US]", "",
+    "1 is 1 Gbit/s; 25,5 is 25 Gbit/s and 5 us (30 where not given)",
     0, -1, false,
-    "the link between hosts, for Auto's choice in a group that spans hosts"};
+    "the link between hosts, for Auto's choice in a group that spans hosts (unset: measured "
+    "when the job starts, in about 50 ms on 1 Gbit/s; `collie bench` prints what it found)"};
 inline constexpr Variable kSegmentBytes{
     "COLLIE_SEGMENT_BYTES", Kind::Bytes, "bytes", "256K", "",
     1024, 1 << 30, false,

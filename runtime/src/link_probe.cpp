@@ -1,0 +1,173 @@
+// The link between hosts, measured at init (link_probe.hpp).
+#include "link_probe.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <collie/error.hpp>
+#include <collie/keys.hpp>
+#include <collie/log.hpp>
+
+#include "group.hpp"
+#include "tags.hpp"
+
+namespace collie {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The probe's messages (tags.hpp: link_probe_tag).
+enum Kind : unsigned { kPing = 0, kPong = 1, kSize = 2, kBulk = 3, kAck = 4 };
+
+constexpr int kPings = 9;
+constexpr std::size_t kFirstBytes = std::size_t{64} << 10;
+constexpr std::size_t kMostBytes = std::size_t{16} << 20;
+constexpr double kLongEnough = 8e-3;  // seconds: a transfer this long (after one a quarter as long) ends the sweep
+
+struct Probe {
+  transport::Transport& t;
+  int peer;
+  std::chrono::milliseconds timeout;
+  void send(unsigned kind, const void* data, std::size_t bytes) {
+    t.wait(t.isend(peer, link_probe_tag(kind), data, bytes), timeout);
+  }
+  void recv(unsigned kind, void* data, std::size_t bytes) {
+    t.wait(t.irecv(peer, link_probe_tag(kind), data, bytes), timeout);
+  }
+  void send_word(unsigned kind, std::uint64_t word) { send(kind, &word, sizeof word); }
+  std::uint64_t recv_word(unsigned kind) {
+    std::uint64_t word = 0;
+    recv(kind, &word, sizeof word);
+    return word;
+  }
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The prober's side: returns {Gbit/s, latency us}.
+std::pair<double, double> probe(Probe& p) {
+  std::array<double, kPings> trips{};
+  for (auto& trip : trips) {
+    const auto start = Clock::now();
+    p.send_word(kPing, 0);
+    p.recv_word(kPong);
+    trip = seconds_since(start);
+  }
+  std::nth_element(trips.begin(), trips.begin() + kPings / 2, trips.end());
+  const double latency = trips[kPings / 2] / 2;
+  std::vector<std::byte> data(kMostBytes);
+  std::vector<std::pair<std::size_t, double>> points;  // bytes, seconds
+  for (std::size_t bytes = kFirstBytes; bytes <= kMostBytes; bytes *= 4) {
+    const auto start = Clock::now();
+    p.send_word(kSize, bytes);
+    p.send(kBulk, data.data(), bytes);
+    p.recv_word(kAck);
+    points.emplace_back(bytes, seconds_since(start));
+    // Both past a shaper's burst (a token bucket lets its first bytes by
+    // at once): the one before at least a quarter as long.
+    if (points.size() >= 2 && points.back().second >= kLongEnough &&
+        points[points.size() - 2].second >= kLongEnough / 4)
+      break;
+  }
+  p.send_word(kSize, 0);
+  for (const auto& [b, t] : points)
+    collie::log().debug("link probe: {} bytes in {:.3f} ms", b, t * 1e3);
+  const auto [b1, t1] = points[points.size() - 2];
+  const auto [b2, t2] = points.back();
+  // The difference cancels the round trip and the start; a noisy pair
+  // (the larger no slower) falls back to the larger alone.
+  const double bytes_per_second = t2 > t1 ? static_cast<double>(b2 - b1) / (t2 - t1)
+                                          : static_cast<double>(b2) / t2;
+  return {bytes_per_second * 8 / 1e9, latency * 1e6};
+}
+
+// The echo's side.
+void echo(Probe& p) {
+  for (int i = 0; i < kPings; ++i) {
+    p.recv_word(kPing);
+    p.send_word(kPong, 0);
+  }
+  std::vector<std::byte> data;
+  while (const std::uint64_t bytes = p.recv_word(kSize)) {
+    if (bytes > kMostBytes)
+      throw ProtocolError(fmt::format("the link probe's peer announced {} bytes", bytes));
+    data.resize(bytes);
+    p.recv(kBulk, data.data(), bytes);
+    p.send_word(kAck, 0);
+  }
+}
+
+}  // namespace
+
+std::string describe(const HostLink& link) {
+  return fmt::format("{:.3g} Gbit/s, {:.0f} us ({})", link.gbits, link.latency_us, link.source);
+}
+
+HostLink agree_on_host_link(World& world) {
+  const auto& config = world.config;
+  HostLink link{config.host_link_gbits, config.host_link_latency_us,
+                config.host_link_given ? "COLLIE_HOST_LINK" : "COLLIE_HOST_LINK's default"};
+  if (config.host_link_given || !world.hosts || world.hosts->hosts() < 2) return link;
+  const int prober = world.hosts->ranks_on(0).front();
+  const int peer = world.hosts->ranks_on(1).front();
+  auto& store = world.job->store();
+  const int self = config.rank;
+  const auto start = Clock::now();
+  if (self == prober || self == peer) {
+    Probe p{*world.transport, self == prober ? peer : prober, config.timeout};
+    if (self == peer) {
+      echo(p);
+    } else {
+      std::string text;
+      try {
+        const auto [gbits, latency] = probe(p);
+        text = fmt::format("{} {} {} {} {}", gbits, latency, prober, peer,
+                           seconds_since(start) * 1e3);
+      } catch (const std::exception& e) {
+        // Said to everyone, so that no rank waits its timeout for a result.
+        store.set(keys::kHostLink, fmt::format("failed {}", e.what()));
+        throw;
+      }
+      store.set(keys::kHostLink, text);
+    }
+  }
+  std::string text;
+  try {
+    text = store.get(keys::kHostLink);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format(
+        "rank {}: waiting for rank {}'s measure of the link between hosts (with rank {}; '{}' in "
+        "the store): {}; has rank {} exited? (COLLIE_HOST_LINK=GBITS,LATENCY_US skips it)",
+        self, prober, peer, keys::kHostLink, e.what(), prober));
+  }
+  if (text.starts_with("failed ")) {
+    throw Error(fmt::format(
+        "rank {}: rank {} could not measure the link between hosts with rank {}: {} "
+        "(COLLIE_HOST_LINK=GBITS,LATENCY_US skips the measure)",
+        self, prober, peer, text.substr(7)));
+  }
+  std::istringstream in(text);
+  double gbits = 0, latency = 0;
+  int a = -1, b = -1;
+  double ms = 0;
+  if (!(in >> gbits >> latency >> a >> b >> ms) || gbits <= 0 || latency < 0)
+    throw Error(fmt::format(
+        "rank {}: the store's '{}' holds '{}', not the link's \"<gbit/s> <latency us> <prober> "
+        "<echo> <ms>\": is another program using this store?",
+        self, keys::kHostLink, text));
+  link = {gbits, latency,
+          fmt::format("measured between rank {} and rank {} in {:.0f} ms", a, b, ms)};
+  if (self == prober) collie::log().info("the link between hosts: {}", describe(link));
+  return link;
+}
+
+}  // namespace collie
