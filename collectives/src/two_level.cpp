@@ -34,22 +34,41 @@ struct Site {
     const auto& ranks = on(h);
     return ranks[static_cast<std::size_t>(r_local) % ranks.size()];
   }
+  // Whether every host has as many ranks: then a host's ranks are its
+  // partners' partners, and the ranks of one local index form a ring
+  // across the hosts.
+  bool uniform() const {
+    for (int h = 0; h < count(); ++h)
+      if (on(h).size() != here().size()) return false;
+    return true;
+  }
   // The blocks local rank i of this host holds between the two levels: its
-  // own, and those of the ranks of other hosts whose partner it is;
-  // ascending, as both sides of an exchange list them.
-  std::vector<int> held_by(int i) const {
-    std::vector<int> out;
+  // own, and those of the ranks of other hosts whose partner it is; in the
+  // order the phase across hosts needs them (both sides of an exchange
+  // within the host list them alike): by `turn`, the block's host's turn
+  // (0 first), then by rank.
+  template <typename Turn>
+  std::vector<int> held_by(int i, Turn turn) const {
+    std::vector<std::pair<int, int>> out;  // turn, rank
     const int me = here()[static_cast<std::size_t>(i)];
     for (int h = 0; h < count(); ++h) {
       const auto& ranks = on(h);
       for (std::size_t l = 0; l < ranks.size(); ++l) {
         if (h == host ? ranks[l] == me : partner(static_cast<int>(l), host) == me)
-          out.push_back(ranks[l]);
+          out.emplace_back(turn(h), ranks[l]);
       }
     }
     std::sort(out.begin(), out.end());
-    return out;
+    std::vector<int> blocks;
+    for (const auto& [t, r] : out)
+      blocks.push_back(r);
+    return blocks;
   }
+  // Host h's place counting back from this one: 0 for this host, 1 for the
+  // one before it, ...
+  int behind(int h) const { return (host - h + count()) % count(); }
+  // ... and forward: 1 for the host after this one, ..., 0 for this one.
+  int ahead(int h) const { return (h - host + count()) % count(); }
 };
 
 
@@ -157,28 +176,47 @@ Schedule two_level_all_gather(const Shape& shape) {
   Step first;  // the rank's input into its own block
   add_copy(first, Range{shape.count * n, shape.count}, block(shape.count, shape.rank));
   push_step(s, std::move(first));
-  // (1) Across hosts: this rank's block to its partner on host + k; the
-  // blocks of host - k's ranks whose partner this rank is.
-  for (int k = 1; k < hosts; ++k) {
-    Step st;
-    add_send(st, site.partner(site.local, (site.host + k) % hosts),
-             block(shape.count, shape.rank));
-    const int from = (site.host - k + hosts) % hosts;
-    const auto& there = site.on(from);
-    for (std::size_t l = 0; l < there.size(); ++l)
-      if (site.partner(static_cast<int>(l), site.host) == shape.rank)
-        add_recv(st, there[l], block(shape.count, there[l]), Combine::Copy);
-    push_step(s, std::move(st));
+  // The order blocks arrive from other hosts, and leave within this one.
+  const auto turn = [&](int h) { return site.behind(h); };
+  if (site.uniform()) {
+    // (1) Across hosts, a ring of the ranks of this local index: step t
+    // passes the block of host - t's rank to the next host's, and takes
+    // host - t - 1's from the one before (one flow out of each rank).
+    const int next = (site.host + 1) % hosts;
+    const int prev = (site.host - 1 + hosts) % hosts;
+    for (int t = 0; t + 1 < hosts; ++t) {
+      Step st;
+      add_send(st, site.owner(next, site.local),
+               block(shape.count, site.owner((site.host - t + hosts) % hosts, site.local)));
+      const int from = site.owner((site.host - t - 1 + 2 * hosts) % hosts, site.local);
+      add_recv(st, site.owner(prev, site.local), block(shape.count, from), Combine::Copy);
+      push_step(s, std::move(st));
+    }
+  } else {
+    // (1) Across hosts: this rank's block to its partner on host + k; the
+    // blocks of host - k's ranks whose partner this rank is.
+    for (int k = 1; k < hosts; ++k) {
+      Step st;
+      add_send(st, site.partner(site.local, (site.host + k) % hosts),
+               block(shape.count, shape.rank));
+      const int from = (site.host - k + hosts) % hosts;
+      const auto& there = site.on(from);
+      for (std::size_t l = 0; l < there.size(); ++l)
+        if (site.partner(static_cast<int>(l), site.host) == shape.rank)
+          add_recv(st, there[l], block(shape.count, there[l]), Combine::Copy);
+      push_step(s, std::move(st));
+    }
   }
-  // (2) Within the host: what each rank holds, to every other.
-  const auto mine = site.held_by(site.local);
+  // (2) Within the host: what each rank holds, to every other, each block
+  // as it arrives.
+  const auto mine = site.held_by(site.local, turn);
   for (int k = 1; k < local_ranks; ++k) {
     Step st;
     const int to = (site.local + k) % local_ranks;
     const int from = (site.local - k + local_ranks) % local_ranks;
     for (int b : mine)
       add_send(st, site.here()[static_cast<std::size_t>(to)], block(shape.count, b));
-    for (int b : site.held_by(from))
+    for (int b : site.held_by(from, turn))
       add_recv(st, site.here()[static_cast<std::size_t>(from)], block(shape.count, b),
                Combine::Copy);
     push_step(s, std::move(st));
@@ -192,19 +230,44 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   const auto site = site_of(shape);
   const int hosts = site.count();
   const int local_ranks = static_cast<int>(site.here().size());
+  const bool ring = site.uniform();
+  // The order the phase across hosts sends the partial sums in, so that
+  // the first is summed first and the link starts while the host sums the
+  // rest: the ring's, host - 1's first (its own last); the direct
+  // exchange's, host + 1's first.
+  const auto turn = [&](int h) {
+    return ring ? (site.behind(h) + hosts - 1) % hosts : (site.ahead(h) + hosts - 1) % hosts;
+  };
   // (1) Within the host: into each rank, the host's sum of the blocks it
   // holds (its own, and those it is the partner of).
-  const auto mine = site.held_by(site.local);
+  const auto mine = site.held_by(site.local, turn);
   for (int k = 1; k < local_ranks; ++k) {
     Step st;
     const int to = (site.local + k) % local_ranks;
     const int from = (site.local - k + local_ranks) % local_ranks;
-    for (int b : site.held_by(to))
+    for (int b : site.held_by(to, turn))
       add_send(st, site.here()[static_cast<std::size_t>(to)], block(shape.count, b));
     for (int b : mine)
       add_recv(st, site.here()[static_cast<std::size_t>(from)], block(shape.count, b),
                Combine::Reduce);
     push_step(s, std::move(st));
+  }
+  if (ring) {
+    // (2) Across hosts, a ring of the ranks of this local index: step t
+    // passes the partial sum of host - t - 1's rank's block to the next
+    // host, and adds the one before's sum of host - t - 2's into its own;
+    // after H - 1 steps this rank's block holds every host's.
+    const int next = (site.host + 1) % hosts;
+    const int prev = (site.host - 1 + hosts) % hosts;
+    for (int t = 0; t + 1 < hosts; ++t) {
+      Step st;
+      const int out = site.owner((site.host - t - 1 + 2 * hosts) % hosts, site.local);
+      const int in = site.owner((site.host - t - 2 + 2 * hosts) % hosts, site.local);
+      add_send(st, site.owner(next, site.local), block(shape.count, out));
+      add_recv(st, site.owner(prev, site.local), block(shape.count, in), Combine::Reduce);
+      push_step(s, std::move(st));
+    }
+    return s;
   }
   // (2) Across hosts: each partial sum to its rank on host + k; from host -
   // k, this rank's partner's sum of its block.

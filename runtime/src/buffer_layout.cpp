@@ -51,7 +51,12 @@ bool overlapping(const void* a, std::size_t a_bytes, const void* b, std::size_t 
 }
 
 // Scratch buffers larger than this are given back when their call ends.
-constexpr std::size_t kKeptScratchBytes = std::size_t{1} << 20;
+// Up to it a thread keeps them for its next call: a working copy of 16 MiB
+// made afresh each call (an out-of-place reduce_scatter's input) cost the
+// page faults of a new mapping every time, on crowded cores 6-60 ms before
+// the first message (4 hosts x 2 ranks on 2 cores, 1 Gbit/s links:
+// two_level 16 MiB took 125-139 ms, 100.7 the link's bound).
+constexpr std::size_t kKeptScratchBytes = std::size_t{64} << 20;
 
 
 bool inside(const Range& part, const Range& whole) {
@@ -60,8 +65,8 @@ bool inside(const Range& part, const Range& whole) {
 
 }  // namespace
 
-std::vector<std::byte>& BufferLayout::thread_scratch(std::size_t i) {
-  static thread_local std::array<std::vector<std::byte>, kMaxScratch> kept;
+BufferLayout::Scratch& BufferLayout::thread_scratch(std::size_t i) {
+  static thread_local std::array<Scratch, kMaxScratch> kept;
   return kept.at(i);
 }
 
@@ -70,9 +75,13 @@ std::byte* BufferLayout::scratch(std::size_t bytes, bool zeroed) {
     throw Error(fmt::format("rank {}: internal: a layout of {} needs more than {} scratch buffers",
                             rank_, collectives::collective_name(call_.collective), kMaxScratch));
   auto& kept = thread_scratch(scratch_used_++);
-  if (kept.size() < bytes) kept = std::vector<std::byte>(bytes);
-  if (zeroed) std::memset(kept.data(), 0, bytes);
-  return kept.data();
+  if (kept.bytes < bytes) {
+    kept.data.reset();
+    kept.data.reset(new std::byte[bytes]);  // (not value-initialized: not zeroed)
+    kept.bytes = bytes;
+  }
+  if (zeroed && bytes > 0) std::memset(kept.data.get(), 0, bytes);
+  return kept.data.get();
 }
 
 Region& BufferLayout::add(Region r) {
@@ -84,8 +93,7 @@ Region& BufferLayout::add(Region r) {
 
 BufferLayout::~BufferLayout() {
   for (std::size_t i = 0; i < scratch_used_; ++i)
-    if (auto& kept = thread_scratch(i); kept.size() > kKeptScratchBytes)
-      std::vector<std::byte>().swap(kept);
+    if (auto& kept = thread_scratch(i); kept.bytes > kKeptScratchBytes) kept = Scratch{};
 }
 
 Region BufferLayout::caller_region(Range range, std::byte* data, int device,

@@ -40,6 +40,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -78,8 +79,14 @@ class BufferLayout {
   // fills it at once.
   std::byte* scratch(std::size_t bytes, bool zeroed = true);
   Region& add(Region r);
-  // The thread's kept scratch buffer `i` (of kMaxScratch).
-  static std::vector<std::byte>& thread_scratch(std::size_t i);
+  // The thread's kept scratch buffer `i` (of kMaxScratch): memory as the
+  // allocator gave it (never zeroed unless asked: a working copy is
+  // written whole at once).
+  struct Scratch {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t bytes = 0;
+  };
+  static Scratch& thread_scratch(std::size_t i);
   // A region of the caller's buffer `data` (on `device`), staged whole
   // where the plan says so (filled from `from` on `from_device`).
   Region caller_region(collectives::Range range, std::byte* data, int device,
