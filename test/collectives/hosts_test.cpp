@@ -124,7 +124,8 @@ TEST_CASE("every algorithm of every collective on hosts of every shape: exactly 
 }
 
 TEST_CASE("a ring crosses each host's link once, however the ranks are numbered, and two_level "
-          "sends each host's share of the bound and no more",
+          "(all_reduce, all_gather, reduce_scatter) sends each host's share of the bound and no "
+          "more",
           "[schedule][hosts]") {
   const std::size_t count = 720720;  // divides by 1 to 16: every chunk below is whole
   for (int h = 2; h <= 4; ++h) {
@@ -150,6 +151,17 @@ TEST_CASE("a ring crosses each host's link once, however the ranks are numbered,
             schedules_on(Collective::AllReduce, Algorithm::TwoLevel, hosts, count, 0, 1), hosts);
         for (auto bytes : across)
           CHECK(bytes == bound);
+      }
+      // two_level all_gather and reduce_scatter: each host sends one block
+      // per rank of the other hosts, (H - 1) / H of the data (n blocks).
+      for (auto c : {Collective::AllGather, Collective::ReduceScatter}) {
+        for (const auto& hosts : {by_host, cyclic}) {
+          INFO(collective_name(c) << " on " << describe(hosts));
+          const auto across =
+              sent_across(schedules_on(c, Algorithm::TwoLevel, hosts, count / n, 0, 1), hosts);
+          for (auto bytes : across)
+            CHECK(bytes == (hb - 1) * static_cast<std::size_t>(l) * (count / n));
+        }
       }
       // Without hosts, a round-robin numbering's plain ring would cross at
       // every hop.
