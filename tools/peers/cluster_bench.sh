@@ -3,16 +3,17 @@
 # (tools/cluster.sh: network namespaces, each host's link shaped with tbf),
 # by one method, interleaved, into DIR (default cluster/): for each of
 # ROUNDS rounds (default 2), each placement (by host: ranks 0..L-1 on host
-# 0; round robin: rank r on host r % H), each system in turn, all_reduce
+# 0; round robin: rank r on host r % H), each system in turn, COLLECTIVE
+# (default all_reduce; all_gather, reduce_scatter, broadcast too)
 # float32 sum from 8 B to 16M by FACTOR (default 8) and at MAXBYTES
 # (default 64M; LAST_ITERS, default 5), the mean over timed iterations
 # after 2 (SMALL_ITERS, default 100, up to SPLIT, default 256K: 10 calls
 # of 256 KiB are 35 ms of a crowded VM, and one slow call moved their mean
 # by 20-50%; ITERS, default 10, above; the others after as many calls as
 # collie's in-place figure: 2 + ITERS + 1 + 2), the maximum across ranks:
-#   collie  collie bench with every all_reduce algorithm and Auto (at
-#           MAXBYTES Auto, the ring and two_level: the others take 2-5x
-#           as long at 16M), its ranks
+#   collie  collie bench with every algorithm of the collective and Auto
+#           (all_reduce at MAXBYTES: Auto, the ring and two_level; the
+#           others take 2-5x as long at 16M), its ranks
 #           started by hand on their hosts (env://, COLLIE_SOCKET_IFNAME=eth0,
 #           COLLIE_HOST_LINK=$HOST_LINK: the link Auto assumes)
 #   mpi     Open MPI over TCP (tools/peers/mpi_bench.c; the ob1 tcp btl,
@@ -34,7 +35,9 @@ hosts=${HOSTS:-4} per=${PER_HOST:-2} rate=${RATE:-1gbit} rounds=${ROUNDS:-2}
 max=${MAXBYTES:-64M} factor=${FACTOR:-8} iters=${ITERS:-10} last_iters=${LAST_ITERS:-5}
 sweep_top=$((16 << 20))  # the sweep by FACTOR ends here; MAXBYTES above it is one more point
 split=${SPLIT:-256K} small_iters=${SMALL_ITERS:-100}
-host_link=${HOST_LINK:-1,50}
+collective=${COLLECTIVE:-all_reduce}
+# HOST_LINK: COLLIE_HOST_LINK for collie's ranks; unset, they measure the link.
+host_link=${HOST_LINK:-}
 collie=$PWD/build/release/bin/collie
 mkdir -p "$dir" "$dir/tmp"
 tools/cluster.sh up "$hosts" "$rate"
@@ -61,7 +64,7 @@ on_each_rank() {
       [ "$placement" = rr ] && r=$((l * hosts + h))
       [ $r = 0 ] && out=$out0
       tools/cluster.sh run $h env RANK=$r WORLD_SIZE=$n MASTER_ADDR="$(tools/cluster.sh addr 0)" \
-        COLLIE_SOCKET_IFNAME=eth0 COLLIE_HOST_LINK="$host_link" COLLIE_STORE_TOKEN="$token" \
+        COLLIE_SOCKET_IFNAME=eth0 ${host_link:+COLLIE_HOST_LINK="$host_link"} COLLIE_STORE_TOKEN="$token" \
         COLLIE_LOG_LEVEL=warn "$@" >>"$out" &
       pids+=($!)
     done
@@ -79,16 +82,24 @@ on_each_rank() {
 peer_warm() { echo $(($2 + $1 + 1 + $2)); }
 
 run_collie() {
-  local algos=auto,ring,halving_doubling,recursive_doubling,tree,two_level
-  (($(bytes "$3") > sweep_top)) && algos=auto,ring,two_level
-  on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench all_reduce -b "$3" -e "$4" \
+  local algos
+  case $collective in
+    all_reduce) algos=auto,ring,halving_doubling,recursive_doubling,tree,two_level
+      (($(bytes "$3") > sweep_top)) && algos=auto,ring,two_level ;;
+    all_gather) algos=auto,ring,recursive_doubling,two_level ;;
+    reduce_scatter) algos=auto,ring,recursive_halving,two_level ;;
+    broadcast) algos=auto,ring,tree ;;
+    *) echo "cluster_bench: COLLECTIVE=$collective is not one it runs" >&2; exit 2 ;;
+  esac
+  on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench "$collective" -b "$3" -e "$4" \
     -f "$factor" -n "$5" -w "$6" --csv --algo $algos
 }
 
 run_torch_script() {  # backend, then as run_collie
   on_each_rank "$2" "$3" MASTER_PORT=29501 GLOO_SOCKET_IFNAME=eth0 \
     PYTHONPATH="$PWD/build/release/python" OMP_NUM_THREADS=1 \
-    /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" -b "$4" -e "$5" \
+    /usr/bin/python3 tools/peers/torch_gloo_bench.py --env --backend "$1" \
+    --collective "$collective" -b "$4" -e "$5" \
     -f "$factor" -n "$6" -w "$(peer_warm "$6" "$7")"
 }
 run_gloo() { run_torch_script gloo "$@"; }
@@ -104,7 +115,7 @@ run_mpi() {
     --map-by $map --mca plm_rsh_agent "$dir/tmp/rsh" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 \
     --mca oob_tcp_if_include 10.78.0.0/24 --mca mpi_yield_when_idle 1 \
-    "$dir/tmp/mpi_bench" all_reduce "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" \
+    "$dir/tmp/mpi_bench" "$collective" "$(bytes "$3")" "$(bytes "$4")" "$factor" "$5" \
     "$(peer_warm "$5" "$6")" >>"$2" ||
     echo "cluster_bench: mpirun failed or timed out (exit $?): sweep $3 to $4 left out" >&2
 }

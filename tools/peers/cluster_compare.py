@@ -4,13 +4,15 @@
     python3 tools/peers/cluster_compare.py DIR [--hosts 4] [--gbits 1]
 
 For each placement (by host, round robin) and size: the link bound
-2 (H - 1) / H x size / rate (what each host must send and receive, whatever
-the algorithm), collie's Auto (its pick) over the bound, the fastest of
+(what each host must send and receive, whatever the algorithm: all_reduce
+2 (H - 1) / H x size / rate; all_gather and reduce_scatter (H - 1) / H x
+size / rate, size the gathered data; broadcast size / rate), collie's Auto (its pick) over the bound, the fastest of
 collie's algorithms and Auto over it, its pick forced over the fastest
 (the choice, apart from the noise between two timings of one schedule:
 Auto and its pick forced run the same steps), and each peer's time over collie's
 Auto (> 1: collie faster): Open MPI, torch's gloo, and torch on collie (the
-collie backend: its overhead over collie's own Auto). Times are in-place (as mpi_bench's), the median
+collie backend: its overhead over collie's own Auto). Times are in-place
+where collie bench has one (as mpi_bench's), else out of place, the median
 over the rounds of each system's maximum-across-ranks mean.
 """
 import argparse, csv, glob, os, statistics
@@ -37,13 +39,18 @@ def main():
     collie = defaultdict(list)  # (placement, size, algo) -> [us]
     picks = defaultdict(set)
     peers = defaultdict(lambda: defaultdict(list))  # system -> (placement, size) -> [us]
+    shares = {"all_reduce": 2 * (a.hosts - 1) / a.hosts, "all_gather": (a.hosts - 1) / a.hosts,
+              "reduce_scatter": (a.hosts - 1) / a.hosts, "broadcast": 1}
+    collective = None
     for path in glob.glob(os.path.join(a.dir, "*.csv")):
         system, placement, _ = os.path.basename(path)[:-4].split("-")
         with open(path) as f:
-            rows = [r for r in csv.reader(f) if r and r[0] == "all_reduce"]
+            rows = [r for r in csv.reader(f) if r and r[0] in shares]
         for r in rows:
+            collective = r[0]
             if system == "collie":
-                if r[9] != "in-place":
+                # In place where the collective has it (all_reduce, broadcast).
+                if r[9] != ("in-place" if r[0] in ("all_reduce", "broadcast") else "out-of-place"):
                     continue
                 collie[(placement, int(r[4]), r[1])].append(float(r[10]))
                 if r[1] == "auto":
@@ -55,14 +62,14 @@ def main():
         sizes = sorted({s for (pl, s, _) in med if pl == placement})
         if not sizes:
             continue
-        print(f"\nranks numbered {words}\n")
+        print(f"\n{collective}, ranks numbered {words}\n")
         names = [(k, w) for k, w in (("mpi", "Open MPI"), ("gloo", "torch gloo"),
                                       ("torch", "torch on collie")) if k in peers]
         print("| size | bound | collie Auto | its pick | / bound | fastest algorithm "
               "| Auto / fastest | pick / fastest |" + "".join(f" {w} / Auto |" for _, w in names))
         print("|---:|---:|---:|---|---:|---|---:|---:|" + "---:|" * len(names))
         for s in sizes:
-            bound = 2 * (a.hosts - 1) / a.hosts * s * 8 / (a.gbits * 1e9) * 1e6
+            bound = shares[collective] * s * 8 / (a.gbits * 1e9) * 1e6
             auto = med[(placement, s, "auto")]
             algos = {al: t for (pl, sz, al), t in med.items() if pl == placement and sz == s
                      and al != "auto"}
