@@ -10,7 +10,9 @@ DIR: the median measured time (in place where the collective has it, as
 cluster_compare.py reads them) and what `collie explain --compare` says
 for the same group, with the link the ranks measured at init (bench's hosts
 line) and the cores the emulation shares; then model / measured. Auto
-prices by this model, so where the two differ by much it picks wrongly.
+prices by this model, so where the two differ by much it picks wrongly:
+the last table gives, for each size, Auto's pick on this model (explain's)
+and its measured time over the fastest algorithm's.
 """
 import argparse, csv, glob, json, os, statistics, subprocess
 from collections import defaultdict
@@ -56,6 +58,7 @@ def main():
                 if int(r[4]) >= a.smallest:
                     measured[(r[0], placement, int(r[4]), r[1])].append(float(r[10]) * 1e-6)
     model = {}
+    picks = {}
     n = a.hosts * a.per_host
     for c, placement, size in sorted({k[:3] for k in measured}):
         blocked = c in ("all_gather", "reduce_scatter")
@@ -66,7 +69,9 @@ def main():
              "--host-gbits", str(a.gbits), "--host-latency-us", str(a.latency_us),
              "--cores", str(a.cores), "--compare", "--count", str(count), "--format", "json"],
             check=True, capture_output=True, text=True).stdout
-        for row in json.loads(out)["compare"]:
+        doc = json.loads(out)
+        picks[(c, placement, size)] = doc["auto"]
+        for row in doc["compare"]:
             model[(c, placement, size, row["algorithm"])] = row["seconds"]
     print("| collective | placement | size | algorithm | measured | model | model / measured |")
     print("|---|---|---:|---|---:|---:|---:|")
@@ -77,6 +82,15 @@ def main():
         words = "by host" if placement == "host" else "round robin"
         print(f"| {c} | {words} | {label(size)} | {algo} | {ms(t)} | "
               f"{ms(m) if m else '-'} | {f'{m / t:.2f}' if m else '-'} |")
+    print("\n| collective | placement | size | Auto's pick on the model | measured / fastest |")
+    print("|---|---|---:|---|---:|")
+    for (c, placement, size), pick in sorted(picks.items()):
+        times = {al: statistics.median(v) for (c2, p2, s2, al), v in measured.items()
+                 if (c2, p2, s2) == (c, placement, size)}
+        words = "by host" if placement == "host" else "round robin"
+        ratio = times[pick] / min(times.values()) if pick in times else None
+        print(f"| {c} | {words} | {label(size)} | {pick} | "
+              f"{f'{ratio:.2f}' if ratio else '-'} |")
 
 
 if __name__ == "__main__":

@@ -94,11 +94,14 @@ struct CostModel {
   // one that receives it (the kernel's TCP path, out through one host's
   // network stack and in through the other's). Where hosts share a
   // machine's cores (namespaces, containers) that path runs on the same
-  // crowded cores as the ranks. Fitted on 4 emulated hosts of 2 ranks on 2
-  // cores (tools/cluster.sh; docs/algorithms.md, "A crowded machine"): 8 B
-  // all_reduce, the tree 177-226 us, recursive doubling, with twice the
-  // messages between hosts, 250-490 us.
-  double host_work_per_message = 25e-6;
+  // crowded cores as the ranks. Fitted on emulated hosts sharing 2 cores
+  // (tools/cluster.sh: 4 x 2, 2 x 4 and 8 x 1 at 1 Gbit/s, the link
+  // measured at init; tools/peers/cluster_model.py gives Auto's pick on
+  // the model beside the measured times): 25 us (the fit of an earlier
+  // transport, whose 8 B tree took 177-226 us where it takes 46-82 now) put
+  // Auto 1.2-2.1x off the fastest at 32 KiB; 8 us, within 1.08x on 4 x 2
+  // and 2 x 4 from 4 KiB (5 and 12 us: worse on 8 x 1 at 4 and 32 KiB).
+  double host_work_per_message = 8e-6;
 };
 
 // The model for a group whose every member is reached through shared
