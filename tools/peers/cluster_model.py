@@ -17,17 +17,12 @@ and its measured time over the fastest algorithm's.
 import argparse, csv, glob, json, os, statistics, subprocess
 from collections import defaultdict
 
+from cluster_compare import label  # (this directory is on the path: run as a script)
+
 
 def parse_size(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
-
-
-def label(n):
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n // k} {unit}"
-    return f"{n} B"
 
 
 def ms(seconds):
