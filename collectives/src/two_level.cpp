@@ -66,9 +66,11 @@ struct Site {
   }
   // Host h's place counting back from this one: 0 for this host, 1 for the
   // one before it, ...
-  int behind(int h) const { return (host - h + count()) % count(); }
+  int behind(int h) const { return wrap(host - h, count()); }
   // ... and forward: 1 for the host after this one, ..., 0 for this one.
-  int ahead(int h) const { return (h - host + count()) % count(); }
+  int ahead(int h) const { return wrap(h - host, count()); }
+  // The host d after this one (d < 0: before it).
+  int at(int d) const { return wrap(host + d, count()); }
 };
 
 
@@ -95,8 +97,8 @@ Schedule two_level_all_reduce(const Shape& shape) {
   const int stripes = site.stripes;
   auto stripe = [&](int i) { return chunk(shape.count, stripes, i); };
   const int hosts = site.count();
-  const int next = (site.host + 1) % hosts;
-  const int prev = (site.host - 1 + hosts) % hosts;
+  const int next = site.at(1);
+  const int prev = site.at(-1);
   auto piece = [&](int i, int j) {  // piece j of stripe i
     const Range r = stripe(i);
     const Range p = chunk(r.count, hosts, wrap(j, hosts));
@@ -182,13 +184,13 @@ Schedule two_level_all_gather(const Shape& shape) {
     // (1) Across hosts, a ring of the ranks of this local index: step t
     // passes the block of host - t's rank to the next host's, and takes
     // host - t - 1's from the one before (one flow out of each rank).
-    const int next = (site.host + 1) % hosts;
-    const int prev = (site.host - 1 + hosts) % hosts;
+    const int next = site.at(1);
+    const int prev = site.at(-1);
     for (int t = 0; t + 1 < hosts; ++t) {
       Step st;
       add_send(st, site.owner(next, site.local),
-               block(shape.count, site.owner((site.host - t + hosts) % hosts, site.local)));
-      const int from = site.owner((site.host - t - 1 + 2 * hosts) % hosts, site.local);
+               block(shape.count, site.owner(site.at(-t), site.local)));
+      const int from = site.owner(site.at(-t - 1), site.local);
       add_recv(st, site.owner(prev, site.local), block(shape.count, from), Combine::Copy);
       push_step(s, std::move(st));
     }
@@ -197,9 +199,9 @@ Schedule two_level_all_gather(const Shape& shape) {
     // blocks of host - k's ranks whose partner this rank is.
     for (int k = 1; k < hosts; ++k) {
       Step st;
-      add_send(st, site.partner(site.local, (site.host + k) % hosts),
+      add_send(st, site.partner(site.local, site.at(k)),
                block(shape.count, shape.rank));
-      const int from = (site.host - k + hosts) % hosts;
+      const int from = site.at(-k);
       const auto& there = site.on(from);
       for (std::size_t l = 0; l < there.size(); ++l)
         if (site.partner(static_cast<int>(l), site.host) == shape.rank)
@@ -236,7 +238,7 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   // rest: the ring's, host - 1's first (its own last); the direct
   // exchange's, host + 1's first.
   const auto turn = [&](int h) {
-    return ring ? (site.behind(h) + hosts - 1) % hosts : (site.ahead(h) + hosts - 1) % hosts;
+    return wrap((ring ? site.behind(h) : site.ahead(h)) - 1, hosts);
   };
   // (1) Within the host: into each rank, the host's sum of the blocks it
   // holds (its own, and those it is the partner of).
@@ -257,12 +259,12 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
     // passes the partial sum of host - t - 1's rank's block to the next
     // host, and adds the one before's sum of host - t - 2's into its own;
     // after H - 1 steps this rank's block holds every host's.
-    const int next = (site.host + 1) % hosts;
-    const int prev = (site.host - 1 + hosts) % hosts;
+    const int next = site.at(1);
+    const int prev = site.at(-1);
     for (int t = 0; t + 1 < hosts; ++t) {
       Step st;
-      const int out = site.owner((site.host - t - 1 + 2 * hosts) % hosts, site.local);
-      const int in = site.owner((site.host - t - 2 + 2 * hosts) % hosts, site.local);
+      const int out = site.owner(site.at(-t - 1), site.local);
+      const int in = site.owner(site.at(-t - 2), site.local);
       add_send(st, site.owner(next, site.local), block(shape.count, out));
       add_recv(st, site.owner(prev, site.local), block(shape.count, in), Combine::Reduce);
       push_step(s, std::move(st));
@@ -273,12 +275,12 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   // k, this rank's partner's sum of its block.
   for (int k = 1; k < hosts; ++k) {
     Step st;
-    const int to = (site.host + k) % hosts;
+    const int to = site.at(k);
     const auto& there = site.on(to);
     for (std::size_t l = 0; l < there.size(); ++l)
       if (site.partner(static_cast<int>(l), site.host) == shape.rank)
         add_send(st, there[l], block(shape.count, there[l]));
-    const int from = (site.host - k + hosts) % hosts;
+    const int from = site.at(-k);
     add_recv(st, site.partner(site.local, from), block(shape.count, shape.rank),
              Combine::Reduce);
     push_step(s, std::move(st));

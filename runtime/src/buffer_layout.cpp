@@ -76,7 +76,7 @@ std::byte* BufferLayout::scratch(std::size_t bytes, bool zeroed) {
                             rank_, collectives::collective_name(call_.collective), kMaxScratch));
   auto& kept = thread_scratch(scratch_used_++);
   if (kept.bytes < bytes) {
-    kept.data.reset();
+    kept = Scratch{};  // the old one goes first, and a failed allocation leaves none
     kept.data.reset(new std::byte[bytes]);  // (not value-initialized: not zeroed)
     kept.bytes = bytes;
   }

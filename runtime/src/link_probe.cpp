@@ -141,13 +141,20 @@ HostLink agree_on_host_link(World& world) {
     }
   }
   std::string text;
-  try {
-    text = store.get(keys::kHostLink);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format(
+  // A wait that timed out or lost the store says so in its type, as
+  // init's other waits do, and names whom it waited for.
+  const auto context = [&](const std::exception& e) {
+    return fmt::format(
         "rank {}: waiting for rank {}'s measure of the link between hosts (with rank {}; '{}' in "
         "the store): {}; has rank {} exited? (COLLIE_HOST_LINK=GBITS,LATENCY_US skips it)",
-        self, prober, peer, keys::kHostLink, e.what(), prober));
+        self, prober, peer, keys::kHostLink, e.what(), prober);
+  };
+  try {
+    text = store.get(keys::kHostLink);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context(e));
+  } catch (const ConnectionError& e) {
+    throw ConnectionError(context(e));
   }
   if (text.starts_with("failed ")) {
     throw Error(fmt::format(

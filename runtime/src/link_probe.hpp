@@ -25,9 +25,10 @@ namespace collie {
 
 struct World;
 
+// (No defaults of its own: JobConfig's stand where nothing is measured.)
 struct HostLink {
-  double gbits = 10;        // rate, Gbit/s
-  double latency_us = 30;   // one message's latency, microseconds
+  double gbits = 0;         // rate, Gbit/s
+  double latency_us = 0;    // one message's latency, microseconds
   std::string source;       // "COLLIE_HOST_LINK", "measured between rank 0 and rank 2 in 44 ms", ...
 };
 

@@ -26,6 +26,12 @@ def label(n):
     return f"{n} B"
 
 
+def compared_placement(collective):
+    """The figure of collie bench's compared: in place where the collective
+    has it (all_reduce, broadcast: as mpi_bench's), else out of place."""
+    return "in-place" if collective in ("all_reduce", "broadcast") else "out-of-place"
+
+
 def ms(us):
     return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
 
@@ -49,8 +55,7 @@ def main():
         for r in rows:
             collective = r[0]
             if system == "collie":
-                # In place where the collective has it (all_reduce, broadcast).
-                if r[9] != ("in-place" if r[0] in ("all_reduce", "broadcast") else "out-of-place"):
+                if r[9] != compared_placement(r[0]):
                     continue
                 collie[(placement, int(r[4]), r[1])].append(float(r[10]))
                 if r[1] == "auto":

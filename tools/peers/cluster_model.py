@@ -17,7 +17,8 @@ and its measured time over the fastest algorithm's.
 import argparse, csv, glob, json, os, statistics, subprocess
 from collections import defaultdict
 
-from cluster_compare import label  # (this directory is on the path: run as a script)
+# (this directory is on the path: run as a script)
+from cluster_compare import compared_placement, label
 
 
 def parse_size(text):
@@ -47,8 +48,7 @@ def main():
             for r in csv.reader(f):
                 if not r or r[0] == "collective" or r[1] == "auto":
                     continue
-                in_place = r[0] in ("all_reduce", "broadcast")
-                if r[9] != ("in-place" if in_place else "out-of-place"):
+                if r[9] != compared_placement(r[0]):
                     continue
                 if int(r[4]) >= a.smallest:
                     measured[(r[0], placement, int(r[4]), r[1])].append(float(r[10]) * 1e-6)
