@@ -63,7 +63,77 @@ bool inside(const Range& part, const Range& whole) {
   return part.offset >= whole.offset && part.offset + part.count <= whole.offset + whole.count;
 }
 
+// The piece of `pieces` (in order, contiguous) that holds all of `r`, if
+// one does.
+const InputPiece* piece_holding(std::span<const InputPiece> pieces, const Range& r) {
+  auto it = std::upper_bound(pieces.begin(), pieces.end(), r.offset,
+                             [](std::size_t off, const InputPiece& p) { return off < p.range.offset; });
+  if (it == pieces.begin()) return nullptr;
+  --it;
+  return inside(r, it->range) ? &*it : nullptr;
+}
+
 }  // namespace
+
+std::vector<InputPiece> input_pieces(const Schedule& schedule, collectives::Collective collective,
+                                     const collectives::Shape& shape) {
+  using Kind = InputPiece::Kind;
+  const auto layout = collectives::layout(collective, shape);
+  const Range input = layout.input, output = layout.output;
+  if (input.count == 0 || input == output || !inside(output, input)) return {};
+  // What the schedule writes, merged.
+  std::vector<Range> written;
+  for (const auto& st : schedule.steps) {
+    for (const auto& t : st.recvs)
+      written.push_back(t.range);
+    for (const auto& c : st.copies)
+      written.push_back(c.to);
+  }
+  std::erase_if(written, [](const Range& r) { return r.count == 0; });
+  for (const auto& r : written)
+    if (!inside(r, input)) return {};
+  std::sort(written.begin(), written.end(),
+            [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  // The pieces' bounds: the input's, the output's, the written ranges'
+  // (none inside the output, which is one piece).
+  const std::size_t out_end = output.offset + output.count;
+  std::vector<std::size_t> bounds{input.offset, input.offset + input.count, output.offset,
+                                  out_end};
+  for (const auto& r : written) {
+    for (const std::size_t b : {r.offset, r.offset + r.count})
+      if (b <= output.offset || b >= out_end) bounds.push_back(b);
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  std::vector<InputPiece> pieces;
+  std::size_t w = 0;  // the first written range that may reach past a bound
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const Range r{bounds[i], bounds[i + 1] - bounds[i]};
+    while (w < written.size() && written[w].offset + written[w].count <= r.offset)
+      ++w;
+    Kind kind = Kind::Caller;
+    if (r.offset == output.offset && r.count == output.count)
+      kind = Kind::Output;
+    else {
+      for (std::size_t j = w; j < written.size() && written[j].offset < r.offset + r.count; ++j)
+        if (overlap(written[j], r)) kind = Kind::Scratch;
+    }
+    if (!pieces.empty() && kind != Kind::Output && pieces.back().kind == kind)
+      pieces.back().range.count += r.count;
+    else
+      pieces.push_back({r, kind});
+  }
+  // Every range the schedule touches must lie in one piece.
+  for (const auto& st : schedule.steps) {
+    for (const auto* side : {&st.sends, &st.recvs})
+      for (const auto& t : *side)
+        if (t.range.count > 0 && piece_holding(pieces, t.range) == nullptr) return {};
+    for (const auto& c : st.copies)
+      for (const Range& r : {c.from, c.to})
+        if (r.count > 0 && piece_holding(pieces, r) == nullptr) return {};
+  }
+  return pieces;
+}
 
 BufferLayout::Scratch& BufferLayout::thread_scratch(std::size_t i) {
   static thread_local std::array<Scratch, kMaxScratch> kept;
@@ -91,6 +161,33 @@ Region& BufferLayout::add(Region r) {
   return regions_[regions_used_++] = r;
 }
 
+void BufferLayout::map_pieces(std::span<const InputPiece> pieces, Range input,
+                              const std::byte* in, std::byte* out) {
+  using Kind = InputPiece::Kind;
+  const std::size_t es = dtype_size(call_.dtype);
+  std::size_t copied = 0;
+  for (const auto& p : pieces)
+    if (p.kind == Kind::Scratch) copied += p.range.count;
+  std::byte* copy = copied > 0 ? scratch(copied * es, false) : nullptr;
+  pieces_.reserve(pieces.size());
+  for (const auto& p : pieces) {
+    const std::byte* from = in + (p.range.offset - input.offset) * es;
+    const std::size_t bytes = p.range.count * es;
+    std::byte* at = const_cast<std::byte*>(from);  // (Caller: only read)
+    if (p.kind == Kind::Scratch) {
+      std::memcpy(copy, from, bytes);
+      at = copy;
+      copy += bytes;
+    } else if (p.kind == Kind::Output) {
+      std::memcpy(out, from, bytes);
+      at = out;
+      result_ = out;
+      result_device_ = -1;
+    }
+    pieces_.push_back({p.range.offset, p.range.count, at, -1});
+  }
+}
+
 BufferLayout::~BufferLayout() {
   for (std::size_t i = 0; i < scratch_used_; ++i)
     if (auto& kept = thread_scratch(i); kept.bytes > kKeptScratchBytes) kept = Scratch{};
@@ -106,13 +203,14 @@ Region BufferLayout::caller_region(Range range, std::byte* data, int device,
   return {range.offset, range.count, whole_->stage(data, bytes, output, from, from_device), -1};
 }
 
-BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
+BufferLayout::BufferLayout(const Call& call, const Plan& plan_made,
                            const collectives::Shape& shape, std::size_t segment_bytes)
     : call_(call),
       rank_(shape.rank),
       world_(shape.world),
       engine_(call.staging.engine.get()),
       segment_bytes_(segment_bytes) {
+  const Schedule& schedule = plan_made.schedule;
   const auto& plan = call.staging;
   const std::size_t es = dtype_size(call.dtype);
   const auto layout = collectives::layout(call.collective, shape);
@@ -150,6 +248,10 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
     } else {  // read only
       add(caller_region(all, in, in_dev, plan.input, false, in, in_dev));
     }
+  } else if (inside(layout.output, layout.input) && !plan_made.input_pieces.empty() &&
+             in_dev < 0 && out_dev < 0 && !(avg && call.dtype == DataType::Float16) &&
+             !overlapping(in, layout.input.count * es, out, layout.output.count * es)) {
+    map_pieces(plan_made.input_pieces, layout.input, in, out);
   } else if (inside(layout.output, layout.input)) {
     std::byte* copy = working_copy();
     add({layout.input.offset, layout.input.count, copy, -1});
@@ -188,11 +290,11 @@ BufferLayout::BufferLayout(const Call& call, const Schedule& schedule,
     }
   }
   if (whole_) whole_->wait();
-  if (avg && collectives::reduces(call.collective)) {
+  if (avg && collectives::reduces(call.collective) && pieces_.empty()) {
     // float16's share of the average comes off before the sum (reduce.hpp),
     // in the one region of a reduction: always a working copy or the
     // output (a reduce's read-only input is never used for float16
-    // averages, above).
+    // averages, above, nor an input in pieces).
     const auto& r = regions_[0];
     if (r.device < 0) {
       prescale_average(call.dtype, r.data, r.count, world_);

@@ -11,8 +11,16 @@
 //     place, or a working copy when a partial result passes through it (or
 //     a float16 average's share must come off first);
 //   the output lies inside the input (reduce_scatter): the algorithms
-//     reduce in a working copy of the input, and finish() copies the
-//     output's range out of it;
+//     reduce in a copy of the input. Where the plan has the input in
+//     pieces (input_pieces() below: every range the schedule touches lies
+//     in one), only the pieces it writes are copied to scratch memory, the
+//     output's range is the caller's output (filled from the input), and
+//     the rest is read in the caller's input: on 4 hosts x 2 ranks,
+//     two_level copies 3/8 of the input instead of all of it, and nothing
+//     out at the end. Otherwise (device memory, a float16 average, input
+//     and output overlapping, a schedule such as recursive halving whose
+//     ranges span pieces) the whole input is copied and finish() copies
+//     the output's range out of it;
 //   apart (all_gather, gather, scatter, all_to_all): each range is the
 //     caller's buffer, or scratch memory for the part this rank touches of
 //     a side it has none of (a gather's intermediate rank of a tree); an
@@ -25,7 +33,7 @@
 //
 // Scratch memory (working copies, a side a rank has no buffer for) comes
 // from buffers the thread keeps between its calls (a thread runs one call
-// at a time), up to 1 MiB each: a repeated call allocates nothing.
+// at a time), up to 64 MiB each: a repeated call allocates nothing.
 //
 // Device memory: the call's staging plan (device/staging.hpp) said how
 // each of the caller's buffers is staged. A buffer to stage Whole is
@@ -50,25 +58,36 @@
 #include "call.hpp"
 #include "device/whole_staging.hpp"
 #include "executor/executor.hpp"
+#include "plan_cache.hpp"
 
 namespace collie {
 
+// The input of `collective` in pieces for `schedule` of `shape` (see
+// Plan::input_pieces): none unless the output lies inside the input and
+// every range the schedule sends, receives or copies lies in one piece.
+std::vector<InputPiece> input_pieces(const collectives::Schedule& schedule,
+                                     collectives::Collective collective,
+                                     const collectives::Shape& shape);
+
 class BufferLayout {
  public:
-  // Maps `call`'s buffers for `schedule` of `shape` (this rank's); copies
-  // inputs where the schedule needs a working copy, stages the buffers the
-  // plan stages whole, and takes a float16 average's share off before the
-  // sum (reduce.hpp). `segment_bytes`: the piece an average on a device
-  // is divided in.
-  BufferLayout(const Call& call, const collectives::Schedule& schedule,
-               const collectives::Shape& shape, std::size_t segment_bytes);
+  // Maps `call`'s buffers for `plan`'s schedule of `shape` (this rank's);
+  // copies inputs where the schedule needs a working copy, stages the
+  // buffers the plan stages whole, and takes a float16 average's share off
+  // before the sum (reduce.hpp). `segment_bytes`: the piece an average on a
+  // device is divided in.
+  BufferLayout(const Call& call, const Plan& plan, const collectives::Shape& shape,
+               std::size_t segment_bytes);
   // Gives back scratch memory too large to keep.
   ~BufferLayout();
   BufferLayout(const BufferLayout&) = delete;
   BufferLayout& operator=(const BufferLayout&) = delete;
 
   // The working buffer, for the executor.
-  std::span<const Region> regions() const { return {regions_.data(), regions_used_}; }
+  std::span<const Region> regions() const {
+    if (!pieces_.empty()) return pieces_;
+    return {regions_.data(), regions_used_};
+  }
 
   // After the schedule: the output's range out of the working copy,
   // averages divided, staged outputs copied back.
@@ -79,6 +98,9 @@ class BufferLayout {
   // fills it at once.
   std::byte* scratch(std::size_t bytes, bool zeroed = true);
   Region& add(Region r);
+  // Maps the input in `pieces` (reduce_scatter's, host memory only).
+  void map_pieces(std::span<const InputPiece> pieces, collectives::Range input,
+                  const std::byte* in, std::byte* out);
   // The thread's kept scratch buffer `i` (of kMaxScratch): memory as the
   // allocator gave it (never zeroed unless asked: a working copy is
   // written whole at once).
@@ -102,6 +124,7 @@ class BufferLayout {
   std::size_t scratch_used_ = 0;
   std::array<Region, kMaxRegions> regions_{};
   std::size_t regions_used_ = 0;
+  std::vector<Region> pieces_;  // an input in pieces: its regions, in order
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
   std::byte* copy_out_ = nullptr;  // the output's range in a working copy

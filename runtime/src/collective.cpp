@@ -43,9 +43,10 @@ std::size_t run_schedule(detail::Group& g, const Call& call,
                     flow::segment_elements(g.world->config.segment_bytes, es), g.members.size(),
                     built);
         flow::copy_built(built, p->flow);
+        p->input_pieces = input_pieces(p->schedule, call.collective, shape);
         return std::shared_ptr<const Plan>(std::move(p));
       });
-  BufferLayout layout(call, plan->schedule, shape, g.world->config.segment_bytes);
+  BufferLayout layout(call, *plan, shape, g.world->config.segment_bytes);
   execute_schedule(g, call, *plan, layout.regions(), std::move(failed_first));
   layout.finish();
   return plan->schedule.steps.size();

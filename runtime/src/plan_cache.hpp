@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/schedule.hpp>
@@ -23,11 +24,27 @@
 
 namespace collie {
 
+// A piece of an input that the schedule reads more of than it writes
+// (reduce_scatter's): where buffer_layout.hpp maps it.
+struct InputPiece {
+  enum class Kind : std::uint8_t {
+    Caller,   // never written: read in the caller's input
+    Scratch,  // written: a working copy of the piece
+    Output,   // the output's range: the caller's output, filled from the input
+  };
+  collectives::Range range;
+  Kind kind = Kind::Caller;
+};
+
 struct Plan {
   collectives::Schedule schedule;
   // The whole schedule as one dataflow, as build() left it (copied by each
   // run that uses it).
   flow::Graph flow;
+  // Where the output lies inside the input: the input in pieces, in order,
+  // when every range the schedule reads lies in one piece; empty: the
+  // whole input is copied (buffer_layout.hpp).
+  std::vector<InputPiece> input_pieces;
 };
 
 class PlanCache {

@@ -3,6 +3,7 @@
 #include "call_run.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include <fmt/format.h>
@@ -57,9 +58,12 @@ CallRun::~CallRun() {
 }
 
 const Region& CallRun::region_of(const collectives::Range& r) const {
-  for (const auto& region : regions_) {
-    if (r.offset >= region.offset && r.offset + r.count <= region.offset + region.count)
-      return region;
+  // The regions are in order of offset (an input in pieces may have many).
+  auto it = std::upper_bound(regions_.begin(), regions_.end(), r.offset,
+                             [](std::size_t off, const Region& region) { return off < region.offset; });
+  if (it != regions_.begin()) {
+    const auto& region = *std::prev(it);
+    if (r.offset + r.count <= region.offset + region.count) return region;
   }
   throw Error(fmt::format("internal: range [{}, {}) of the working buffer is not mapped", r.offset,
                           r.offset + r.count));
