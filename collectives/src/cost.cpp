@@ -240,10 +240,7 @@ namespace {
 Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm a,
                  const Shape& shape, std::size_t element_bytes, const CostModel& model) {
   const auto n = static_cast<std::size_t>(shape.world);
-  // Fitted to all_reduce only: on reduce_scatter and all_gather its ties
-  // (the same bytes in the same segments) would go to the ring where
-  // recursive halving is faster on a crowded host.
-  const bool crowded = model.crowding > 1 && c == Collective::AllReduce;
+  const bool crowded = crowded_bound(model, c, shape.hosts && shape.hosts->hosts() > 1);
   Cost cost;
   double work = 0;  // every rank's CPU seconds, summed (crowded only)
   for (int r = 0; r < shape.world; ++r) {
@@ -271,8 +268,26 @@ Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm
   const auto host_of = [&](std::size_t r) {
     return static_cast<std::size_t>(shape.hosts->host_of(static_cast<int>(r)));
   };
-  std::vector<double> host_out(hosts ? static_cast<std::size_t>(shape.hosts->hosts()) : 0, 0.0);
-  std::vector<double> host_in(host_out.size(), 0.0);
+  // A host link's direction: busy until `free`; its bucket (cost.hpp's
+  // host_burst_bytes) held `tokens` at `at`; `carried` bytes in all.
+  struct Link {
+    double free = 0, tokens = 0, at = 0, carried = 0;
+  };
+  std::vector<Link> host_out(hosts ? static_cast<std::size_t>(shape.hosts->hosts()) : 0,
+                             Link{0, model.host_burst_bytes, 0, 0});
+  std::vector<Link> host_in(host_out);
+  // How long `bytes` starting at `start` keep `link` busy.
+  const auto pass = [&](Link& link, double start, double bytes) {
+    link.carried += bytes;
+    if (model.host_burst_bytes <= 0) return model.host_beta * bytes;
+    link.tokens = std::min(model.host_burst_bytes,
+                           link.tokens + std::max(0.0, start - link.at) / model.host_beta);
+    const double burst = std::min(bytes, link.tokens);
+    link.tokens -= burst;
+    const double took = model.beta * burst + model.host_beta * (bytes - burst);
+    link.at = std::max(link.at, start + took);
+    return took;
+  };
   const auto across = [&](std::size_t r, int peer) {
     return hosts && host_of(r) != host_of(static_cast<std::size_t>(peer));
   };
@@ -286,8 +301,9 @@ Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm
           if (across(r, t.peer)) {
             link += model.delta;
             auto& out = host_out[host_of(r)];
-            out = std::max(out, link) + model.host_beta * bytes_of(t);
-            arrivals.push_back(out + model.host_alpha);
+            const double start = std::max(out.free, link);
+            out.free = start + pass(out, start, bytes_of(t));
+            arrivals.push_back(out.free + model.host_alpha);
           } else {
             link += model.delta + model.beta * bytes_of(t);
             arrivals.push_back(link + model.alpha);
@@ -303,8 +319,8 @@ Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm
         for (std::size_t k = 0; k < recvs.size(); ++k) {
           if (across(r, recvs[k].peer)) {
             auto& in = host_in[host_of(r)];
-            in = std::max(in + model.host_beta * bytes_of(recvs[k]), arrived[k]);
-            inbound = std::max(inbound, in) + model.delta;
+            in.free = std::max(in.free + pass(in, in.free, bytes_of(recvs[k])), arrived[k]);
+            inbound = std::max(inbound, in.free) + model.delta;
           } else {
             inbound =
                 std::max(inbound + model.beta * bytes_of(recvs[k]), arrived[k]) + model.delta;
@@ -315,6 +331,11 @@ Cost estimate_on(const std::vector<Schedule>& schedules, Collective c, Algorithm
         clock[r] = end;
       });
   cost.seconds = *std::max_element(clock.begin(), clock.end());
+  // Through a bucket, back to back: no faster than the busiest link's
+  // bytes at its rate (without one, the replay's links already are).
+  for (const auto* links : {&host_out, &host_in})
+    for (const auto& l : *links)
+      cost.seconds = std::max(cost.seconds, l.carried * model.host_beta);
   // Crowded, the executor's overlap of steps and the cache decide between
   // algorithms that do the same work: the clock follows the bytes (flow()),
   // and the bound adds the bytes that miss the cache. (On one host: the
@@ -371,6 +392,12 @@ std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
   for (const auto& model : models)
     out.push_back(estimate_on(schedules, c, a, shape, element_bytes, model));
   return out;
+}
+
+bool crowded_bound(const CostModel& model, Collective c, bool hosts) {
+  return model.crowding > 1 &&
+         (c == Collective::AllReduce ||
+          (hosts && (c == Collective::AllGather || c == Collective::ReduceScatter)));
 }
 
 CostModel shared_memory_cost_model(double crowding) {

@@ -188,11 +188,12 @@ double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_
   else
     throw Error(fmt::format("the cost model has no closed form for {}'s {}: it replays it",
                             collective_name(c), algorithm_name(a)));
-  // The crowded bound (cost.hpp), fitted to all_reduce: the cores do every
-  // rank's work; across hosts it adds to the links' time.
-  if (model.crowding > 1 && c == Collective::AllReduce) {
+  // The crowded bound (cost.hpp): the cores do every rank's work; across
+  // hosts it adds to the links' time (and covers all_gather and
+  // reduce_scatter too).
+  const bool hosts = shape.hosts && shape.hosts->hosts() > 1;
+  if (crowded_bound(model, c, hosts)) {
     const double cores = f.work * model.crowding;
-    const bool hosts = shape.hosts && shape.hosts->hosts() > 1;
     seconds = hosts ? seconds + cores : std::max(seconds, cores);
   }
   return seconds;

@@ -38,6 +38,7 @@ def main():
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--per-host", type=int, default=2)
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--burst-kib", type=float, default=0)
     p.add_argument("--from", dest="smallest", type=parse_size, default=1 << 20)
     p.add_argument("--collie", default="build/release/bin/collie")
     a = p.parse_args()
@@ -62,7 +63,7 @@ def main():
             [a.collie, "explain", c, "--hosts", str(a.hosts), "--ranks-per-host", str(a.per_host),
              "--placement", "by-host" if placement == "host" else "round-robin",
              "--host-gbits", str(a.gbits), "--host-latency-us", str(a.latency_us),
-             "--cores", str(a.cores), "--compare", "--count", str(count), "--format", "json"],
+             "--host-burst-kib", str(a.burst_kib), "--cores", str(a.cores), "--compare", "--count", str(count), "--format", "json"],
             check=True, capture_output=True, text=True).stdout
         doc = json.loads(out)
         picks[(c, placement, size)] = doc["auto"]

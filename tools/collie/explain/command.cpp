@@ -31,6 +31,7 @@ struct ExplainArgs {
   std::string placement = "by-host";
   double host_gbits = 10;
   double host_latency_us = 30;
+  double host_burst_kib = 0;
   std::size_t count = 0;  // 0 with count_given false: the default for the collective
   bool count_given = false;
   int root = 0;
@@ -118,6 +119,8 @@ explain::Request resolve(const ExplainArgs& a) {
     throw Error("explain: --host-gbits must be positive and --host-latency-us not negative");
   r.model.host_beta = 8 / (a.host_gbits * 1e9);
   r.model.host_alpha = a.host_latency_us * 1e-6;
+  if (!(a.host_burst_kib >= 0)) throw Error("explain: --host-burst-kib must not be negative");
+  r.model.host_burst_bytes = a.host_burst_kib * 1024;
   // Default count: one element per rank's chunk of a buffer collective, one
   // per block of a blocked one.
   std::size_t count = a.count;
@@ -218,6 +221,11 @@ void add_explain_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--host-latency-us", args->host_latency_us,
                   "With --hosts: one message's latency between hosts, microseconds")
+      ->capture_default_str();
+  cmd->add_option("--host-burst-kib", args->host_burst_kib,
+                  "With --hosts: the bytes (KiB) a host's link lets by at once before it "
+                  "keeps to its rate (a shaper's token bucket, as the runtime measures it; 0: "
+                  "none)")
       ->capture_default_str();
   cmd->add_option_function<std::size_t>(
          "-c,--count",

@@ -12,8 +12,9 @@
 // gamma; for a pipelined chain (pieces + n - 2) (alpha + N / pieces beta);
 // for a binomial tree ceil(log2 n) (alpha + N beta).
 //
-// A crowded host (more ranks than cores) adds a second bound to all_reduce
-// (the collective it is fitted to; the others keep the first alone): its cores
+// A crowded host (more ranks than cores) adds a second bound to all_reduce,
+// and across hosts to all_gather and reduce_scatter (crowded_bound(): the
+// collectives it is fitted to; the others keep the first alone): its cores
 // must do all the work of the ranks on it, so the time is at least the
 // average rank's work times `crowding` (ranks per core). A rank's work is
 // work_per_segment for each segment it sends or receives (the executor
@@ -89,6 +90,14 @@ struct CostModel {
   // Gbit/s, 30 us; COLLIE_HOST_LINK). Within a host the terms above hold.
   double host_alpha = 30e-6;
   double host_beta = 8 / 10e9;
+  // A link shaped by a token bucket (tc's tbf, a cloud's burst allowance)
+  // lets host_burst_bytes by at once (at beta) before it keeps to its rate;
+  // the bucket fills again at the rate. The replay starts each call with
+  // it full, and the call takes at least the bytes its busiest host link
+  // carries at the rate (back to back, calls find the bucket as full as
+  // the rate filled it). 0: a link without one. The runtime measures it
+  // with the rate (runtime/src/link_probe.hpp).
+  double host_burst_bytes = 0;
   // Crowded, a message between hosts is more of the cores' work than one
   // within a host: CPU seconds it adds to the rank that sends it and to the
   // one that receives it (the kernel's TCP path, out through one host's
@@ -114,6 +123,15 @@ struct CostModel {
 // 6 GB/s (a copy in, a copy out, by two cores at once); gamma is the
 // same kernels'.
 CostModel shared_memory_cost_model(double crowding);
+
+// Whether the crowded bound applies to `c`: on crowded cores, to all_reduce;
+// across hosts (`hosts`) also to all_gather and reduce_scatter. On one
+// host those two keep the replay alone: there the bound's ties (the same
+// bytes in the same segments) would go to the ring where recursive halving
+// is faster. Across hosts it prices their many small messages: without it
+// Auto took two_level at 8-32 KiB on 4 x 2 at 1 Gbit/s, 1.24-1.66x the
+// doublings (measured; tools/peers/cluster_model.py), with it the doublings.
+bool crowded_bound(const CostModel& model, Collective c, bool hosts);
 
 struct Cost {
   double seconds = 0;                      // the model's time: when the last rank finishes
