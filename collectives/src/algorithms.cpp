@@ -93,7 +93,8 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
 
 const std::vector<Algorithm>& algorithms_for(Collective c) {
   using A = Algorithm;
-  static const std::vector<A> broadcast{A::Tree, A::Ring}, reduce{A::Tree, A::Ring},
+  static const std::vector<A> broadcast{A::Tree, A::Ring, A::TwoLevel},
+      reduce{A::Tree, A::Ring, A::TwoLevel},
       all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree, A::TwoLevel},
       gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling, A::TwoLevel},
       reduce_scatter{A::Ring, A::RecursiveHalving, A::TwoLevel}, all_to_all{A::Pairwise},
@@ -188,10 +189,12 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
     case Collective::Broadcast:
       if (a == A::Tree) return in_host_order(tree_broadcast, shape);
       if (a == A::Ring) return chain_broadcast(shape);
+      if (a == A::TwoLevel) return two_level_broadcast(shape);
       break;
     case Collective::Reduce:
       if (a == A::Tree) return in_host_order(tree_reduce, shape);
       if (a == A::Ring) return chain_reduce(shape);
+      if (a == A::TwoLevel) return two_level_reduce(shape);
       break;
     case Collective::AllReduce:
       if (a == A::Ring) return ring_all_reduce(shape);

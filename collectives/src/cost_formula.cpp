@@ -111,6 +111,26 @@ double chain(Formula& f, const Shape& shape, double bytes, bool reduce) {
   return (n - 1 - x) * within + x * across + (pieces - 1) * (x > 0 ? across : within);
 }
 
+// two_level broadcast and reduce: the chain of hosts from the root's, each
+// host's ranks a chain from its leader (two_level.hpp). The deepest rank
+// is its host's place times a hop across plus its place on the host times
+// one within; each further piece once more over the slowest link.
+double two_level_chain(Formula& f, const Shape& shape, double bytes, bool reduce) {
+  const double pieces = std::max(1, shape.pieces);
+  const double b = bytes / pieces;
+  const bool hosts = shape.hosts && shape.hosts->hosts() > 1;
+  const double within = f.hop(1, b, reduce), across = hosts ? f.hop(1, b, reduce, 1) : within;
+  const int count = shape.hosts ? shape.hosts->hosts() : shape.world;
+  const int root_host = shape.hosts ? shape.hosts->host_of(shape.root) : shape.root;
+  double deepest = 0;
+  for (int h = 0; h < count; ++h) {
+    const double ranks = shape.hosts ? static_cast<double>(shape.hosts->ranks_on(h).size()) : 1;
+    deepest = std::max(deepest, wrap(h - root_host, count) * across + (ranks - 1) * within);
+  }
+  f.count(pieces, 1, b, reduce, hosts ? (count - 1.0) / shape.world : 0);
+  return deepest + (pieces - 1) * (hosts ? across : within);
+}
+
 // two_level: L ranks on each of H hosts (the most on one), each phase's
 // steps together.
 double two_level(Formula& f, Collective c, const Shape& shape, double bytes) {
@@ -185,6 +205,8 @@ double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_
            (c == Collective::AllReduce || c == Collective::AllGather ||
             c == Collective::ReduceScatter))
     seconds = two_level(f, c, shape, count);
+  else if (a == Algorithm::TwoLevel && (c == Collective::Broadcast || c == Collective::Reduce))
+    seconds = two_level_chain(f, shape, count, c == Collective::Reduce);
   else
     throw Error(fmt::format("the cost model has no closed form for {}'s {}: it replays it",
                             collective_name(c), algorithm_name(a)));

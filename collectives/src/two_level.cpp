@@ -288,4 +288,109 @@ Schedule two_level_reduce_scatter(const Shape& shape) {
   return s;
 }
 
+namespace {
+
+// A rank's place in the two-level chain of broadcast and reduce: the hosts
+// in order from the root's, each entered at its leader (the root on its
+// own host; elsewhere the rank whose local index is the root's modulo the
+// host's ranks, so that roots of different local indices use different
+// ranks' links), and each host's ranks in a chain from its leader. In the
+// broadcast, piece k reaches this rank in step k + offset and leaves it to
+// its children in the step after.
+struct Link {
+  int parent = -1;            // none: the root
+  std::vector<int> children;  // the next host's leader first, then the next rank here
+  int offset = -1;            // the root's: it sends piece k in step k
+};
+
+Link chain_link(const Site& site, const Shape& shape) {
+  const auto& hosts = *site.hosts;
+  const int root_host = hosts.host_of(shape.root);
+  const int root_local = hosts.local_index(shape.root);
+  const int count = site.count();
+  const auto leader = [&](int h) {
+    return h == root_host ? shape.root : site.partner(root_local, h);
+  };
+  const int q = wrap(site.host - root_host, count);  // this host's place among the hosts
+  const auto& here = site.here();
+  const int l = static_cast<int>(here.size());
+  const int first = hosts.local_index(leader(site.host));
+  const int w = wrap(site.local - first, l);  // this rank's place on its host
+  const auto local = [&](int i) { return here[static_cast<std::size_t>(wrap(first + i, l))]; };
+  Link link;
+  // Piece k reaches the leader of the host q places on in step k + q - 1
+  // (the root has it from the start), then one rank further each step.
+  link.offset = (q == 0 ? -1 : q - 1) + w;
+  if (w > 0)
+    link.parent = local(w - 1);
+  else if (q > 0)
+    link.parent = leader(site.at(-1));
+  if (w == 0 && q + 1 < count) link.children.push_back(leader(site.at(1)));
+  if (w + 1 < l) link.children.push_back(local(w + 1));
+  return link;
+}
+
+// The largest offset of any rank: the last piece's last step, less pieces.
+int last_offset(const Site& site, const Shape& shape) {
+  const int root_host = site.hosts->host_of(shape.root);
+  int most = -1;
+  for (int h = 0; h < site.count(); ++h) {
+    const int q = wrap(h - root_host, site.count());
+    most = std::max(most, (q == 0 ? -1 : q - 1) + static_cast<int>(site.on(h).size()) - 1);
+  }
+  return most;
+}
+
+}  // namespace
+
+Schedule two_level_broadcast(const Shape& shape) {
+  Schedule s;
+  s.buffer_count = shape.count;
+  const auto site = site_of(shape);
+  const auto link = chain_link(site, shape);
+  const int pieces = std::max(shape.pieces, 1);
+  for (int t = 0; t <= pieces + link.offset; ++t) {
+    Step st;
+    const int in = t - link.offset;
+    const int out = in - 1;
+    if (link.parent >= 0 && in >= 0 && in < pieces)
+      add_recv(st, link.parent, chunk(shape.count, pieces, in), Combine::Copy);
+    if (out >= 0 && out < pieces)
+      for (int c : link.children) add_send(st, c, chunk(shape.count, pieces, out));
+    push_step(s, std::move(st));
+  }
+  return s;
+}
+
+Schedule two_level_reduce(const Shape& shape) {
+  // The broadcast's steps backwards, on one clock for every rank: where it
+  // received piece k from its parent, this rank sends it its partial sum;
+  // where it sent it on, it adds its children's sums into its own.
+  Schedule s;
+  s.buffer_count = shape.count;
+  const auto site = site_of(shape);
+  const auto link = chain_link(site, shape);
+  const int pieces = std::max(shape.pieces, 1);
+  const int end = pieces + last_offset(site, shape);
+  // A leader's two children's sums land on the same piece: one step each
+  // (no two receives of a step overlap), its host's first.
+  const std::vector<int> children(link.children.rbegin(), link.children.rend());
+  for (int t = end; t >= 0; --t) {
+    const int in = t - link.offset;
+    const int out = in - 1;
+    Step st;
+    if (link.parent >= 0 && in >= 0 && in < pieces)
+      add_send(st, link.parent, chunk(shape.count, pieces, in));
+    if (out >= 0 && out < pieces) {
+      for (int c : children) {
+        add_recv(st, c, chunk(shape.count, pieces, out), Combine::Reduce);
+        push_step(s, std::move(st));
+        st = Step{};
+      }
+    }
+    push_step(s, std::move(st));
+  }
+  return s;
+}
+
 }  // namespace collie::collectives

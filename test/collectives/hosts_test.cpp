@@ -177,6 +177,49 @@ TEST_CASE("a ring crosses each host's link once, however the ranks are numbered,
   }
 }
 
+TEST_CASE("two_level broadcast and reduce: the buffer once over each host's link, and H + L - 2 "
+          "hops from the root to the farthest rank",
+          "[schedule][hosts]") {
+  const std::size_t count = 5040;
+  for (const auto& hosts : layouts()) {
+    if (hosts.hosts() < 2) continue;
+    const int n = hosts.ranks();
+    for (int root : {0, n - 1, n / 2}) {
+      INFO(describe(hosts) << ", root " << root);
+      const int root_host = hosts.host_of(root);
+      for (auto c : {Collective::Broadcast, Collective::Reduce}) {
+        INFO(collective_name(c));
+        const auto s = schedules_on(c, Algorithm::TwoLevel, hosts, count, root, 3);
+        // Out of every host but the last of the chain (broadcast; for
+        // reduce every host but the root's), the buffer once.
+        const auto across = sent_across(s, hosts);
+        for (int h = 0; h < hosts.hosts(); ++h) {
+          const bool sends = c == Collective::Broadcast
+                                 ? wrap(h - root_host, hosts.hosts()) + 1 < hosts.hosts()
+                                 : h != root_host;
+          CHECK(across[static_cast<std::size_t>(h)] == (sends ? count : 0));
+        }
+      }
+      // The broadcast's hops, one piece: each rank's depth is its sender's
+      // plus one; the deepest is at most H - 1 across and the most ranks on
+      // a host less one within (the flat chain's: n - 1).
+      const auto s = schedules_on(Collective::Broadcast, Algorithm::TwoLevel, hosts, count, root, 1);
+      std::vector<int> depth(static_cast<std::size_t>(n), -1);
+      depth[static_cast<std::size_t>(root)] = 0;
+      for (int round = 0; round < n; ++round)
+        for (int r = 0; r < n; ++r)
+          for (const auto& st : s[static_cast<std::size_t>(r)].steps)
+            for (const auto& t : st.sends)
+              if (depth[static_cast<std::size_t>(r)] >= 0)
+                depth[static_cast<std::size_t>(t.peer)] = depth[static_cast<std::size_t>(r)] + 1;
+      const int deepest = *std::max_element(depth.begin(), depth.end());
+      CHECK(*std::min_element(depth.begin(), depth.end()) == 0);
+      CHECK(deepest <= hosts.hosts() - 1 + hosts.most_per_host() - 1);
+      CHECK(deepest >= hosts.hosts() - 1);
+    }
+  }
+}
+
 TEST_CASE("trees go by host: numbered round robin, they cross each host's link as numbered by "
           "host",
           "[schedule][hosts]") {

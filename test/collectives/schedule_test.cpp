@@ -259,7 +259,7 @@ TEST_CASE("names: collectives and algorithms parse back, unknown ones are listed
   CHECK(parse_algorithm("halving-doubling") == Algorithm::HalvingDoubling);
   CHECK_FALSE(parse_collective("allreduse").has_value());
   CHECK_THROWS_WITH(make_schedule(Collective::Broadcast, Algorithm::Pairwise, Shape{0, 4, 8, 0, 1}),
-                    "broadcast has no algorithm 'pairwise'; it has: tree, ring");
+                    "broadcast has no algorithm 'pairwise'; it has: tree, ring, two_level");
   CHECK_THROWS_WITH(make_schedule(Collective::Scatter, Algorithm::Tree, Shape{0, 4, 8, 4, 1}),
                     "scatter: root 4 is outside a world of 4 (ranks 0 to 3)");
 }

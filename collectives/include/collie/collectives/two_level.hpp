@@ -33,6 +33,15 @@
 //   here it is; then, in H - 1 steps, each such partial sum goes to its
 //   rank, which adds it to its block. Each host's link carries one partial
 //   sum per rank of the other hosts.
+// - two_level_broadcast: a pipelined chain of chains. The root's host
+//   passes each piece to the next host's leader (the rank whose local index
+//   is the root's, modulo that host's ranks), which passes it on to the
+//   next host's and, at the same time, along a chain of its own host's
+//   ranks: H + L - 2 hops from the root to the last rank instead of the
+//   flat chain's n - 1, and the whole buffer once over each host's link.
+// - two_level_reduce: its mirror, the broadcast's steps backwards: each
+//   host's ranks sum along their chain into its leader, which adds the
+//   next host's sum and passes the result toward the root.
 #pragma once
 
 #include <collie/collectives/schedule.hpp>
@@ -42,5 +51,7 @@ namespace collie::collectives {
 Schedule two_level_all_reduce(const Shape& shape);
 Schedule two_level_all_gather(const Shape& shape);
 Schedule two_level_reduce_scatter(const Shape& shape);
+Schedule two_level_broadcast(const Shape& shape);
+Schedule two_level_reduce(const Shape& shape);
 
 }  // namespace collie::collectives
