@@ -88,7 +88,7 @@ run_collie() {
       (($(bytes "$3") > sweep_top)) && algos=auto,ring,two_level ;;
     all_gather) algos=auto,ring,recursive_doubling,two_level ;;
     reduce_scatter) algos=auto,ring,recursive_halving,two_level ;;
-    broadcast) algos=auto,ring,tree ;;
+    broadcast) algos=auto,ring,tree,two_level ;;
     *) echo "cluster_bench: COLLECTIVE=$collective is not one it runs" >&2; exit 2 ;;
   esac
   on_each_rank "$1" "$2" MASTER_PORT=29500 "$collie" bench "$collective" -b "$3" -e "$4" \
