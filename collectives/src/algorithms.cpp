@@ -97,7 +97,8 @@ const std::vector<Algorithm>& algorithms_for(Collective c) {
       reduce{A::Tree, A::Ring, A::TwoLevel},
       all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree, A::TwoLevel},
       gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling, A::TwoLevel},
-      reduce_scatter{A::Ring, A::RecursiveHalving, A::TwoLevel}, all_to_all{A::Pairwise},
+      reduce_scatter{A::Ring, A::RecursiveHalving, A::TwoLevel},
+      all_to_all{A::Pairwise, A::TwoLevel},
       barrier{A::Dissemination};
   switch (c) {
     case Collective::Broadcast:
@@ -223,6 +224,7 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
       break;
     case Collective::AllToAll:
       if (a == A::Pairwise) return pairwise_all_to_all(shape);
+      if (a == A::TwoLevel) return two_level_all_to_all(shape);
       break;
     case Collective::Barrier:
       if (a == A::Dissemination) return dissemination_barrier(shape);

@@ -431,17 +431,23 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
                          std::shared_ptr<const Hosts> hosts) {
   const auto& candidates = algorithms_for(c);
   if (candidates.size() == 1 || world <= 1) return candidates.front();
+  // two_level only where it is two levels: on one host it is a ring of
+  // pairs (all_to_all: the pairwise exchange), on hosts of one rank a ring.
+  const bool two_levels = hosts && hosts->hosts() > 1 && hosts->most_per_host() > 1;
+  if (!two_levels && candidates.size() == 2 && candidates.back() == Algorithm::TwoLevel)
+    return candidates.front();
+  // all_to_all's replay is n^2 messages for either; past kReplaySteps,
+  // the pairwise exchange, without a price.
+  if (c == Collective::AllToAll &&
+      static_cast<std::size_t>(world) * static_cast<std::size_t>(world) > kReplaySteps)
+    return candidates.front();
   const std::size_t representative = size_bucket(count * element_bytes) / element_bytes;
   Algorithm best = candidates.front();
   double best_seconds = 0;
   CostModel m = model;
   m.segment_bytes = segment_bytes;
   for (auto a : candidates) {
-    // two_level only where it is two levels: on one host it is a ring of
-    // pairs, on hosts of one rank a ring.
-    if (a == Algorithm::TwoLevel &&
-        !(hosts && hosts->hosts() > 1 && hosts->most_per_host() > 1))
-      continue;
+    if (a == Algorithm::TwoLevel && !two_levels) continue;
     const Shape shape{0, world, representative, 0,
                       pieces_for(representative * element_bytes, segment_bytes), hosts};
     const double t = replays_quickly(a, shape) ? estimate(c, a, shape, element_bytes, m).seconds

@@ -135,6 +135,14 @@ Explanation explain(Collective c, Algorithm a, const Shape& shape,
   // What is explained below is a schedule the runtime can run.
   validate(e.schedules);
   e.initial = initial_runs(c, shape);
+  // A schedule's scratch past the layout (two_level all_to_all's) starts
+  // empty.
+  for (std::size_t r = 0; r < e.initial.size(); ++r) {
+    auto& buffer = e.initial[r];
+    const std::size_t have = buffer.empty() ? 0 : buffer.back().offset + buffer.back().count;
+    const std::size_t want = e.schedules[r].buffer_count;
+    if (want > have) buffer.push_back(Run{have, want - have, {}});
+  }
 
   const auto n = static_cast<std::size_t>(shape.world);
   auto state = e.initial;

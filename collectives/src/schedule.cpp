@@ -136,9 +136,11 @@ SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers
   if (buffers.size() != n) throw Error("simulate: one initial buffer per rank");
   for (int r = 0; r < world; ++r) {
     const auto& s = schedules[static_cast<std::size_t>(r)];
-    if (buffers[static_cast<std::size_t>(r)].size() != s.buffer_count)
+    auto& buffer = buffers[static_cast<std::size_t>(r)];
+    if (buffer.size() > s.buffer_count)
       throw Error(fmt::format("simulate: rank {}'s buffer has {} elements, its schedule {}", r,
-                              buffers[static_cast<std::size_t>(r)].size(), s.buffer_count));
+                              buffer.size(), s.buffer_count));
+    buffer.resize(s.buffer_count);  // a schedule's scratch past its layout starts empty
   }
   validate(schedules);
   using Message = std::vector<Contribution>;

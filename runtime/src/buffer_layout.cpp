@@ -288,6 +288,12 @@ BufferLayout::BufferLayout(const Call& call, const Plan& plan_made,
       else
         side(layout.output, ext.output.has_value(), out, out_dev, plan.output, true);
     }
+    // The schedule's own scratch past the layout (two_level all_to_all's:
+    // every element is written before it is read).
+    if (schedule.buffer_count > layout.buffer_count) {
+      const std::size_t extra = schedule.buffer_count - layout.buffer_count;
+      add({layout.buffer_count, extra, scratch(extra * es, false), -1});
+    }
   }
   if (whole_) whole_->wait();
   if (avg && collectives::reduces(call.collective) && pieces_.empty()) {

@@ -25,7 +25,9 @@
 //     caller's buffer, or scratch memory for the part this rank touches of
 //     a side it has none of (a gather's intermediate rank of a tree); an
 //     input that overlaps the output is copied first, unless it is exactly
-//     this rank's block of it (an in-place all_gather);
+//     this rank's block of it (an in-place all_gather); a schedule's
+//     buffer past the layout (two_level all_to_all's gathered blocks) is
+//     scratch memory;
 //   neither (a barrier): one scratch element.
 //
 // After the schedule, finish() completes averages and copies out what is
@@ -119,8 +121,9 @@ class BufferLayout {
   int world_;
   device::Engine* engine_;
   std::size_t segment_bytes_;
-  // The most any layout needs of each (a working copy and a side).
-  static constexpr std::size_t kMaxScratch = 2, kMaxRegions = 2;
+  // The most any layout needs of each (a working copy, a side, and a
+  // schedule's scratch past the layout).
+  static constexpr std::size_t kMaxScratch = 3, kMaxRegions = 3;
   std::size_t scratch_used_ = 0;
   std::array<Region, kMaxRegions> regions_{};
   std::size_t regions_used_ = 0;

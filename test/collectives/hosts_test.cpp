@@ -220,6 +220,27 @@ TEST_CASE("two_level broadcast and reduce: the buffer once over each host's link
   }
 }
 
+TEST_CASE("two_level all_to_all: the pairwise exchange's bytes between hosts in one message per "
+          "rank of another host",
+          "[schedule][hosts]") {
+  const std::size_t count = 7;
+  for (const auto& hosts : layouts()) {
+    if (hosts.hosts() < 2) continue;
+    INFO(describe(hosts));
+    const int n = hosts.ranks();
+    const auto two = schedules_on(Collective::AllToAll, Algorithm::TwoLevel, hosts, count, 0, 1);
+    const auto flat = schedules_on(Collective::AllToAll, Algorithm::Pairwise, hosts, count, 0, 1);
+    CHECK(sent_across(two, hosts) == sent_across(flat, hosts));
+    // Messages between hosts: each rank receives one from each other host.
+    std::vector<int> received(static_cast<std::size_t>(n), 0);
+    for (int r = 0; r < n; ++r)
+      for (const auto& step : two[static_cast<std::size_t>(r)].steps)
+        for (const auto& t : step.sends)
+          if (hosts.host_of(r) != hosts.host_of(t.peer)) ++received[static_cast<std::size_t>(t.peer)];
+    for (int r = 0; r < n; ++r) CHECK(received[static_cast<std::size_t>(r)] == hosts.hosts() - 1);
+  }
+}
+
 TEST_CASE("trees go by host: numbered round robin, they cross each host's link as numbered by "
           "host",
           "[schedule][hosts]") {

@@ -65,8 +65,13 @@ std::string layout_words(const Request& r) {
     case cs::Collective::AllToAll:
       return fmt::format(
           "Each rank's buffer: [0..{}] its input, block j for rank j; [{}..{}] its "
-          "output, block j from rank j.",
-          n * k - 1, n * k, 2 * n * k - 1);
+          "output, block j from rank j{}.",
+          n * k - 1, n * k, 2 * n * k - 1,
+          r.algorithm == cs::Algorithm::TwoLevel
+              ? fmt::format("; from [{}], scratch: the blocks it gathers for ranks of other "
+                            "hosts, and what arrives for it before it is put in place",
+                            2 * n * k)
+              : "");
     case cs::Collective::Barrier:
       return "Each rank has one token; a rank may leave once its token has heard from everyone.";
   }

@@ -62,7 +62,7 @@ struct Step {
 };
 
 struct Schedule {
-  std::size_t buffer_count = 0;  // elements in this rank's working buffer
+  std::size_t buffer_count = 0;  // elements in this rank's working buffer (past the layout: scratch)
   std::vector<Step> steps;
 };
 
@@ -139,7 +139,9 @@ using SymbolicBuffers = std::vector<std::vector<Contribution>>;
 void validate(const std::vector<Schedule>& schedules);
 
 // Runs every rank's schedule (schedules[r] is rank r's) on symbolic
-// buffers, matching messages between ranks in order. Throws collie::Error
+// buffers, matching messages between ranks in order. A buffer shorter
+// than its schedule's is extended with empty elements: the schedule's own
+// scratch past the collective's layout (two_level all_to_all's). Throws collie::Error
 // with a description on a deadlock, a size mismatch, a range outside the
 // buffer, overlapping receives within a step, or messages left unreceived.
 SymbolicBuffers simulate(const std::vector<Schedule>& schedules, SymbolicBuffers initial);

@@ -42,6 +42,17 @@
 // - two_level_reduce: its mirror, the broadcast's steps backwards: each
 //   host's ranks sum along their chain into its leader, which adds the
 //   next host's sum and passes the result toward the root.
+// - two_level_all_to_all: fewer, larger messages between hosts. Rank d's
+//   blocks from host g are gathered on one rank of g (the one whose local
+//   index is d's, modulo g's ranks): within each host, pairwise, each rank
+//   hands its blocks for the ranks of other hosts to the ranks that gather
+//   for them (and its blocks for its own host's ranks straight to them);
+//   then each gatherer sends each of its ranks one message of its host's
+//   blocks. Between two hosts of L ranks, L messages of L blocks instead of
+//   L^2 of one; the same bytes, and (L - 1) / L of them once more within the
+//   host. A receiver whose senders' ranks are not consecutive (round robin)
+//   takes the message into scratch memory past its output and puts each
+//   block in place.
 #pragma once
 
 #include <collie/collectives/schedule.hpp>
@@ -53,5 +64,6 @@ Schedule two_level_all_gather(const Shape& shape);
 Schedule two_level_reduce_scatter(const Shape& shape);
 Schedule two_level_broadcast(const Shape& shape);
 Schedule two_level_reduce(const Shape& shape);
+Schedule two_level_all_to_all(const Shape& shape);
 
 }  // namespace collie::collectives
