@@ -169,7 +169,8 @@ void BufferLayout::map_pieces(std::span<const InputPiece> pieces, Range input,
   for (const auto& p : pieces)
     if (p.kind == Kind::Scratch) copied += p.range.count;
   std::byte* copy = copied > 0 ? scratch(copied * es, false) : nullptr;
-  pieces_.reserve(pieces.size());
+  auto& regions = thread_pieces();
+  regions.clear();
   for (const auto& p : pieces) {
     const std::byte* from = in + (p.range.offset - input.offset) * es;
     const std::size_t bytes = p.range.count * es;
@@ -184,8 +185,14 @@ void BufferLayout::map_pieces(std::span<const InputPiece> pieces, Range input,
       result_ = out;
       result_device_ = -1;
     }
-    pieces_.push_back({p.range.offset, p.range.count, at, -1});
+    regions.push_back({p.range.offset, p.range.count, at, -1});
   }
+  pieces_ = regions;
+}
+
+std::vector<Region>& BufferLayout::thread_pieces() {
+  static thread_local std::vector<Region> kept;
+  return kept;
 }
 
 BufferLayout::~BufferLayout() {

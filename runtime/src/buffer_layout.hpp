@@ -127,7 +127,11 @@ class BufferLayout {
   std::size_t scratch_used_ = 0;
   std::array<Region, kMaxRegions> regions_{};
   std::size_t regions_used_ = 0;
-  std::vector<Region> pieces_;  // an input in pieces: its regions, in order
+  // An input in pieces: its regions, in order, in the thread's kept list
+  // (thread_pieces(): cleared and refilled, so a repeated call allocates
+  // nothing).
+  std::span<const Region> pieces_;
+  static std::vector<Region>& thread_pieces();
   std::byte* result_ = nullptr;  // where an average is finished
   int result_device_ = -1;
   std::byte* copy_out_ = nullptr;  // the output's range in a working copy
