@@ -10,7 +10,9 @@
 //     takes at least 8 ms and the one before it 2, each acknowledged by the
 //     echo; the rate is the last two sizes' difference over their times'
 //     difference, so the round trip, the connection's start and a shaper's
-//     burst (tbf lets its bucket's 256 KB by at once) cancel out.
+//     burst (tbf lets its bucket's 256 KB by at once) cancel out. Where
+//     the round trip took over 100 us (a busy machine), the last two are
+//     timed once more, each the faster of its two times.
 // On 1 Gbit/s that is about 45 ms (64 KiB to 4 MiB), on 10 Gbit/s about
 // 20 (to 16 MiB); one host, or a set COLLIE_HOST_LINK, skips it. The prober
 // writes the result to the store (keys::kHostLink); every rank reads it
