@@ -436,20 +436,19 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
   const bool two_levels = hosts && hosts->hosts() > 1 && hosts->most_per_host() > 1;
   if (!two_levels && candidates.size() == 2 && candidates.back() == Algorithm::TwoLevel)
     return candidates.front();
-  // all_to_all's replay is n^2 messages for either; past kReplaySteps,
-  // the pairwise exchange, without a price.
-  if (c == Collective::AllToAll &&
-      static_cast<std::size_t>(world) * static_cast<std::size_t>(world) > kReplaySteps)
-    return candidates.front();
   const std::size_t representative = size_bucket(count * element_bytes) / element_bytes;
-  Algorithm best = candidates.front();
+  Algorithm best = candidates.front();  // (where none is priced)
   double best_seconds = 0;
+  bool priced = false;
   CostModel m = model;
   m.segment_bytes = segment_bytes;
   for (auto a : candidates) {
     if (a == Algorithm::TwoLevel && !two_levels) continue;
     const Shape shape{0, world, representative, 0,
                       pieces_for(representative * element_bytes, segment_bytes), hosts};
+    // A long replay without a closed form (all_to_all's, n^2 messages
+    // either way) is not priced: the first candidate stands.
+    if (!replays_quickly(a, shape) && !has_closed_form(c, a)) continue;
     const double t = replays_quickly(a, shape) ? estimate(c, a, shape, element_bytes, m).seconds
                                                : formula_seconds(c, a, shape, element_bytes, m);
     // A tie (the crowded bound can cost two algorithms alike) goes to the
@@ -462,9 +461,10 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
     constexpr double kTwoLevelMargin = 1.1;
     const bool tie_goes_here =
         a == Algorithm::TwoLevel && t <= best_seconds * kTwoLevelMargin;
-    if (a == candidates.front() || t < best_seconds * (1 - 1e-9) || tie_goes_here) {
+    if (!priced || t < best_seconds * (1 - 1e-9) || tie_goes_here) {
       best = a;
       best_seconds = t;
+      priced = true;
     }
   }
   return best;

@@ -174,9 +174,16 @@ double two_level(Formula& f, Collective c, const Shape& shape, double bytes) {
 }  // namespace
 
 bool replays_quickly(Algorithm a, const Shape& shape) {
-  if (a != Algorithm::Ring && a != Algorithm::TwoLevel) return true;
+  if (a != Algorithm::Ring && a != Algorithm::TwoLevel && a != Algorithm::Pairwise) return true;
   const auto n = static_cast<std::size_t>(std::max(shape.world, 1));
   return n * (n + static_cast<std::size_t>(std::max(shape.pieces, 1))) <= kReplaySteps;
+}
+
+bool has_closed_form(Collective c, Algorithm a) {
+  const bool covered = c == Collective::AllReduce || c == Collective::AllGather ||
+                       c == Collective::ReduceScatter || c == Collective::Broadcast ||
+                       c == Collective::Reduce;
+  return covered && (a == Algorithm::Ring || a == Algorithm::TwoLevel);
 }
 
 double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,

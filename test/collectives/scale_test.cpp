@@ -143,6 +143,13 @@ TEST_CASE("Auto at scale: 4,096 ranks on 512 hosts of 8 pick without replaying t
   CHECK_FALSE(replays_quickly(Algorithm::Ring, Shape{0, 4096, 2, 0, 1, hosts}));
   CHECK(replays_quickly(Algorithm::Ring, Shape{0, 64, 2, 0, 1, nullptr}));
   CHECK(replays_quickly(Algorithm::RecursiveDoubling, Shape{0, 4096, 2, 0, 1, hosts}));
+  // all_to_all: n^2 messages either way, no closed form: Auto keeps
+  // pairwise without pricing (here, or it would replay 16 million).
+  CHECK_FALSE(replays_quickly(Algorithm::Pairwise, Shape{0, 4096, 2, 0, 1, hosts}));
+  CHECK_FALSE(has_closed_form(Collective::AllToAll, Algorithm::TwoLevel));
+  CHECK(has_closed_form(Collective::Broadcast, Algorithm::TwoLevel));
+  CHECK(auto_algorithm(Collective::AllToAll, 4096, 2, 4, 1 << 18, m, hosts) ==
+        Algorithm::Pairwise);
   // Small: a doubling; large: what moves each byte once per link (the
   // ring, or two_level across the hosts).
   const auto small = auto_algorithm(Collective::AllReduce, 4096, 2, 4, 1 << 18, m, hosts);

@@ -86,8 +86,9 @@ struct CostModel {
   // Between hosts (a shape with hosts: hosts.hpp), a message crosses the
   // sending host's link and the receiving host's, each shared by every
   // rank of its host and carrying one message at a time: latency
-  // host_alpha, host_beta seconds per byte (the runtime's default: 10
-  // Gbit/s, 30 us; COLLIE_HOST_LINK). Within a host the terms above hold.
+  // host_alpha, host_beta seconds per byte (the runtime's: measured at
+  // init, or COLLIE_HOST_LINK; 10 Gbit/s and 30 us where neither says).
+  // Within a host the terms above hold.
   double host_alpha = 30e-6;
   double host_beta = 8 / 10e9;
   // A link shaped by a token bucket (tc's tbf, a cloud's burst allowance)
@@ -95,8 +96,10 @@ struct CostModel {
   // the bucket fills again at the rate. The replay starts each call with
   // it full, and the call takes at least the bytes its busiest host link
   // carries at the rate (back to back, calls find the bucket as full as
-  // the rate filled it). 0: a link without one. The runtime measures it
-  // with the rate (runtime/src/link_probe.hpp).
+  // the rate filled it). 0: a link without one. The closed forms (Auto at
+  // scale) leave it out. The runtime leaves it 0 (docs/algorithms.md, "A
+  // link with a token bucket", says why); `collie explain
+  // --host-burst-kib` sets it.
   double host_burst_bytes = 0;
   // Crowded, a message between hosts is more of the cores' work than one
   // within a host: CPU seconds it adds to the rank that sends it and to the
@@ -168,7 +171,11 @@ std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
 // first choice costs O(n log n) at most; `collie explain` always replays.
 // Where both run the two agree (tested: test/collectives/cost_formula_test.cpp).
 inline constexpr std::size_t kReplaySteps = std::size_t{1} << 16;
+// (all_to_all's pairwise and two_level replays are n^2 too, without a
+// closed form: Auto does not price them there, and keeps pairwise.)
 bool replays_quickly(Algorithm a, const Shape& shape);
+// Whether formula_seconds() covers c's a.
+bool has_closed_form(Collective c, Algorithm a);
 // The model's time for a ring or two_level schedule without running it;
 // throws collie::Error for the algorithms it does not cover.
 double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
