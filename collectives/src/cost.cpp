@@ -453,11 +453,11 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
                                                : formula_seconds(c, a, shape, element_bytes, m);
     // A tie (the crowded bound can cost two algorithms alike) goes to the
     // earlier one, except that two_level, made for hosts, wins within 10%
-    // of the best. Numbered round robin, halving_doubling's first exchange
-    // stays within each host, so it moves the same bytes between hosts;
-    // crowded, its fewer messages cost it 9% less on the model (256 KiB on
-    // 4 emulated hosts of 2 ranks: 4.8 ms against 5.3), but measured it
-    // took 5.2-15 ms against two_level's 3.3 (docs/algorithms.md).
+    // of the best. halving_doubling halves within each host first, so it
+    // moves the same bytes between hosts; crowded, its fewer messages cost
+    // it 9% less on the model (256 KiB on 4 emulated hosts of 2 ranks: 4.8
+    // ms against 5.3), where the two measure level (3.30-3.46 ms each, 3
+    // interleaved rounds, either numbering; docs/algorithms.md).
     constexpr double kTwoLevelMargin = 1.1;
     const bool tie_goes_here =
         a == Algorithm::TwoLevel && t <= best_seconds * kTwoLevelMargin;

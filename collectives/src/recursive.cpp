@@ -1,6 +1,10 @@
 // Recursive doubling and halving-doubling schedules (recursive.hpp).
+#include <algorithm>
 #include <functional>
+#include <utility>
+#include <vector>
 
+#include <collie/collectives/hosts.hpp>
 #include <collie/collectives/recursive.hpp>
 
 namespace collie::collectives {
@@ -33,34 +37,77 @@ Range span(const Bounds& bound, int from, int to) {
   return Range{bound(from), bound(to) - bound(from)};
 }
 
+// The order a halving takes the bits of a virtual rank, first first (the
+// doubling takes them in reverse): the partner at distance masks[j] in
+// step j. After j steps virtual rank v holds the positions whose first j
+// bits, in that order, are v's: `held(v, j)`.
+struct BitOrder {
+  int p = 1;
+  std::vector<int> masks;
+  // Positions [first, first + count) of p.
+  std::pair<int, int> held(int v, std::size_t j) const {
+    int prefix = 0;
+    for (std::size_t i = 0; i < j; ++i) prefix = prefix * 2 + ((v & masks[i]) != 0 ? 1 : 0);
+    const int count = p >> j;
+    return {prefix * count, count};
+  }
+};
+
+// From the largest distance down: v ends with position v.
+BitOrder descending(const Fold& f) {
+  BitOrder o{f.p, {}};
+  for (int mask = f.p / 2; mask >= 1; mask /= 2) o.masks.push_back(mask);
+  return o;
+}
+
+// The bits whose partners share a host first, where the halving's
+// exchanges are largest (then by distance, largest first): numbered by
+// host, 8 ranks on 4 hosts halve within the host and send (H - 1) / H of
+// the buffer over each host's link, as two_level does, where the largest
+// distance first sends it all. Without hosts, or numbered round robin,
+// this is `descending`.
+BitOrder host_first(const Fold& f, const Shape& shape) {
+  BitOrder o = descending(f);
+  if (!shape.hosts) return o;
+  auto same_host = [&](int mask) {
+    int n = 0;
+    for (int v = 0; v < f.p; ++v)
+      n += shape.hosts->host_of(f.real(v)) == shape.hosts->host_of(f.real(v ^ mask)) ? 1 : 0;
+    return n;
+  };
+  std::stable_sort(o.masks.begin(), o.masks.end(),
+                   [&](int a, int b) { return same_host(a) > same_host(b); });
+  return o;
+}
+
 // Recursive halving among the p virtual ranks: v ends with the reduction of
-// its own part, [bound(v), bound(v + 1)).
-void halving_steps(Schedule& s, const Fold& f, int v, const Bounds& bound) {
-  int lo = 0;
-  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
-    const int peer = f.real(v ^ mask);
+// the positions held(v, log2 p), [bound(pos), bound(pos + 1)).
+void halving_steps(Schedule& s, const Fold& f, const BitOrder& o, int v, const Bounds& bound) {
+  auto range = [&](int w, std::size_t j) {
+    const auto [first, count] = o.held(w, j);
+    return span(bound, first, first + count);
+  };
+  for (std::size_t j = 0; j < o.masks.size(); ++j) {
+    const int other = v ^ o.masks[j];
     Step st;
-    if (v < lo + mask) {
-      add_send(st, peer, span(bound, lo + mask, lo + 2 * mask));
-      add_recv(st, peer, span(bound, lo, lo + mask), Combine::Reduce);
-    } else {
-      add_send(st, peer, span(bound, lo, lo + mask));
-      add_recv(st, peer, span(bound, lo + mask, lo + 2 * mask), Combine::Reduce);
-      lo += mask;
-    }
+    add_send(st, f.real(other), range(other, j + 1));
+    add_recv(st, f.real(other), range(v, j + 1), Combine::Reduce);
     push_step(s, std::move(st));
   }
 }
 
-// Recursive doubling among the p virtual ranks, v starting with its own part.
-void doubling_steps(Schedule& s, const Fold& f, int v, const Bounds& bound) {
-  for (int mask = 1; mask < f.p; mask *= 2) {
-    const int other = v ^ mask;
-    const int mine = v - v % mask;
-    const int theirs = other - other % mask;
+// Recursive doubling among the p virtual ranks, v starting with the
+// positions the halving left it.
+void doubling_steps(Schedule& s, const Fold& f, const BitOrder& o, int v, const Bounds& bound) {
+  auto range = [&](int w, std::size_t j) {
+    const auto [first, count] = o.held(w, j);
+    return span(bound, first, first + count);
+  };
+  for (std::size_t j = o.masks.size(); j-- > 0;) {
+    const int other = v ^ o.masks[j];
     Step st;
-    add_send(st, f.real(other), span(bound, mine, mine + mask));
-    add_recv(st, f.real(other), span(bound, theirs, theirs + mask), Combine::Copy);
+    add_send(st, f.real(other), range(v, j + 1));
+    add_recv(st, f.real(other), range(other, j + 1), Combine::Copy);
     push_step(s, std::move(st));
   }
 }
@@ -122,8 +169,9 @@ Schedule halving_doubling_all_reduce(const Shape& shape) {
   fold_in(s, f, shape.rank, all, Combine::Reduce);
   if (!f.extra(shape.rank)) {
     const int v = f.virtual_rank(shape.rank);
-    halving_steps(s, f, v, bound);
-    doubling_steps(s, f, v, bound);
+    const BitOrder order = host_first(f, shape);
+    halving_steps(s, f, order, v, bound);
+    doubling_steps(s, f, order, v, bound);
   }
   fold_out(s, f, shape.rank, all);
   return s;
@@ -140,7 +188,8 @@ Schedule recursive_halving_reduce_scatter(const Shape& shape) {
   };
   const Range mine{static_cast<std::size_t>(shape.rank) * shape.count, shape.count};
   fold_in(s, f, shape.rank, Range{0, s.buffer_count}, Combine::Reduce);
-  if (!f.extra(shape.rank)) halving_steps(s, f, f.virtual_rank(shape.rank), bound);
+  if (!f.extra(shape.rank))
+    halving_steps(s, f, descending(f), f.virtual_rank(shape.rank), bound);
   // The partner of a sitting-out rank reduced its block too: hand it over.
   if (shape.rank < 2 * f.rem) {
     Step st;
@@ -170,7 +219,8 @@ Schedule recursive_doubling_all_gather(const Shape& shape) {
                                 ? Range{mine.offset - shape.count, shape.count}
                                 : mine,
           Combine::Copy);
-  if (!f.extra(shape.rank)) doubling_steps(s, f, f.virtual_rank(shape.rank), bound);
+  if (!f.extra(shape.rank))
+    doubling_steps(s, f, descending(f), f.virtual_rank(shape.rank), bound);
   fold_out(s, f, shape.rank, Range{0, shape.count * n});
   return s;
 }

@@ -19,6 +19,9 @@
 //   reduce-scatter (exchange half of what is left, keep reducing the half
 //   you own) then a recursive-doubling all-gather: 2 log2 p rounds, each
 //   rank sending about 2 (p - 1) / p of the buffer. Good at every size.
+//   On several hosts the halving takes first the distances whose partners
+//   share a host (its largest exchanges), so each host's link carries what
+//   two_level's does where hosts hold a power of two of ranks each.
 // - recursive_halving_reduce_scatter, recursive_doubling_all_gather: the two
 //   halves alone, on blocks of `count` per rank.
 #pragma once
