@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <unordered_map>
 
@@ -426,6 +427,15 @@ std::size_t size_bucket(std::size_t bytes) {
   return b;
 }
 
+CostModel priced_as_called(Collective c, const CostModel& model) {
+  CostModel m = model;
+  if (c == Collective::Broadcast || c == Collective::Reduce) {
+    m.host_burst_bytes = std::numeric_limits<double>::infinity();
+    m.host_alpha = 0;
+  }
+  return m;
+}
+
 Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t element_bytes,
                          std::size_t segment_bytes, const CostModel& model,
                          std::shared_ptr<const Hosts> hosts) {
@@ -440,7 +450,7 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
   Algorithm best = candidates.front();  // (where none is priced)
   double best_seconds = 0;
   bool priced = false;
-  CostModel m = model;
+  CostModel m = priced_as_called(c, model);
   m.segment_bytes = segment_bytes;
   for (auto a : candidates) {
     if (a == Algorithm::TwoLevel && !two_levels) continue;

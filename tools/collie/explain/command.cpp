@@ -121,6 +121,7 @@ explain::Request resolve(const ExplainArgs& a) {
   r.model.host_alpha = a.host_latency_us * 1e-6;
   if (!(a.host_burst_kib >= 0)) throw Error("explain: --host-burst-kib must not be negative");
   r.model.host_burst_bytes = a.host_burst_kib * 1024;
+  r.model = cs::priced_as_called(r.collective, r.model);  // as Auto prices it
   // Default count: one element per rank's chunk of a buffer collective, one
   // per block of a blocked one.
   std::size_t count = a.count;
