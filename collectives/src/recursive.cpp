@@ -1,7 +1,6 @@
 // Recursive doubling and halving-doubling schedules (recursive.hpp).
 #include <algorithm>
 #include <functional>
-#include <utility>
 #include <vector>
 
 #include <collie/collectives/hosts.hpp>
@@ -31,7 +30,7 @@ struct Fold {
   int first(int v) const { return v < rem ? 2 * v : v + rem; }
 };
 
-using Bounds = std::function<std::size_t(int)>;  // virtual rank -> first element
+using Bounds = std::function<std::size_t(int)>;  // position -> its first element
 
 Range span(const Bounds& bound, int from, int to) {
   return Range{bound(from), bound(to) - bound(from)};
@@ -39,17 +38,16 @@ Range span(const Bounds& bound, int from, int to) {
 
 // The order a halving takes the bits of a virtual rank, first first (the
 // doubling takes them in reverse): the partner at distance masks[j] in
-// step j. After j steps virtual rank v holds the positions whose first j
-// bits, in that order, are v's: `held(v, j)`.
+// step j. After j steps virtual rank v holds the p >> j positions whose
+// first j bits, in that order, are v's: elements `held(bound, v, j)`.
 struct BitOrder {
   int p = 1;
   std::vector<int> masks;
-  // Positions [first, first + count) of p.
-  std::pair<int, int> held(int v, std::size_t j) const {
+  Range held(const Bounds& bound, int v, std::size_t j) const {
     int prefix = 0;
     for (std::size_t i = 0; i < j; ++i) prefix = prefix * 2 + ((v & masks[i]) != 0 ? 1 : 0);
     const int count = p >> j;
-    return {prefix * count, count};
+    return span(bound, prefix * count, (prefix + 1) * count);
   }
 };
 
@@ -69,29 +67,26 @@ BitOrder descending(const Fold& f) {
 BitOrder host_first(const Fold& f, const Shape& shape) {
   BitOrder o = descending(f);
   if (!shape.hosts) return o;
-  auto same_host = [&](int mask) {
-    int n = 0;
+  // By mask: how many virtual ranks' partners share their host.
+  std::vector<int> same_host(static_cast<std::size_t>(f.p), 0);
+  for (int mask : o.masks)
     for (int v = 0; v < f.p; ++v)
-      n += shape.hosts->host_of(f.real(v)) == shape.hosts->host_of(f.real(v ^ mask)) ? 1 : 0;
-    return n;
-  };
-  std::stable_sort(o.masks.begin(), o.masks.end(),
-                   [&](int a, int b) { return same_host(a) > same_host(b); });
+      same_host[static_cast<std::size_t>(mask)] +=
+          shape.hosts->host_of(f.real(v)) == shape.hosts->host_of(f.real(v ^ mask)) ? 1 : 0;
+  std::stable_sort(o.masks.begin(), o.masks.end(), [&](int a, int b) {
+    return same_host[static_cast<std::size_t>(a)] > same_host[static_cast<std::size_t>(b)];
+  });
   return o;
 }
 
 // Recursive halving among the p virtual ranks: v ends with the reduction of
-// the positions held(v, log2 p), [bound(pos), bound(pos + 1)).
+// the position its bits name in the order's order (v's own, descending).
 void halving_steps(Schedule& s, const Fold& f, const BitOrder& o, int v, const Bounds& bound) {
-  auto range = [&](int w, std::size_t j) {
-    const auto [first, count] = o.held(w, j);
-    return span(bound, first, first + count);
-  };
   for (std::size_t j = 0; j < o.masks.size(); ++j) {
     const int other = v ^ o.masks[j];
     Step st;
-    add_send(st, f.real(other), range(other, j + 1));
-    add_recv(st, f.real(other), range(v, j + 1), Combine::Reduce);
+    add_send(st, f.real(other), o.held(bound, other, j + 1));
+    add_recv(st, f.real(other), o.held(bound, v, j + 1), Combine::Reduce);
     push_step(s, std::move(st));
   }
 }
@@ -99,15 +94,11 @@ void halving_steps(Schedule& s, const Fold& f, const BitOrder& o, int v, const B
 // Recursive doubling among the p virtual ranks, v starting with the
 // positions the halving left it.
 void doubling_steps(Schedule& s, const Fold& f, const BitOrder& o, int v, const Bounds& bound) {
-  auto range = [&](int w, std::size_t j) {
-    const auto [first, count] = o.held(w, j);
-    return span(bound, first, first + count);
-  };
   for (std::size_t j = o.masks.size(); j-- > 0;) {
     const int other = v ^ o.masks[j];
     Step st;
-    add_send(st, f.real(other), range(v, j + 1));
-    add_recv(st, f.real(other), range(other, j + 1), Combine::Copy);
+    add_send(st, f.real(other), o.held(bound, v, j + 1));
+    add_recv(st, f.real(other), o.held(bound, other, j + 1), Combine::Copy);
     push_step(s, std::move(st));
   }
 }

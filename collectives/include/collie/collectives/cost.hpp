@@ -204,8 +204,9 @@ CostModel priced_as_called(Collective c, const CostModel& model);
 
 // What Auto runs: of algorithms_for(c), the one estimate() says is fastest
 // for a buffer of size_bucket(count * element_bytes) bytes on `world`
-// ranks, on `hosts` if known, with priced_as_called(c, model); ties go to the classic (first) one. two_level
-// is a candidate only on several hosts with more than one rank on one.
+// ranks, on `hosts` if known, with priced_as_called(c, model); ties go to
+// the classic (first) one. two_level is a candidate only on several hosts
+// with more than one rank on one.
 Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t element_bytes,
                          std::size_t segment_bytes, const CostModel& model,
                          std::shared_ptr<const Hosts> hosts = nullptr);
