@@ -162,7 +162,7 @@ class ShmBoard final : public Board {
       if (now >= next_look) {
         next_look = now + kLivenessEvery;
         look();
-        check_members();
+        check_members(want);
       }
       if (const int signal = waits_interrupted(); signal != 0 || now >= deadline)
         throw_failure(ErrorKind::Timeout,
@@ -184,10 +184,14 @@ class ShmBoard final : public Board {
   }
 
   // Throws ConnectionError for the first missing member whose process
-  // ended or who closed its transport.
-  void check_members() {
+  // ended or who closed its transport. A member writes its entry before it
+  // can end, so the entries are read again once the departures are: one
+  // that wrote its entry and left since this rank last looked (the last
+  // rank through a barrier, which then exits) is not missing.
+  void check_members(std::uint64_t want) {
     std::lock_guard lock(m_.mu);
     m_.check_liveness();
+    if (arrived(want)) return;
     for (std::size_t i = next_; i < members_.size(); ++i) {
       if (i == me_) continue;
       const auto& p = m_.peer(members_[i]);
