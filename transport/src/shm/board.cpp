@@ -5,6 +5,9 @@
 // member rings after it wrote its entry when somebody sleeps there.
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
 #include <sched.h>
 
 #include <fmt/format.h>
@@ -183,24 +186,32 @@ class ShmBoard final : public Board {
     return false;
   }
 
-  // Throws ConnectionError for the first missing member whose process
-  // ended or who closed its transport. A member writes its entry before it
-  // can end, so the entries are read again once the departures are: one
-  // that wrote its entry and left since this rank last looked (the last
-  // rank through a barrier, which then exits) is not missing.
+  // Throws ConnectionError naming every missing member whose process ended
+  // or who closed its transport (the first one's kind of failure): where one
+  // left because another was gone, both are named. A member writes its
+  // entry before it can end, so the entries are read again once the
+  // departures are: one that wrote its entry and left since this rank last
+  // looked (the last rank through a barrier, which then exits) is not
+  // missing.
   void check_members(std::uint64_t want) {
     std::lock_guard lock(m_.mu);
     m_.check_liveness();
     if (arrived(want)) return;
+    std::vector<std::string> gone;
+    std::optional<ErrorKind> kind;
     for (std::size_t i = next_; i < members_.size(); ++i) {
-      if (i == me_) continue;
+      if (i == me_ || entries_[i][parity_]->ticket.load(std::memory_order_acquire) == want)
+        continue;
       const auto& p = m_.peer(members_[i]);
-      if (p.state == PeerState::Failed || p.state == PeerState::Departed)
-        throw_failure(p.failure_kind,
-                      fmt::format("rank {}: a small call on its group's board: {}",
-                                  m_.options.rank, p.failure),
-                      false);
+      if (p.state != PeerState::Failed && p.state != PeerState::Departed) continue;
+      if (!kind) kind = p.failure_kind;
+      gone.push_back(p.failure);
     }
+    if (kind)
+      throw_failure(*kind,
+                    fmt::format("rank {}: a small call on its group's board: {}", m_.options.rank,
+                                fmt::join(gone, "; ")),
+                    false);
   }
 
   // "no entry yet from rank 2 (shared memory), rank 3 (shared memory)".
