@@ -86,15 +86,16 @@ std::string model_words(const Request& r) {
       "reduced, delta {} per message posted",
       r.shared_memory ? "shared memory: " : "", time_label(m.alpha), 1e-9 / m.beta, 1e-9 / m.gamma,
       time_label(m.delta));
-  if (r.hosts && r.hosts->hosts() > 1)
+  if (r.hosts && r.hosts->hosts() > 1) {
     words += fmt::format(",\n  between hosts: {} and {:.3g} Gbit/s per host's link",
                          time_label(m.host_alpha), 8e-9 / m.host_beta);
-  if (r.hosts && r.hosts->hosts() > 1 && std::isinf(m.host_burst_bytes))
-    words += " (calls one after another\n  overlap: each host's link takes its bytes at the rate, "
-             "not its hops' latencies\n  in turn)";
-  else if (r.hosts && r.hosts->hosts() > 1 && m.host_burst_bytes > 0)
-    words += fmt::format(", a bucket of {} on each",
-                         bytes_label(static_cast<std::size_t>(m.host_burst_bytes)));
+    if (std::isinf(m.host_burst_bytes))  // priced_as_called(): broadcast, reduce
+      words += " (calls one after another\n  overlap: each host's link takes its bytes at the "
+               "rate, not its hops' latencies\n  in turn)";
+    else if (m.host_burst_bytes > 0)
+      words += fmt::format(", a bucket of {} on each",
+                           bytes_label(static_cast<std::size_t>(m.host_burst_bytes)));
+  }
   if (m.crowding > 1)
     words += fmt::format(",\n  {:.3g} ranks per core (the crowded-host bound)", m.crowding);
   if (m.crowding > 1 && r.hosts && r.hosts->hosts() > 1)

@@ -100,10 +100,15 @@ class ShmBoard final : public Board {
  private:
   // Whether every member's entry holds `want`; members found so are not
   // read again (next_).
+  // Whether member i's entry for this exchange is in.
+  bool entered(std::size_t i, std::uint64_t want) const {
+    return entries_[i][parity_]->ticket.load(std::memory_order_acquire) == want;
+  }
+
   bool arrived(std::uint64_t want) {
     for (; next_ < members_.size(); ++next_) {
       if (next_ == me_) continue;
-      if (entries_[next_][parity_]->ticket.load(std::memory_order_acquire) != want) return false;
+      if (!entered(next_, want)) return false;
     }
     return true;
   }
@@ -200,8 +205,7 @@ class ShmBoard final : public Board {
     std::vector<std::string> gone;
     std::optional<ErrorKind> kind;
     for (std::size_t i = next_; i < members_.size(); ++i) {
-      if (i == me_ || entries_[i][parity_]->ticket.load(std::memory_order_acquire) == want)
-        continue;
+      if (i == me_ || entered(i, want)) continue;
       const auto& p = m_.peer(members_[i]);
       if (p.state != PeerState::Failed && p.state != PeerState::Departed) continue;
       if (!kind) kind = p.failure_kind;
@@ -219,7 +223,7 @@ class ShmBoard final : public Board {
     std::vector<std::string> who;
     for (std::size_t i = 0; i < members_.size(); ++i) {
       if (i == me_) continue;
-      if (entries_[i][parity_]->ticket.load(std::memory_order_acquire) != want)
+      if (!entered(i, want))
         who.push_back(m_.describe_peer(members_[i]));
     }
     return fmt::format("no entry yet from {}", fmt::join(who, ", "));
