@@ -161,8 +161,22 @@ Region& BufferLayout::add(Region r) {
   return regions_[regions_used_++] = r;
 }
 
+void BufferLayout::fill_unwritten(std::span<const Range> unwritten, const Region& r) {
+  const std::size_t es = dtype_size(call_.dtype);
+  const Range whole{r.offset, r.count};
+  for (const Range& u : unwritten) {
+    if (u.offset >= r.offset + r.count) break;
+    if (!overlap(u, whole)) continue;
+    const std::size_t begin = std::max(u.offset, r.offset);
+    const std::size_t end = std::min(u.offset + u.count, r.offset + r.count);
+    std::memcpy(r.data + (begin - r.offset) * es, r.initial + (begin - r.offset) * es,
+                (end - begin) * es);
+  }
+}
+
 void BufferLayout::map_pieces(std::span<const InputPiece> pieces, Range input,
-                              const std::byte* in, std::byte* out) {
+                              const std::byte* in, std::byte* out,
+                              const std::vector<Range>* unwritten) {
   using Kind = InputPiece::Kind;
   const std::size_t es = dtype_size(call_.dtype);
   std::size_t copied = 0;
@@ -175,17 +189,22 @@ void BufferLayout::map_pieces(std::span<const InputPiece> pieces, Range input,
     const std::byte* from = in + (p.range.offset - input.offset) * es;
     const std::size_t bytes = p.range.count * es;
     std::byte* at = const_cast<std::byte*>(from);  // (Caller: only read)
+    const std::byte* initial = nullptr;
+    if (p.kind != Kind::Caller) {
+      at = p.kind == Kind::Scratch ? copy : out;
+      if (unwritten != nullptr)
+        initial = from;  // filled by the ops that meet it, but for what none writes
+      else
+        std::memcpy(at, from, bytes);
+    }
     if (p.kind == Kind::Scratch) {
-      std::memcpy(copy, from, bytes);
-      at = copy;
       copy += bytes;
     } else if (p.kind == Kind::Output) {
-      std::memcpy(out, from, bytes);
-      at = out;
       result_ = out;
       result_device_ = -1;
     }
-    regions.push_back({p.range.offset, p.range.count, at, -1});
+    regions.push_back({p.range.offset, p.range.count, at, -1, initial});
+    if (initial != nullptr) fill_unwritten(*unwritten, regions.back());
   }
   pieces_ = regions;
 }
@@ -235,9 +254,19 @@ BufferLayout::BufferLayout(const Call& call, const Plan& plan_made,
     return copy;
   };
 
+  // Out of place on host memory, the ops that meet a working range's
+  // initial contents read them in the input (executor/flow_graph.hpp):
+  // no copy before the first step, but of what no op writes.
+  const bool lazy = plan_made.flow.initial_exact && in_dev < 0 && out_dev < 0 &&
+                    !(avg && call.dtype == DataType::Float16);
   if (layout.input == layout.output) {
     const Range all = layout.output;
-    if (ext.output) {
+    if (ext.output && lazy && in != out && !overlapping(in, all.count * es, out, all.count * es)) {
+      auto& r = add({all.offset, all.count, out, -1, in});
+      fill_unwritten(plan_made.flow.unwritten, r);
+      result_ = out;
+      result_device_ = -1;
+    } else if (ext.output) {
       // An out-of-place call starts from its input in its output; one
       // staged whole gets it straight into its block (one copy fewer).
       const bool whole = out_dev >= 0 && plan.output == device::Staging::Whole;
@@ -258,7 +287,8 @@ BufferLayout::BufferLayout(const Call& call, const Plan& plan_made,
   } else if (inside(layout.output, layout.input) && !plan_made.input_pieces.empty() &&
              in_dev < 0 && out_dev < 0 && !(avg && call.dtype == DataType::Float16) &&
              !overlapping(in, layout.input.count * es, out, layout.output.count * es)) {
-    map_pieces(plan_made.input_pieces, layout.input, in, out);
+    map_pieces(plan_made.input_pieces, layout.input, in, out,
+               lazy ? &plan_made.flow.unwritten : nullptr);
   } else if (inside(layout.output, layout.input)) {
     std::byte* copy = working_copy();
     add({layout.input.offset, layout.input.count, copy, -1});

@@ -6,7 +6,8 @@
 // those ranges are mapped to memory, by the shape of the layout alone:
 //
 //   the input and the output are one range (all_reduce, broadcast, reduce):
-//     the caller's output, the input copied there first if out of place; a
+//     the caller's output, the input copied there first if out of place
+//     (but see "Nothing copied first" below); a
 //     rank without an output (a reduce off the root) reads its input in
 //     place, or a working copy when a partial result passes through it (or
 //     a float16 average's share must come off first);
@@ -29,6 +30,17 @@
 //     buffer past the layout (two_level all_to_all's gathered blocks) is
 //     scratch memory;
 //   neither (a barrier): one scratch element.
+//
+// Nothing copied first: out of place on host memory, where every op's
+// range is wholly written before it or wholly not (the plan's graph:
+// executor/flow_graph.hpp, initial_exact), the output and the working
+// pieces are not filled before the first step. Their regions say where the
+// initial contents are (Region::initial, the caller's input); the ops that
+// meet them read them there, a receive that reduces writing input plus
+// message (so the first sends leave at once, and the copy is made piece by
+// piece as data arrives, in cache), and only the ranges no op writes are
+// copied here. Not for a float16 average (its share comes off the input
+// first) nor device memory.
 //
 // After the schedule, finish() completes averages and copies out what is
 // owed.
@@ -101,8 +113,13 @@ class BufferLayout {
   std::byte* scratch(std::size_t bytes, bool zeroed = true);
   Region& add(Region r);
   // Maps the input in `pieces` (reduce_scatter's, host memory only).
+  // Its working pieces are filled by the ops that meet them where
+  // `unwritten` is given (what no op writes: copied here), else copied now.
   void map_pieces(std::span<const InputPiece> pieces, collectives::Range input,
-                  const std::byte* in, std::byte* out);
+                  const std::byte* in, std::byte* out,
+                  const std::vector<collectives::Range>* unwritten);
+  // Copies the parts of `r` in `unwritten` from its initial contents.
+  void fill_unwritten(std::span<const collectives::Range> unwritten, const Region& r);
   // The thread's kept scratch buffer `i` (of kMaxScratch): memory as the
   // allocator gave it (never zeroed unless asked: a working copy is
   // written whole at once).

@@ -19,12 +19,15 @@ namespace collie {
 // of any length (an element may be cut between two pieces) and at any
 // address (the kernels want elements aligned: a misaligned piece goes
 // through an aligned bounce buffer; the TCP transport keeps pieces aligned
-// where it can). `target` holds the elements to combine with, aligned.
+// where it can). `target` holds the elements to combine with, aligned; or,
+// where `source` is given, `source` holds them and the sums go to `target`
+// (each piece copied there just before it is reduced, while in cache).
 struct StreamReducer {
   DataType dtype;
   ReduceOp op;
   std::size_t esize;
   std::byte* target;
+  const std::byte* source = nullptr;
   std::size_t done = 0;                          // bytes reduced
   alignas(16) std::array<std::byte, 16> part{};  // the start of an element cut between pieces
 
@@ -37,10 +40,12 @@ struct StreamReducer {
       p += k;
       n -= k;
       if (held + k < esize) return;
+      take(done, esize);
       reduce(dtype, op, target + done, part.data(), 1);
       done += esize;
     }
     const std::size_t whole = n / esize * esize;
+    take(done, whole);
     if (reinterpret_cast<std::uintptr_t>(p) % esize == 0) {
       reduce(dtype, op, target + done, p, whole / esize);
     } else {
@@ -54,6 +59,12 @@ struct StreamReducer {
     }
     done += whole;
     if (n > whole) std::memcpy(part.data(), p + whole, n - whole);
+  }
+
+ private:
+  // The initial contents of target's bytes [at, at + bytes), from source.
+  void take(std::size_t at, std::size_t bytes) {
+    if (source != nullptr && bytes > 0) std::memcpy(target + at, source + at, bytes);
   }
 };
 

@@ -153,6 +153,45 @@ void check_orders_every_conflict(const Schedule& s, std::size_t first, const Gra
   }
 }
 
+// Which ops meet the initial contents, against a reference that counts,
+// element by element, the writes of the ops before each: an op whose read
+// range (a send's, a copy's source, a reducing receive's target) none of
+// them wrote meets them; one that some but not all of them wrote makes the
+// graph inexact; what no op writes is listed.
+void check_initial(const Schedule& s, const Graph& g, const std::string& what) {
+  INFO(what);
+  std::vector<bool> written(s.buffer_count, false);
+  bool exact = true;
+  for (std::uint32_t i = 0; i < g.ops.size(); ++i) {
+    const auto& op = g.ops[i];
+    Range read{0, 0};
+    if (op.kind == Op::Send) read = op.range;
+    if (op.kind == Op::Copy) read = op.from;
+    if (op.kind == Op::Recv && op.reduce) read = op.range;
+    std::size_t before = 0;
+    for (std::size_t e = read.offset; e < read.offset + read.count; ++e)
+      before += written[e] ? 1 : 0;
+    if (before > 0 && before < read.count) exact = false;
+    const bool meets = read.count > 0 && before == 0;
+    if (op.initial != meets)
+      FAIL(fmt::format("op {} (kind {}, step {}): initial {}, the reference says {}", i,
+                       static_cast<int>(op.kind), op.step, op.initial, meets));
+    if (op.kind != Op::Send)
+      for (std::size_t e = op.range.offset; e < op.range.offset + op.range.count; ++e)
+        written[e] = true;
+  }
+  REQUIRE(g.initial_exact == exact);
+  std::vector<Range> unwritten;
+  for (std::size_t e = 0; e < s.buffer_count; ++e) {
+    if (written[e]) continue;
+    if (!unwritten.empty() && unwritten.back().offset + unwritten.back().count == e)
+      ++unwritten.back().count;
+    else
+      unwritten.push_back({e, 1});
+  }
+  REQUIRE(g.unwritten == unwritten);
+}
+
 }  // namespace
 
 TEST_CASE("flow graph: a two-rank ring, edge by edge", "[flow][pure]") {
@@ -187,7 +226,38 @@ TEST_CASE("flow graph: a two-rank ring, edge by edge", "[flow][pure]") {
     CHECK(g.ready == std::vector<std::uint32_t>{0, 1});
     CHECK(g.steps.size() == 2);
     CHECK(g.snapshot_count == 0);
+    // Out of place, the first send reads element 0 and the first receive
+    // reduces into element 1 as the input holds them; the second send
+    // forwards the sum, and the last receive overwrites.
+    CHECK(g.ops[0].initial);
+    CHECK(g.ops[1].initial);
+    CHECK_FALSE(g.ops[2].initial);
+    CHECK_FALSE(g.ops[3].initial);
+    CHECK(g.initial_exact);
+    CHECK(g.unwritten.empty());
   }
+}
+
+TEST_CASE("flow graph: a read of a range written in part is inexact, and what no op writes is "
+          "listed",
+          "[flow][pure]") {
+  Schedule s;
+  s.buffer_count = 6;
+  Step first, second;
+  collie::collectives::add_recv(first, 1, {0, 2}, Combine::Copy);
+  collie::collectives::add_send(second, 1, {1, 2});  // element 1 written, element 2 not
+  s.steps = {first, second};
+  Graph g;
+  collie::flow::build(s, 0, 2, 8, 2, g);
+  CHECK_FALSE(g.initial_exact);
+  CHECK(g.unwritten == std::vector<Range>{{2, 4}});
+  check_initial(s, g, "by hand");
+  // Cut into segments of one element, each read is wholly one or the other.
+  collie::flow::build(s, 0, 2, 1, 2, g);
+  CHECK(g.initial_exact);
+  CHECK_FALSE(g.ops[2].initial);
+  CHECK(g.ops[3].initial);
+  check_initial(s, g, "by hand, one-element segments");
 }
 
 TEST_CASE("flow graph: a snapshot step's receives wait for its sends to be posted", "[flow][pure]") {
@@ -240,6 +310,8 @@ TEST_CASE("flow graph: every algorithm's schedules, both strategies, order every
                                               rank, count, pieces, segment);
                 check_orders_every_conflict(s, 0, pairwise, what + " pairwise");
                 check_orders_every_conflict(s, 0, cells, what + " cells");
+                check_initial(s, pairwise, what + " pairwise");
+                check_initial(s, cells, what + " cells");
                 // Auto is pairwise for a few ops, cells for many.
                 const auto& expected =
                     pairwise.ops.size() <= collie::flow::kPairwiseOps ? pairwise : cells;

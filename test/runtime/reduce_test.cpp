@@ -220,7 +220,8 @@ TEST_CASE("reduce kernels: empty ranges, names, and averages", "[reduce][pure]")
   CHECK(d == std::vector<double>{1.0, -0.5});
 }
 
-TEST_CASE("stream reducer: pieces of any length and alignment, elements cut between them",
+TEST_CASE("stream reducer: pieces of any length and alignment, elements cut between them, "
+          "in place or from a source apart",
           "[reduce][pure]") {
   // The executor's consumer for a receive that reduces: the transport hands
   // it the message in pieces wherever they arrive. Whatever the cut, the
@@ -274,8 +275,13 @@ TEST_CASE("stream reducer: pieces of any length and alignment, elements cut betw
       auto want = acc;
       collie::reduce(type, ReduceOp::Sum, want.data(), in.data(), count);
       for (int trial = 0; trial < 20; ++trial) {
+        // Odd trials take the elements to combine with from a source apart
+        // from the target (an out-of-place call's input), the target
+        // holding anything before.
+        const bool apart = trial % 2 == 1;
         auto got = acc;
-        collie::StreamReducer r{type, ReduceOp::Sum, es, got.data()};
+        if (apart) std::fill(got.begin(), got.end(), std::byte{0x5a});
+        collie::StreamReducer r{type, ReduceOp::Sum, es, got.data(), apart ? acc.data() : nullptr};
         std::vector<std::byte> landing(4096 + 64);
         for (std::size_t at = 0; at < in.size();) {
           const std::size_t n =

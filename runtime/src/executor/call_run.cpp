@@ -74,6 +74,12 @@ std::byte* CallRun::at(const collectives::Range& r) const {
   return region.data + (r.offset - region.offset) * esize;
 }
 
+const std::byte* CallRun::initial_at(const collectives::Range& r) const {
+  const auto& region = region_of(r);
+  const std::byte* base = region.initial != nullptr ? region.initial : region.data;
+  return base + (r.offset - region.offset) * esize;
+}
+
 int CallRun::device_of(const collectives::Range& r) const {
   return r.count == 0 ? -1 : region_of(r).device;
 }

@@ -54,6 +54,8 @@ class CallRun {
   // Where range `r` of the working buffer is, and on which device (-1: host).
   std::byte* at(const collectives::Range& r) const;
   int device_of(const collectives::Range& r) const;
+  // Where range `r`'s initial contents are (Region::initial).
+  const std::byte* initial_at(const collectives::Range& r) const;
   // The world rank of group rank `group_rank`.
   int peer(int group_rank) const { return g.members[static_cast<std::size_t>(group_rank)]; }
   std::chrono::milliseconds remaining() const;

@@ -51,6 +51,10 @@ struct Region {
   std::size_t count = 0;
   std::byte* data = nullptr;
   int device = -1;  // the CUDA device it is on; -1: host memory
+  // Where its initial contents are when they were not copied into `data`
+  // (flow_graph.hpp: the ops that meet them read them here); null: in
+  // `data`.
+  const std::byte* initial = nullptr;
 };
 
 // Runs `plan`'s schedule (this rank's, for `call`) on the working buffer that

@@ -10,6 +10,37 @@ namespace collie::flow {
 using collectives::Combine;
 using collectives::Range;
 
+namespace {
+
+// How much of `r` the merged ranges `written` cover: none, part or all.
+enum class Cover { None, Part, All };
+
+Cover covered(const std::map<std::size_t, std::size_t>& written, const Range& r) {
+  if (r.count == 0) return Cover::All;
+  const std::size_t end = r.offset + r.count;
+  auto it = written.upper_bound(r.offset);
+  if (it != written.begin()) {
+    const auto before = std::prev(it);
+    if (before->second > r.offset) return before->second >= end ? Cover::All : Cover::Part;
+  }
+  return it != written.end() && it->first < end ? Cover::Part : Cover::None;
+}
+
+void mark_written(std::map<std::size_t, std::size_t>& written, const Range& r) {
+  if (r.count == 0) return;
+  std::size_t begin = r.offset, end = r.offset + r.count;
+  auto it = written.upper_bound(begin);
+  if (it != written.begin() && std::prev(it)->second >= begin) --it;
+  while (it != written.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = written.erase(it);
+  }
+  written.emplace(begin, end);
+}
+
+}  // namespace
+
 void build(const collectives::Schedule& schedule, std::size_t first, std::size_t last,
            std::size_t segment, std::size_t world, Graph& graph, Strategy strategy) {
   auto& ops = graph.ops;
@@ -35,6 +66,16 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
   }
   graph.snapshot_count = snapshot_count;
   ops.reserve(op_count);
+  // What earlier ops wrote (the initial contents, flow_graph.hpp).
+  auto& written = graph.written;
+  written.clear();
+  graph.initial_exact = true;
+  // Whether `r` is untouched by the writes so far (part of it: not exact).
+  auto initial = [&](const Range& r) {
+    const auto c = covered(written, r);
+    if (c == Cover::Part) graph.initial_exact = false;
+    return c == Cover::None;
+  };
 
   auto& pairs = graph.pairs;  // (before, after)
   auto& seen = graph.seen;    // seen[d] == op: d is already a dependency of op
@@ -115,6 +156,8 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
       op.step = static_cast<std::uint32_t>(s);
       op.range = c.to;
       op.from = c.from;
+      op.initial = initial(c.from);
+      mark_written(written, c.to);
       const auto self = add(op);
       touch(self, c.from, false, true, UINT32_MAX);
       touch(self, c.to, true, false, UINT32_MAX);
@@ -136,6 +179,7 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
       for (std::size_t done = 0; done < t.range.count; done += segment) {
         const auto self = cut(Op::Send, t, done);
         const auto range = ops[self].range;
+        ops[self].initial = initial(range);
         touch(self, range, false, true, UINT32_MAX);
         if (fs.snapshot) {
           ops[self].snap_at = snap_used;
@@ -152,9 +196,11 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
       for (std::size_t done = 0; done < t.range.count; done += segment) {
         const auto self = cut(Op::Recv, t, done);
         const auto range = ops[self].range;
+        if (ops[self].reduce) ops[self].initial = initial(range);
         // A snapshot step's own sends read the snapshot, not the buffer:
         // its receives wait for them to be posted instead (above).
         touch(self, range, true, false, fs.snapshot ? first_send : UINT32_MAX);
+        mark_written(written, range);
         if (fs.snapshot && fs.unposted_sends > 0) ++ops[self].blockers;
         in_line(last_recv, t.peer, self);
       }
@@ -163,6 +209,14 @@ void build(const collectives::Schedule& schedule, std::size_t first, std::size_t
     fs.undone = fs.end - step_first;
     graph.steps.push_back(fs);
   }
+  graph.unwritten.clear();
+  std::size_t at = 0;
+  for (const auto& [begin, end] : written) {
+    if (begin >= schedule.buffer_count) break;
+    if (begin > at) graph.unwritten.push_back({at, begin - at});
+    at = std::max(at, end);
+  }
+  if (at < schedule.buffer_count) graph.unwritten.push_back({at, schedule.buffer_count - at});
   // The dependents of each op, grouped by op.
   auto& count = graph.count;
   count.assign(ops.size(), 0);
@@ -187,6 +241,8 @@ void copy_built(const Graph& built, Graph& graph) {
   graph.edges = built.edges;
   graph.ready = built.ready;
   graph.snapshot_count = built.snapshot_count;
+  graph.initial_exact = built.initial_exact;
+  graph.unwritten = built.unwritten;
 }
 
 }  // namespace collie::flow

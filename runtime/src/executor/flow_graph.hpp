@@ -15,6 +15,16 @@
 // op starts no later than it would if each step waited for the one before,
 // so what the schedules' rules make deadlock-free stays so.
 //
+// Which ops meet the buffer's initial contents: a send or copy reading a
+// range no earlier op wrote, a receive that reduces into one. An
+// out-of-place call's working buffer need not be a copy of the input made
+// before the first step: where every op's range is either wholly written
+// before or wholly not (Graph::initial_exact), those ops read the input in
+// place (a reducing receive combines it with what arrives, writing the
+// working copy), and only what no op writes (Graph::unwritten) is copied
+// first (buffer_layout.hpp). So the first sends leave at once, and the
+// copy is made piece by piece as the data arrives, while it is in cache.
+//
 // A step whose receives land where its sends read (recursive doubling)
 // sends from a snapshot, taken as each send is posted; its receives wait
 // for all its sends to be posted (StepOps::unposted_sends), not for the sends
@@ -26,6 +36,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -38,6 +49,7 @@ struct Op {
   Kind kind = Send;
   bool reduce = false;    // a receive that reduces
   bool snapshot = false;  // a send from the snapshot
+  bool initial = false;   // meets the initial contents (above): a read of, or a reduce into, a range no earlier op wrote
   std::uint32_t step = 0;
   int peer = -1;                 // group rank (none for a copy)
   collectives::Range range;      // what it sends, receives, or copies into
@@ -74,6 +86,10 @@ struct Graph {
   std::vector<std::uint32_t> edges;  // ops[i]'s dependents: edges[first_edge, +edges)
   std::vector<std::uint32_t> ready;  // ops with no blockers, in order
   std::size_t snapshot_count = 0;    // elements of snapshot space the steps need
+  // Every op's range wholly written before it or wholly not (above).
+  bool initial_exact = true;
+  // The ranges of [0, buffer_count) that no op writes, in order.
+  std::vector<collectives::Range> unwritten;
 
   // build()'s working space.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs;  // (before, after)
@@ -86,6 +102,7 @@ struct Graph {
     std::size_t begin, end;
   };
   std::vector<Access> accesses;
+  std::map<std::size_t, std::size_t> written;  // begin -> end, merged
 };
 
 // A segment of COLLIE_SEGMENT_BYTES in elements of `element_bytes` (at

@@ -184,7 +184,8 @@ class FlowRun {
     const std::size_t bytes = op.range.count * run_.esize;
     switch (op.kind) {
       case flow::Op::Copy:
-        device::copy(run_.engine, run_.at(op.range), run_.device_of(op.range), run_.at(op.from),
+        device::copy(run_.engine, run_.at(op.range), run_.device_of(op.range),
+                     op.initial ? run_.initial_at(op.from) : run_.at(op.from),
                      run_.device_of(op.from), bytes);
         if (run_.trace) {
           run_.lane = run_.mark();
@@ -192,7 +193,7 @@ class FlowRun {
         }
         return;
       case flow::Op::Send: {
-        const std::byte* data = run_.at(op.range);
+        const std::byte* data = op.initial ? run_.initial_at(op.range) : run_.at(op.range);
         if (op.snapshot) {
           std::byte* copy = snapshot_ + op.snap_at * run_.esize;
           std::memcpy(copy, data, bytes);
@@ -213,7 +214,10 @@ class FlowRun {
       case flow::Op::Recv:
         if (op.reduce) {
           auto* reducer = &s_.reducers[i];
-          *reducer = StreamReducer{run_.call.dtype, run_.call.op, run_.esize, run_.at(op.range)};
+          std::byte* target = run_.at(op.range);
+          const std::byte* initial = op.initial ? run_.initial_at(op.range) : nullptr;
+          *reducer = StreamReducer{run_.call.dtype, run_.call.op, run_.esize, target,
+                                   initial != target ? initial : nullptr};
           request = run_.transport.irecv_consume(
               run_.peer(op.peer), run_.tag, bytes,
               [reducer](std::size_t offset, std::span<const std::byte> piece) {
