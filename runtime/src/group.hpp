@@ -95,6 +95,10 @@ struct detail::Group {
   std::mutex broken_mu;
   std::string broken;
   std::atomic<bool> is_broken{false};  // !broken.empty(), read without the lock
+  // shrink() (shrink.cpp): one at a time, and the group it made, which a
+  // second call returns.
+  std::mutex shrink_mu;
+  std::shared_ptr<detail::Group> shrunk;
   // CUDA streams and pinned blocks, kept between calls on device buffers.
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   // Where this rank is in the group's calls (stall.hpp).

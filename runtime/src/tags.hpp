@@ -21,6 +21,10 @@
 //
 // The link probe's messages at init (link_probe.hpp; bits 61-63 clear, bit
 // 60 set): bits 0-7 the kind of message.
+//
+// shrink()'s probes (shrink.cpp; bits 60-63 clear, bit 59 set): bits 31-53
+// the slot of the group being shrunk. A group is shrunk once, and no two
+// live groups that share a rank share a slot.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +57,11 @@ inline bool is_collective_of(std::uint64_t tag, std::uint32_t slot) {
 inline std::uint64_t diagnosis_tag(std::uint32_t slot, std::uint64_t sequence) {
   return (std::uint64_t{1} << 62) | (static_cast<std::uint64_t>(slot & kMaxSlot) << 31) |
          (sequence & ((std::uint64_t{1} << 31) - 1));
+}
+
+// The tag of the probes of a shrink() of the group with `slot`.
+inline std::uint64_t shrink_tag(std::uint32_t slot) {
+  return (std::uint64_t{1} << 59) | (static_cast<std::uint64_t>(slot & kMaxSlot) << 31);
 }
 
 // The tag of a point-to-point message with the program's `tag`.

@@ -28,6 +28,8 @@
 // | stall/a/<k>/<world rank>               | one rank's answer           | responder → stall inspector |
 // | stall/ask/<slot>/<seq>/<round>         | a counter: the first asks   | stall inspector      |
 // | stall/report/<slot>/<seq>/<round>      | "<culprit> <report>"        | stall inspector → stall inspector |
+// | shrink/slots                           | a counter: the tag spaces shrunk groups took, from the top | shrink → shrink |
+// | shrink/<slot>/<members>                | "<slot> <world rank>,...": the group's survivors, as first written | shrink → shrink |
 #pragma once
 
 #include <cstdint>
@@ -117,6 +119,15 @@ inline std::string mismatch(std::uint32_t slot, std::uint64_t sequence) {
 }
 inline std::string stall_final(std::uint32_t slot, std::uint64_t sequence) {
   return detail::join("stall/final/", slot, "/", sequence);
+}
+
+// ---- in a run's namespace: shrinking a group (runtime/src/shrink.cpp) ----
+
+inline constexpr std::string_view kShrinkSlots = "shrink/slots";
+// The decision of the shrink of the group with `slot` and these members
+// (their fingerprint).
+inline std::string shrink(std::uint32_t slot, std::uint64_t members) {
+  return detail::join("shrink/", slot, "/", members);
 }
 
 // ---- in a run's namespace: the stall inspector (runtime/src/stall.hpp) ----

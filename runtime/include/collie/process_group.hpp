@@ -405,6 +405,28 @@ class ProcessGroup {
   // makes one group at a time (a second new_group waits for the first).
   ProcessGroup new_group(const std::vector<int>& ranks);
 
+  // ---- when a member is lost ----
+  // The members still alive, as a new group on the same connections,
+  // numbered in this group's order; this group is revoked (its calls throw
+  // at once, naming why). Call it on every surviving member once a call
+  // failed for a lost member (a ConnectionError naming it):
+  //
+  //   try { pg.all_reduce(std::span(grad)); }
+  //   catch (const collie::ConnectionError&) { pg = pg.shrink(); /* redo the step */ }
+  //
+  // It is a collective of the survivors: each finds which members are
+  // gone (within a second of asking: a lost member's connection fails),
+  // and they agree on one set through the job's store, even where they
+  // saw different failures or another member dies meanwhile (then the new
+  // group's first call fails naming it, and they shrink again). A member
+  // the others found lost throws ConnectionError; a live member that never
+  // calls shrink is named in a TimeoutError after `timeout` (default: the
+  // group's). The store must outlive the lost members (collie launch hosts
+  // it, or etcd://; a store hosted by a lost rank 0 fails with a
+  // ConnectionError saying so). Calling it again returns the same group.
+  // Finish or wait for this group's async calls first: they fail too.
+  ProcessGroup shrink(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
   // The job this group belongs to, and its store (namespace of this run).
   const JobConfig& config() const;
   store::Store& store() const;
