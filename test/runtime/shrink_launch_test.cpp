@@ -5,7 +5,8 @@
 // second, shrink() returns within a second after that, and the survivors
 // finish every step in the same processes, each sum checked against its
 // step's members. A survivor that never calls shrink is named at the
-// timeout. On both backends between the processes of one host.
+// timeout. On both backends between the processes of one host. And under
+// `collie launch --keep-going`, which stops no one when a rank dies.
 #include <csignal>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support/cli.hpp"
 #include "support/shm_skip.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
@@ -189,4 +191,37 @@ TEST_CASE("shrink: a survivor that never calls shrink is named at the timeout",
     CHECK(*clock_of(*gave_up) - *clock_of(*failed) >= 3500);
   }
   job.ranks[3]->signal(SIGKILL);
+}
+
+TEST_CASE("launch --keep-going: a rank's death stops no one, and the summary names it",
+          "[shrink][launch]") {
+  const auto r = collie::test::collie_cli(
+      "launch", {"--nproc_per_node", "4", "--keep-going", kWorker, "6", "2", "1"},
+      {"COLLIE_LOG_LEVEL=off"}, 120s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  for (int rank : {0, 2, 3})
+    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members, "
+                                                  "sums ok", rank, rank)));
+  CHECK_THAT(r.err, Catch::Contains("rank 1 (node 0, pid ") &&
+                        Catch::Contains("killed by SIGKILL") &&
+                        Catch::Contains("the others go on (--keep-going)"));
+  CHECK_THAT(r.err, Catch::Contains("rank 1 lost (--keep-going); 3 of the node's 4 ranks exited 0"));
+}
+
+TEST_CASE("launch --keep-going: when every rank fails, the job fails naming the first",
+          "[shrink][launch]") {
+  // Two ranks, both victims at step 0.
+  const auto r = collie::test::collie_cli(
+      "launch", {"--nproc_per_node", "2", "--keep-going", kWorker, "3", "0", "0,1"},
+      {"COLLIE_LOG_LEVEL=off"}, 120s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 128 + SIGKILL);
+  CHECK_THAT(r.err, Catch::Contains("ranks 0, 1 lost (--keep-going); 0 of the node's 2 ranks "
+                                    "exited 0") ||
+                        Catch::Contains("ranks 1, 0 lost (--keep-going); 0 of the node's 2 ranks "
+                                        "exited 0"));
+  CHECK_THAT(r.err, Catch::Contains("failed first: killed by SIGKILL"));
 }

@@ -38,6 +38,7 @@ struct LaunchArgs {
   std::string token_file;     // the job's secret; see Launcher::resolve_token()
   bool insecure = false;      // several nodes without a secret
   bool master_worker = false;  // a worker's failure is rank 0's to handle (collie::mw)
+  bool keep_going = false;     // a rank's failure stops no one: the others shrink and go on
   std::string bind = "auto";  // cpu_binding.hpp
   std::vector<std::string> command;  // the program and its arguments (never empty once resolved)
 

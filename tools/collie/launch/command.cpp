@@ -107,6 +107,12 @@ void add_launch_command(CLI::App& app) {
                 "a worker (another rank) that fails is the master's to handle, and the "
                 "others go on; the job ends when rank 0 and the workers it shut down end, "
                 "with rank 0's exit code");
+  cmd->add_flag("--keep-going", args->keep_going,
+                "A rank that fails stops no one: the others go on (a program that calls "
+                "ProcessGroup::shrink() when a call fails, docs/failures.md); the job ends "
+                "when every rank has ended, successful if one of them exited 0, and the "
+                "summary names the ranks lost")
+      ->excludes("--master-worker");
   add_bind_option(*cmd, args->bind, "the ranks");
   cmd->add_option("command", args->command,
                   "The program and its arguments (after -- or after the options; a .py "

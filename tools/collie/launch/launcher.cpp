@@ -169,7 +169,22 @@ class Launcher {
   void on_exit(LocalRank& r) {
     const int status = *r.status;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok) ++end_.succeeded;
     if (ok || ranks_->stopping()) return;
+    if (args_.keep_going) {
+      // The others shrink their groups and go on (ProcessGroup::shrink()).
+      say(fmt::format("rank {} (node {}, pid {}) failed: {}, {} after it started; the others go "
+                      "on (--keep-going)",
+                      r.rank, node_rank_, r.pid, describe_wait_status(status),
+                      seconds_text(r.ended - r.started)));
+      if (end_.lost.empty()) {
+        exit_code_ = exit_code_of(status);
+        end_.failure_text = fmt::format("rank {} (node {}, pid {}) failed first: {}", r.rank,
+                                        node_rank_, r.pid, describe_wait_status(status));
+      }
+      end_.lost.push_back(&r);
+      return;
+    }
     if (args_.master_worker && r.rank != 0) {
       // The master names the worker in its own errors and goes on.
       say(fmt::format("rank {} (a worker, node {}, pid {}) failed: {}, {} after it started; the "
@@ -252,6 +267,16 @@ class Launcher {
     }
     ranks_->drain_output();
     if (interrupt_signal_ != 0) return Outcome::Interrupted;
+    if (!end_.lost.empty()) {
+      std::vector<int> lost;
+      for (const auto* r : end_.lost)
+        lost.push_back(r->rank);
+      say(fmt::format("rank{} {} lost (--keep-going); {} of the node's {} ranks exited 0",
+                      lost.size() == 1 ? "" : "s", fmt::join(lost, ", "), end_.succeeded,
+                      args_.nproc_count));
+      // Every rank failed: the job did too, the first one named.
+      if (end_.succeeded == 0) end_.first_failure = end_.lost.front();
+    }
     if (end_.first_failure != nullptr || !end_.remote_failure.empty()) return Outcome::Failed;
     return Outcome::Success;
   }
@@ -331,6 +356,8 @@ class Launcher {
     int blamed = -1;  // the rank the failed ranks blame (blamed_rank()); -1: none
     std::string failure_text;    // what this node says of its first failure
     std::string remote_failure;  // what another node said, or a change of nodes
+    std::vector<const LocalRank*> lost;  // --keep-going: this node's ranks that failed
+    int succeeded = 0;                   // this node's ranks that exited 0
   } end_;
   int exit_code_ = 0;         // the launcher's, should it give up now
   int interrupt_signal_ = 0;  // SIGINT or SIGTERM, once received
