@@ -10,7 +10,8 @@
 // fails prints "rank W: failed at step S (clock C ms): MESSAGE", then
 // shrinks the group and redoes the earliest step a survivor has not
 // finished (an all_reduce of the step, min): "rank W: shrunk to N members
-// [w, ...] (clock C ms)" (the members gathered from the new group itself;
+// [w, ...] (clock C ms; shrink S ms)" (the members gathered from the new
+// group itself; S: how long shrink() itself took;
 // where that first call fails, "rank W: the shrunk group failed (clock C
 // ms): MESSAGE", and it shrinks again).
 // LATE (a world rank, -1 for none): on its failure, MODE "die" (the
@@ -110,9 +111,12 @@ int main(int argc, char** argv) {
         // Shrink until the new group's first call (the gathering of its
         // members) goes through: a member that died during the shrink fails
         // it, and the survivors shrink again.
+        long long shrink_ms = 0;  // how long the last shrink() took
         for (bool settled = false; !settled;) {
           try {
+            const long long before = clock_ms();
             pg = pg.shrink();
+            shrink_ms = clock_ms() - before;
           } catch (const collie::Error& e2) {
             say("rank " + std::to_string(me) + ": shrink failed (clock " +
                 std::to_string(clock_ms()) + " ms): " + e2.what());
@@ -136,7 +140,8 @@ int main(int argc, char** argv) {
         for (int m : members)
           list += (list.empty() ? "" : ", ") + std::to_string(m);
         say("rank " + std::to_string(me) + ": shrunk to " + std::to_string(pg.size()) +
-            " members [" + list + "] (clock " + std::to_string(clock_ms()) + " ms)");
+            " members [" + list + "] (clock " + std::to_string(clock_ms()) + " ms; shrink " +
+            std::to_string(shrink_ms) + " ms)");
         continue;  // the step again, with the survivors
       }
       float want = 0;
