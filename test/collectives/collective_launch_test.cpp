@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/cli.hpp"
+#include "support/clock_line.hpp"
 #include "support/store_fixture.hpp"
 #include "support/shm_skip.hpp"
 #include "support/subprocess.hpp"
@@ -73,16 +74,7 @@ TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8",
 
 namespace {
 
-// The "(clock C ms)" of a worker's line: its monotonic clock, shared by
-// every process of the host.
-std::optional<long long> clock_of(const std::string& line) {
-  const auto at = line.find("(clock ");
-  if (at == std::string::npos) return std::nullopt;
-  std::istringstream in(line.substr(at + 7));
-  long long ms = -1;
-  if (!(in >> ms)) return std::nullopt;
-  return ms;
-}
+using collie::test::clock_of;
 
 // What of collie's /dev/shm holds now: collie's mailboxes are memfds, so it
 // should leave nothing there; only a name of collie's counts (other

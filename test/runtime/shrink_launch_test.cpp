@@ -18,6 +18,7 @@
 
 #include "support/cli.hpp"
 #include "support/shm_skip.hpp"
+#include "support/clock_line.hpp"
 #include "support/store_fixture.hpp"
 #include "support/subprocess.hpp"
 
@@ -33,15 +34,7 @@ constexpr long long kSecond = COLLIE_TEST_FULL_MATRIX ? 1000 : 3000;
 
 #define TRANSPORTS GENERATE(as<std::string>{}, "tcp", "shm")
 
-// The "(clock C ms)" of a worker's line.
-std::optional<long long> clock_of(const std::string& line) {
-  const auto at = line.find("(clock ");
-  if (at == std::string::npos) return std::nullopt;
-  std::istringstream in(line.substr(at + 7));
-  long long ms = -1;
-  if (!(in >> ms)) return std::nullopt;
-  return ms;
-}
+using collie::test::clock_of;
 
 struct Job {
   collie::test::StoreFixture store;
