@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 namespace collie::transport {
@@ -60,6 +61,30 @@ struct PoolAllocator {
   template <class U>
   bool operator==(const PoolAllocator<U>&) const noexcept {
     return true;
+  }
+};
+
+// PoolAllocator whose elements a container would value-initialize (zero:
+// vector::resize) are left as they are: for the bytes of a message queued
+// before its receive, which the copy out of the ring writes before anything
+// reads them (16 MiB calls on shared memory spent 1% of their time zeroing
+// such buffers).
+template <class T>
+struct UninitPoolAllocator : PoolAllocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitPoolAllocator<U>;
+  };
+  UninitPoolAllocator() = default;
+  template <class U>
+  UninitPoolAllocator(const UninitPoolAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
 

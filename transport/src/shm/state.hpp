@@ -52,7 +52,8 @@ namespace shm {
 
 // A message that came before its receive.
 struct Queued {
-  std::vector<std::byte, PoolAllocator<std::byte>> data;  // up to 64 KiB: a pooled block
+  // Up to 64 KiB: a pooled block; never zeroed (only `arrived` bytes are read).
+  std::vector<std::byte, UninitPoolAllocator<std::byte>> data;
   std::uint64_t fingerprint = 0;
   std::size_t arrived = 0;
 };
