@@ -8,6 +8,7 @@
 
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
+#include <collie/fnv.hpp>
 
 namespace collie {
 
@@ -83,12 +84,7 @@ std::pair<int, int> port_range(const EnvironmentLookup& lookup) {
 // A port in [low, high] from a job's id: FNV-1a of the text, so every rank
 // of the job computes the same one.
 int derived_port(const std::string& id, int low, int high) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : id) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return low + static_cast<int>(h % static_cast<std::uint64_t>(high - low + 1));
+  return low + static_cast<int>(fnv1a64(id) % static_cast<std::uint64_t>(high - low + 1));
 }
 
 // Under srun or mpirun: the job's id, which every rank shares.

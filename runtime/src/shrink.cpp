@@ -29,6 +29,7 @@
 
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
+#include <collie/fnv.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/keys.hpp>
 #include <collie/log.hpp>
@@ -43,16 +44,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// FNV-1a over the members' world ranks: the same on every member.
+// The members' world ranks, hashed: the same on every member.
 std::uint64_t members_fingerprint(const std::vector<int>& members) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (int m : members) {
-    for (int b = 0; b < 4; ++b) {
-      h ^= static_cast<std::uint8_t>(static_cast<unsigned>(m) >> (8 * b));
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
+  return fnv1a64(fmt::format("{}", fmt::join(members, ",")));
 }
 
 // The probes of step 1: for each member, why it is lost (empty: it
