@@ -30,6 +30,12 @@ struct World {
   std::unique_ptr<Tracer> tracer;  // null unless tracing; closed last
   JobConfig config;
   std::unique_ptr<JobStore> job;
+  // The run's namespace (JobStore::run_store), where newcomers wait and
+  // expand() admits them: the first world's, kept by the worlds expand()
+  // makes after it.
+  std::shared_ptr<store::Store> run_store;
+  // The random id rank 0 chose for this world (keys::kGroupId).
+  std::uint64_t group_id = 0;
   // Declared after the store, so destroyed before it: connections close
   // before the store (which rank 0 may host) goes away.
   std::shared_ptr<transport::Transport> transport;
@@ -95,10 +101,14 @@ struct detail::Group {
   std::mutex broken_mu;
   std::string broken;
   std::atomic<bool> is_broken{false};  // !broken.empty(), read without the lock
-  // shrink() (shrink.cpp): one at a time, and the group it made, which a
-  // second call returns.
+  // shrink() (shrink.cpp) and expand() (expand.cpp): one at a time; the
+  // group shrink made, which a second call returns; how many expand()s
+  // this group has run (each has its decision key).
   std::mutex shrink_mu;
   std::shared_ptr<detail::Group> shrunk;
+  std::uint64_t expansions = 0;
+  // The group ranks that joined at the expand() that made this group.
+  std::vector<int> newcomers;
   // CUDA streams and pinned blocks, kept between calls on device buffers.
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   // Where this rank is in the group's calls (stall.hpp).

@@ -14,6 +14,10 @@
 //      (link_probe.hpp);
 //   8. the world group made, and the stall responder started.
 //
+// A newcomer (InitOptions::join) is admitted by the members' expand()
+// first (expand.cpp), which then makes the new world here, as the members
+// do.
+//
 // Every key it reads or writes is the keys headers'; every wait has the job's
 // timeout, and a rank that never comes is named.
 #include <algorithm>
@@ -34,6 +38,7 @@
 #include <collie/transport/shm.hpp>
 
 #include "group.hpp"
+#include "init_world.hpp"
 #include "job_store.hpp"
 #include "link_probe.hpp"
 #include "placement.hpp"
@@ -236,8 +241,14 @@ void agree_on_placement(World& world, const std::string& machine) {
 ProcessGroup init(const InitOptions& options) {
   // A SIGTERM handler the program has ends collie's waits first (interrupt.hpp).
   chain_sigterm_handler();
+  auto config = resolve_job_config(options);
+  if (config.join) return detail::Access::group(join_running_job(std::move(config)));
+  return detail::Access::group(make_world(std::move(config), {}));
+}
+
+std::shared_ptr<detail::Group> make_world(JobConfig job_config, const WorldSeed& seed) {
   auto world = std::make_shared<World>();
-  world->config = resolve_job_config(options);
+  world->config = std::move(job_config);
   const auto& config = world->config;
   if (!config.trace_dir.empty())
     world->tracer = Tracer::open(config.trace_dir, config.rank, config.world_size);
@@ -245,6 +256,7 @@ ProcessGroup init(const InitOptions& options) {
   world->job = std::make_unique<JobStore>(config);
   auto& store = world->job->store();
   claim_rank(store, config);
+  world->run_store = seed.run_store ? seed.run_store : world->job->run_store();
 
   transport::TransportOptions transport_options;
   transport_options.rank = config.rank;
@@ -255,6 +267,7 @@ ProcessGroup init(const InitOptions& options) {
   transport_options.listen_address = world->advertised_host;
   transport_options.settings = config.transport;
   transport_options.group_id = agree_on_group_id(store, config);
+  world->group_id = transport_options.group_id;
 
   // Who this process is, for other ranks' stall reports (stall.hpp): a rank
   // stopped before its responder spoke is still looked at in /proc.
@@ -273,7 +286,7 @@ ProcessGroup init(const InitOptions& options) {
   // Every address, now, while the store is surely up: a rank 0 that hosts
   // the store may finish and exit before the others connect to each other.
   if (config.world_size <= 4096) world->transport->prefetch();
-  world->host_link = agree_on_host_link(*world);
+  world->host_link = seed.host_link ? *seed.host_link : agree_on_host_link(*world);
   collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
                       world->transport->describe());
   if (world->tracer) world->tracer->label("transport: " + world->transport->describe());
@@ -281,7 +294,7 @@ ProcessGroup init(const InitOptions& options) {
   std::vector<int> everyone;
   for (int r = 0; r < config.world_size; ++r)
     everyone.push_back(r);
-  auto group = make_group(world, "world", std::move(everyone), config.rank, 0);
+  auto group = make_group(world, seed.name, std::move(everyone), config.rank, 0);
   if (stall_reports) {
     auto lookup = [w = world.get()](std::uint32_t slot, std::uint64_t sequence) {
       return answer_query(*w, slot, sequence);
@@ -298,7 +311,7 @@ ProcessGroup init(const InitOptions& options) {
       world->responder = std::make_unique<StallResponder>(config, prefix, lookup);
     }
   }
-  return detail::Access::group(std::move(group));
+  return group;
 }
 
 }  // namespace collie

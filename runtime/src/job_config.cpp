@@ -220,6 +220,8 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
 JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup& lookup) {
   JobConfig config;
   resolve_method(options, lookup, config);
+  config.join = options.join ? *options.join
+                             : env::choice(env::kJoin, text_of(env::kJoin, lookup), kWho) == "1";
   const auto* family = detail::launcher_family(lookup);
   detail::resolve_rank(options, lookup, family, config);
   if (config.method == JobConfig::Method::Env)

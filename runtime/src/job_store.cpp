@@ -123,8 +123,9 @@ JobStore::JobStore(const JobConfig& config) {
                      : given ? "given:" + config.given_store_name
                              : join_host_port(config.master_addr, config.master_port),
                      config.restart_count, config.rank);
-  // (A given store without a name counts no generations.)
-  if (!given || !config.given_store_name.empty()) {
+  // (A given store without a name counts no generations, and a newcomer
+  // meets the job in its run's namespace, where expand() admits it.)
+  if ((!given || !config.given_store_name.empty()) && !config.join) {
     std::lock_guard lock(generations_mu);
     generation_ = generations[key_];
   } else {
@@ -141,7 +142,7 @@ JobStore::JobStore(const JobConfig& config) {
     root = open_etcd(config);
   } else {
     std::string host = config.master_addr;
-    if (config.rank == 0 && !config.store_hosted_by_launcher) {
+    if (config.rank == 0 && !config.store_hosted_by_launcher && !config.join) {
       store::ServerOptions options;
       options.port = config.master_port;
       options.token = config.token;
@@ -174,12 +175,14 @@ JobStore::JobStore(const JobConfig& config) {
     options.token = config.token;
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
+  run_ = std::make_shared<store::PrefixStore>(root, keys::run(config.restart_count, 0));
   view_ = std::make_shared<store::PrefixStore>(std::move(root), prefix_);
 }
 
 JobStore::~JobStore() {
   if (server_ && !joined_) {
     view_.reset();  // this rank's client first, as before
+    run_.reset();
     stop_hosted(server_);
   }
   if (!joined_ || key_.empty()) return;

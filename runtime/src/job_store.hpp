@@ -48,6 +48,10 @@ class JobStore {
   store::Store& store() { return *view_; }
   std::shared_ptr<store::Store> shared_store() const { return view_; }
 
+  // The run's namespace whatever the generation ("collie/run/<restart>/"):
+  // where newcomers wait for an expand() (expand.cpp), and are admitted.
+  std::shared_ptr<store::Store> run_store() const { return run_; }
+
   // True if this process runs the store's server; and the server.
   bool hosts_server() const { return server_ != nullptr; }
   store::StoreServer* server() const { return server_.get(); }
@@ -62,6 +66,7 @@ class JobStore {
  private:
   std::shared_ptr<store::StoreServer> server_;  // shared with the next group (job_store.cpp)
   std::shared_ptr<store::Store> view_;
+  std::shared_ptr<store::Store> run_;
   std::string key_;     // the store and the rank, for the generations
   int generation_ = 0;  // groups this rank made on this store before
   std::string prefix_;

@@ -2,6 +2,7 @@
 // under srun and mpirun (launcher_variables.hpp).
 #include "launcher_variables.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -160,6 +161,13 @@ void resolve_rank(const InitOptions& options, const EnvironmentLookup& lookup,
     config.rank_source = "the options";
   }
   if (options.world_size) config.world_size = *options.world_size;
+  if (config.join && family == nullptr && !options.rank) {
+    // A newcomer learns its rank and the world's size when it is admitted.
+    config.rank = 0;
+    config.world_size = std::max(config.world_size, 1);
+    config.rank_source = "its admission (a newcomer: COLLIE_JOIN)";
+    return;
+  }
   if (family == nullptr && !options.rank) {
     throw Error(
         "collie::init: this process does not know its rank: set RANK and WORLD_SIZE (as "

@@ -73,6 +73,12 @@ struct InitOptions {
   std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
   std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
+  // Join a running job as a newcomer (overrides COLLIE_JOIN): init() waits
+  // until the job's members admit this process at their next
+  // ProcessGroup::expand(), and returns the group they made with it, where
+  // it is numbered after them. The job's store is found as for a start
+  // (init_method, or `store`); rank and world_size are not needed.
+  std::optional<bool> join;
   // etcd://: how to reach etcd (override COLLIE_ETCD_CACERT, _CERT, _KEY, _INSECURE).
   std::optional<std::string> etcd_cacert, etcd_cert, etcd_key;
   std::optional<bool> etcd_insecure;
@@ -129,6 +135,7 @@ struct JobConfig {
   std::string given_key_prefix;
   bool store_hosted_by_launcher = false;
   int restart_count = 0;
+  bool join = false;  // a newcomer to a running job (InitOptions::join, COLLIE_JOIN)
   std::chrono::milliseconds timeout{
       static_cast<long long>(environment::default_number(environment::kTimeout) * 1000)};
   std::string socket_ifname;  // as given; empty: the interface that routes to the master

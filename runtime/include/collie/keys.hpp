@@ -30,6 +30,12 @@
 // | stall/report/<slot>/<seq>/<round>      | "<culprit> <report>"        | stall inspector → stall inspector |
 // | shrink/slots                           | a counter: the tag spaces shrunk groups took, from the top | shrink → shrink |
 // | shrink/<slot>/<members>                | "<slot> <world rank>,...": the group's survivors, as first written | shrink → shrink |
+// | expand/tickets                         | a counter: the newcomers that came to the run | newcomer → expand |
+// | expand/newcomer/<ticket>               | "pid <pid> on <host>"       | newcomer → expand (its messages) |
+// | expand/claimed                         | the last ticket a group admitted | expand → expand |
+// | expand/decision/<group id>/<slot>/<n>  | "<first ticket> <last ticket>": the n-th expand of that group admits them, as first written | expand → expand |
+// | expand/admit/<ticket>                  | "<world> <rank> <size> <first newcomer> <gbit/s> <latency us>" | expand → newcomer |
+// | expand/world/<world>                   | (a namespace: the expanded world's keys) | expand, newcomer |
 #pragma once
 
 #include <cstdint>
@@ -128,6 +134,26 @@ inline constexpr std::string_view kShrinkSlots = "shrink/slots";
 // (their fingerprint).
 inline std::string shrink(std::uint32_t slot, std::uint64_t members) {
   return detail::join("shrink/", slot, "/", members);
+}
+
+// ---- in a run's namespace (generation 0): expanding a group (runtime/src/expand.cpp) ----
+
+inline constexpr std::string_view kExpandTickets = "expand/tickets";
+inline constexpr std::string_view kExpandClaimed = "expand/claimed";
+inline std::string expand_newcomer(std::uint64_t ticket) {
+  return detail::join("expand/newcomer/", ticket);
+}
+// The decision of the n-th expand() of the group with `slot` in the world
+// with this id.
+inline std::string expand_decision(std::uint64_t group_id, std::uint32_t slot, std::uint64_t n) {
+  return detail::join("expand/decision/", group_id, "/", slot) + "/" + std::to_string(n);
+}
+inline std::string expand_admit(std::uint64_t ticket) {
+  return detail::join("expand/admit/", ticket);
+}
+// The namespace of the world an expand() made ("<group id>-<slot>-<n>").
+inline std::string expand_world(std::string_view world) {
+  return "expand/world/" + std::string(world);
 }
 
 // ---- in a run's namespace: the stall inspector (runtime/src/stall.hpp) ----

@@ -66,6 +66,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -133,6 +134,19 @@ struct CollectiveOptions {
   // For device buffers: the cudaStream_t whose queued work collie's copies
   // follow (memory.hpp); null: the legacy default stream.
   void* cuda_stream = nullptr;
+};
+
+// A named buffer of a member's state, for ProcessGroup::sync_state().
+struct StateBuffer {
+  std::string name;
+  DataType dtype = DataType::Float32;
+  void* data = nullptr;
+  std::size_t count = 0;  // elements
+  template <class T, std::size_t E>
+  static StateBuffer of(std::string name, std::span<T, E> buffer) {
+    static_assert(!std::is_const_v<T>, "sync_state writes every member's buffer but root's");
+    return {std::move(name), dtype_of<T>, buffer.data(), buffer.size()};
+  }
 };
 
 class ProcessGroup {
@@ -426,6 +440,42 @@ class ProcessGroup {
   // ConnectionError saying so). Calling it again returns the same group.
   // Finish or wait for this group's async calls first: they fail too.
   ProcessGroup shrink(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+  // ---- when newcomers join ----
+  // This group's members and the newcomers waiting now, as one new group:
+  // the members first, in this group's order, then the newcomers in the
+  // order they came. A newcomer is a process whose init() was told to join
+  // (InitOptions::join or COLLIE_JOIN=1: `collie launch` starts a
+  // replacement so); it waits in the job's store until admitted. Call it
+  // on every member between steps, where no call is in flight:
+  //
+  //   pg = pg.expand();                         // members; newcomers: init()
+  //   pg.sync_state({collie::StateBuffer::of("weights", std::span(w))});
+  //
+  // The members agree on which newcomers through the job's store (the
+  // first member's view decides), so newcomers that arrive meanwhile wait
+  // for the next expand(). Where none waits, it returns this group, which
+  // stays in use; otherwise this group is revoked (its calls throw, naming
+  // the group that replaced it). The new group is a world of its own: new
+  // connections, every member's old ones closing with the old group. A
+  // newcomer that never joins is named in a TimeoutError after the
+  // group's timeout; this group then stays in use, and that newcomer is
+  // not admitted again. Only one group of a job admits newcomers at a time.
+  ProcessGroup expand();
+  // The ranks of this group that joined at the expand() that made it
+  // (ascending; empty for any other group). A newcomer finds itself here.
+  std::vector<int> newcomers() const;
+  // Hands named buffers from `root` to every other member: what a
+  // newcomer needs to take part (weights, optimiser state, the step), from
+  // a member that has it, with no checkpoint file. A collective: every
+  // member calls it with the same names, dtypes and counts, in the same
+  // order (the members compare them first: a difference throws
+  // MismatchError on every member, naming the buffer and both shapes).
+  // Host or device memory, as broadcast takes.
+  void sync_state(std::span<const StateBuffer> state, int root = 0);
+  void sync_state(std::initializer_list<StateBuffer> state, int root = 0) {
+    sync_state(std::span<const StateBuffer>(state.begin(), state.size()), root);
+  }
 
   // The job this group belongs to, and its store (namespace of this run).
   const JobConfig& config() const;

@@ -178,6 +178,12 @@ inline constexpr Variable kRestartCount{
     "COLLIE_RESTART_COUNT", Kind::Integer, "count", "0", "",
     0, -1, false,
     "set by `collie launch`: how many times the job's ranks were restarted"};
+inline constexpr Variable kJoin{
+    "COLLIE_JOIN", Kind::Choice, "choice", "0", "0, 1",
+    0, -1, false,
+    "1: init() joins a running job as a newcomer, at its members' next `expand()`, instead of "
+    "starting one (RANK and WORLD_SIZE are then not needed); `collie launch` sets it for a "
+    "replacement"};
 // clang-format on
 
 // The table, in the order docs/environment.md shows it.
@@ -187,7 +193,7 @@ inline constexpr const Variable* kVariables[] = {
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
     &kStageChunkBytes, &kSpinUs,        &kTransport,       &kShmSingleCopy, &kShmStores,
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
-    &kRestartCount};
+    &kRestartCount,  &kJoin};
 
 // A variable's default as a value, at compile time, so that the structs
 // that hold the settings (JobConfig, TransportSettings) start from the
