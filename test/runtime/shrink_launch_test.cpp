@@ -218,3 +218,49 @@ TEST_CASE("launch --keep-going: when every rank fails, the job fails naming the 
                                         "exited 0"));
   CHECK_THAT(r.err, Catch::Contains("failed first: killed by SIGKILL"));
 }
+
+TEST_CASE("launch --keep-going --max-restarts 1: a replacement joins at expand(), takes the "
+          "state, and the job ends with 8 ranks",
+          "[shrink][expand][launch]") {
+  // Rank 5 dies in step 3 of 10; the launcher starts a process in its
+  // place, which the 7 admit at their next expand() (before step 6 at the
+  // latest: they wait for it there) and hand the step and the running total.
+  const auto r = collie::test::collie_cli(
+      "launch",
+      {"--nproc_per_node", "8", "--keep-going", "--max-restarts", "1", kWorker, "10", "3", "5"},
+      {"COLLIE_LOG_LEVEL=off", "WORKER_EXPAND_STEP=6"}, 180s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  // Where the survivors went on (R) and where the newcomer joined (J).
+  std::istringstream out(r.out);
+  int resumed = -1, joined = -1;
+  for (std::string line; std::getline(out, line);) {
+    if (const auto at = line.find("] at step "); at != std::string::npos &&
+                                                 line.find("shrunk to 7 members") != std::string::npos)
+      resumed = std::stoi(line.substr(at + 10));
+    if (const auto at = line.find("joined as rank 7 of 8 at step "); at != std::string::npos)
+      joined = std::stoi(line.substr(at + 30));
+  }
+  REQUIRE(resumed >= 3);
+  REQUIRE(joined >= resumed);
+  REQUIRE(joined <= 6);
+  // The total every process must end with, step by step: each step's sum
+  // over its members of (id + 1) * (step + 1); the newcomer's id is 107.
+  double total = 0;
+  for (int s = 0; s < 10; ++s) {
+    const int ids = s < resumed ? 36 : s < joined ? 36 - 6 : 36 - 6 + 108;
+    total += ids * (s + 1);
+  }
+  const auto state = fmt::format("sums ok, state {:.6f}", total);
+  for (int rank : {0, 1, 2, 3, 4, 6, 7})
+    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 10 steps, 8 members, {}",
+                                                  rank, rank, state)));
+  CHECK_THAT(r.out, Catch::Contains("[rank 5 replacement] rank 107: done 10 steps, 8 members, " +
+                                    state));
+  CHECK_THAT(r.err, Catch::Contains("in place of rank 5 (restart 1 of --max-restarts 1): it joins "
+                                    "the others at their next expand()"));
+  CHECK_THAT(r.err, Catch::Contains("rank 5 lost (--keep-going); 8 of the node's 9 processes "
+                                    "exited 0"));
+  CHECK_THAT(r.err, Catch::Contains("rank 5: pid ") && Catch::Contains(", and exit code 0"));
+}

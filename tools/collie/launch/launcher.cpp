@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 
 #include "blame.hpp"
@@ -66,7 +67,6 @@ class Launcher {
       output.logged.push_back(args_.tee_streams[i] | args_.redirect_streams[i]);
       output.shown.push_back(args_.shown[i] ? 3 & ~args_.redirect_streams[i] : 0);
     }
-    int restarts = 0;  // failures restarted; a change of nodes is no failure
     for (attempt_ = 0;; ++attempt_) {
       if (elastic()) join_round();
       // (An elastic job's node may have another number in each round.)
@@ -78,7 +78,7 @@ class Launcher {
       summarize(outcome);
       if (outcome == Outcome::Interrupted) return 128 + interrupt_signal_;
       const bool regroup = elastic() && team_->regrouped();
-      if (!regroup && restarts++ >= args_.max_restarts) {
+      if (!regroup && restarts_++ >= args_.max_restarts) {
         say(fmt::format("no restarts left (--max-restarts {}); exiting with code {}",
                         args_.max_restarts, exit_code_));
         if (team_) team_->end_job(fmt::format("it failed (no restarts left): {}",
@@ -90,9 +90,9 @@ class Launcher {
         say("meeting again to take in the waiting node (a change of nodes, not a restart)");
       } else if (elastic()) {
         say(fmt::format("restart {} of {}: meeting again with the nodes that come (--nnodes {})",
-                        restarts, args_.max_restarts, args_.nnodes));
+                        restarts_, args_.max_restarts, args_.nnodes));
       } else {
-        say(fmt::format("restarting every rank (restart {} of {})", restarts,
+        say(fmt::format("restarting every rank (restart {} of {})", restarts_,
                         args_.max_restarts));
       }
       if (team_ && !elastic()) team_->restart_barrier();
@@ -183,6 +183,7 @@ class Launcher {
                                         node_rank_, r.pid, describe_wait_status(status));
       }
       end_.lost.push_back(&r);
+      if (restarts_ < args_.max_restarts) replace(r);
       return;
     }
     if (args_.master_worker && r.rank != 0) {
@@ -206,6 +207,24 @@ class Launcher {
       }
     }
     ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+  }
+
+  // --keep-going with restarts left: a process in `lost`'s place, which
+  // joins the others at their next expand() (COLLIE_JOIN=1).
+  void replace(const LocalRank& lost) {
+    ++restarts_;
+    try {
+      const auto& started = ranks_->replace(lost, attempt_, [this](const LocalRank& r) {
+        auto environment = environment_for(r);
+        environment.push_back(fmt::format("{}=1", environment::kJoin.name));
+        return environment;
+      });
+      say(fmt::format("started pid {} in place of rank {} (restart {} of --max-restarts {}): it "
+                      "joins the others at their next expand()",
+                      started.pid, lost.rank, restarts_, args_.max_restarts));
+    } catch (const Error& e) {
+      say(fmt::format("could not start a replacement for rank {}: {}", lost.rank, e.what()));
+    }
   }
 
   void handle_signals() {
@@ -271,9 +290,17 @@ class Launcher {
       std::vector<int> lost;
       for (const auto* r : end_.lost)
         lost.push_back(r->rank);
-      say(fmt::format("rank{} {} lost (--keep-going); {} of the node's {} ranks exited 0",
+      const auto processes = ranks_->ranks().size();
+      say(fmt::format("rank{} {} lost (--keep-going); {} of the node's {} {} exited 0",
                       lost.size() == 1 ? "" : "s", fmt::join(lost, ", "), end_.succeeded,
-                      args_.nproc_count));
+                      processes, processes == static_cast<std::size_t>(args_.nproc_count)
+                                     ? "ranks" : "processes"));
+      // Who replaced whom.
+      for (const auto& r : ranks_->ranks()) {
+        if (r.replaces < 0) continue;
+        say(fmt::format("rank {}: pid {} replaced pid {}, and {}", r.rank, r.pid, r.replaces,
+                        describe_wait_status(*r.status)));
+      }
       // Every rank failed: the job did too, the first one named.
       if (end_.succeeded == 0) end_.first_failure = end_.lost.front();
     }
@@ -345,6 +372,7 @@ class Launcher {
   int nodes_ = 1;                     // this attempt's (an elastic job's change)
   std::vector<std::string> members_;  // an elastic job's nodes this round
   int attempt_ = 0;
+  int restarts_ = 0;  // failures restarted, and replacements; a change of nodes is no failure
   Placement placement_;  // where each local rank runs (--bind)
   ErrorFiles error_files_;
   sigset_t signals_{};

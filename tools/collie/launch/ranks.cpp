@@ -47,18 +47,9 @@ void LocalRanks::start(int attempt, const Environment& environment) {
     auto& r = ranks_.emplace_back();
     r.local_rank = local;
     r.rank = first_rank_ + local;
-    if (output_.logged[static_cast<std::size_t>(local)] != 0) {
-      const auto dir = std::filesystem::path(output_.log_dir) / fmt::format("attempt-{}", attempt);
-      std::filesystem::create_directories(dir);
-      r.log.open(dir / fmt::format("rank-{}.log", r.rank));
-      if (!r.log) throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
-    }
     try {
-      cpu_set_t cpus;
-      const bool bound = placement_.set_of(local, cpus);
-      r.child = std::make_unique<ChildProcess>(command_, environment(r), bound ? &cpus : nullptr);
+      launch(r, attempt, environment, fmt::format("rank-{}.log", r.rank));
     } catch (...) {
-      ranks_.pop_back();
       kill_all(SIGKILL);
       while (!all_reaped()) {
         std::this_thread::sleep_for(10ms);
@@ -66,9 +57,43 @@ void LocalRanks::start(int attempt, const Environment& environment) {
       }
       throw;
     }
-    r.pid = r.child->pid();
-    r.started = Clock::now();
   }
+}
+
+LocalRank& LocalRanks::replace(const LocalRank& lost, int attempt, const Environment& environment) {
+  int before = 0;
+  for (const auto& r : ranks_)
+    before += r.rank == lost.rank && r.replaces >= 0 ? 1 : 0;
+  auto& r = ranks_.emplace_back();
+  r.local_rank = lost.local_rank;
+  r.rank = lost.rank;
+  r.replaces = lost.pid;
+  launch(r, attempt, environment, fmt::format("rank-{}-replacement-{}.log", r.rank, before + 1));
+  return r;
+}
+
+// Starts `r`'s process (bound to its processors, if asked), the last of
+// ranks_; on failure, takes it off the list and rethrows.
+void LocalRanks::launch(LocalRank& r, int attempt, const Environment& environment,
+                        const std::string& log) {
+  const auto local = static_cast<std::size_t>(r.local_rank);
+  try {
+    if (output_.logged[local] != 0) {
+      const auto dir = std::filesystem::path(output_.log_dir) / fmt::format("attempt-{}", attempt);
+      std::filesystem::create_directories(dir);
+      r.log.open(dir / log);
+      if (!r.log)
+        throw Error(fmt::format("collie launch: cannot write logs in '{}'", dir.string()));
+    }
+    cpu_set_t cpus;
+    const bool bound = placement_.set_of(r.local_rank, cpus);
+    r.child = std::make_unique<ChildProcess>(command_, environment(r), bound ? &cpus : nullptr);
+  } catch (...) {
+    ranks_.pop_back();
+    throw;
+  }
+  r.pid = r.child->pid();
+  r.started = Clock::now();
 }
 
 void LocalRanks::wait_for_output(std::chrono::milliseconds wait, int extra_fd) {
@@ -114,7 +139,7 @@ void LocalRanks::pump(LocalRank& r, bool is_err) {
   std::size_t start = 0;
   for (std::size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
     const auto line = std::string_view(partial).substr(start, nl - start + 1);
-    if (shown) out += fmt::format("[rank {}] {}", r.rank, line);
+    if (shown) out += fmt::format("[rank {}{}] {}", r.rank, r.replaces >= 0 ? " replacement" : "", line);
     if (logged) r.log << line;
   }
   partial.erase(0, start);
@@ -123,7 +148,9 @@ void LocalRanks::pump(LocalRank& r, bool is_err) {
 }
 
 void LocalRanks::reap(const std::function<void(LocalRank&)>& exited) {
-  for (auto& r : ranks_) {
+  // By index: `exited` may add a replacement (replace()).
+  for (std::size_t i = 0; i < ranks_.size(); ++i) {
+    auto& r = ranks_[i];
     if (r.status || r.pid < 0) continue;
     int status = 0;
     if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
@@ -189,7 +216,9 @@ void LocalRanks::drain_output() {
       if (!partial.empty()) {
         const auto local = static_cast<std::size_t>(r.local_rank);
         if ((output_.shown[local] & (is_err ? 2 : 1)) != 0)
-          write_all(is_err ? stderr : stdout, fmt::format("[rank {}] {}\n", r.rank, partial));
+          write_all(is_err ? stderr : stdout,
+                    fmt::format("[rank {}{}] {}\n", r.rank, r.replaces >= 0 ? " replacement" : "",
+                                partial));
         if (r.log.is_open() && (output_.logged[local] & (is_err ? 2 : 1)) != 0)
           r.log << partial << "\n";
         partial.clear();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -31,6 +32,9 @@ struct LocalRank {
   bool stopped_by_launcher = false;
   Clock::time_point started;
   Clock::time_point ended;
+  // --keep-going's replacement: the pid of the process it replaced (-1:
+  // an original rank), which it joins at the others' next expand().
+  pid_t replaces = -1;
   std::string out_partial;
   std::string err_partial;
   std::ofstream log;
@@ -57,6 +61,11 @@ class LocalRanks {
   // Starts every rank of attempt `attempt`. Throws collie::Error (after
   // killing what it started) if one cannot be started.
   void start(int attempt, const Environment& environment);
+  // Starts a process in place of `lost` (exited), for the same local rank,
+  // with `environment`'s variables (the launcher adds COLLIE_JOIN=1): its
+  // lines show as "[rank R replacement]", its log is rank-R-replacement-N.
+  // Throws collie::Error if it cannot be started.
+  LocalRank& replace(const LocalRank& lost, int attempt, const Environment& environment);
   // Waits up to `wait` for output from a rank, or for `extra_fd` to be
   // readable.
   void wait_for_output(std::chrono::milliseconds wait, int extra_fd);
@@ -76,10 +85,13 @@ class LocalRanks {
   // After the last rank exited: what is still in the pipes, then close them
   // (descendants of a rank may hold them open; do not wait for those).
   void drain_output();
-  const std::vector<LocalRank>& ranks() const { return ranks_; }
+  // Every process of this attempt, replacements last (their addresses stay
+  // put as replacements are added).
+  const std::deque<LocalRank>& ranks() const { return ranks_; }
 
  private:
   void pump(LocalRank& r, bool is_err);
+  void launch(LocalRank& r, int attempt, const Environment& environment, const std::string& log);
   void kill_all(int signal_number);
 
   std::vector<std::string> command_;
@@ -87,7 +99,7 @@ class LocalRanks {
   int count_;
   Placement placement_;
   RankOutput output_;
-  std::vector<LocalRank> ranks_;
+  std::deque<LocalRank> ranks_;
   bool stopping_ = false;
   Clock::time_point stop_started_;
   Clock::time_point stop_deadline_;

@@ -76,7 +76,8 @@ std::string rank_table(int node_rank, const LocalRanks& ranks, const LocalRank* 
   for (const auto& r : ranks.ranks()) {
     std::string how = describe_wait_status(*r.status);
     if (r.stopped_by_launcher) how = "stopped by collie launch (" + how + ")";
-    const char* mark = r.rank == blamed        ? "   <- blamed by the others"
+    if (r.replaces >= 0) how += fmt::format(" (replaced pid {})", r.replaces);
+    const char* mark = r.rank == blamed && r.replaces < 0 ? "   <- blamed by the others"
                        : &r != first_failure   ? ""
                        : blamed >= 0           ? "   <- exited first"
                                                : "   <- failed first";
