@@ -8,7 +8,8 @@
 // The parts: process_group_collie.hpp (the process group), works.hpp (how
 // its calls complete), tensors.hpp (which tensors it takes), torch_store.hpp
 // (torch's store as collie's), remote.hpp (master-worker mode: collie_torch.remote),
-// etcd_binding.hpp (the store of the etcd:// init method).
+// etcd_binding.hpp (the store of the etcd:// init method), elastic.hpp (groups
+// that shrink and expand between steps: collie_torch.ElasticGroup).
 #include <torch/csrc/utils/pybind.h>
 
 #include <pybind11/chrono.h>
@@ -17,6 +18,7 @@
 
 #include <collie/version.hpp>
 
+#include "elastic.hpp"
 #include "etcd_binding.hpp"
 #include "process_group_collie.hpp"
 #include "remote.hpp"
@@ -98,4 +100,5 @@ PYBIND11_MODULE(_collie_torch, m) {
   m.attr("__version__") = collie::version();
   collie_torch::add_remote(m);
   collie_torch::add_etcd(m);
+  collie_torch::add_elastic(m);
 }

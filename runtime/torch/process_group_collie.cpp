@@ -118,6 +118,17 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
   if (rank != 0 && hosted_by_rank_zero(identify(store))) wait_for_close_ = store;
 }
 
+ProcessGroupCollie::ProcessGroupCollie(collie::ProcessGroup group)
+    : TorchBackend(group.rank(), group.size()),
+      pg_(std::move(group)),
+      profiling_name_("collie"),
+      names_(std::make_shared<GroupNames>([&] {
+        std::vector<int> ranks(static_cast<std::size_t>(pg_.size()));
+        for (std::size_t r = 0; r < ranks.size(); ++r)
+          ranks[r] = static_cast<int>(r);
+        return ranks;
+      }())) {}
+
 ProcessGroupCollie::~ProcessGroupCollie() {
   runner_->stop();
   // Python drops the group holding the GIL; the runner finishing its queue

@@ -51,8 +51,13 @@ class ProcessGroupCollie final : public TorchBackend {
   ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout, std::string profiling_name = "collie",
                      int global_rank = -1);
+  // A torch group on a collie group made elsewhere (an elastic group's,
+  // elastic.hpp): its ranks are the group's, its errors as collie says them.
+  explicit ProcessGroupCollie(collie::ProcessGroup group);
   // Runs what was queued, without holding the GIL.
   ~ProcessGroupCollie() override;
+  // The collie group under it.
+  const collie::ProcessGroup& group() const { return pg_; }
 
   const std::string getBackendName() const override { return "collie"; }
   // What carries this group's messages ("tcp on 127.0.0.1:41234", ...).

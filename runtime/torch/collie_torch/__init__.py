@@ -7,7 +7,9 @@ Every collective and point-to-point call of torch.distributed then runs over
 collie's mesh and algorithms (shared memory between ranks of one host, TCP
 between hosts). CPU and CUDA tensors (staged through pinned host memory),
 contiguous, of the dtypes collie carries. init_method="etcd://HOST:PORT,.../JOB"
-meets in an etcd cluster (etcd.py). docs/torch.md says more.
+meets in an etcd cluster (etcd.py). ElasticGroup (elastic.py) goes on in the same
+processes when a rank is lost, and takes replacements back. docs/torch.md says
+more.
 """
 
 import inspect
@@ -16,9 +18,11 @@ import torch.distributed as _dist
 
 from ._collie_torch import __version__, create_process_group, describe_transport
 from .monitored import monitored_barrier
+from .elastic import ElasticGroup
 from . import etcd as _etcd
 
-__all__ = ["__version__", "create_process_group", "describe_transport", "monitored_barrier"]
+__all__ = ["__version__", "create_process_group", "describe_transport", "monitored_barrier",
+           "ElasticGroup"]
 
 
 def _create(store, rank, size, timeout):
