@@ -264,3 +264,26 @@ TEST_CASE("launch --keep-going --max-restarts 1: a replacement joins at expand()
                                     "exited 0"));
   CHECK_THAT(r.err, Catch::Contains("rank 5: pid ") && Catch::Contains(", and exit code 0"));
 }
+
+TEST_CASE("launch --keep-going --max-restarts 1: a replacement the others never admit is "
+          "stopped once they have ended",
+          "[shrink][expand][launch]") {
+  // No expand() in this worker's loop (no WORKER_EXPAND_STEP): the
+  // replacement of rank 1 waits in vain, and must not hold the job for its
+  // whole timeout.
+  const auto r = collie::test::collie_cli(
+      "launch",
+      {"--nproc_per_node", "4", "--keep-going", "--max-restarts", "1", kWorker, "6", "2", "1"},
+      {"COLLIE_LOG_LEVEL=off"}, 120s);
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  CHECK(r.exit_code == 0);
+  for (int rank : {0, 2, 3})
+    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members", rank,
+                                                  rank)));
+  CHECK_THAT(r.err, Catch::Contains("never joined them: the job's members called no expand() "
+                                    "after it came; stopping it"));
+  CHECK_THAT(r.err, Catch::Contains("rank 1 lost (--keep-going); 3 of the node's 5 processes "
+                                    "exited 0"));
+  CHECK_THAT(r.err, Catch::Contains("but the others never admitted it (stopped by collie launch)"));
+}

@@ -11,7 +11,7 @@ batch, so each rank checks its weights at the end against the same training
 run in one process.
 
 ELASTIC_KILL=R:S kills rank R (SIGKILL) in the middle of step S's
-all_reduce. The survivors' call fails naming it; they shrink the group,
+all_reduce (in a job's first attempt only). The survivors' call fails naming it; they shrink the group,
 take the state of the survivor furthest on, and redo the step. A
 replacement (collie launch --max-restarts starts one, with COLLIE_JOIN=1)
 joins at the members' next expand() and receives the weights and the step
@@ -93,8 +93,11 @@ def main():
         saved = torch.load(checkpoint)
         for name, t in state.items():
             t.copy_(saved[name])
-        print(f"rank {me}: resumed from the checkpoint at step {int(step)}", flush=True)
-    dying = os.environ.get("RANK") == str(victim) and not eg.is_newcomer
+        print(f"rank {me}: resumed from the checkpoint at step {int(step)} (clock {clock_ms()} ms)",
+              flush=True)
+    # (Once: not again in a restarted job.)
+    dying = (os.environ.get("RANK") == str(victim) and not eg.is_newcomer
+             and os.environ.get("COLLIE_RESTART_COUNT", "0") == "0")
     while int(step) < STEPS:
         if eg.expand():
             eg.sync_state(state)

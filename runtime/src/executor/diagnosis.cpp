@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // How long a broken connection waits for a mismatched message that would
-// explain it.
+// explain it, at most: until this rank's transport has failed the peer too.
 constexpr std::chrono::milliseconds kMismatchGrace{250};
 // How long a store read or write of the diagnosis may take.
 constexpr std::chrono::milliseconds kStoreWait{1000};
@@ -266,8 +266,14 @@ void Diagnosis::explain_departure(int with, const std::string& after) {
   auto& transport = g_.transport();
   const auto until = Clock::now() + kMismatchGrace;
   for (;;) {
+    // Once this rank's own transport has failed the peer (its process
+    // ended, its connection closed), everything the peer sent on them has
+    // been taken in: a look at what is queued is the last one needed. (A
+    // failure another rank reported comes before that, by a few
+    // milliseconds; a killed rank's survivors then wait no longer.)
+    const bool settled = !transport.failure_of(peer(with)).empty();
     check_queued();
-    if (Clock::now() >= until) break;
+    if (settled || Clock::now() >= until) break;
     // The call's claim keeps the background thread out: this thread reads
     // what is on its way itself (another rank's message of this call, say).
     transport.wait_any({}, std::chrono::milliseconds(10));

@@ -22,6 +22,7 @@
 #include <collie/error.hpp>
 
 #include "blame.hpp"
+#include "newcomers.hpp"
 #include "nodes.hpp"
 #include "rank_environment.hpp"
 #include "ranks.hpp"
@@ -170,7 +171,13 @@ class Launcher {
     const int status = *r.status;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (ok) ++end_.succeeded;
-    if (ok || ranks_->stopping()) return;
+    if (ok) return;
+    if (ranks_->stopping()) {
+      // A replacement stopped because the others never admitted it: no
+      // failure of the job's.
+      if (r.replaces >= 0 && end_.unadmitted > 0) end_.stranded.push_back(&r);
+      return;
+    }
     if (args_.keep_going) {
       // The others shrink their groups and go on (ProcessGroup::shrink()).
       say(fmt::format("rank {} (node {}, pid {}) failed: {}, {} after it started; the others go "
@@ -227,6 +234,42 @@ class Launcher {
     }
   }
 
+  // --keep-going: once every other process of this node has ended (and
+  // every replacement the others admitted), a replacement still waiting
+  // for an expand() would wait its whole timeout: the job's members have
+  // passed their last expand(). It is stopped, saying so.
+  void stop_unadmitted() {
+    if (!args_.keep_going || ranks_->stopping() || restarts_ == 0) return;
+    std::vector<const LocalRank*> waiting;
+    for (const auto& r : ranks_->ranks()) {
+      if (r.status) continue;
+      if (r.replaces < 0) return;
+      waiting.push_back(&r);
+    }
+    if (waiting.empty()) return;
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::vector<pid_t> stranded;
+    try {
+      store::Store* s = store_.reader();
+      if (s == nullptr) return;
+      for (const auto* r : waiting)
+        if (newcomer_admitted(*s, attempt_, r->pid, host)) return;  // a member: it finishes
+    } catch (const std::exception& e) {
+      say(fmt::format("could not read whether the replacements were admitted: {}", e.what()));
+      return;
+    }
+    for (const auto* r : waiting)
+      stranded.push_back(r->pid);
+    say(fmt::format("the node's other ranks have ended, and the replacement{} (pid {}) never "
+                    "joined them: the job's members called no expand() after it came; stopping "
+                    "{}",
+                    stranded.size() == 1 ? "" : "s", fmt::join(stranded, ", "),
+                    stranded.size() == 1 ? "it" : "them"));
+    end_.unadmitted = stranded.size();
+    ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
+  }
+
   void handle_signals() {
     signalfd_siginfo info{};
     while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
@@ -261,6 +304,7 @@ class Launcher {
       handle_signals();
       ranks_->pump_all();
       ranks_->reap([this](LocalRank& r) { on_exit(r); });
+      stop_unadmitted();
       if (team_ && !ranks_->stopping()) {
         if (auto failed = team_->other_failure()) {
           end_.remote_failure = *failed;
@@ -298,8 +342,13 @@ class Launcher {
       // Who replaced whom.
       for (const auto& r : ranks_->ranks()) {
         if (r.replaces < 0) continue;
-        say(fmt::format("rank {}: pid {} replaced pid {}, and {}", r.rank, r.pid, r.replaces,
-                        describe_wait_status(*r.status)));
+        const bool stranded =
+            std::find(end_.stranded.begin(), end_.stranded.end(), &r) != end_.stranded.end();
+        say(stranded ? fmt::format("rank {}: pid {} came to replace pid {}, but the others never "
+                                   "admitted it (stopped by collie launch)",
+                                   r.rank, r.pid, r.replaces)
+                     : fmt::format("rank {}: pid {} replaced pid {}, and {}", r.rank, r.pid,
+                                   r.replaces, describe_wait_status(*r.status)));
       }
       // Every rank failed: the job did too, the first one named.
       if (end_.succeeded == 0) end_.first_failure = end_.lost.front();
@@ -386,6 +435,8 @@ class Launcher {
     std::string remote_failure;  // what another node said, or a change of nodes
     std::vector<const LocalRank*> lost;  // --keep-going: this node's ranks that failed
     int succeeded = 0;                   // this node's ranks that exited 0
+    std::size_t unadmitted = 0;          // replacements stopped, never admitted
+    std::vector<const LocalRank*> stranded;  // those, once reaped
   } end_;
   int exit_code_ = 0;         // the launcher's, should it give up now
   int interrupt_signal_ = 0;  // SIGINT or SIGTERM, once received
