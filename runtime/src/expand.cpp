@@ -23,6 +23,7 @@
 //    group stays in use; otherwise it is revoked, naming its successor.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include <unistd.h>
@@ -132,6 +133,64 @@ std::string hostname() {
 
 }  // namespace
 
+namespace {
+
+// What the members decided and did in the store (steps 1 and 2): the new
+// world's id and size, and who joins; none when nobody waits.
+struct Admitted {
+  std::string world;
+  int size = 0;
+  std::vector<std::string> who;  // the newcomers, for messages
+};
+
+std::optional<Admitted> decide_and_admit(detail::Group& g, std::uint64_t n) {
+  auto& world = *g.world;
+  auto& run = *world.run_store;
+  const auto key = keys::expand_decision(world.group_id, g.slot, n);
+  std::string decided;
+  if (auto d = run.try_get(key)) {
+    decided = *d;
+  } else {
+    const std::int64_t tickets = run.add(keys::kExpandTickets, 0);
+    const std::int64_t claimed = number_or_zero(run.try_get(keys::kExpandClaimed));
+    const auto result =
+        run.compare_set(key, "", fmt::format("{} {}", claimed, std::max(claimed, tickets)));
+    if (!result.current) throw Error(fmt::format("the store lost key {}", key));
+    decided = *result.current;
+  }
+  const auto [from, to] = decode_decision(decided);
+  if (to == from) return std::nullopt;
+  const int members = static_cast<int>(g.members.size());
+  Admitted a;
+  a.size = members + static_cast<int>(to - from);
+  a.world = fmt::format("{:016x}-{}-{}", world.group_id, g.slot, n);
+  for (std::int64_t t = from + 1; t <= to; ++t) {
+    const int rank = members + static_cast<int>(t - from - 1);
+    const Admission mine{a.world, rank, a.size, members, world.host_link.gbits,
+                         world.host_link.latency_us};
+    const auto result = run.compare_set(keys::expand_admit(static_cast<std::uint64_t>(t)), "",
+                                        encode(mine));
+    if (!result.current || decode_admission(*result.current).world != a.world) {
+      throw Error(fmt::format(
+          "rank {}: expand on {}: newcomer {} was admitted by another group at the same time "
+          "(to world {}); one group of a job admits newcomers at a time. {} stays in use",
+          g.rank, g.name, t, result.current ? decode_admission(*result.current).world : "?",
+          g.name));
+    }
+    const auto said = run.try_get(keys::expand_newcomer(static_cast<std::uint64_t>(t)));
+    a.who.push_back(fmt::format("rank {} ({})", rank, said ? *said : "not yet said who"));
+  }
+  // The last ticket admitted, for the next decision (only ever raised).
+  for (auto current = run.try_get(keys::kExpandClaimed); number_or_zero(current) < to;) {
+    const auto result =
+        run.compare_set(keys::kExpandClaimed, current ? *current : "", std::to_string(to));
+    current = result.current;
+  }
+  return a;
+}
+
+}  // namespace
+
 ProcessGroup ProcessGroup::expand() {
   auto& g = *impl_;
   g.require_member("expand");
@@ -143,59 +202,25 @@ ProcessGroup ProcessGroup::expand() {
         g.name, g.broken));
   }
   auto& world = *g.world;
-  auto& run = *world.run_store;
   const std::uint64_t n = g.expansions++;
-  const auto key = keys::expand_decision(world.group_id, g.slot, n);
-  std::string decided;
   const auto context = [&](const Error& e) {
-    return fmt::format("rank {}: expand on {}: the members agree in the job's store, which failed: {}",
-                       g.rank, g.name, e.what());
+    return fmt::format(
+        "rank {}: expand on {}: the members agree in the job's store, which failed: {}", g.rank,
+        g.name, e.what());
   };
+  std::optional<Admitted> admitted;
   try {
-    if (auto d = run.try_get(key)) {
-      decided = *d;
-    } else {
-      const std::int64_t tickets = run.add(keys::kExpandTickets, 0);
-      const std::int64_t claimed = number_or_zero(run.try_get(keys::kExpandClaimed));
-      const auto result =
-          run.compare_set(key, "", fmt::format("{} {}", claimed, std::max(claimed, tickets)));
-      if (!result.current) throw Error(fmt::format("the store lost key {}", key));
-      decided = *result.current;
-    }
+    admitted = decide_and_admit(g, n);
   } catch (const ConnectionError& e) {
     throw ConnectionError(context(e));
   } catch (const TimeoutError& e) {
     throw TimeoutError(context(e));
   }
-  const auto [from, to] = decode_decision(decided);
-  if (to == from) return *this;
-
+  if (!admitted) return *this;
   const int members = static_cast<int>(g.members.size());
-  const int size = members + static_cast<int>(to - from);
-  const auto world_id = fmt::format("{:016x}-{}-{}", world.group_id, g.slot, n);
-  std::vector<std::string> who;  // the newcomers, for messages
-  for (std::int64_t t = from + 1; t <= to; ++t) {
-    const int rank = members + static_cast<int>(t - from - 1);
-    Admission mine{world_id, rank, size, members, world.host_link.gbits,
-                   world.host_link.latency_us};
-    const auto result = run.compare_set(keys::expand_admit(static_cast<std::uint64_t>(t)), "",
-                                        encode(mine));
-    if (!result.current || decode_admission(*result.current).world != world_id) {
-      throw Error(fmt::format(
-          "rank {}: expand on {}: newcomer {} was admitted by another group at the same time "
-          "(to world {}); one group of a job admits newcomers at a time. {} stays in use",
-          g.rank, g.name, t, result.current ? decode_admission(*result.current).world : "?",
-          g.name));
-    }
-    const auto said = run.try_get(keys::expand_newcomer(static_cast<std::uint64_t>(t)));
-    who.push_back(fmt::format("rank {} ({})", rank, said ? *said : "not yet said who"));
-  }
-  // The last ticket admitted, for the next decision (only ever raised).
-  for (auto current = run.try_get(keys::kExpandClaimed); number_or_zero(current) < to;) {
-    const auto result =
-        run.compare_set(keys::kExpandClaimed, current ? *current : "", std::to_string(to));
-    current = result.current;
-  }
+  const int size = admitted->size;
+  const auto& world_id = admitted->world;
+  const auto& who = admitted->who;
 
   WorldSeed seed;
   seed.name = fmt::format("world of {} after expand ({} joined)", size, size - members);

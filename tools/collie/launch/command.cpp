@@ -56,7 +56,8 @@ void add_launch_command(CLI::App& app) {
   cmd->add_option("--port-file", args->port_file,
                   "Node 0: write the store's port to this file once it listens");
   cmd->add_option("--max-restarts", args->max_restarts,
-                  "Restart every rank this many times after a failure")
+                  "Restart every rank this many times after a failure (with --keep-going: "
+                  "start this many replacements in all, each in a lost rank's place)")
       ->capture_default_str();
   cmd->add_option("--monitor-interval", args->monitor_interval_s,
                   "Seconds between looks at the ranks, at most (the launcher also wakes the "
@@ -111,7 +112,8 @@ void add_launch_command(CLI::App& app) {
                 "A rank that fails stops no one: the others go on (a program that calls "
                 "ProcessGroup::shrink() when a call fails, docs/failures.md); the job ends "
                 "when every rank has ended, successful if one of them exited 0, and the "
-                "summary names the ranks lost")
+                "summary names the ranks lost; with --max-restarts, a replacement started "
+                "with COLLIE_JOIN=1 joins them at their next ProcessGroup::expand()")
       ->excludes("--master-worker");
   add_bind_option(*cmd, args->bind, "the ranks");
   cmd->add_option("command", args->command,
