@@ -23,6 +23,7 @@
 #include "support/subprocess.hpp"
 
 using namespace std::chrono_literals;
+using collie::test::RunResult;
 using collie::test::Subprocess;
 
 namespace {
@@ -83,6 +84,25 @@ std::string joined(const std::vector<std::string>& lines) {
   for (const auto& l : lines)
     out += l + "\n";
   return out;
+}
+
+// `collie launch --keep-going` of the worker on `n` ranks (with
+// --max-restarts when `restarts` > 0), its logging off; its output goes
+// with any later failure's report.
+RunResult keep_going(int n, int restarts, const std::vector<std::string>& worker,
+                     std::vector<std::string> env = {}) {
+  std::vector<std::string> args{"--nproc_per_node", std::to_string(n), "--keep-going"};
+  if (restarts > 0) {
+    args.push_back("--max-restarts");
+    args.push_back(std::to_string(restarts));
+  }
+  args.push_back(kWorker);
+  args.insert(args.end(), worker.begin(), worker.end());
+  env.push_back("COLLIE_LOG_LEVEL=off");
+  auto r = collie::test::collie_cli("launch", args, env, 180s);
+  UNSCOPED_INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE_FALSE(r.timed_out);
+  return r;
 }
 
 // Runs 8 ranks, kills `victims` at step 3 of 8 (and `late` during the
@@ -188,11 +208,7 @@ TEST_CASE("shrink: a survivor that never calls shrink is named at the timeout",
 
 TEST_CASE("launch --keep-going: a rank's death stops no one, and the summary names it",
           "[shrink][launch]") {
-  const auto r = collie::test::collie_cli(
-      "launch", {"--nproc_per_node", "4", "--keep-going", kWorker, "6", "2", "1"},
-      {"COLLIE_LOG_LEVEL=off"}, 120s);
-  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
-  REQUIRE_FALSE(r.timed_out);
+  const auto r = keep_going(4, 0, {"6", "2", "1"});
   CHECK(r.exit_code == 0);
   for (int rank : {0, 2, 3})
     CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members, "
@@ -206,11 +222,7 @@ TEST_CASE("launch --keep-going: a rank's death stops no one, and the summary nam
 TEST_CASE("launch --keep-going: when every rank fails, the job fails naming the first",
           "[shrink][launch]") {
   // Two ranks, both victims at step 0.
-  const auto r = collie::test::collie_cli(
-      "launch", {"--nproc_per_node", "2", "--keep-going", kWorker, "3", "0", "0,1"},
-      {"COLLIE_LOG_LEVEL=off"}, 120s);
-  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
-  REQUIRE_FALSE(r.timed_out);
+  const auto r = keep_going(2, 0, {"3", "0", "0,1"});
   CHECK(r.exit_code == 128 + SIGKILL);
   CHECK_THAT(r.err, Catch::Contains("ranks 0, 1 lost (--keep-going); 0 of the node's 2 ranks "
                                     "exited 0") ||
@@ -225,12 +237,7 @@ TEST_CASE("launch --keep-going --max-restarts 1: a replacement joins at expand()
   // Rank 5 dies in step 3 of 10; the launcher starts a process in its
   // place, which the 7 admit at their next expand() (before step 6 at the
   // latest: they wait for it there) and hand the step and the running total.
-  const auto r = collie::test::collie_cli(
-      "launch",
-      {"--nproc_per_node", "8", "--keep-going", "--max-restarts", "1", kWorker, "10", "3", "5"},
-      {"COLLIE_LOG_LEVEL=off", "WORKER_EXPAND_STEP=6"}, 180s);
-  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
-  REQUIRE_FALSE(r.timed_out);
+  const auto r = keep_going(8, 1, {"10", "3", "5"}, {"WORKER_EXPAND_STEP=6"});
   CHECK(r.exit_code == 0);
   // Where the survivors went on (R) and where the newcomer joined (J).
   std::istringstream out(r.out);
@@ -271,12 +278,7 @@ TEST_CASE("launch --keep-going --max-restarts 1: a replacement the others never 
   // No expand() in this worker's loop (no WORKER_EXPAND_STEP): the
   // replacement of rank 1 waits in vain, and must not hold the job for its
   // whole timeout.
-  const auto r = collie::test::collie_cli(
-      "launch",
-      {"--nproc_per_node", "4", "--keep-going", "--max-restarts", "1", kWorker, "6", "2", "1"},
-      {"COLLIE_LOG_LEVEL=off"}, 120s);
-  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
-  REQUIRE_FALSE(r.timed_out);
+  const auto r = keep_going(4, 1, {"6", "2", "1"});
   CHECK(r.exit_code == 0);
   for (int rank : {0, 2, 3})
     CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members", rank,
