@@ -20,7 +20,10 @@ def main():
         print("SKIP: python3-torch is not installed")
         return 77
     collie, example = sys.argv[1], sys.argv[2]
-    env = dict(os.environ, ELASTIC_KILL="1:5", ELASTIC_STEPS="30", COLLIE_LOG_LEVEL="warn")
+    # The survivors wait for the replacement (ELASTIC_MIN_RANKS): a machine
+    # busy with other tests may start it after they would have finished.
+    env = dict(os.environ, ELASTIC_KILL="1:5", ELASTIC_STEPS="30", ELASTIC_MIN_RANKS="4",
+               COLLIE_LOG_LEVEL="warn")
     run = subprocess.run([collie, "launch", "-n", "4", "--keep-going", "--max-restarts", "1",
                           "--", sys.executable, example],
                          env=env, capture_output=True, text=True, timeout=400)

@@ -17,6 +17,9 @@ replacement (collie launch --max-restarts starts one, with COLLIE_JOIN=1)
 joins at the members' next expand() and receives the weights and the step
 from a member, with no checkpoint file.
 
+ELASTIC_MIN_RANKS=N: below N ranks, the members wait for newcomers before
+each step (a minute at most), as a job that needs its capacity back would.
+
 ELASTIC_CHECKPOINT=PATH: rank 0 also saves the state there after each step,
 and a process that finds the file starts from it: the same program then
 recovers by a whole restart (collie launch --max-restarts 1 without
@@ -37,6 +40,7 @@ import torch.distributed as dist
 import collie_torch
 
 STEPS = int(os.environ.get("ELASTIC_STEPS", "30"))
+MIN_RANKS = int(os.environ.get("ELASTIC_MIN_RANKS", "0"))
 FEATURES = int(os.environ.get("ELASTIC_FEATURES", "512"))
 BATCH = 64
 LR = 0.05
@@ -99,10 +103,17 @@ def main():
     dying = (os.environ.get("RANK") == str(victim) and not eg.is_newcomer
              and os.environ.get("COLLIE_RESTART_COUNT", "0") == "0")
     while int(step) < STEPS:
-        if eg.expand():
-            eg.sync_state(state)
-            print(f"rank {me}: {len(eg.newcomers)} joined; {eg.size()} ranks "
-                  f"(clock {clock_ms()} ms)", flush=True)
+        # Below ELASTIC_MIN_RANKS, wait for newcomers (a minute at most):
+        # every member calls expand() as often as the others, so the
+        # attempts are counted, not timed.
+        for attempt in range(1200):
+            if eg.expand():
+                eg.sync_state(state)
+                print(f"rank {me}: {len(eg.newcomers)} joined; {eg.size()} ranks "
+                      f"(clock {clock_ms()} ms)", flush=True)
+            if eg.size() >= MIN_RANKS:
+                break
+            time.sleep(0.05)
         s = int(step)
         x, y = batch(s)
         rank, size = eg.rank(), eg.size()
