@@ -48,7 +48,7 @@ run() {  # mode
   next=$(grep -o "step [0-9]* done (clock [0-9]*" "$out/all" | grep -o "[0-9]*$" |
     awk -v d="$back" '$1 > d' | sort -n | head -1)
   ranks=$(grep -o "done 60 steps on [0-9] ranks, weights match" "$out/all" | grep -o "on [0-9]" | sort | uniq -c |
-    awk '{printf "%s%d finished on %d ranks", NR > 1 ? ", " : "", $1, $3}')
+    awk '{printf "%s%d finished on %d ranks", (NR > 1 ? ", " : ""), $1, $3}')
   printf '%-9s %6d ms to the next step (failure seen +%d ms, back +%d ms; %s)\n' "$mode" \
     $((next - death)) $((failed - death)) $((back - death)) "$ranks"
 }
