@@ -10,7 +10,9 @@
 //    the last one any group admitted, up to the count) is written under
 //    the group's n-th expand (compare_set on an empty key), and every
 //    member reads that decision: newcomers that come meanwhile wait for
-//    the next expand(). No newcomer: the group goes on as it is.
+//    the next expand(). No newcomer: the group goes on as it is. Else the
+//    members meet in a barrier of the group first: one lost since its last
+//    call fails it, and they shrink before anyone is admitted.
 // 2. Admit. Each ticket's admission is itself first-writer-wins, so two
 //    groups that admit the same newcomer at once both see it, and the one
 //    that lost throws (one group of a job admits newcomers at a time). The
@@ -143,7 +145,8 @@ struct Admitted {
   std::vector<std::string> who;  // the newcomers, for messages
 };
 
-std::optional<Admitted> decide_and_admit(detail::Group& g, std::uint64_t n) {
+// Step 1: the tickets the n-th expand() of this group admits, (from, to].
+std::pair<std::int64_t, std::int64_t> decide(detail::Group& g, std::uint64_t n) {
   auto& world = *g.world;
   auto& run = *world.run_store;
   const auto key = keys::expand_decision(world.group_id, g.slot, n);
@@ -158,8 +161,13 @@ std::optional<Admitted> decide_and_admit(detail::Group& g, std::uint64_t n) {
     if (!result.current) throw Error(fmt::format("the store lost key {}", key));
     decided = *result.current;
   }
-  const auto [from, to] = decode_decision(decided);
-  if (to == from) return std::nullopt;
+  return decode_decision(decided);
+}
+
+// Step 2: tickets (from, to] admitted to the n-th expand's world.
+Admitted admit(detail::Group& g, std::uint64_t n, std::int64_t from, std::int64_t to) {
+  auto& world = *g.world;
+  auto& run = *world.run_store;
   const int members = static_cast<int>(g.members.size());
   Admitted a;
   a.size = members + static_cast<int>(to - from);
@@ -208,19 +216,33 @@ ProcessGroup ProcessGroup::expand() {
         "rank {}: expand on {}: the members agree in the job's store, which failed: {}", g.rank,
         g.name, e.what());
   };
-  std::optional<Admitted> admitted;
+  std::pair<std::int64_t, std::int64_t> tickets;
   try {
-    admitted = decide_and_admit(g, n);
+    tickets = decide(g, n);
   } catch (const ConnectionError& e) {
     throw ConnectionError(context(e));
   } catch (const TimeoutError& e) {
     throw TimeoutError(context(e));
   }
-  if (!admitted) return *this;
+  const auto [from, to] = tickets;
+  if (to == from) return *this;
+  // Every member is alive and here before anyone is admitted: a member lost
+  // since the group's last call (one that call did not need) fails this
+  // barrier, naming it, and nobody waits for it in the new world; the
+  // tickets stay unclaimed for the expand() after the shrink.
+  barrier();
+  Admitted admitted;
+  try {
+    admitted = admit(g, n, from, to);
+  } catch (const ConnectionError& e) {
+    throw ConnectionError(context(e));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(context(e));
+  }
   const int members = static_cast<int>(g.members.size());
-  const int size = admitted->size;
-  const auto& world_id = admitted->world;
-  const auto& who = admitted->who;
+  const int size = admitted.size;
+  const auto& world_id = admitted.world;
+  const auto& who = admitted.who;
 
   WorldSeed seed;
   seed.name = fmt::format("world of {} after expand ({} joined)", size, size - members);

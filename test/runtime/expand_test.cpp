@@ -200,3 +200,33 @@ TEST_CASE("a newcomer no member admits is told so at its timeout", "[expand]") {
   }
   CHECK(std::chrono::steady_clock::now() - start >= 1400ms);
 }
+
+TEST_CASE("expand: a member lost since the last call fails it, and the survivors shrink, then "
+          "take the newcomer in",
+          "[expand]") {
+  run_job(
+      3, 1,
+      [](collie::ProcessGroup& pg) {
+        expect(sum_of_ranks(pg) == 6, "the first sum");
+        if (pg.rank() == 2) return;  // gone: its world closes with this thread's handle
+        await_newcomers(pg, 1);
+        try {
+          pg.expand();
+          expect(false, "expand went through with rank 2 gone");
+        } catch (const collie::ConnectionError& e) {
+          expect(std::string(e.what()).find("rank 2") != std::string::npos,
+                 std::string("the lost member is not named: ") + e.what());
+        }
+        auto small = pg.shrink(20s);
+        expect(small.size() == 2, fmt::format("shrunk to {}", small.size()));
+        auto next = small.expand();
+        expect(next.size() == 3 && next.newcomers() == std::vector<int>{2},
+               fmt::format("rank {} of {} after the expand", next.rank(), next.size()));
+        expect(sum_of_ranks(next) == 6, "the sum with the newcomer");
+      },
+      [](collie::ProcessGroup& pg) {
+        expect(pg.rank() == 2 && pg.size() == 3,
+               fmt::format("the newcomer is rank {} of {}", pg.rank(), pg.size()));
+        expect(sum_of_ranks(pg) == 6, "the newcomer's sum");
+      });
+}

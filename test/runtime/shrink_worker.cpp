@@ -140,28 +140,30 @@ int main(int argc, char** argv) {
     for (int s = step; s < steps;) {
       total_before[static_cast<std::size_t>(s)] = total;
       if (expand_step >= 0 && !grown && !newcomer_of_this_step_done(pg, s, expand_step)) return 4;
-      if (expand_step >= 0) {
-        auto next = pg.expand();
-        if (!next.newcomers().empty() && next.size() != pg.size()) {
-          pg = next;
-          grown = true;
-          step = s;
-          pg.sync_state(state());
-          members = members_of(pg, me);
-          say("rank " + std::to_string(me) + ": expanded to " + std::to_string(pg.size()) +
-              " members (clock " + std::to_string(clock_ms()) + " ms)");
-        }
-      }
-      const float mine = static_cast<float>((me + 1) * (s + 1));
-      std::fill(v.begin(), v.end(), mine);
-      if (victim && s == kill_step) {
-        auto w = pg.all_reduce_async(std::span(v));
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        say("rank " + std::to_string(me) + ": dying (clock " + std::to_string(clock_ms()) +
-            " ms)");
-        std::raise(SIGKILL);
-      }
+      // The expand() is in the step's try: a member lost since the last
+      // call fails it, and the survivors shrink as for a failed step.
       try {
+        if (expand_step >= 0) {
+          auto next = pg.expand();
+          if (!next.newcomers().empty() && next.size() != pg.size()) {
+            pg = next;
+            grown = true;
+            step = s;
+            pg.sync_state(state());
+            members = members_of(pg, me);
+            say("rank " + std::to_string(me) + ": expanded to " + std::to_string(pg.size()) +
+                " members (clock " + std::to_string(clock_ms()) + " ms)");
+          }
+        }
+        const float mine = static_cast<float>((me + 1) * (s + 1));
+        std::fill(v.begin(), v.end(), mine);
+        if (victim && s == kill_step) {
+          auto w = pg.all_reduce_async(std::span(v));
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          say("rank " + std::to_string(me) + ": dying (clock " + std::to_string(clock_ms()) +
+              " ms)");
+          std::raise(SIGKILL);
+        }
         pg.all_reduce(std::span(v));
       } catch (const collie::Error& e) {
         say("rank " + std::to_string(me) + ": failed at step " + std::to_string(s) + " (clock " +

@@ -103,23 +103,24 @@ def main():
     dying = (os.environ.get("RANK") == str(victim) and not eg.is_newcomer
              and os.environ.get("COLLIE_RESTART_COUNT", "0") == "0")
     while int(step) < STEPS:
-        # Below ELASTIC_MIN_RANKS, wait for newcomers (a minute at most):
-        # every member calls expand() as often as the others, so the
-        # attempts are counted, not timed.
-        for attempt in range(1200):
-            if eg.expand():
-                eg.sync_state(state)
-                print(f"rank {me}: {len(eg.newcomers)} joined; {eg.size()} ranks "
-                      f"(clock {clock_ms()} ms)", flush=True)
-            if eg.size() >= MIN_RANKS:
-                break
-            time.sleep(0.05)
         s = int(step)
-        x, y = batch(s)
-        rank, size = eg.rank(), eg.size()
-        gw, gb = gradient(w, b, x[rank::size], y[rank::size])
-        flat = torch.cat([gw.reshape(-1), gb])
         try:
+            # Below ELASTIC_MIN_RANKS, wait for newcomers (a minute at most):
+            # every member calls expand() as often as the others, so the
+            # attempts are counted, not timed. (A member lost since the last
+            # step fails expand(), as it fails the step.)
+            for attempt in range(1200):
+                if eg.expand():
+                    eg.sync_state(state)
+                    print(f"rank {me}: {len(eg.newcomers)} joined; {eg.size()} ranks "
+                          f"(clock {clock_ms()} ms)", flush=True)
+                if eg.size() >= MIN_RANKS:
+                    break
+                time.sleep(0.05)
+            x, y = batch(s)
+            rank, size = eg.rank(), eg.size()
+            gw, gb = gradient(w, b, x[rank::size], y[rank::size])
+            flat = torch.cat([gw.reshape(-1), gb])
             work = dist.all_reduce(flat, group=eg.group, async_op=True)
             if dying and s == kill_step:
                 time.sleep(0.005)

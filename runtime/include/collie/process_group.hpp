@@ -79,49 +79,15 @@
 #include <collie/job_config.hpp>
 #include <collie/memory.hpp>
 #include <collie/reduce.hpp>
+#include <collie/state_buffer.hpp>
+#include <collie/work.hpp>
 #include <collie/store/store.hpp>
 
 namespace collie {
 
 namespace detail {
-struct Group;     // what a ProcessGroup handle points to (the runtime's own)
-class WorkState;  // what a Work waits on (the runtime's own)
-struct Access;    // how the runtime makes handles
+struct Group;  // what a ProcessGroup handle points to (the runtime's own)
 }  // namespace detail
-
-// An operation in flight: isend, irecv, or an async collective.
-class Work {
- public:
-  Work();  // an empty Work: complete
-  // A Work destroyed while pending waits for it first (with the group's
-  // timeout), as a std::future from std::async does, so collie never writes
-  // into or reads from a buffer after its Work is gone; that holds after a
-  // wait(t) that timed out too (an async collective keeps running then; a
-  // send or receive was withdrawn). Errors seen there are logged, not
-  // thrown: call wait() to see them.
-  ~Work();
-  Work(Work&&) noexcept;
-  Work& operator=(Work&& other) noexcept;
-
-  // Blocks until the operation is done; throws its error if it failed
-  // (ConnectionError, TimeoutError, RequestError...). wait() uses the group's
-  // timeout; wait(t) throws TimeoutError after t.
-  void wait();
-  void wait(std::chrono::milliseconds timeout);
-
-  // True once the operation has finished, successfully or not. Never blocks.
-  bool is_completed() const;
-
-  // For a receive from any rank (irecv_any): the rank, in its group, whose
-  // message it received, once it completed; -1 before, and for any other
-  // operation.
-  int source() const;
-
- private:
-  friend struct detail::Access;
-  explicit Work(std::unique_ptr<detail::WorkState> state);
-  std::unique_ptr<detail::WorkState> state_;
-};
 
 using collectives::Algorithm;
 using collectives::Collective;
@@ -134,19 +100,6 @@ struct CollectiveOptions {
   // For device buffers: the cudaStream_t whose queued work collie's copies
   // follow (memory.hpp); null: the legacy default stream.
   void* cuda_stream = nullptr;
-};
-
-// A named buffer of a member's state, for ProcessGroup::sync_state().
-struct StateBuffer {
-  std::string name;
-  DataType dtype = DataType::Float32;
-  void* data = nullptr;
-  std::size_t count = 0;  // elements
-  template <class T, std::size_t E>
-  static StateBuffer of(std::string name, std::span<T, E> buffer) {
-    static_assert(!std::is_const_v<T>, "sync_state writes every member's buffer but root's");
-    return {std::move(name), dtype_of<T>, buffer.data(), buffer.size()};
-  }
 };
 
 class ProcessGroup {
@@ -455,8 +408,11 @@ class ProcessGroup {
   // The members agree on which newcomers through the job's store (the
   // first member's view decides), so newcomers that arrive meanwhile wait
   // for the next expand(). Where none waits, it returns this group, which
-  // stays in use; otherwise this group is revoked (its calls throw, naming
-  // the group that replaced it). The new group is a world of its own: new
+  // stays in use; otherwise the members first meet in a barrier of this
+  // group (a member lost since its last call fails it with the
+  // ConnectionError naming the lost: shrink(), then expand() again, and
+  // the newcomers are still waiting), and this group is revoked (its
+  // calls throw, naming the group that replaced it). The new group is a world of its own: new
   // connections, every member's old ones closing with the old group. A
   // newcomer that never joins is named in a TimeoutError after the
   // group's timeout; this group then stays in use, and that newcomer is

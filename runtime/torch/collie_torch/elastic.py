@@ -7,9 +7,9 @@ docs/failures.md).
     if eg.is_newcomer:
         eg.sync_state(state)            # the members' state: no checkpoint file
     while int(step) < steps:
-        if eg.expand():                 # newcomers were waiting: they are in now
-            eg.sync_state(state)
         try:
+            if eg.expand():             # newcomers were waiting: they are in now
+                eg.sync_state(state)
             ...                         # dist.all_reduce(grads, group=eg.group), step += 1
         except RuntimeError:            # a rank was lost (collie's error names it)
             eg.recover(state)           # the survivors, and the furthest one's state
@@ -76,7 +76,9 @@ class ElasticGroup:
     def expand(self):
         """Takes in the newcomers waiting now (a collective of the members,
         between steps). True if any joined: then hand them the state
-        (sync_state) before the next step."""
+        (sync_state) before the next step. Where newcomers wait, a member
+        lost since the last call raises RuntimeError naming it, as a failed
+        step does: call it inside the step's try, and recover()."""
         before = self.group
         self.group = elastic_expand(self.group)
         return self.group is not before
