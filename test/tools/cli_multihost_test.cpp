@@ -365,6 +365,11 @@ TEST_CASE("two hosts on a shaped link: init measures the link Auto prices with, 
   // what the job itself can move, so only the upper bound holds there (a
   // probe fooled by tbf's bucket, or the 10 Gbit/s default, reads above it).
   const double lowest = COLLIE_TEST_FULL_MATRIX ? 0.30 : 0.05;
+  // And under the sanitizers beside the other tests the probe's timing
+  // moves up as well: TSan read 0.487 Gbit/s three times in a row in a full
+  // run (and 0.38 alone); 0.6 still refuses the 10 Gbit/s default and any
+  // reading over 1.5 times what tbf moves.
+  const double highest = COLLIE_TEST_FULL_MATRIX ? 0.44 : 0.6;
   // A measurement on a machine the other tests keep busy: a pause in the
   // probe's transfers moved it to 0.56-0.62 Gbit/s, with round trips of
   // 0.2-1 ms. Up to three jobs, the first that reads the link.
@@ -373,11 +378,11 @@ TEST_CASE("two hosts on a shaped link: init measures the link Auto prices with, 
   for (int attempt = 0; attempt < 3; ++attempt) {
     measured = header("");
     gbits = gbits_in(measured);
-    if (gbits > lowest && gbits < 0.44) break;
+    if (gbits > lowest && gbits < highest) break;
   }
   INFO(measured);
   CHECK(gbits > lowest);
-  CHECK(gbits < 0.44);
+  CHECK(gbits < highest);
   CHECK_THAT(measured, Catch::Contains("(measured between rank 0 and rank 1 in "));
   const auto told = header("COLLIE_HOST_LINK=25,7");
   CHECK_THAT(told, Catch::EndsWith("; link 25 Gbit/s, 7 us (COLLIE_HOST_LINK)"));
