@@ -298,7 +298,7 @@ std::shared_ptr<detail::Group> join_running_job(JobConfig config) {
   }
   try {
     ticket = static_cast<std::uint64_t>(run->add(keys::kExpandTickets, 1));
-    run->set(keys::expand_newcomer(ticket), fmt::format("pid {} on {}", ::getpid(), hostname()));
+    run->set(keys::expand_newcomer(ticket), keys::newcomer_identity(::getpid(), hostname()));
   } catch (const Error& e) {
     throw ConnectionError(fmt::format("newcomer: cannot reach {} to join the running job: {}",
                                       where(), e.what()));

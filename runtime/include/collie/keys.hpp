@@ -140,8 +140,13 @@ inline std::string shrink(std::uint32_t slot, std::uint64_t members) {
 
 inline constexpr std::string_view kExpandTickets = "expand/tickets";
 inline constexpr std::string_view kExpandClaimed = "expand/claimed";
+inline constexpr std::string_view kExpandNewcomerPrefix = "expand/newcomer/";
 inline std::string expand_newcomer(std::uint64_t ticket) {
-  return detail::join("expand/newcomer/", ticket);
+  return detail::join(kExpandNewcomerPrefix, ticket);
+}
+// What a newcomer writes there, and the launcher looks for its replacement by.
+inline std::string newcomer_identity(long long pid, std::string_view host) {
+  return "pid " + std::to_string(pid) + " on " + std::string(host);
 }
 // The decision of the n-th expand() of the group with `slot` in the world
 // with this id.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -243,7 +244,8 @@ class Launcher {
     std::vector<const LocalRank*> waiting;
     for (const auto& r : ranks_->ranks()) {
       if (r.status) continue;
-      if (r.replaces < 0) return;
+      // A rank, or a replacement known to be a member: it finishes.
+      if (r.replaces < 0 || admitted_.count(r.pid) != 0) return;
       waiting.push_back(&r);
     }
     if (waiting.empty()) return;
@@ -253,8 +255,12 @@ class Launcher {
     try {
       store::Store* s = store_.reader();
       if (s == nullptr) return;
-      for (const auto* r : waiting)
-        if (newcomer_admitted(*s, attempt_, r->pid, host)) return;  // a member: it finishes
+      for (const auto* r : waiting) {
+        if (newcomer_admitted(*s, attempt_, r->pid, host)) {
+          admitted_.insert(r->pid);  // read once, not at every look
+          return;
+        }
+      }
     } catch (const std::exception& e) {
       say(fmt::format("could not read whether the replacements were admitted: {}", e.what()));
       return;
@@ -421,6 +427,7 @@ class Launcher {
   int nodes_ = 1;                     // this attempt's (an elastic job's change)
   std::vector<std::string> members_;  // an elastic job's nodes this round
   int attempt_ = 0;
+  std::set<pid_t> admitted_;  // replacements found admitted (stop_unadmitted)
   int restarts_ = 0;  // failures restarted, and replacements; a change of nodes is no failure
   Placement placement_;  // where each local rank runs (--bind)
   ErrorFiles error_files_;

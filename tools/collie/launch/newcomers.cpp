@@ -3,8 +3,6 @@
 
 #include <chrono>
 
-#include <fmt/format.h>
-
 #include <collie/keys.hpp>
 
 namespace collie::cli {
@@ -12,11 +10,11 @@ namespace collie::cli {
 bool newcomer_admitted(store::Store& store, int attempt, pid_t pid, const std::string& host) {
   using namespace std::chrono_literals;
   const auto run = keys::run(attempt, 0) + "/";
-  const auto prefix = run + keys::expand_newcomer(0).substr(0, keys::expand_newcomer(0).size() - 1);
+  const auto prefix = run + std::string(keys::kExpandNewcomerPrefix);
   const auto names = store.list_keys(prefix, 2s);
   if (names.empty()) return false;
   const auto values = store.multi_get(names, 2s);
-  const auto who = fmt::format("pid {} on {}", pid, host);
+  const auto who = keys::newcomer_identity(pid, host);
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (values[i] != who) continue;
     const auto ticket = names[i].substr(prefix.size());
