@@ -5,7 +5,8 @@
 #   libcli11-dev  -> CLI11::CLI11 (the collie command line)
 #   nlohmann-json3-dev -> nlohmann_json::nlohmann_json (explain's JSON, trace merge, etcd's replies)
 #   libcurl4-openssl-dev -> CURL::libcurl (the etcd store: HTTP and TLS to etcd's gateway)
-#   catch2        -> Catch2::Catch2 (tests, v2)
+#   catch2        -> Catch2::Catch2 (tests: Catch2 2.13 on Debian 12, 3.x on Debian 13;
+#                    test/support/catch.hpp is the one place that tells them apart)
 #   the CUDA toolkit (optional, COLLIE_CUDA) -> CUDA::cudart_static (NVIDIA's
 #                    installer or Debian's nvidia-cuda-toolkit; never required)
 list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
@@ -20,7 +21,12 @@ find_package(CLI11 2.0 REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CURL 7.73 REQUIRED)
 if(COLLIE_BUILD_TESTS)
-  find_package(Catch2 2.13 REQUIRED)
+  # No version in the call: Catch2 3's package accepts only requests for 3.x.
+  find_package(Catch2 REQUIRED)
+  if(Catch2_VERSION VERSION_LESS 2.13 OR Catch2_VERSION VERSION_GREATER_EQUAL 4)
+    message(FATAL_ERROR "collie's tests need Catch2 2.13 or 3.x; found ${Catch2_VERSION} in ${Catch2_DIR}")
+  endif()
+  string(REGEX MATCH "^[0-9]+" COLLIE_CATCH2_MAJOR "${Catch2_VERSION}")
 endif()
 
 # CUDA device buffers (runtime/src/device/): AUTO builds them in where the

@@ -2,17 +2,17 @@
 # Installs what collie needs, from Debian packages only, and nothing that is
 # already there. Called by tools/bench.sh and tools/test.sh; safe to re-run.
 #   tools/setup.sh          build dependencies
-#   tools/setup.sh --test   plus what the tests need (clang + libFuzzer, chromium for the
+#   tools/setup.sh --test   plus what the tests need (Catch2, clang + libFuzzer, chromium for the
 #                           explain page's browser test, iproute2 for the multi-host tests in
 #                           network namespaces, Slurm's daemons and srun for the Slurm test,
-#                           torch 1.13 with its C++ headers and pybind11 for the
+#                           torch (1.13 on Debian 12, 2.6 on 13) with its C++ headers and pybind11 for the
 #                           torch.distributed backend and its tests, etcd and openssl for
 #                           the etcd store's tests: a real cluster, with certificates)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev catch2)
+packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev)
 if [ "${1:-}" = "--test" ]; then
-  packages+=(clang libclang-rt-14-dev chromium iproute2 slurmd slurmctld slurm-client
+  packages+=(catch2 clang libclang-rt-dev chromium iproute2 slurmd slurmctld slurm-client
              python3-torch libtorch-dev pybind11-dev etcd-server openssl)
 fi
 

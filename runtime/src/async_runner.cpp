@@ -77,6 +77,7 @@ void AsyncRunner::execute(Queued& queued) {
 }
 
 void AsyncRunner::loop() {
+  thread_id_.store(std::this_thread::get_id());
   // It waits while the caller's thread goes on, perhaps on the same
   // processor: its waits yield (transport.hpp).
   transport::set_waits_for_others(true);

@@ -3,9 +3,22 @@
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
-#include <torch/version.h>
 
 namespace collie_torch {
+namespace {
+
+// The stream's cudaStream_t, where this torch's c10::Stream gives it
+// (native_handle(), which torch 1.13 and Debian 13's 2.6 lack and later
+// releases have); nullptr where it does not.
+template <typename Stream>
+void* native_handle(const Stream& stream) {
+  if constexpr (requires { stream.native_handle(); })
+    return stream.native_handle();
+  else
+    return nullptr;
+}
+
+}  // namespace
 
 CallPlace CallPlace::of(const at::Tensor& t) {
   CallPlace p;
@@ -13,12 +26,8 @@ CallPlace CallPlace::of(const at::Tensor& t) {
   if (!t.device().is_cuda()) return p;
   const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   p.stream_ = impl.getStream(t.device());
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-  // torch 2.2 gave streams their native handle.
-  p.native_ = p.stream_->native_handle();
-#else
-  p.synchronize();
-#endif
+  p.native_ = native_handle(*p.stream_);
+  if (p.native_ == nullptr) p.synchronize();
   return p;
 }
 

@@ -5,9 +5,9 @@
 // staged through pinned host memory on a stream of collie's own, whose
 // copies start after the work queued on the caller's stream. That stream
 // is torch's current stream for the tensor's device, taken when the call is
-// made (on torch 2.2 and later, through c10::Stream::native_handle(); on an
-// older torch, the call waits for that stream on the host and collie's
-// copies follow the legacy default stream). torch's own operations that a
+// made (through c10::Stream::native_handle() where this torch has it; on
+// torch 1.13 and 2.6, which lack it, the call waits for that stream on the
+// host and collie's copies follow the legacy default stream). torch's own operations that a
 // call needs (flattening lists, cutting them back) run on the same stream,
 // in the thread that runs the call. When the call's Work has completed,
 // every copy into the tensors has finished: any stream may use them.

@@ -26,19 +26,37 @@ namespace {
 
 namespace py = pybind11;
 
-#if TORCH_VERSION_MAJOR >= 2
-// torch 2 wraps each backend in a ProcessGroup of its own making, whose
-// constructor differs between its releases: not yet built here.
-using TorchGroup = c10::intrusive_ptr<c10d::ProcessGroup>;
-[[noreturn]] void unsupported() {
-  TORCH_CHECK(false, "collie_torch: elastic groups need torch 1.13's c10d API for now (this is torch ",
-              TORCH_VERSION, ")");
-}
-TorchGroup wrap(collie::ProcessGroup) { unsupported(); }
-ProcessGroupCollie& backend_of(const TorchGroup&) { unsupported(); }
-#else
 using TorchGroup = c10::intrusive_ptr<c10d::ProcessGroup>;
 
+#if TORCH_VERSION_MAJOR >= 2
+// torch 2 wraps each backend in a ProcessGroup, which init_process_group and
+// new_group make; an elastic group's is made here: one collie backend for
+// CPU and CUDA tensors, named "collie" (torch names the ProcessGroup of
+// every plugin backend "custom", and DDP's logging reads the name).
+class ElasticTorchGroup final : public c10d::ProcessGroup {
+ public:
+  explicit ElasticTorchGroup(const c10::intrusive_ptr<ProcessGroupCollie>& backend)
+      : c10d::ProcessGroup(backend->getRank(), backend->getSize()) {
+    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA})
+      setBackend(device, BackendType::CUSTOM, backend);
+    setDefaultBackend(BackendType::CUSTOM);
+  }
+  const std::string getBackendName() const override { return "collie"; }
+};
+
+TorchGroup wrap(collie::ProcessGroup group) {
+  return c10::make_intrusive<ElasticTorchGroup>(
+      c10::make_intrusive<ProcessGroupCollie>(std::move(group)));
+}
+
+ProcessGroupCollie& backend_of(const TorchGroup& g) {
+  const auto backend = g->getBackend(c10::DeviceType::CPU);
+  auto* p = dynamic_cast<ProcessGroupCollie*>(backend.get());
+  TORCH_CHECK(p != nullptr, "collie_torch: not a collie process group (its backend is ",
+              g->getBackendName(), ")");
+  return *p;  // held by g
+}
+#else
 TorchGroup wrap(collie::ProcessGroup group) {
   return c10::make_intrusive<ProcessGroupCollie>(std::move(group));
 }

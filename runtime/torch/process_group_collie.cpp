@@ -28,17 +28,6 @@ at::TensorOptions host_options(const at::Tensor& like) {
   return like.options().device(at::kCPU);
 }
 
-// The count per rank of a call on `in` and `out`, checked as the collective
-// shapes its buffers (collectives::count_of_buffers, the runtime's check).
-std::size_t checked_count(collie::Collective c, int world, int rank, const at::Tensor& in,
-                          const at::Tensor& out, const char* op) {
-  try {
-    return collie::collectives::count_of_buffers(c, world, count_of(in), count_of(out), rank, 0);
-  } catch (const collie::Error& e) {
-    TORCH_CHECK(false, "collie: ", op, ": ", e.what());
-  }
-}
-
 // Every member's global rank, by group rank: each says its own in the
 // group's store (a sub-group; the default group's are its own ranks).
 std::vector<int> global_ranks(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -89,7 +78,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::collective(c10d::OpType type,
                                                               std::function<void()> run) {
   ++sequence_;
   auto work = c10::make_intrusive<CollectiveWork>(getRank(), type, profiling_title(type),
-                                                  std::move(inputs), std::move(outputs), runner_);
+                                                  std::move(inputs), std::move(outputs), runner_,
+                                                  settler_);
   collie::AsyncRunner::Task task;
   // The task's finish holds the Work until after its run returned.
   task.run = [run = std::move(run), place, w = work.get(), names = names_] {
@@ -115,7 +105,10 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
       pg_(join(store, rank, size, timeout)),
       profiling_name_(std::move(profiling_name)),
       names_(std::make_shared<GroupNames>(global_ranks(store, rank, size, global_rank))) {
-  if (rank != 0 && hosted_by_rank_zero(identify(store))) wait_for_close_ = store;
+  if (rank != 0) {
+    auto id = identify(store);
+    if (hosted_by_rank_zero(id)) wait_for_close_ = std::move(id);
+  }
 }
 
 ProcessGroupCollie::ProcessGroupCollie(collie::ProcessGroup group)
@@ -137,8 +130,9 @@ ProcessGroupCollie::~ProcessGroupCollie() {
   auto finish = [&] {
     runner_.reset();
     completer_.reset();
+    settler_.reset();
     // Made again at once, the world group would reach rank 0's old store.
-    if (wait_for_close_) wait_until_closed(wait_for_close_, std::chrono::seconds(10));
+    if (wait_for_close_) wait_until_closed(*wait_for_close_, std::chrono::seconds(10));
   };
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release unlocked;
@@ -166,27 +160,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce(std::vector<at::Ten
   if (t.is_sparse()) return sparse_allreduce(t, opts);
   const auto dtype = check_tensor(t, "allreduce");
   const auto op = op_of(opts.reduceOp);
+  const auto premul = premul_factor(opts.reduceOp, t, "allreduce");
   const auto place = CallPlace::of(t);
   return collective(c10d::OpType::ALLREDUCE, {t}, {t}, place, [=, this] {
+    if (premul) t.mul_(*premul);
     pg_.run_collective(collie::Collective::AllReduce, dtype, t.data_ptr(), t.data_ptr(),
                        count_of(t), op, 0, place.options(opts.timeout));
-  });
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  std::vector<collie::DataType> dtypes;
-  for (const auto& t : tensors)
-    dtypes.push_back(check_tensor(t, "allreduce_coalesced"));
-  const auto op = op_of(opts.reduceOp);
-  const auto place = tensors.empty() ? CallPlace() : CallPlace::of(tensors.front());
-  for (const auto& t : tensors)
-    place.check(t, "allreduce_coalesced");
-  return collective(c10d::OpType::ALLREDUCE_COALESCED, tensors, tensors, place, [=, this] {
-    for (std::size_t i = 0; i < tensors.size(); ++i)
-      pg_.run_collective(collie::Collective::AllReduce, dtypes[i], tensors[i].data_ptr(),
-                         tensors[i].data_ptr(), count_of(tensors[i]), op, 0,
-                         place.options(opts.timeout));
   });
 }
 
@@ -195,10 +174,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor
   const auto& t = single(tensors, "reduce");
   const auto dtype = check_tensor(t, "reduce");
   const auto op = op_of(opts.reduceOp);
+  const auto premul = premul_factor(opts.reduceOp, t, "reduce");
   const int root = rank_of(opts.rootRank, "reduce");
   const auto place = CallPlace::of(t);
   return collective(c10d::OpType::REDUCE, {t}, {t}, place, [=, this] {
-    pg_.run_collective(collie::Collective::Reduce, dtype, t.data_ptr(), t.data_ptr(),
+    // PREMUL_SUM reads a scaled copy: the input of a rank but the root is kept.
+    const auto in = premul ? t * *premul : t;
+    pg_.run_collective(collie::Collective::Reduce, dtype, in.data_ptr(), t.data_ptr(),
                        count_of(t), op, root, place.options(opts.timeout));
   });
 }
@@ -321,9 +303,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter(std::vector<at
     place.check(i, "reduce_scatter");
   }
   const auto op = op_of(opts.reduceOp);
+  const auto premul = premul_factor(opts.reduceOp, out, "reduce_scatter");
   const auto timeout = opts.timeout;
   return collective(c10d::OpType::REDUCE_SCATTER, ins, {out}, place, [=, this] {
     const auto flat = flatten(ins);
+    if (premul) flat.mul_(*premul);
     pg_.run_collective(collie::Collective::ReduceScatter, dtype, flat.data_ptr(),
                        out.data_ptr(), count_of(out), op, 0, place.options(timeout));
   });
@@ -339,8 +323,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
   const auto count = checked_count(collie::Collective::ReduceScatter, getSize(), getRank(), input,
                                    output, "_reduce_scatter_base");
   const auto op = op_of(opts.reduceOp);
+  const auto premul = premul_factor(opts.reduceOp, input, "_reduce_scatter_base");
   return collective(c10d::OpType::_REDUCE_SCATTER_BASE, {input}, {output}, place, [=, this] {
-    pg_.run_collective(collie::Collective::ReduceScatter, dtype, input.data_ptr(),
+    const auto in = premul ? input * *premul : input;
+    pg_.run_collective(collie::Collective::ReduceScatter, dtype, in.data_ptr(),
                        output.data_ptr(), count, op, 0, place.options(opts.timeout));
   });
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 
 #include <collie/async_runner.hpp>
 #include "group_names.hpp"
+#include "torch_store.hpp"
 #include "works.hpp"
 
 namespace collie_torch {
@@ -82,6 +84,16 @@ class ProcessGroupCollie final : public TorchBackend {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // Each pair as its own all_gather and reduce_scatter, in one Work
+  // (coalesced_calls.cpp).
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -140,10 +152,12 @@ class ProcessGroupCollie final : public TorchBackend {
                                                 collie::Work work);
 
   // torch's store, where a rank other than 0 waits for rank 0's to close
-  // when it drops the world group (torch_store.hpp); null otherwise.
-  c10::intrusive_ptr<c10d::Store> wait_for_close_;
+  // when it drops the world group (torch_store.hpp); empty otherwise.
+  std::optional<StoreIdentity> wait_for_close_;
   collie::ProcessGroup pg_;
-  std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();
+  std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();  // sends, receives
+  std::shared_ptr<Completer> settler_ =  // collectives' futures
+      std::make_shared<Completer>(Completer::Threads::AsNeeded);
   std::atomic<std::uint64_t> sequence_{0};  // collectives called (setSequenceNumberForGroup)
   std::string profiling_name_;
   std::shared_ptr<const GroupNames> names_;  // how its errors name it and its ranks

@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <collie/collectives/algorithms.hpp>
+#include <collie/error.hpp>
+
 #include <utility>
 
 namespace collie_torch {
@@ -34,9 +37,38 @@ collie::ReduceOp op_of(const c10d::ReduceOp& op) {
   };
   for (const auto& [torch_op, collie_op] : kOps)
     if (torch_op == op.op_) return collie_op;
+  if (op.op_ == c10d::ReduceOp::PREMUL_SUM) return collie::ReduceOp::Sum;
   TORCH_CHECK(false, "collie: reduce op ", static_cast<int>(op.op_),
-              " (PREMUL_SUM) is not supported; use SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR or "
-              "BXOR");
+              " is not one collie has: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR and "
+              "PREMUL_SUM");
+}
+
+namespace {
+
+// PREMUL_SUM's factor where a tensor holds it: torch 2's one tensor, torch
+// 1.13's list of one per device.
+template <typename Supplement>
+std::optional<double> tensor_factor_of(const Supplement& s) {
+  if constexpr (requires { s.tensor_factor; }) {
+    if (s.tensor_factor.defined()) return s.tensor_factor.template item<double>();
+  } else {
+    if (!s.tensor_factors.empty()) return s.tensor_factors.front().template item<double>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<double> premul_factor(const c10d::ReduceOp& op, const at::Tensor& t,
+                                   const char* call) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return std::nullopt;
+  const auto* factor = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(factor != nullptr, "collie: ", call, ": PREMUL_SUM without its factor");
+  TORCH_CHECK(at::isFloatingType(t.scalar_type()), "collie: ", call,
+              ": PREMUL_SUM of a tensor of dtype ", t.scalar_type(),
+              "; it multiplies floating-point tensors only");
+  if (const auto from_tensor = tensor_factor_of(*factor)) return from_tensor;
+  return factor->double_factor;
 }
 
 collie::DataType check_tensor(const at::Tensor& t, const char* op) {
@@ -101,6 +133,15 @@ std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& li
                 "collie: ", op, ": every ", what, " must have the ", like_what,
                 "'s size, dtype and device");
   return lists.front();
+}
+
+std::size_t checked_count(collie::Collective c, int world, int rank, const at::Tensor& in,
+                          const at::Tensor& out, const char* op) {
+  try {
+    return collie::collectives::count_of_buffers(c, world, count_of(in), count_of(out), rank, 0);
+  } catch (const collie::Error& e) {
+    TORCH_CHECK(false, "collie: ", op, ": ", e.what());
+  }
 }
 
 }  // namespace collie_torch

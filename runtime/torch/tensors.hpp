@@ -19,8 +19,14 @@
 namespace collie_torch {
 
 std::optional<collie::DataType> dtype_of(at::ScalarType t);
-// Throws (TORCH_CHECK) for PREMUL_SUM, which collie lacks.
+// collie's reduce op for torch's; PREMUL_SUM is a sum (of inputs first
+// multiplied by premul_factor()).
 collie::ReduceOp op_of(const c10d::ReduceOp& op);
+// PREMUL_SUM's factor for `call` on `t` (a number, or a one-element
+// tensor's value), checking that `t` is of a floating-point dtype; none for
+// every other op.
+std::optional<double> premul_factor(const c10d::ReduceOp& op, const at::Tensor& t,
+                                   const char* call);
 // Checks a tensor collie can move and says what is wrong otherwise.
 collie::DataType check_tensor(const at::Tensor& t, const char* op);
 // Input and output of one call must have one dtype: bytes move as they are.
@@ -28,6 +34,11 @@ void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op);
 // The one tensor of a list.
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op);
 std::size_t count_of(const at::Tensor& t);
+// The count per rank of a call `op` of collective `c` on `in` and `out`,
+// checked as the collective shapes its buffers (collectives::count_of_buffers,
+// the runtime's check).
+std::size_t checked_count(collie::Collective c, int world, int rank, const at::Tensor& in,
+                          const at::Tensor& out, const char* op);
 // Tensors laid end to end in one, and one cut back into tensors.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors);
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& outputs);

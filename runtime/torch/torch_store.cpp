@@ -5,8 +5,13 @@
 #include "torch_store.hpp"
 #include "torch_keys.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -207,18 +212,39 @@ bool hosted_by_rank_zero(const StoreIdentity& id) {
          id.prefix.rfind("0/", 0) == 0;
 }
 
-void wait_until_closed(const c10::intrusive_ptr<c10d::Store>& store,
-                       std::chrono::milliseconds limit) {
+void wait_until_closed(const StoreIdentity& id, std::chrono::milliseconds limit) {
+  // A connection of its own that sends nothing, watched until the server
+  // closes it and then refuses a new one: asking torch's client instead
+  // (torch 2 prints a stack for each query the closed store fails).
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  const std::vector<std::string> probe{"collie/probe"};
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(id.host.c_str(), std::to_string(id.port).c_str(), &hints, &found) != 0) return;
   while (std::chrono::steady_clock::now() < deadline) {
-    try {
-      store->check(probe);
-    } catch (const std::exception&) {
-      return;  // closed
+    int fd = -1;
+    for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+      fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        ::close(fd);
+        fd = -1;
+      }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fd < 0) break;  // refused: closed
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd, POLLIN, 0};
+      const int n = ::poll(&p, 1, static_cast<int>(left.count()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) break;
+      char byte = 0;
+      if (n < 0 || ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0) break;  // closed, or said something
+    }
+    ::close(fd);
   }
+  ::freeaddrinfo(found);
 }
 
 std::pair<std::string, c10::intrusive_ptr<c10d::Store>> outer_prefix(

@@ -33,11 +33,10 @@ StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store);
 // launch or torchrun, whose store outlives the groups), and the world
 // group's namespace of it (a sub-group leaves the store open).
 bool hosted_by_rank_zero(const StoreIdentity& id);
-// Waits until `store` closes (rank 0 dropped its group and with it the
+// Waits until the TCPStore `id` names closes (rank 0 dropped its group and with it the
 // store), `limit` at most: a group made again at once would otherwise reach
 // the old store and lose it midway ("Connection reset by peer").
-void wait_until_closed(const c10::intrusive_ptr<c10d::Store>& store,
-                       std::chrono::milliseconds limit);
+void wait_until_closed(const StoreIdentity& id, std::chrono::milliseconds limit);
 
 // A PrefixStore's own prefix ("cuda/") and the store under it; "" and
 // nullptr for any other store.

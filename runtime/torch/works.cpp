@@ -24,10 +24,12 @@ void settle_future(c10::ivalue::Future& future, const std::exception_ptr& error,
 
 CollectiveWork::CollectiveWork(int rank, c10d::OpType type, const std::string& title,
                                std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
-                               std::weak_ptr<collie::AsyncRunner> runner)
+                               std::weak_ptr<collie::AsyncRunner> runner,
+                               std::weak_ptr<Completer> settler)
     : c10d::Work(rank, type, title.c_str(), std::move(inputs)),
       outputs_(std::move(outputs)),
-      runner_(std::move(runner)) {}
+      runner_(std::move(runner)),
+      settler_(std::move(settler)) {}
 
 bool CollectiveWork::wait(std::chrono::milliseconds timeout) {
   const auto ticket = ticket_.load();
@@ -51,7 +53,18 @@ void CollectiveWork::complete() {
     done_ = true;
     future = future_;
   }
-  if (future) settle_future(*future, error_, outputs_);
+  if (future) {
+    // Its callbacks may wait for a later call, which the runner's thread
+    // runs: not on that thread.
+    const auto runner = runner_.lock();
+    const auto settler = settler_.lock();
+    if (runner && settler && runner->on_runner_thread())
+      settler->add([future, error = error_, outputs = outputs_] {
+        settle_future(*future, error, outputs);
+      });
+    else
+      settle_future(*future, error_, outputs_);
+  }
   finish(error_);
 }
 
@@ -119,7 +132,9 @@ c10::intrusive_ptr<c10::ivalue::Future> PointToPointWork::getFuture() {
     }
   }
   if (auto completer = completer_.lock()) {
-    completer->add(c10::intrusive_ptr<PointToPointWork>::reclaim_copy(this));
+    completer->add([work = c10::intrusive_ptr<PointToPointWork>::reclaim_copy(this)] {
+      work->settle(std::nullopt);
+    });
   } else {
     settle(std::nullopt);
   }
@@ -134,14 +149,17 @@ Completer::~Completer() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& t : threads_started_)
+    t.join();
 }
 
-void Completer::add(c10::intrusive_ptr<PointToPointWork> work) {
+void Completer::add(std::function<void()> job) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(work));
-    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    queue_.push_back(std::move(job));
+    const bool none = threads_started_.empty();
+    if (none || (threads_ == Threads::AsNeeded && idle_ < static_cast<int>(queue_.size())))
+      threads_started_.emplace_back([this] { loop(); });
   }
   cv_.notify_one();
 }
@@ -151,15 +169,17 @@ void Completer::loop() {
   // to it (transport.hpp).
   collie::transport::set_waits_for_others(true);
   for (;;) {
-    c10::intrusive_ptr<PointToPointWork> next;
+    std::function<void()> next;
     {
       std::unique_lock lock(mu_);
+      ++idle_;
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
       if (queue_.empty()) return;
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    next->settle(std::nullopt);
+    next();
   }
 }
 

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,15 +36,18 @@ namespace collie_torch {
 
 c10::intrusive_ptr<c10::ivalue::Future> new_future();
 
+class Completer;
+
 // A collective: completed when its call returned, on the runner's thread or
 // in a thread that waited for it first.
 class CollectiveWork final : public c10d::Work {
  public:
   // `title` ("collie:all_reduce") and `inputs` are the profiler's (torch's
   // RecordFunction, as gloo's Works record theirs).
+  // `settler` completes its future where the runner's own thread ran it.
   CollectiveWork(int rank, c10d::OpType type, const std::string& title,
                  std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs,
-                 std::weak_ptr<collie::AsyncRunner> runner);
+                 std::weak_ptr<collie::AsyncRunner> runner, std::weak_ptr<Completer> settler);
 
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -64,10 +68,9 @@ class CollectiveWork final : public c10d::Work {
   bool done_ = false;  // complete() ran (under future_mu_)
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::weak_ptr<collie::AsyncRunner> runner_;
+  std::weak_ptr<Completer> settler_;
   std::atomic<collie::AsyncRunner::Ticket> ticket_{kNoTicket};
 };
-
-class Completer;
 
 // A send or receive: collie's Work, waited on by whoever asks.
 class PointToPointWork final : public c10d::Work {
@@ -99,20 +102,30 @@ class PointToPointWork final : public c10d::Work {
   std::shared_ptr<const GroupNames> names_;
 };
 
-// Settles point-to-point Works whose futures were asked for, in order, on
-// a thread of its own.
+// Runs jobs on threads of its own, started by the first job. A group's
+// point-to-point Works whose futures were asked for are settled on one
+// (each waits for its message), in order. The futures of collectives that
+// the runner's own thread completed are settled on another, which grows a
+// thread whenever each of its threads is busy: a future's callbacks may
+// wait for a later collective's future (PowerSGD's DDP hook does), whose
+// settling must not queue behind them, nor take the runner's thread, which
+// runs that collective.
 class Completer {
  public:
+  enum class Threads { One, AsNeeded };
+  explicit Completer(Threads threads = Threads::One) : threads_(threads) {}
   ~Completer();
-  void add(c10::intrusive_ptr<PointToPointWork> work);
+  void add(std::function<void()> job);
 
  private:
   void loop();
+  const Threads threads_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<PointToPointWork>> queue_;
+  std::deque<std::function<void()>> queue_;
   bool stopping_ = false;
-  std::thread thread_;
+  int idle_ = 0;  // threads waiting for a job (mu_)
+  std::vector<std::thread> threads_started_;
 };
 
 }  // namespace collie_torch

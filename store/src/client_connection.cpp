@@ -114,6 +114,16 @@ void AsyncStoreClient::Impl::fail_later(Decoder decoder, Failure failure) {
 void AsyncStoreClient::Impl::attempt() {
   state_ = State::Connecting;
   ++attempts_;
+  // An attempt that neither connects nor fails (a host gone from the
+  // network drops its packets) ends at the deadline: its handler retries,
+  // and past the deadline that fails.
+  timer_.expires_at(connect_deadline_);
+  timer_.async_wait([self = shared_from_this(), attempt = attempts_](std::error_code ec) {
+    if (ec || self->state_ != State::Connecting || self->attempts_ != attempt) return;
+    std::error_code ignored;
+    self->resolver_.cancel();
+    self->socket_.close(ignored);
+  });
   resolver_.async_resolve(
       host_, std::to_string(port_),
       [self = shared_from_this()](std::error_code ec, tcp::resolver::results_type results) {
@@ -123,6 +133,8 @@ void AsyncStoreClient::Impl::attempt() {
         asio::async_connect(self->socket_, results,
                             [self](std::error_code ec2, const tcp::endpoint&) {
                               if (self->state_ != State::Connecting) return;
+                              if (ec2 == asio::error::operation_aborted)
+                                return self->retry("no answer by the deadline");
                               if (ec2) return self->retry(ec2.message());
                               self->start_handshake();
                             });

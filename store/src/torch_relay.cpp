@@ -4,8 +4,10 @@
 // side closes or the relay stops.
 #include <collie/store/torch_relay.hpp>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -32,6 +34,8 @@
 namespace collie::store {
 
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // The most torch clients carried at once: each is a thread and two sockets.
 constexpr std::size_t kMaxClients = 4096;
@@ -161,15 +165,19 @@ class TorchRelay::Impl {
     try {
       // collie's own clients (the ranks' runtime) prove the token
       // themselves: their bytes go through as they are.
-      if (first_byte(client) == static_cast<int>(wire::kMagic >> 24)) {
+      const int first = first_byte(client);
+      if (first == static_cast<int>(wire::kMagic >> 24)) {
         tunnel = connect_to_store();
-      } else {
-        StoreClient store(host_, port_, options_);
-        tunnel = store.into_torch_tunnel();
+      } else if (first >= 0) {
+        tunnel = torch_tunnel();
       }
     } catch (const std::exception& e) {
-      log().error("store relay: cannot reach the store at {}:{} for a client on loopback: {}",
-                  host_, port_, e.what());
+      if (stopping())
+        log().debug("store relay: stopped while reaching the store at {}:{}: {}", host_, port_,
+                    e.what());
+      else
+        log().error("store relay: cannot reach the store at {}:{} for a client on loopback: {}",
+                    host_, port_, e.what());
     }
     if (tunnel >= 0) {
       const int on = 1;
@@ -190,7 +198,39 @@ class TorchRelay::Impl {
     return ::recv(fd, &byte, 1, MSG_PEEK) == 1 ? byte : -1;
   }
 
-  // A plain TCP connection to the store.
+  bool stopping() const {
+    pollfd p{stop_fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  Clock::time_point connect_deadline() const {
+    return Clock::now() + options_.connect_timeout.value_or(options_.timeout);
+  }
+
+  // A torch client's tunnel to the store, tried until the options' connect
+  // timeout in windows of at most a second: a relay that is stopped (the
+  // launcher's next round, whose store is elsewhere) gives up within one,
+  // whatever became of the store it was carrying clients to.
+  int torch_tunnel() {
+    const auto deadline = connect_deadline();
+    for (;;) {
+      auto window = options_;
+      window.connect_timeout = std::clamp(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+          std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+      try {
+        StoreClient store(host_, port_, window);
+        return store.into_torch_tunnel();
+      } catch (const ConnectionError&) {
+        if (stopping() || Clock::now() >= deadline) throw;
+      } catch (const TimeoutError&) {
+        if (stopping() || Clock::now() >= deadline) throw;
+      }
+    }
+  }
+
+  // A plain TCP connection to the store: one attempt, which the relay's
+  // stop or the connect timeout ends.
   int connect_to_store() {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -200,10 +240,15 @@ class TorchRelay::Impl {
       throw Error(fmt::format("cannot resolve {}: {}", host_, ::gai_strerror(e)));
     int fd = -1;
     int error = 0;
+    const auto deadline = connect_deadline();
     for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-      fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+      if (fd < 0) {
         error = errno;
+        continue;
+      }
+      error = connected(fd, a, deadline);
+      if (error != 0) {
         ::close(fd);
         fd = -1;
       }
@@ -211,6 +256,26 @@ class TorchRelay::Impl {
     ::freeaddrinfo(found);
     if (fd < 0) throw Error(fmt::format("cannot connect: {}", std::strerror(error)));
     return fd;
+  }
+
+  // Connects the non-blocking `fd` to `a`: 0, or the errno that ended it
+  // (ETIMEDOUT at the deadline, ECANCELED when the relay stops).
+  int connected(int fd, const addrinfo* a, Clock::time_point deadline) {
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) return 0;
+    if (errno != EINPROGRESS) return errno;
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return ETIMEDOUT;
+      pollfd p[2] = {{fd, POLLOUT, 0}, {stop_fd_, POLLIN, 0}};
+      const int n = ::poll(p, 2, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+      if (n < 0 && errno != EINTR) return errno;
+      if (p[1].revents != 0) return ECANCELED;
+      if (p[0].revents == 0) continue;
+      int error = 0;
+      socklen_t len = sizeof error;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      return error;
+    }
   }
 
   // Copies what either side sends to the other until one closes.

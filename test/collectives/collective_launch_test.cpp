@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/cli.hpp"
 #include "support/clock_line.hpp"
@@ -68,7 +68,7 @@ TEST_CASE("collective matrix between processes, worlds 1 2 3 4 5 7 8",
     REQUIRE_FALSE(r.timed_out);
     REQUIRE(r.exit_code == 0);
     for (int rank = 0; rank < world; ++rank)
-      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": matrix ok ("));
+      CHECK_THAT(r.out, ContainsSubstring("rank " + std::to_string(rank) + ": matrix ok ("));
   }
 }
 
@@ -102,9 +102,9 @@ TEST_CASE("a rank makes its group again, twice (destroy, then init), under colli
     REQUIRE_FALSE(r.timed_out);
     REQUIRE(r.exit_code == 0);
     for (int rank = 0; rank < world; ++rank)
-      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": round 2 ok"));
+      CHECK_THAT(r.out, ContainsSubstring("rank " + std::to_string(rank) + ": round 2 ok"));
     // Nothing the store would log about connections cut in their handshake.
-    CHECK_THAT(r.err, !Catch::Contains("warning"));
+    CHECK_THAT(r.err, !ContainsSubstring("warning"));
   }
 }
 
@@ -131,8 +131,8 @@ TEST_CASE("ranks started by hand make their group again, twice, rank 0 hosting t
         REQUIRE(r);
         INFO("rank " << rank << " stdout:\n" << r->out << "\nstderr:\n" << r->err);
         CHECK(r->exit_code == 0);
-        CHECK_THAT(r->out, Catch::Contains("rank " + std::to_string(rank) + ": round 2 ok"));
-        CHECK_THAT(r->err, !Catch::Contains("warning"));
+        CHECK_THAT(r->out, ContainsSubstring("rank " + std::to_string(rank) + ": round 2 ok"));
+        CHECK_THAT(r->err, !ContainsSubstring("warning"));
       }
     }
   }
@@ -159,12 +159,12 @@ TEST_CASE("mixed worlds: shared memory within each host, TCP between, two jobs a
     REQUIRE(end);
     INFO("stdout:\n" << end->out << "\nstderr:\n" << end->err);
     CHECK(end->exit_code == 0);
-    CHECK_THAT(end->out, Catch::Contains("rank 0: matrix ok (") &&
-                             Catch::Contains("(ranks 2-3); shm (ranks 0-1))"));
-    CHECK_THAT(end->out, Catch::Contains("rank 3: matrix ok (") &&
-                             Catch::Contains("(ranks 0-1); shm (ranks 2-3))"));
+    CHECK_THAT(end->out, ContainsSubstring("rank 0: matrix ok (") &&
+                             ContainsSubstring("(ranks 2-3); shm (ranks 0-1))"));
+    CHECK_THAT(end->out, ContainsSubstring("rank 3: matrix ok (") &&
+                             ContainsSubstring("(ranks 0-1); shm (ranks 2-3))"));
     for (int rank = 1; rank < 3; ++rank)
-      CHECK_THAT(end->out, Catch::Contains("rank " + std::to_string(rank) + ": matrix ok ("));
+      CHECK_THAT(end->out, ContainsSubstring("rank " + std::to_string(rank) + ": matrix ok ("));
   }
   CHECK(dev_shm() == before);
 }
@@ -200,7 +200,7 @@ TEST_CASE("hosts numbered round robin and hosts of different sizes: every collec
     REQUIRE_FALSE(r.timed_out);
     REQUIRE(r.exit_code == 0);
     for (int rank = 0; rank < layout.ranks; ++rank)
-      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": matrix ok ("));
+      CHECK_THAT(r.out, ContainsSubstring("rank " + std::to_string(rank) + ": matrix ok ("));
     const auto bench = launch(layout.ranks,
                               {"/bin/sh", "-c",
                                "COLLIE_HOST_ID=node" + layout.host +
@@ -209,7 +209,7 @@ TEST_CASE("hosts numbered round robin and hosts of different sizes: every collec
                               {});
     INFO("bench stdout:\n" << bench.out << "\nstderr:\n" << bench.err);
     CHECK(bench.exit_code == 0);
-    CHECK_THAT(bench.out, Catch::Contains("#  hosts: " + layout.described));
+    CHECK_THAT(bench.out, ContainsSubstring("#  hosts: " + layout.described));
   }
 }
 
@@ -243,7 +243,7 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
     const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(30s);
     REQUIRE(line);
     INFO(*line);
-    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
+    CHECK_THAT(*line, StartsWith("rank " + std::to_string(rank) + ": failed after "));
     // Within a second of the death (not of the call's start, which a slow
     // machine may have kept waiting for rank 2 long before it died).
     const auto failed = clock_of(*line);
@@ -252,7 +252,7 @@ TEST_CASE("a rank killed mid-collective: the others fail within a second, naming
     // (The optimized builds hold the claim; ThreadSanitizer runs the code
     // several times slower, and passed 1 s by a few per cent under load.)
     CHECK(*failed - *death < (kRepeats == 1 ? 1000 : 3000));
-    CHECK_THAT(*line, Catch::Contains("rank 2 at 127.0.0.1:"));
+    CHECK_THAT(*line, ContainsSubstring("rank 2 at 127.0.0.1:"));
     const auto end = ranks[static_cast<std::size_t>(rank)]->wait(10s);
     REQUIRE(end);
     CHECK(end->exit_code == 0);
@@ -268,11 +268,11 @@ TEST_CASE("a mismatch between processes: MismatchError names both calls", "[coll
                         {"COLLIE_LOG_LEVEL=off", "COLLIE_TIMEOUT=20", "COLLIE_TRANSPORT=" + transport});
   INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   REQUIRE_FALSE(r.timed_out);
-  CHECK_THAT(r.out, Catch::Contains("[rank 1] rank 1: MismatchError: ") &&
-                        Catch::Contains("but rank 1 called broadcast(float64, 4096, root=0)"));
-  CHECK_THAT(r.out, Catch::Contains("rank 1 called broadcast(float64, 4096, root=0) but rank 0 "
+  CHECK_THAT(r.out, ContainsSubstring("[rank 1] rank 1: MismatchError: ") &&
+                        ContainsSubstring("but rank 1 called broadcast(float64, 4096, root=0)"));
+  CHECK_THAT(r.out, ContainsSubstring("rank 1 called broadcast(float64, 4096, root=0) but rank 0 "
                                     "called all_reduce(float64, 4096, sum)") ||
-                        Catch::Contains("rank 1 called broadcast(float64, 4096, root=0) but rank 2 "
+                        ContainsSubstring("rank 1 called broadcast(float64, 4096, root=0) but rank 2 "
                                         "called all_reduce(float64, 4096, sum)"));
 }
 
@@ -319,12 +319,12 @@ TEST_CASE("a stopped rank is named by every other rank at the stall time, and at
     const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(40s);
     REQUIRE(line);
     INFO(*line);
-    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
-    CHECK_THAT(*line, Catch::Contains("the call's timeout ran out after") ||
-                          Catch::Contains("'s timeout ran out on this collective"));
-    CHECK_THAT(*line, Catch::Contains("the stall inspector found: ") &&
-                          Catch::Contains("rank 2 at 127.0.0.1:") &&
-                          Catch::Contains("is stopped (SIGSTOP"));
+    CHECK_THAT(*line, StartsWith("rank " + std::to_string(rank) + ": failed after "));
+    CHECK_THAT(*line, ContainsSubstring("the call's timeout ran out after") ||
+                          ContainsSubstring("'s timeout ran out on this collective"));
+    CHECK_THAT(*line, ContainsSubstring("the stall inspector found: ") &&
+                          ContainsSubstring("rank 2 at 127.0.0.1:") &&
+                          ContainsSubstring("is stopped (SIGSTOP"));
   }
   ranks[2]->signal(SIGKILL);
 }
@@ -359,18 +359,18 @@ TEST_CASE("a rank that times out tells the others whom it waited for",
   const auto line0 = ranks[0]->read_line(60s);
   REQUIRE(line0);
   INFO(*line0);
-  CHECK_THAT(*line0, Catch::StartsWith("rank 0: failed after ") &&
-                         Catch::Contains("the call's timeout ran out after") &&
-                         Catch::Contains("rank 2 at 127.0.0.1:") &&
-                         Catch::Contains("has not reached it"));
+  CHECK_THAT(*line0, StartsWith("rank 0: failed after ") &&
+                         ContainsSubstring("the call's timeout ran out after") &&
+                         ContainsSubstring("rank 2 at 127.0.0.1:") &&
+                         ContainsSubstring("has not reached it"));
   REQUIRE(ranks[2]->read_line(60s) == "rank 2: busy");
   for (int rank : {1, 2}) {
     const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(60s);
     REQUIRE(line);
     INFO(*line);
-    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after ") &&
-                          Catch::Contains("'s timeout ran out on this collective") &&
-                          Catch::Contains("rank 2 at 127.0.0.1:"));
+    CHECK_THAT(*line, StartsWith("rank " + std::to_string(rank) + ": failed after ") &&
+                          ContainsSubstring("'s timeout ran out on this collective") &&
+                          ContainsSubstring("rank 2 at 127.0.0.1:"));
   }
 }
 
@@ -385,12 +385,12 @@ TEST_CASE("collie launch's summary names the rank the others blame, not the firs
   CHECK(r.exit_code == 1);
   // Rank 1 may be stopped by the launcher before it says anything: at least
   // one rank blames rank 2.
-  CHECK_THAT(r.err, Catch::Contains("collie launch: rank 2 (node 0) is the one the others blame: "
+  CHECK_THAT(r.err, ContainsSubstring("collie launch: rank 2 (node 0) is the one the others blame: "
                                     "rank") &&
-                        Catch::Contains("failed losing it or waiting for it"));
-  CHECK_THAT(r.err, Catch::Contains("is stopped (SIGSTOP"));
-  CHECK_THAT(r.err, Catch::Contains("(killed by SIGTERM)   <- blamed by the others"));
-  CHECK_THAT(r.err, Catch::Contains("<- exited first"));
+                        ContainsSubstring("failed losing it or waiting for it"));
+  CHECK_THAT(r.err, ContainsSubstring("is stopped (SIGSTOP"));
+  CHECK_THAT(r.err, ContainsSubstring("(killed by SIGTERM)   <- blamed by the others"));
+  CHECK_THAT(r.err, ContainsSubstring("<- exited first"));
 }
 
 TEST_CASE("SIGTERM to a rank stuck in a collective stops it within a second, with a handler",
@@ -412,15 +412,15 @@ TEST_CASE("SIGTERM to a rank stuck in a collective stops it within a second, wit
   REQUIRE(line);
   INFO(*line);
   CHECK_THAT(*line,
-             Catch::StartsWith("rank 0: failed after ") && Catch::Contains("InterruptedError: ") &&
-                 Catch::Contains("was interrupted: the process was asked to stop (SIGTERM)"));
+             StartsWith("rank 0: failed after ") && ContainsSubstring("InterruptedError: ") &&
+                 ContainsSubstring("was interrupted: the process was asked to stop (SIGTERM)"));
   CHECK(took < 1s);
   // Rank 1 hears why rank 0 left.
   const auto other = ranks[1]->read_line(30s);
   REQUIRE(other);
   INFO(*other);
-  CHECK_THAT(*other, Catch::Contains("rank 0 at 127.0.0.1:") &&
-                         Catch::Contains("was asked to stop (a signal: SIGTERM or the like)"));
+  CHECK_THAT(*other, ContainsSubstring("rank 0 at 127.0.0.1:") &&
+                         ContainsSubstring("was asked to stop (a signal: SIGTERM or the like)"));
   ranks[2]->signal(SIGKILL);
 }
 
@@ -475,9 +475,9 @@ TEST_CASE("mismatches of count, dtype, op, root and algorithm: every rank names 
       CHECK(line.find("ERROR: ") == std::string::npos);
       const auto story = line.substr(raised);
       CHECK_THAT(story,
-                 Catch::Contains(with_count(odd, n)) && Catch::Contains(with_count(others, n)));
-      CHECK_THAT(story, !Catch::Contains("COLLIE_SEGMENT_BYTES") &&
-                            !Catch::Contains("closed the connection"));
+                 ContainsSubstring(with_count(odd, n)) && ContainsSubstring(with_count(others, n)));
+      CHECK_THAT(story, !ContainsSubstring("COLLIE_SEGMENT_BYTES") &&
+                            !ContainsSubstring("closed the connection"));
     }
     CHECK(lines == world * 5 * (small + large));
   }
@@ -499,8 +499,8 @@ TEST_CASE("a rank that exits right after its mismatch is not blamed: the others 
         const auto at = r.out.find(prefix);
         REQUIRE(at != std::string::npos);
         const auto line = r.out.substr(at, r.out.find('\n', at) - at);
-        CHECK_THAT(line, Catch::Contains("rank 1 called all_reduce(float32, 4194305, sum)"));
-        CHECK_THAT(line, Catch::Contains("all_reduce(float32, 4194304, sum)"));
+        CHECK_THAT(line, ContainsSubstring("rank 1 called all_reduce(float32, 4194305, sum)"));
+        CHECK_THAT(line, ContainsSubstring("all_reduce(float32, 4194304, sum)"));
       }
     }
   }
@@ -526,13 +526,13 @@ TEST_CASE("survivors that exit at once after a death still name the dead rank, n
                                    "COLLIE_STORE_HOSTED=1", "COLLIE_LOG_LEVEL=off",
                                    "COLLIE_TRANSPORT=" + transport}));
     }
-    REQUIRE_THAT(ranks[2]->read_line(60s).value_or(""), Catch::StartsWith("rank 2: dying"));
+    REQUIRE_THAT(ranks[2]->read_line(60s).value_or(""), StartsWith("rank 2: dying"));
     for (int rank : {0, 1, 3, 4}) {
       const auto line = ranks[static_cast<std::size_t>(rank)]->read_line(30s);
       REQUIRE(line);
       INFO(*line);
-      CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(rank) + ": failed after "));
-      CHECK_THAT(*line, Catch::Contains("rank 2 at 127.0.0.1:"));
+      CHECK_THAT(*line, StartsWith("rank " + std::to_string(rank) + ": failed after "));
+      CHECK_THAT(*line, ContainsSubstring("rank 2 at 127.0.0.1:"));
       // No survivor is named as the one that left: every "X closed the
       // connection" is about rank 2.
       const std::string closed = " closed the connection";
@@ -552,8 +552,8 @@ TEST_CASE("collie launch's summary follows a chain of blame to its end",
   INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
   REQUIRE_FALSE(r.timed_out);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("collie launch: rank 3 (node 0) is the one the others blame: "
+  CHECK_THAT(r.err, ContainsSubstring("collie launch: rank 3 (node 0) is the one the others blame: "
                                     "ranks 0, 1, 2 failed losing it or waiting for it; rank 2 "
                                     "said: rank 2: waited for rank 3"));
-  CHECK_THAT(r.err, Catch::Contains("<- blamed by the others"));
+  CHECK_THAT(r.err, ContainsSubstring("<- blamed by the others"));
 }

@@ -1,6 +1,6 @@
 // The shipped collective examples, run with 4 ranks, print what the
 // tutorials promise.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/cli.hpp"
 #include "support/subprocess.hpp"
@@ -20,7 +20,7 @@ void expect_lines(const std::string& example, const std::vector<std::string>& li
   const auto r = launch(4, example);
   INFO(example << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
   REQUIRE(r.exit_code == 0);
-  for (const auto& line : lines) CHECK_THAT(r.out, Catch::Contains(line + "\n"));
+  for (const auto& line : lines) CHECK_THAT(r.out, ContainsSubstring(line + "\n"));
 }
 
 }  // namespace
@@ -50,8 +50,8 @@ TEST_CASE("linear regression, gradients averaged by all_reduce, matches one proc
     INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
     REQUIRE(r.exit_code == 0);
     for (int rank = 0; rank < ranks; ++rank)
-      CHECK_THAT(r.out, Catch::Contains("[rank " + std::to_string(rank) + "] Rank " +
+      CHECK_THAT(r.out, ContainsSubstring("[rank " + std::to_string(rank) + "] Rank " +
                                         std::to_string(rank) + ": w = 3.0") &&
-                            Catch::Contains("): same\n"));
+                            ContainsSubstring("): same\n"));
   }
 }

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/collectives/algorithms.hpp>
 #include <collie/error.hpp>
@@ -81,29 +81,29 @@ TEST_CASE("extents: every collective's buffers on every rank, world, root and co
 
 TEST_CASE("extents: buffers of the wrong size are refused, saying what they must hold") {
   CHECK_THAT(error_of(Collective::AllReduce, 2, 10, 7, 0, 0),
-             Catch::Contains("rank 0: all_reduce: the output has 7 elements, the input 10: they "
+             ContainsSubstring("rank 0: all_reduce: the output has 7 elements, the input 10: they "
                              "must be equal"));
   CHECK_THAT(error_of(Collective::Broadcast, 3, 4, 5, 1, 0),
-             Catch::Contains("broadcast: the output has 5 elements, the input 4"));
+             ContainsSubstring("broadcast: the output has 5 elements, the input 4"));
   CHECK_THAT(error_of(Collective::AllGather, 2, 10, 7, 1, 0),
-             Catch::Contains("rank 1: all_gather: a buffer of 7 elements for 2 ranks of 10: it "
+             ContainsSubstring("rank 1: all_gather: a buffer of 7 elements for 2 ranks of 10: it "
                              "must hold 2 x 10 = 20"));
   CHECK_THAT(error_of(Collective::ReduceScatter, 2, 7, 10, 0, 0),
-             Catch::Contains("reduce_scatter: a buffer of 7 elements for 2 ranks of 10"));
+             ContainsSubstring("reduce_scatter: a buffer of 7 elements for 2 ranks of 10"));
   CHECK_THAT(error_of(Collective::AllToAll, 2, 7, 7, 0, 0),
-             Catch::Contains("all_to_all: input of 7 and output of 7 elements: both must hold 2 "
+             ContainsSubstring("all_to_all: input of 7 and output of 7 elements: both must hold 2 "
                              "equal blocks"));
   CHECK_THAT(error_of(Collective::AllToAll, 2, 8, 6, 0, 0),
-             Catch::Contains("both must hold 2 equal blocks"));
+             ContainsSubstring("both must hold 2 equal blocks"));
   // A rooted collective checks the root's side at the root only.
   CHECK_THAT(error_of(Collective::Gather, 3, 4, 11, 2, 2),
-             Catch::Contains("gather: a buffer of 11 elements for 3 ranks of 4"));
+             ContainsSubstring("gather: a buffer of 11 elements for 3 ranks of 4"));
   CHECK(error_of(Collective::Gather, 3, 4, 11, 1, 2).empty());
   CHECK_THAT(error_of(Collective::Scatter, 3, 11, 4, 0, 0),
-             Catch::Contains("scatter: a buffer of 11 elements for 3 ranks of 4"));
+             ContainsSubstring("scatter: a buffer of 11 elements for 3 ranks of 4"));
   CHECK(error_of(Collective::Scatter, 3, 11, 4, 1, 0).empty());
   CHECK_THAT(error_of(Collective::Reduce, 2, 10, 7, 0, 0),
-             Catch::Contains("reduce: the output has 7 elements, the input 10"));
+             ContainsSubstring("reduce: the output has 7 elements, the input 10"));
   CHECK(error_of(Collective::Reduce, 2, 10, 7, 1, 0).empty());
 }
 

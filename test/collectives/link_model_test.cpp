@@ -5,7 +5,7 @@
 // Gbit/s with a 256 KiB bucket) and checks the model against it.
 #include <memory>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/cost.hpp>

@@ -17,7 +17,7 @@
 #include <new>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/collectives/algorithms.hpp>

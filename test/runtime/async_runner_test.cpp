@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/async_runner.hpp>
 #include "support/eventually.hpp"

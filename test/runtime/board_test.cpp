@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -209,9 +209,9 @@ TEST_CASE("the board: calls that differ are named on every rank", "[collective][
       messages[static_cast<std::size_t>(pg.rank())] = e.what();
     }
   }, 20s);
-  CHECK_THAT(messages[0], Catch::Contains("rank 1 called all_reduce(float32, 3, sum) but rank 0 "
+  CHECK_THAT(messages[0], ContainsSubstring("rank 1 called all_reduce(float32, 3, sum) but rank 0 "
                                           "called all_reduce(float32, 2, sum)"));
-  CHECK_THAT(messages[1], Catch::Contains("rank 0 called all_reduce(float32, 2, sum) but rank 1 "
+  CHECK_THAT(messages[1], ContainsSubstring("rank 0 called all_reduce(float32, 2, sum) but rank 1 "
                                           "called all_reduce(float32, 3, sum)"));
   // One on the board, the other by messages (a forced ring): the board's
   // member finds the ring's message under its call's tag, and tells it.
@@ -227,8 +227,8 @@ TEST_CASE("the board: calls that differ are named on every rank", "[collective][
       mixed[static_cast<std::size_t>(pg.rank())] = e.what();
     }
   }, 20s);
-  CHECK_THAT(mixed[0], Catch::Contains("rank 1 called all_reduce(float32, 2, sum) with ring"));
-  CHECK_THAT(mixed[1], Catch::Contains("does not match"));
+  CHECK_THAT(mixed[0], ContainsSubstring("rank 1 called all_reduce(float32, 2, sum) with ring"));
+  CHECK_THAT(mixed[1], ContainsSubstring("does not match"));
   // One on the board, the others waiting for its message (a broadcast from
   // it): they read its entry, and every rank names both calls.
   std::vector<std::string> waiting(3);
@@ -247,8 +247,8 @@ TEST_CASE("the board: calls that differ are named on every rank", "[collective][
   for (int r = 0; r < 3; ++r) {
     INFO("rank " << r);
     CHECK_THAT(waiting[static_cast<std::size_t>(r)],
-               Catch::Contains("all_reduce(float32, 4, sum)") &&
-                   Catch::Contains("broadcast(float32, 4, root=0)"));
+               ContainsSubstring("all_reduce(float32, 4, sum)") &&
+                   ContainsSubstring("broadcast(float32, 4, root=0)"));
   }
 }
 
@@ -274,9 +274,9 @@ TEST_CASE("the board: a member that left is named, and a wait past its timeout n
     // found gone when this rank first opened its mailbox (in this one
     // process its descriptor may already name another file).
     CHECK_THAT(left[static_cast<std::size_t>(r)],
-               Catch::Contains("rank 2") && (Catch::Contains("closed its transport") ||
-                                             Catch::Contains("failed during this collective") ||
-                                             Catch::Contains("no shared memory with rank 2")));
+               ContainsSubstring("rank 2") && (ContainsSubstring("closed its transport") ||
+                                             ContainsSubstring("failed during this collective") ||
+                                             ContainsSubstring("no shared memory with rank 2")));
   }
   // Rank 2 calls nothing until rank 0, whose timeout is short, gave up
   // waiting for it (rank 1 hears of that from rank 0).
@@ -302,6 +302,6 @@ TEST_CASE("the board: a member that left is named, and a wait past its timeout n
       expect(pg.rank() == 1, "rank 0 failed otherwise");
     }
   }, 20s);
-  CHECK_THAT(late, Catch::Contains("no entry yet from rank 2") &&
-                       Catch::Contains("the call's timeout ran out"));
+  CHECK_THAT(late, ContainsSubstring("no entry yet from rank 2") &&
+                       ContainsSubstring("the call's timeout ran out"));
 }

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 
@@ -64,7 +64,7 @@ TEST_CASE("call fingerprints: notices, cut fields and values that do not fit", "
   Signature wide = big;
   wide.algorithm = static_cast<collie::collectives::Algorithm>(64);
   CHECK_THROWS_WITH(collie::fingerprint(wide),
-                    Catch::Contains("6 bits for the algorithm") && Catch::Contains("64"));
+                    ContainsSubstring("6 bits for the algorithm") && ContainsSubstring("64"));
   Signature dtype = big;
   dtype.dtype = static_cast<collie::DataType>(16);
   CHECK_THROWS_AS(collie::fingerprint(dtype), collie::Error);

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -202,8 +202,8 @@ TEST_CASE("new_group without every rank fails naming new_group, not a bare all_r
     FAIL("new_group completed without rank 1");
   } catch (const collie::Error& e) {
     // Rank 0 times out, or hears that rank 1 left: either way it says why.
-    CHECK_THAT(e.what(), Catch::Contains("rank 0: new_group on world") &&
-                             Catch::Contains("every rank of world must call new_group"));
+    CHECK_THAT(e.what(), ContainsSubstring("rank 0: new_group on world") &&
+                             ContainsSubstring("every rank of world must call new_group"));
   }
 }
 
@@ -296,8 +296,8 @@ TEST_CASE("every rank names both calls of a mismatch, also when the store lost t
   for (int r = 0; r < 4; ++r) {
     INFO("rank " << r << " said: " << said[static_cast<std::size_t>(r)]);
     CHECK_THAT(said[static_cast<std::size_t>(r)],
-               Catch::Contains("all_reduce(float32, 4001, sum)") &&
-                   Catch::Contains("all_reduce(float32, 4000, sum)"));
+               ContainsSubstring("all_reduce(float32, 4001, sum)") &&
+                   ContainsSubstring("all_reduce(float32, 4000, sum)"));
   }
 }
 
@@ -324,9 +324,9 @@ TEST_CASE("mismatched collectives raise MismatchError naming both calls", "[coll
              e.what());
     }
   }, 20s);
-  CHECK_THAT(messages[1], Catch::Contains("rank 0 called all_reduce(float32, 1024, sum) but rank 1 "
+  CHECK_THAT(messages[1], ContainsSubstring("rank 0 called all_reduce(float32, 1024, sum) but rank 1 "
                                           "called broadcast(float32, 1024, root=0)"));
-  CHECK_THAT(messages[0], Catch::Contains("rank 1 called broadcast(float32, 1024, root=0) but "
+  CHECK_THAT(messages[0], ContainsSubstring("rank 1 called broadcast(float32, 1024, root=0) but "
                                           "rank 0 called all_reduce(float32, 1024, sum)"));
 }
 
@@ -386,7 +386,7 @@ TEST_CASE("mismatched counts, dtypes, roots and forced algorithms are caught", "
     }, 5s);
     INFO(others[0] << "\n" << others[1] << "\n" << others[2]);
     CHECK(caught >= 1);
-    CHECK_THAT(messages[0] + messages[1] + messages[2], Catch::Contains(v.expected));
+    CHECK_THAT(messages[0] + messages[1] + messages[2], ContainsSubstring(v.expected));
   }
 }
 

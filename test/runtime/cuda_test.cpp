@@ -5,7 +5,7 @@
 // same staging code on a stand-in everywhere).
 #include <numeric>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>

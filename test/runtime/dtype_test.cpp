@@ -4,7 +4,7 @@
 #include <limits>
 #include <random>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/dtype.hpp>
 

@@ -4,7 +4,7 @@
 // why, where etcd is not installed.
 #include <atomic>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
@@ -62,8 +62,8 @@ TEST_CASE("init over etcd:// runs every collective, and a job name taken is name
   o.world_size = 1;
   o.timeout = 10s;
   auto job_a = collie::init(o);
-  CHECK_THROWS_WITH(collie::init(o), Catch::Contains("rank 0 is already taken in etcd") &&
-                                         Catch::Contains("etcdctl del --prefix"));
+  CHECK_THROWS_WITH(collie::init(o), ContainsSubstring("rank 0 is already taken in etcd") &&
+                                         ContainsSubstring("etcdctl del --prefix"));
   std::vector<int> v{3};
   job_a.all_reduce(std::span(v));
   CHECK(v[0] == 3);
@@ -78,7 +78,7 @@ TEST_CASE("init over etcd:// without certificates or insecure is refused, saying
   o.etcd_cert = "";
   o.etcd_key = "";
   o.etcd_insecure = false;
-  CHECK_THROWS_WITH(collie::init(o), Catch::Contains("client certificate") &&
-                                         Catch::Contains("COLLIE_ETCD_CERT") &&
-                                         Catch::Contains("--insecure"));
+  CHECK_THROWS_WITH(collie::init(o), ContainsSubstring("client certificate") &&
+                                         ContainsSubstring("COLLIE_ETCD_CERT") &&
+                                         ContainsSubstring("--insecure"));
 }

@@ -8,7 +8,7 @@
 #include <numeric>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -195,8 +195,8 @@ TEST_CASE("a newcomer no member admits is told so at its timeout", "[expand]") {
     FAIL("a newcomer joined a job that does not run");
   } catch (const collie::TimeoutError& e) {
     const std::string what = e.what();
-    CHECK_THAT(what, Catch::Contains("no member admitted it") &&
-                         Catch::Contains("ProcessGroup::expand()"));
+    CHECK_THAT(what, ContainsSubstring("no member admitted it") &&
+                         ContainsSubstring("ProcessGroup::expand()"));
   }
   CHECK(std::chrono::steady_clock::now() - start >= 1400ms);
 }

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/collectives/algorithms.hpp>

@@ -2,7 +2,7 @@
 // variables, and a clear error for everything missing or contradictory.
 #include <map>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
@@ -44,7 +44,7 @@ TEST_CASE("env:// reads torchrun's variables", "[init]") {
   CHECK(c.store_hosted_by_launcher);
   CHECK(c.restart_count == 2);
   CHECK(c.timeout == 300s);
-  CHECK_THAT(c.rank_source, Catch::Contains("RANK"));
+  CHECK_THAT(c.rank_source, ContainsSubstring("RANK"));
 }
 
 TEST_CASE("env:// falls back to Slurm, with the master from the node list", "[init]") {
@@ -58,7 +58,7 @@ TEST_CASE("env:// falls back to Slurm, with the master from the node list", "[in
   CHECK(c.local_rank == 1);
   CHECK(c.master_addr == "gpu007");
   CHECK(c.master_port == 4000);
-  CHECK_THAT(c.rank_source, Catch::Contains("Slurm"));
+  CHECK_THAT(c.rank_source, ContainsSubstring("Slurm"));
   // An explicit MASTER_ADDR wins over the node list.
   c = resolve({{"SLURM_PROCID", "0"},
                {"SLURM_NTASKS", "2"},
@@ -81,8 +81,8 @@ TEST_CASE("under srun or mpirun without MASTER_*, the address and a port come fr
   CHECK(c.master_addr == "127.0.0.1");
   CHECK(c.master_port >= 20000);
   CHECK(c.master_port <= 29999);
-  CHECK_THAT(c.port_source, Catch::Contains("Slurm job's id (4242 0)") &&
-                                Catch::Contains("COLLIE_PORT_RANGE 20000-29999"));
+  CHECK_THAT(c.port_source, ContainsSubstring("Slurm job's id (4242 0)") &&
+                                ContainsSubstring("COLLIE_PORT_RANGE 20000-29999"));
   const auto port = c.master_port;
   slurm["SLURM_PROCID"] = "3";
   CHECK(resolve(slurm).master_port == port);
@@ -96,7 +96,7 @@ TEST_CASE("under srun or mpirun without MASTER_*, the address and a port come fr
   CHECK(resolve(slurm).master_port == 31000);
   for (const char* bad : {"31000", "2-1", "0-5", "1-70000", "a-b", "1-2x"}) {
     slurm["COLLIE_PORT_RANGE"] = bad;
-    CHECK_THROWS_WITH(resolve(slurm), Catch::Contains("COLLIE_PORT_RANGE='" + std::string(bad) +
+    CHECK_THROWS_WITH(resolve(slurm), ContainsSubstring("COLLIE_PORT_RANGE='" + std::string(bad) +
                                                       "': takes LOW-HIGH (ports from 1"));
   }
   slurm.erase("COLLIE_PORT_RANGE");
@@ -120,8 +120,8 @@ TEST_CASE("under srun or mpirun without MASTER_*, the address and a port come fr
   CHECK(c.master_port <= 29999);
   // Across nodes it needs rank 0's node, and says how to pass it.
   ompi["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
-  CHECK_THROWS_WITH(resolve(ompi), Catch::Contains("set MASTER_ADDR (") &&
-                                       Catch::Contains("mpirun -x MASTER_ADDR="));
+  CHECK_THROWS_WITH(resolve(ompi), ContainsSubstring("set MASTER_ADDR (") &&
+                                       ContainsSubstring("mpirun -x MASTER_ADDR="));
 }
 
 TEST_CASE("env:// falls back to Open MPI", "[init]") {
@@ -132,7 +132,7 @@ TEST_CASE("env:// falls back to Open MPI", "[init]") {
                           {"MASTER_PORT", "1234"}});
   CHECK(c.rank == 2);
   CHECK(c.world_size == 3);
-  CHECK_THAT(c.rank_source, Catch::Contains("Open MPI"));
+  CHECK_THAT(c.rank_source, ContainsSubstring("Open MPI"));
 }
 
 TEST_CASE("torchrun's variables win over Slurm's under srun + torchrun", "[init]") {
@@ -147,25 +147,25 @@ TEST_CASE("torchrun's variables win over Slurm's under srun + torchrun", "[init]
 }
 
 TEST_CASE("a missing rank or world size says what to set", "[init]") {
-  CHECK_THROWS_WITH(resolve({}), Catch::Contains("does not know its rank") &&
-                                     Catch::Contains("RANK and WORLD_SIZE") &&
-                                     Catch::Contains("SLURM_PROCID"));
+  CHECK_THROWS_WITH(resolve({}), ContainsSubstring("does not know its rank") &&
+                                     ContainsSubstring("RANK and WORLD_SIZE") &&
+                                     ContainsSubstring("SLURM_PROCID"));
   CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}),
-                    Catch::Contains("RANK is set but WORLD_SIZE is not"));
+                    ContainsSubstring("RANK is set but WORLD_SIZE is not"));
   CHECK_THROWS_WITH(resolve({{"SLURM_PROCID", "0"}}),
-                    Catch::Contains("SLURM_PROCID is set but SLURM_NTASKS is not"));
+                    ContainsSubstring("SLURM_PROCID is set but SLURM_NTASKS is not"));
   InitOptions only_rank;
   only_rank.rank = 0;
-  CHECK_THROWS_WITH(resolve({}, only_rank), Catch::Contains("not the world size"));
+  CHECK_THROWS_WITH(resolve({}, only_rank), ContainsSubstring("not the world size"));
 }
 
 TEST_CASE("a missing store address says which variable", "[init]") {
   CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}}),
-                    Catch::Contains("set MASTER_ADDR and MASTER_PORT"));
+                    ContainsSubstring("set MASTER_ADDR and MASTER_PORT"));
   CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}}),
-                    Catch::Contains("set MASTER_PORT") && !Catch::Contains("MASTER_ADDR and"));
+                    ContainsSubstring("set MASTER_PORT") && !ContainsSubstring("MASTER_ADDR and"));
   CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "5"}}),
-                    Catch::Contains("set MASTER_ADDR ("));
+                    ContainsSubstring("set MASTER_ADDR ("));
 }
 
 TEST_CASE("contradictory or malformed values are refused, naming them", "[init]") {
@@ -176,20 +176,20 @@ TEST_CASE("contradictory or malformed values are refused, naming them", "[init]"
     return vars;
   };
   CHECK_THROWS_WITH(resolve(with({{"RANK", "4"}, {"WORLD_SIZE", "4"}})),
-                    Catch::Contains("rank 4 is not in [0, 4)"));
+                    ContainsSubstring("rank 4 is not in [0, 4)"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "-1"}, {"WORLD_SIZE", "4"}})),
-                    Catch::Contains("rank -1"));
+                    ContainsSubstring("rank -1"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "x"}, {"WORLD_SIZE", "4"}})),
-                    Catch::Contains("RANK='x' is not an integer"));
+                    ContainsSubstring("RANK='x' is not an integer"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "0"}})),
-                    Catch::Contains("world size is 0"));
+                    ContainsSubstring("world size is 0"));
   CHECK_THROWS_WITH(
       resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}),
-      Catch::Contains("MASTER_PORT=70000 is not a port number"));
+      ContainsSubstring("MASTER_PORT=70000 is not a port number"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_TIMEOUT", "soon"}})),
-                    Catch::Contains("COLLIE_TIMEOUT='soon'"));
+                    ContainsSubstring("COLLIE_TIMEOUT='soon'"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_TIMEOUT", "-3"}})),
-                    Catch::Contains("COLLIE_TIMEOUT='-3': takes seconds, more than 0; default 300"));
+                    ContainsSubstring("COLLIE_TIMEOUT='-3': takes seconds, more than 0; default 300"));
 }
 
 TEST_CASE("tcp:// and file:// init methods", "[init]") {
@@ -221,12 +221,12 @@ TEST_CASE("tcp:// and file:// init methods", "[init]") {
   CHECK(c.method == JobConfig::Method::File);
   CHECK(c.file_path == "/shared/job/store");
   file.init_method = "file://relative";
-  CHECK_THROWS_WITH(resolve({}, file), Catch::Contains("absolute path"));
+  CHECK_THROWS_WITH(resolve({}, file), ContainsSubstring("absolute path"));
 
   InitOptions unknown;
   unknown.init_method = "mpi://";
   CHECK_THROWS_WITH(resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}}, unknown),
-                    Catch::Contains("unknown init method 'mpi://'"));
+                    ContainsSubstring("unknown init method 'mpi://'"));
 }
 
 TEST_CASE("etcd:// init method, also from COLLIE_INIT_METHOD, with its certificates", "[init]") {
@@ -270,12 +270,12 @@ TEST_CASE("etcd:// init method, also from COLLIE_INIT_METHOD, with its certifica
   CHECK(c.method == JobConfig::Method::Tcp);
   CHECK_THROWS_WITH(
       resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_INIT_METHOD", "mpi://"}}),
-      Catch::Contains("(from COLLIE_INIT_METHOD)"));
+      ContainsSubstring("(from COLLIE_INIT_METHOD)"));
   CHECK_THROWS_WITH(resolve({{"RANK", "0"},
                              {"WORLD_SIZE", "1"},
                              {"COLLIE_INIT_METHOD", "etcd://h:1/j"},
                              {"COLLIE_ETCD_INSECURE", "yes"}}),
-                    Catch::Contains("COLLIE_ETCD_INSECURE='yes'"));
+                    ContainsSubstring("COLLIE_ETCD_INSECURE='yes'"));
 }
 
 TEST_CASE("options override the environment, and COLLIE_* settings are read", "[init]") {
@@ -330,8 +330,8 @@ TEST_CASE("COLLIE_HOST_LINK: the rate and latency between hosts, checked", "[ini
   CHECK(both.host_link_latency_us == 5.5);
   for (const std::string bad : {"fast", "0", "-1", "1,", "1,x", "1,-2", "1gbit"}) {
     INFO("COLLIE_HOST_LINK='" << bad << "'");
-    CHECK_THROWS_WITH(with(bad), Catch::Contains("COLLIE_HOST_LINK='" + bad + "'") &&
-                                     Catch::Contains("GBITS[,LATENCY_US]"));
+    CHECK_THROWS_WITH(with(bad), ContainsSubstring("COLLIE_HOST_LINK='" + bad + "'") &&
+                                     ContainsSubstring("GBITS[,LATENCY_US]"));
   }
 }
 
@@ -362,7 +362,7 @@ TEST_CASE("COLLIE_SPIN_US sets how long waits poll, and says what is wrong with 
   CHECK(resolve(with, options).transport.spin == 7us);
   for (const char* bad : {"-1", "fast", "2000000"}) {
     with["COLLIE_SPIN_US"] = bad;
-    CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SPIN_US"));
+    CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_SPIN_US"));
   }
 }
 
@@ -381,15 +381,15 @@ TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose
   options.transport = "tcp";
   CHECK(resolve(with, options).transport.backend == "tcp");
   with["COLLIE_TRANSPORT"] = "rdma";
-  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_TRANSPORT='rdma'") &&
-                                       Catch::Contains("takes one of auto, tcp, shm"));
+  CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_TRANSPORT='rdma'") &&
+                                       ContainsSubstring("takes one of auto, tcp, shm"));
   options.transport = "udp";
-  CHECK_THROWS_WITH(resolve(job, options), Catch::Contains("InitOptions::transport: COLLIE_TRANSPORT='udp'"));
+  CHECK_THROWS_WITH(resolve(job, options), ContainsSubstring("InitOptions::transport: COLLIE_TRANSPORT='udp'"));
   with = job;
   with["COLLIE_SHM_SINGLE_COPY"] = "256K";
   CHECK(resolve(with).transport.shm_single_copy_from == 256 * 1024);
   with["COLLIE_SHM_SINGLE_COPY"] = "lots";
-  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_SINGLE_COPY"));
+  CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_SHM_SINGLE_COPY"));
   CHECK(resolve(job).transport.shm_stores == "auto");
   with = job;
   for (const char* name : {"cached", "streaming", "auto"}) {
@@ -397,8 +397,8 @@ TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose
     CHECK(resolve(with).transport.shm_stores == name);
   }
   with["COLLIE_SHM_STORES"] = "fast";
-  CHECK_THROWS_WITH(resolve(with), Catch::Contains("COLLIE_SHM_STORES='fast'") &&
-                                       Catch::Contains("takes one of auto, cached, streaming"));
+  CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_SHM_STORES='fast'") &&
+                                       ContainsSubstring("takes one of auto, cached, streaming"));
 }
 
 TEST_CASE("COLLIE_TRACE names the trace directory, InitOptions::trace_dir overrides it", "[init]") {

@@ -5,7 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <fmt/format.h>
 
@@ -151,8 +151,8 @@ TEST_CASE("rank 0's store outlives a group that formed, and its next group takes
 TEST_CASE("rank 0 says which port it could not host the store on", "[job_store]") {
   collie::test::StoreFixture other_job;
   CHECK_THROWS_WITH(JobStore(config(0, 2, other_job.server.port())),
-                    Catch::Contains("MASTER_PORT=" + std::to_string(other_job.server.port())) &&
-                        Catch::Contains("another job"));
+                    ContainsSubstring("MASTER_PORT=" + std::to_string(other_job.server.port())) &&
+                        ContainsSubstring("another job"));
 }
 
 TEST_CASE("file:// jobs share the store through the file", "[job_store]") {

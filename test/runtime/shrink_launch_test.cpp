@@ -13,7 +13,7 @@
 #include <optional>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include "support/cli.hpp"
@@ -154,7 +154,7 @@ void killed_and_shrunk(const std::vector<int>& victims, int late) {
     for (const auto& l : lines)
       if (l.rfind(fmt::format("rank {}: shrunk to ", r), 0) == 0) shrunk = l;
     REQUIRE(shrunk);
-    CHECK_THAT(*shrunk, Catch::Contains(fmt::format("shrunk to {} members [{}]", survivors.size(),
+    CHECK_THAT(*shrunk, ContainsSubstring(fmt::format("shrunk to {} members [{}]", survivors.size(),
                                                     members)));
     if (late < 0) CHECK(*clock_of(*shrunk) - *clock_of(*failed) < kSecond);
     CHECK(line_of(lines, r, fmt::format("done 8 steps, {} members, sums ok", survivors.size())));
@@ -198,8 +198,8 @@ TEST_CASE("shrink: a survivor that never calls shrink is named at the timeout",
     const auto gave_up = line_of(lines, r, "shrink failed");
     REQUIRE(failed);
     REQUIRE(gave_up);
-    CHECK_THAT(*gave_up, Catch::Contains("have not called shrink") &&
-                             Catch::Contains("rank 3 at 127.0.0.1"));
+    CHECK_THAT(*gave_up, ContainsSubstring("have not called shrink") &&
+                             ContainsSubstring("rank 3 at 127.0.0.1"));
     // At the timeout (4 s), not before.
     CHECK(*clock_of(*gave_up) - *clock_of(*failed) >= 3500);
   }
@@ -211,12 +211,12 @@ TEST_CASE("launch --keep-going: a rank's death stops no one, and the summary nam
   const auto r = keep_going(4, 0, {"6", "2", "1"});
   CHECK(r.exit_code == 0);
   for (int rank : {0, 2, 3})
-    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members, "
+    CHECK_THAT(r.out, ContainsSubstring(fmt::format("[rank {}] rank {}: done 6 steps, 3 members, "
                                                   "sums ok", rank, rank)));
-  CHECK_THAT(r.err, Catch::Contains("rank 1 (node 0, pid ") &&
-                        Catch::Contains("killed by SIGKILL") &&
-                        Catch::Contains("the others go on (--keep-going)"));
-  CHECK_THAT(r.err, Catch::Contains("rank 1 lost (--keep-going); 3 of the node's 4 ranks exited 0"));
+  CHECK_THAT(r.err, ContainsSubstring("rank 1 (node 0, pid ") &&
+                        ContainsSubstring("killed by SIGKILL") &&
+                        ContainsSubstring("the others go on (--keep-going)"));
+  CHECK_THAT(r.err, ContainsSubstring("rank 1 lost (--keep-going); 3 of the node's 4 ranks exited 0"));
 }
 
 TEST_CASE("launch --keep-going: when every rank fails, the job fails naming the first",
@@ -224,11 +224,11 @@ TEST_CASE("launch --keep-going: when every rank fails, the job fails naming the 
   // Two ranks, both victims at step 0.
   const auto r = keep_going(2, 0, {"3", "0", "0,1"});
   CHECK(r.exit_code == 128 + SIGKILL);
-  CHECK_THAT(r.err, Catch::Contains("ranks 0, 1 lost (--keep-going); 0 of the node's 2 ranks "
+  CHECK_THAT(r.err, ContainsSubstring("ranks 0, 1 lost (--keep-going); 0 of the node's 2 ranks "
                                     "exited 0") ||
-                        Catch::Contains("ranks 1, 0 lost (--keep-going); 0 of the node's 2 ranks "
+                        ContainsSubstring("ranks 1, 0 lost (--keep-going); 0 of the node's 2 ranks "
                                         "exited 0"));
-  CHECK_THAT(r.err, Catch::Contains("failed first: killed by SIGKILL"));
+  CHECK_THAT(r.err, ContainsSubstring("failed first: killed by SIGKILL"));
 }
 
 TEST_CASE("launch --keep-going --max-restarts 1: a replacement joins at expand(), takes the "
@@ -261,15 +261,15 @@ TEST_CASE("launch --keep-going --max-restarts 1: a replacement joins at expand()
   }
   const auto state = fmt::format("sums ok, state {:.6f}", total);
   for (int rank : {0, 1, 2, 3, 4, 6, 7})
-    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 10 steps, 8 members, {}",
+    CHECK_THAT(r.out, ContainsSubstring(fmt::format("[rank {}] rank {}: done 10 steps, 8 members, {}",
                                                   rank, rank, state)));
-  CHECK_THAT(r.out, Catch::Contains("[rank 5 replacement] rank 107: done 10 steps, 8 members, " +
+  CHECK_THAT(r.out, ContainsSubstring("[rank 5 replacement] rank 107: done 10 steps, 8 members, " +
                                     state));
-  CHECK_THAT(r.err, Catch::Contains("in place of rank 5 (restart 1 of --max-restarts 1): it joins "
+  CHECK_THAT(r.err, ContainsSubstring("in place of rank 5 (restart 1 of --max-restarts 1): it joins "
                                     "the others at their next expand()"));
-  CHECK_THAT(r.err, Catch::Contains("rank 5 lost (--keep-going); 8 of the node's 9 processes "
+  CHECK_THAT(r.err, ContainsSubstring("rank 5 lost (--keep-going); 8 of the node's 9 processes "
                                     "exited 0"));
-  CHECK_THAT(r.err, Catch::Contains("rank 5: pid ") && Catch::Contains(", and exit code 0"));
+  CHECK_THAT(r.err, ContainsSubstring("rank 5: pid ") && ContainsSubstring(", and exit code 0"));
 }
 
 TEST_CASE("launch --keep-going --max-restarts 1: a replacement the others never admit is "
@@ -281,11 +281,11 @@ TEST_CASE("launch --keep-going --max-restarts 1: a replacement the others never 
   const auto r = keep_going(4, 1, {"6", "2", "1"});
   CHECK(r.exit_code == 0);
   for (int rank : {0, 2, 3})
-    CHECK_THAT(r.out, Catch::Contains(fmt::format("[rank {}] rank {}: done 6 steps, 3 members", rank,
+    CHECK_THAT(r.out, ContainsSubstring(fmt::format("[rank {}] rank {}: done 6 steps, 3 members", rank,
                                                   rank)));
-  CHECK_THAT(r.err, Catch::Contains("never joined them: the job's members called no expand() "
+  CHECK_THAT(r.err, ContainsSubstring("never joined them: the job's members called no expand() "
                                     "after it came; stopping it"));
-  CHECK_THAT(r.err, Catch::Contains("rank 1 lost (--keep-going); 3 of the node's 5 processes "
+  CHECK_THAT(r.err, ContainsSubstring("rank 1 lost (--keep-going); 3 of the node's 5 processes "
                                     "exited 0"));
-  CHECK_THAT(r.err, Catch::Contains("but the others never admitted it (stopped by collie launch)"));
+  CHECK_THAT(r.err, ContainsSubstring("but the others never admitted it (stopped by collie launch)"));
 }

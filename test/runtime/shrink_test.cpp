@@ -6,7 +6,7 @@
 #include <numeric>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>

@@ -6,7 +6,7 @@
 #include <future>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/store/etcd_store.hpp>
@@ -79,7 +79,7 @@ TEST_CASE("etcd store: every call of the Store interface", "[etcd]") {
     CHECK(got.get() == "here");
     const auto start = std::chrono::steady_clock::now();
     CHECK_THROWS_AS(s->get("never", 300ms), collie::TimeoutError);
-    CHECK_THROWS_WITH(s->get("never", 300ms), Catch::Contains("'never'") && Catch::Contains("etcd"));
+    CHECK_THROWS_WITH(s->get("never", 300ms), ContainsSubstring("'never'") && ContainsSubstring("etcd"));
     CHECK(std::chrono::steady_clock::now() - start < 10s);
   }
 
@@ -141,7 +141,7 @@ TEST_CASE("etcd store: every call of the Store interface", "[etcd]") {
     waited.get();
     CHECK(values.get() == std::vector<std::string>{"3", "1", "2"});
     CHECK_THROWS_WITH(s->wait({"a", "x", "y"}, 300ms),
-                      Catch::Contains("'x', 'y'") && Catch::Contains("timed out"));
+                      ContainsSubstring("'x', 'y'") && ContainsSubstring("timed out"));
   }
 
   SECTION("delete says whether the key was there") {
@@ -189,7 +189,7 @@ TEST_CASE("etcd store: every call of the Store interface", "[etcd]") {
     s->set("big", big);
     CHECK(s->get("big") == big);
     CHECK_THROWS_WITH(s->set("big", std::string(2u << 20, 'y')),
-                      Catch::Contains("max-request-bytes"));
+                      ContainsSubstring("max-request-bytes"));
     CHECK(s->get("big") == big);
   }
 
@@ -238,7 +238,7 @@ TEST_CASE("etcd store: every call of the Store interface", "[etcd]") {
           try {
             s->barrier("mix", 2, 200ms);
           } catch (const collie::RequestError& e) {
-            CHECK_THAT(e.what(), Catch::Contains("n=2") && Catch::Contains("n=3"));
+            CHECK_THAT(e.what(), ContainsSubstring("n=2") && ContainsSubstring("n=3"));
             refused_here = true;
             return true;
           } catch (const collie::TimeoutError&) {
@@ -251,7 +251,7 @@ TEST_CASE("etcd store: every call of the Store interface", "[etcd]") {
       waiting.get();
       FAIL("a barrier of 3 passed with 2 callers");
     } catch (const collie::RequestError& e) {
-      CHECK_THAT(e.what(), Catch::Contains("n=2") && Catch::Contains("n=3"));
+      CHECK_THAT(e.what(), ContainsSubstring("n=2") && ContainsSubstring("n=3"));
     } catch (const collie::TimeoutError&) {
       CHECK(refused_here);
     }
@@ -285,17 +285,17 @@ TEST_CASE("etcd store: a key put with the lease vanishes with its store", "[etcd
 
 TEST_CASE("etcd store: options that cannot work are refused, saying why", "[etcd]") {
   collie::store::EtcdOptions o;
-  CHECK_THROWS_WITH(EtcdStore(o), Catch::Contains("no endpoint"));
+  CHECK_THROWS_WITH(EtcdStore(o), ContainsSubstring("no endpoint"));
   o.endpoints = {"127.0.0.1:2379"};
-  CHECK_THROWS_WITH(EtcdStore(o), Catch::Contains("client certificate") &&
-                                      Catch::Contains("--insecure"));
+  CHECK_THROWS_WITH(EtcdStore(o), ContainsSubstring("client certificate") &&
+                                      ContainsSubstring("--insecure"));
   o.endpoints = {"http://127.0.0.1:2379"};
-  CHECK_THROWS_WITH(EtcdStore(o), Catch::Contains("plain HTTP"));
+  CHECK_THROWS_WITH(EtcdStore(o), ContainsSubstring("plain HTTP"));
   o.insecure = true;
   o.prefix = "/no-slash";
-  CHECK_THROWS_WITH(EtcdStore(o), Catch::Contains("must end in '/'"));
+  CHECK_THROWS_WITH(EtcdStore(o), ContainsSubstring("must end in '/'"));
   CHECK_THROWS_AS(collie::store::parse_etcd_endpoints("a:1,,b:2"), collie::ArgumentError);
-  CHECK_THROWS_WITH(collie::store::parse_etcd_endpoints("a:1,b"), Catch::Contains("'b'"));
+  CHECK_THROWS_WITH(collie::store::parse_etcd_endpoints("a:1,b"), ContainsSubstring("'b'"));
   CHECK(collie::store::parse_etcd_endpoints("a:1, https://b:2/,[::1]:3") ==
         std::vector<std::string>{"a:1", "https://b:2/", "[::1]:3"});
 }
@@ -312,7 +312,7 @@ TEST_CASE("etcd store: no member to reach fails at the timeout, naming the membe
     EtcdStore s(o);
     FAIL("a store on nothing");
   } catch (const collie::ConnectionError& e) {
-    CHECK_THAT(e.what(), Catch::Contains(nobody.addr()) && Catch::Contains("quorum"));
+    CHECK_THAT(e.what(), ContainsSubstring(nobody.addr()) && ContainsSubstring("quorum"));
   }
   CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
@@ -365,12 +365,12 @@ TEST_CASE("etcd store: three members lose one unnoticed, then the quorum with an
     s->set("after", "2", 2s);
     FAIL("a write without a quorum");
   } catch (const collie::ConnectionError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("no quorum") && Catch::Contains(etcd.endpoints()[2]) &&
-                             Catch::Contains(etcd.endpoints()[0]));
+    CHECK_THAT(e.what(), ContainsSubstring("no quorum") && ContainsSubstring(etcd.endpoints()[2]) &&
+                             ContainsSubstring(etcd.endpoints()[0]));
   }
   CHECK(std::chrono::steady_clock::now() - start < 4s);
   // A call that waits (a watch) ends the same way: nothing hangs.
   const auto waited = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(s->get("never", 2s), Catch::Contains("no quorum"));
+  CHECK_THROWS_WITH(s->get("never", 2s), ContainsSubstring("no quorum"));
   CHECK(std::chrono::steady_clock::now() - waited < 4s);
 }

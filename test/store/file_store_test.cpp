@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/store/file_store.hpp>
@@ -42,9 +42,9 @@ TEST_CASE("file store: every operation", "[file_store]") {
   CHECK(s.add("n", 5) == 5);
   CHECK(s.add("n", -7) == -2);
   CHECK(s.get("n") == "-2");
-  CHECK_THROWS_WITH(s.add("k", 1), Catch::Contains("not a decimal int64"));
+  CHECK_THROWS_WITH(s.add("k", 1), ContainsSubstring("not a decimal int64"));
   s.set("max", std::to_string(INT64_MAX));
-  CHECK_THROWS_WITH(s.add("max", 1), Catch::Contains("overflows"));
+  CHECK_THROWS_WITH(s.add("max", 1), ContainsSubstring("overflows"));
   CHECK_FALSE(s.compare_set("c", "x", "y").swapped);
   CHECK(s.compare_set("c", "", "first").swapped);
   CHECK_FALSE(s.compare_set("c", "", "second").swapped);
@@ -83,9 +83,9 @@ TEST_CASE("file store: blocking calls wait for other writers, then time out", "[
   CHECK(got.get() == "2");
   CHECK(reader.multi_get({"a", "b"}) == std::vector<std::string>{"1", "2"});
   const auto start = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH(reader.get("never", 200ms), Catch::Contains("get('never')") &&
-                                                    Catch::Contains("timed out after 200 ms") &&
-                                                    Catch::Contains(file.path));
+  CHECK_THROWS_WITH(reader.get("never", 200ms), ContainsSubstring("get('never')") &&
+                                                    ContainsSubstring("timed out after 200 ms") &&
+                                                    ContainsSubstring(file.path));
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   CHECK_THROWS_AS(reader.wait({"a", "never"}, 100ms), collie::TimeoutError);
 }
@@ -139,7 +139,7 @@ TEST_CASE("file store: barriers release together, are reusable, and withdraw on 
   const auto before = std::filesystem::file_size(file.path);
   auto waiting = std::async(std::launch::async, [&] { a.barrier("m", 3, 1s); });
   REQUIRE(collie::test::eventually([&] { return std::filesystem::file_size(file.path) > before; }));
-  CHECK_THROWS_WITH(c.barrier("m", 2, 1s), Catch::Contains("n=2") && Catch::Contains("n=3"));
+  CHECK_THROWS_WITH(c.barrier("m", 2, 1s), ContainsSubstring("n=2") && ContainsSubstring("n=3"));
   CHECK_THROWS_AS(waiting.get(), collie::TimeoutError);
   // Once no one waits, the name may be used with another n.
   auto pair = std::async(std::launch::async, [&] { a.barrier("m", 2, 10s); });
@@ -172,7 +172,7 @@ TEST_CASE("file store: a lock held elsewhere times a call out instead of hanging
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(
       s.try_get("k", 200ms),
-      Catch::Contains("another process held the file's lock") && Catch::Contains(file.path));
+      ContainsSubstring("another process held the file's lock") && ContainsSubstring(file.path));
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   kill(holder, SIGKILL);
   waitpid(holder, nullptr, 0);
@@ -191,7 +191,7 @@ TEST_CASE("file store: a prefix view works over it", "[file_store]") {
 }
 
 TEST_CASE("file store: errors name the file", "[file_store]") {
-  CHECK_THROWS_WITH(FileStore("/no/such/dir/store"), Catch::Contains("/no/such/dir/store"));
+  CHECK_THROWS_WITH(FileStore("/no/such/dir/store"), ContainsSubstring("/no/such/dir/store"));
   ScratchFile file;
   {
     FileStore s(file.path);
@@ -199,5 +199,5 @@ TEST_CASE("file store: errors name the file", "[file_store]") {
   }
   std::filesystem::resize_file(file.path, 5);  // cut a record in half
   FileStore broken(file.path);
-  CHECK_THROWS_WITH(broken.try_get("k"), Catch::Contains("is corrupt"));
+  CHECK_THROWS_WITH(broken.try_get("k"), ContainsSubstring("is corrupt"));
 }

@@ -1,7 +1,7 @@
 // The store's data and blocked requests, driven directly (no sockets).
 #include "key_value_state.hpp"
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 using namespace collie::store;
 using namespace collie::store::wire;
@@ -156,7 +156,7 @@ TEST_CASE("a barrier joined with another n is refused with both counts", "[state
   Reader r(b.replies[0].payload);
   CHECK(r.u16() == static_cast<std::uint16_t>(ErrorCode::BarrierMismatch));
   const auto message = std::string(r.bytes());
-  CHECK_THAT(message, Catch::Contains("n=4") && Catch::Contains("n=3"));
+  CHECK_THAT(message, ContainsSubstring("n=4") && ContainsSubstring("n=3"));
   CHECK(a.replies.empty());
 }
 

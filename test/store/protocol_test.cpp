@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "auth.hpp"
 
@@ -135,14 +135,14 @@ TEST_CASE("trailing bytes and unknown operations are malformed", "[protocol]") {
   std::vector<std::uint8_t> body(frame.begin() + 4, frame.end());
   auto parsed = parse_request(body, StoreLimits{});
   CHECK(parsed.kind == ParsedRequest::Kind::Malformed);
-  CHECK_THAT(parsed.error, Catch::Contains("trailing"));
+  CHECK_THAT(parsed.error, ContainsSubstring("trailing"));
 
   for (std::uint8_t op : {std::uint8_t{0}, std::uint8_t{18}, std::uint8_t{255}}) {
     const std::vector<std::uint8_t> unknown = {op, 0, 0, 0, 9};
     parsed = parse_request(unknown, StoreLimits{});
     CHECK(parsed.kind == ParsedRequest::Kind::Malformed);
     CHECK(parsed.request.id == 9);
-    CHECK_THAT(parsed.error, Catch::Contains("unknown operation"));
+    CHECK_THAT(parsed.error, ContainsSubstring("unknown operation"));
   }
 }
 
@@ -153,7 +153,7 @@ TEST_CASE("a huge key count in a small request is refused before allocating", "[
   Writer(body).bytes("abcd");
   const auto parsed = parse_request(body, StoreLimits{});
   CHECK(parsed.kind == ParsedRequest::Kind::Malformed);
-  CHECK_THAT(parsed.error, Catch::Contains("60000 keys"));
+  CHECK_THAT(parsed.error, ContainsSubstring("60000 keys"));
   CHECK(parsed.request.keys.capacity() == 0);
 }
 
@@ -171,7 +171,7 @@ TEST_CASE("limits give an error reply, not a closed connection", "[protocol]") {
   auto parsed = parse(key_too_long);
   CHECK(parsed.kind == ParsedRequest::Kind::LimitExceeded);
   CHECK(parsed.request.id == 5);
-  CHECK_THAT(parsed.error, Catch::Contains("key of 9 bytes") && Catch::Contains("limit of 8"));
+  CHECK_THAT(parsed.error, ContainsSubstring("key of 9 bytes") && ContainsSubstring("limit of 8"));
 
   Request key_at_limit{Op::Set, 5, {"12345678"}, {std::string_view("0123456789abcdef")}};
   CHECK(parse(key_at_limit).kind == ParsedRequest::Kind::Ok);
@@ -179,12 +179,12 @@ TEST_CASE("limits give an error reply, not a closed connection", "[protocol]") {
   Request value_too_long{Op::Append, 6, {"k"}, {std::string_view("0123456789abcdefg")}};
   parsed = parse(value_too_long);
   CHECK(parsed.kind == ParsedRequest::Kind::LimitExceeded);
-  CHECK_THAT(parsed.error, Catch::Contains("value of 17 bytes"));
+  CHECK_THAT(parsed.error, ContainsSubstring("value of 17 bytes"));
 
   Request too_many{Op::MultiGet, 7, {"a", "b", "c", "d"}, {}};
   parsed = parse(too_many);
   CHECK(parsed.kind == ParsedRequest::Kind::LimitExceeded);
-  CHECK_THAT(parsed.error, Catch::Contains("4 keys"));
+  CHECK_THAT(parsed.error, ContainsSubstring("4 keys"));
 
   Request barrier_name_too_long{Op::Barrier, 8, {"barrier-name"}, {}, 0, 2};
   CHECK(parse(barrier_name_too_long).kind == ParsedRequest::Kind::LimitExceeded);

@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include <asio/io_context.hpp>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/store/async_client.hpp>

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -59,8 +59,8 @@ TEST_CASE("memory: a full store refuses writes, names the limit, and serves on",
   // About 8 values of 1 MiB fit in 8 MiB, less what buffers hold.
   CHECK(stored >= 5);
   CHECK(stored < 8);
-  CHECK_THAT(error, Catch::Contains("the store is full") && Catch::Contains("8388608 bytes") &&
-                        Catch::Contains("--max-memory"));
+  CHECK_THAT(error, ContainsSubstring("the store is full") && ContainsSubstring("8388608 bytes") &&
+                        ContainsSubstring("--max-memory"));
   CHECK(f.server.stats().memory_bytes <= options.max_memory_bytes);
   // The same connection goes on; what was stored is intact; small values fit.
   CHECK(c->get("big/0") == value);
@@ -77,14 +77,14 @@ TEST_CASE("memory: a full store refuses writes, names the limit, and serves on",
     } catch (const collie::RequestError& e) {
       refused = e.what();
     }
-    CHECK_THAT(refused, Catch::Contains("the store is full"));
+    CHECK_THAT(refused, ContainsSubstring("the store is full"));
     CHECK(c->try_get("bigger") == std::nullopt);
     CHECK(c->get("big/1") == value);  // the connection is still in step
   }
   SECTION("append and multi_set are refused whole") {
     CHECK_THROWS_WITH(c->multi_set(std::vector<std::string>{"m/1", "m/2", "m/3"},
                                    std::vector<std::string>{value, value, value}),
-                      Catch::Contains("the store is full"));
+                      ContainsSubstring("the store is full"));
     CHECK(c->try_get("m/1") == std::nullopt);
     c->set("grow", "x");
     CHECK_THROWS_WITH(
@@ -92,7 +92,7 @@ TEST_CASE("memory: a full store refuses writes, names the limit, and serves on",
           for (int i = 0; i < 20; ++i)
             c->append("grow", value);
         }(),
-        Catch::Contains("the store is full"));
+        ContainsSubstring("the store is full"));
   }
 }
 
@@ -132,9 +132,9 @@ TEST_CASE("blocked requests: a limit per connection and one across the server", 
   }
   REQUIRE(eventually([&] { return f.server.stats().blocked == 3; }));
   auto c = f.client();
-  CHECK_THROWS_WITH(c->get("later/3", 5s), Catch::Contains("already holds 3 blocked requests") &&
-                                               Catch::Contains("--max-waits"));
-  CHECK_THROWS_WITH(c->barrier("b", 2, 5s), Catch::Contains("already holds 3 blocked requests"));
+  CHECK_THROWS_WITH(c->get("later/3", 5s), ContainsSubstring("already holds 3 blocked requests") &&
+                                               ContainsSubstring("--max-waits"));
+  CHECK_THROWS_WITH(c->barrier("b", 2, 5s), ContainsSubstring("already holds 3 blocked requests"));
   for (int i = 0; i < 3; ++i)
     c->set(fmt::format("later/{}", i), std::to_string(i));
   for (int i = 0; i < 3; ++i)
@@ -158,8 +158,8 @@ TEST_CASE("connections: a limit in all and per address, each named to the client
     auto a = f.client();
     auto b = f.client();
     auto c = f.client();
-    CHECK_THROWS_WITH(f.client(quick), Catch::Contains("as many connections as its limit allows") &&
-                                           Catch::Contains("--max-connections"));
+    CHECK_THROWS_WITH(f.client(quick), ContainsSubstring("as many connections as its limit allows") &&
+                                           ContainsSubstring("--max-connections"));
     CHECK(f.server.connections() == 3);
     CHECK(f.server.stats().refused >= 1);
     a.reset();
@@ -173,8 +173,8 @@ TEST_CASE("connections: a limit in all and per address, each named to the client
     StoreFixture f(options);
     auto a = f.client();
     auto b = f.client();
-    CHECK_THROWS_WITH(f.client(quick), Catch::Contains("from this host's address") &&
-                                           Catch::Contains("--max-connections-per-address"));
+    CHECK_THROWS_WITH(f.client(quick), ContainsSubstring("from this host's address") &&
+                                           ContainsSubstring("--max-connections-per-address"));
     // Another address is not affected.
     RawConnection other(f.server.port(), "127.0.0.1", "127.0.0.2");
     CHECK(other.handshake().status == wire::HelloStatus::Ok);
@@ -228,7 +228,7 @@ TEST_CASE("idle connections are closed, and clients reconnect by themselves", "[
   CHECK(r.u8() == static_cast<std::uint8_t>(wire::ReplyStatus::Error));
   CHECK(r.u32() == 0);
   CHECK(r.u16() == static_cast<std::uint16_t>(wire::ErrorCode::Idle));
-  CHECK_THAT(std::string(r.bytes()), Catch::Contains("idle timeout"));
+  CHECK_THAT(std::string(r.bytes()), ContainsSubstring("idle timeout"));
   CHECK(raw.closed_by_peer(5s));
   // The server closed the idle client's connection too; the client's next
   // call opens a new one and is served.
@@ -296,8 +296,8 @@ TEST_CASE("failed authentication slows its address down, and others are served",
   ClientOptions wrong;
   wrong.token = "another";
   wrong.connect_timeout = 2s;
-  CHECK_THROWS_WITH(f.client(wrong), Catch::Contains("too many failed attempts") ||
-                                         Catch::Contains("the tokens differ"));
+  CHECK_THROWS_WITH(f.client(wrong), ContainsSubstring("too many failed attempts") ||
+                                         ContainsSubstring("the tokens differ"));
 }
 
 TEST_CASE("refusals are logged once per address per interval, with a count", "[limits][log]") {
@@ -317,8 +317,8 @@ TEST_CASE("refusals are logged once per address per interval, with a count", "[l
   REQUIRE(eventually([&] { return !log.containing("more like it").empty(); }));
   const auto lines = log.containing("from 127.0.0.1");
   REQUIRE(lines.size() == 2);
-  CHECK_THAT(lines[0], Catch::Contains("not a collie store client"));
-  CHECK_THAT(lines[1], Catch::Contains("and 29 more like it from 127.0.0.1 in the last"));
+  CHECK_THAT(lines[0], ContainsSubstring("not a collie store client"));
+  CHECK_THAT(lines[1], ContainsSubstring("and 29 more like it from 127.0.0.1 in the last"));
   CHECK(log.containing("from 127.0.0.2").size() == 1);
   serves_within_a_second(f, "after-junk");
 }
@@ -337,7 +337,7 @@ TEST_CASE("a torch TCPStore client refused is told where torch's clients are ser
     CHECK(torch_like.closed_by_peer(5s));
     REQUIRE(eventually([&] { return !log.containing("a torch TCPStore client?").empty(); }));
     CHECK_THAT(log.containing("a torch TCPStore client?")[0],
-               Catch::Contains(hint.empty() ? "The server serves those with --torch" : hint));
+               ContainsSubstring(hint.empty() ? "The server serves those with --torch" : hint));
   }
 }
 
@@ -365,7 +365,7 @@ TEST_CASE("RateLimitedLog: one line per source per interval, then the count", "[
   }));
   CHECK(log.containing("a says 4 (and 4 more like it from a in the last").size() == 1);
   CHECK_THAT(log.containing("c says 1")[0],
-             Catch::Contains("and 2 more like it from other addresses"));
+             ContainsSubstring("and 2 more like it from other addresses"));
   CHECK(log.containing("more like it").size() == 2);  // b had nothing left out
   CHECK_FALSE(limited.flush());                       // nothing pending
 }

@@ -3,15 +3,18 @@
 // collie's clients passed through, proving it themselves.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/torch_relay.hpp>
 
+#include "support/eventually.hpp"
+#include "support/log_capture.hpp"
 #include "support/raw_connection.hpp"
 #include "support/store_fixture.hpp"
 #include "support/torch_query.hpp"
@@ -113,4 +116,31 @@ TEST_CASE("torch relay: a store it cannot reach closes the torch client, nothing
   collie::test::RawConnection t(relay.port());
   t.send(query(kGet, {"/a"}));
   CHECK(t.closed_by_peer(20s));
+}
+
+// collie launch's next round replaces a relay whose store went with its
+// node: the relay must not wait out its connect timeout first (it did, 300
+// s, when the first node was lost under etcd rendezvous).
+TEST_CASE("torch relay: stopped while it connects to a store that is gone, it returns at once",
+          "[store][torch]") {
+  std::uint16_t gone = 0;
+  {
+    collie::test::StoreFixture f(guarded());
+    gone = f.server.port();
+  }
+  auto options = with_token(kToken);
+  options.connect_timeout = 300s;
+  collie::test::LogCapture log(spdlog::level::debug);
+  auto relay = std::make_unique<collie::store::TorchRelay>("127.0.0.1", gone, options);
+  collie::test::RawConnection torch_client(relay->port());
+  torch_client.send(query(kGet, {"/a"}));
+  // The relay is carrying it once its client has been refused by the port.
+  REQUIRE(collie::test::eventually([&] { return !log.containing("retrying in").empty(); }));
+  const auto start = std::chrono::steady_clock::now();
+  relay.reset();
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO("the relay's destructor took " << std::chrono::duration<double>(took).count() << " s");
+  CHECK(took < 30s);
+  CHECK(torch_client.closed_by_peer(20s));
+  CHECK(log.containing("cannot reach the store").empty());
 }

@@ -13,7 +13,7 @@
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/eventually.hpp"
 #include "support/raw_connection.hpp"
@@ -143,16 +143,16 @@ TEST_CASE("torch dialect: lengths over the limits are refused before their bytes
   torch::Query q;
   auto p = torch::parse(torch::Dialect::V1, Q(v1::GET).u64(17).b, limits, q);
   CHECK(p.result == torch::Parse::TooLarge);
-  CHECK_THAT(p.error, Catch::Contains("key of 17 bytes"));
+  CHECK_THAT(p.error, ContainsSubstring("key of 17 bytes"));
   p = torch::parse(torch::Dialect::V1, Q(v1::SET).str("/k").u64(std::uint64_t{1} << 62).b,
                    limits, q);
   CHECK(p.result == torch::Parse::TooLarge);
   p = torch::parse(torch::Dialect::V1, Q(v1::WAIT).u64(4).b, limits, q);
   CHECK(p.result == torch::Parse::TooLarge);
-  CHECK_THAT(p.error, Catch::Contains("4 keys"));
+  CHECK_THAT(p.error, ContainsSubstring("4 keys"));
   p = torch::parse(torch::Dialect::V1, Bytes{9}, limits, q);
   CHECK(p.result == torch::Parse::Malformed);
-  CHECK_THAT(p.error, Catch::Contains("unknown torch TCPStore query type 9"));
+  CHECK_THAT(p.error, ContainsSubstring("unknown torch TCPStore query type 9"));
   p = torch::parse(torch::Dialect::V2, Bytes{14}, limits, q);
   CHECK(p.result == torch::Parse::Malformed);
 }

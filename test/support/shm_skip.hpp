@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/transport/shm.hpp>
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/crypto.hpp>
 #include <collie/transport/shm.hpp>

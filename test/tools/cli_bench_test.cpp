@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <collie/host_cpus.hpp>
 #include <fmt/format.h>
 
@@ -233,7 +233,7 @@ TEST_CASE("bench --device cuda where no GPU is usable fails, in the words of col
   const auto lines = split(version.out, '\n');
   REQUIRE(lines.size() == 2);
   const std::string& status = lines[1];
-  CHECK_THAT(status, Catch::StartsWith("CUDA "));
+  CHECK_THAT(status, StartsWith("CUDA "));
   if (status.find("not built in") == std::string::npos &&
       status.find("not usable") == std::string::npos) {
     WARN("skipped: a GPU is usable here (" << status << ")");
@@ -242,7 +242,7 @@ TEST_CASE("bench --device cuda where no GPU is usable fails, in the words of col
   const auto r = bench({"all_reduce", "--ranks", "2", "-b", "8", "-e", "8", "-n", "1", "--device",
                         "cuda"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains(fmt::format("--device cuda: {}\n", status)));
+  CHECK_THAT(r.err, ContainsSubstring(fmt::format("--device cuda: {}\n", status)));
   CHECK(r.out.empty());
 }
 

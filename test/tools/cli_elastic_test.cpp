@@ -8,7 +8,7 @@
 #include <fstream>
 #include <memory>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include "support/cli.hpp"
@@ -132,14 +132,14 @@ TEST_CASE("elastic nodes: --nnodes 2:3 goes on without a lost node and takes it 
     INFO("node " << i << " stdout:\n" << r->out << "\nstderr:\n" << r->err);
     CHECK(r->exit_code == 0);
     if (i == 0) {
-      CHECK_THAT(r->err, Catch::Contains("not in this round:"));
-      CHECK_THAT(r->err, Catch::Contains("is waiting to join"));
+      CHECK_THAT(r->err, ContainsSubstring("not in this round:"));
+      CHECK_THAT(r->err, ContainsSubstring("is waiting to join"));
     }
   }
   // Every step summed once, across the three rounds and the resumes.
   const auto state = read_file(ckpt);
   INFO(state);
-  CHECK_THAT(state, Catch::Contains("\"worlds\": [3, 2, 3]"));
+  CHECK_THAT(state, ContainsSubstring("\"worlds\": [3, 2, 3]"));
   const long long steps = std::stoll(state.substr(state.find("\"step\": ") + 8));
   const long long sum = std::stoll(state.substr(state.find("\"sum\": ") + 7));
   CHECK(steps >= 10);

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <memory>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include "support/cli.hpp"
@@ -53,7 +53,7 @@ TEST_CASE("launch with etcd: what cannot work is refused, naming why", "[launch]
     const auto r = collie::test::run(words, {"COLLIE_ETCD_CERT=", "COLLIE_ETCD_KEY="});
     INFO(r.err);
     CHECK(r.exit_code != 0);
-    CHECK_THAT(r.err, Catch::Contains(says));
+    CHECK_THAT(r.err, ContainsSubstring(says));
   };
   refused({"--rdzv_backend=etcd"}, "needs --rdzv-endpoint");
   refused({"--rdzv_backend=etcd", "--rdzv_endpoint=10.0.0.1:2379"}, "needs --rdzv-id");
@@ -99,12 +99,12 @@ TEST_CASE("launch with etcd: two launchers on one host meet there and run a chec
     REQUIRE(r);
     INFO("node " << i << ":\n" << r->out << r->err);
     CHECK(r->exit_code == 0);
-    CHECK_THAT(r->err, Catch::Contains("is ignored: with etcd the nodes are numbered as they join") &&
-                           Catch::Contains("round 0: 2 nodes") && Catch::Contains("4 ranks"));
+    CHECK_THAT(r->err, ContainsSubstring("is ignored: with etcd the nodes are numbered as they join") &&
+                           ContainsSubstring("round 0: 2 nodes") && ContainsSubstring("4 ranks"));
     // Numbered as they joined: either launcher may hold ranks 0 and 1.
     const int low = r->err.find("this is node 0") != std::string::npos ? 0 : 2;
-    CHECK_THAT(r->out, Catch::Contains(fmt::format("rank {}: ok", low)) &&
-                           Catch::Contains(fmt::format("rank {}: ok", low + 1)));
+    CHECK_THAT(r->out, ContainsSubstring(fmt::format("rank {}: ok", low)) &&
+                           ContainsSubstring(fmt::format("rank {}: ok", low + 1)));
   }
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("launch with etcd: a launcher that dies is named once its lease expire
   for (auto* n : {a.get(), b.get()}) {
     const auto line = n->read_line(60s);
     REQUIRE(line);
-    CHECK_THAT(*line, Catch::EndsWith("] started"));
+    CHECK_THAT(*line, EndsWith("] started"));
   }
   const auto killed = std::chrono::steady_clock::now();
   a->signal(SIGKILL);
@@ -144,7 +144,7 @@ TEST_CASE("launch with etcd: a launcher that dies is named once its lease expire
   REQUIRE(r);
   INFO(r->err);
   CHECK(r->exit_code != 0);
-  CHECK_THAT(r->err, Catch::Contains("is gone (its launcher's lease in etcd expired"));
+  CHECK_THAT(r->err, ContainsSubstring("is gone (its launcher's lease in etcd expired"));
   CHECK(std::chrono::steady_clock::now() - killed < 40s);
 }
 
@@ -177,7 +177,7 @@ TEST_CASE("launch with etcd: an etcd without a quorum stops the job, naming etcd
     REQUIRE(r);
     INFO(r->err);
     CHECK(r->exit_code != 0);
-    CHECK_THAT(r->err, Catch::Contains("has no quorum") && Catch::Contains(etcd.endpoints()[2]));
+    CHECK_THAT(r->err, ContainsSubstring("has no quorum") && ContainsSubstring(etcd.endpoints()[2]));
   }
 }
 
@@ -246,7 +246,7 @@ TEST_CASE("etcd:// init: ranks started by hand, as srun starts them, on two host
     REQUIRE(result);
     INFO("rank " << r << ":\n" << result->out << result->err);
     CHECK(result->exit_code == 0);
-    CHECK_THAT(result->out, Catch::Contains(fmt::format("rank {}: matrix ok (", r)));
+    CHECK_THAT(result->out, ContainsSubstring(fmt::format("rank {}: matrix ok (", r)));
   }
 }
 
@@ -361,11 +361,11 @@ TEST_CASE("launch with etcd: losing the first node and an etcd member, the other
     REQUIRE(r);
     INFO("node " << i << " stdout:\n" << r->out << "\nstderr:\n" << r->err);
     CHECK(r->exit_code == 0);
-    CHECK_THAT(r->err, Catch::Contains("round 0: 3 nodes") && Catch::Contains("2 nodes"));
+    CHECK_THAT(r->err, ContainsSubstring("round 0: 3 nodes") && ContainsSubstring("2 nodes"));
   }
   const auto state = read_file(ckpt);
   INFO(state);
-  CHECK_THAT(state, Catch::Contains("\"worlds\": [6, 4]"));
-  CHECK_THAT(state, Catch::Contains(fmt::format("\"step\": {},", kSteps)));
-  CHECK_THAT(state, Catch::Contains(fmt::format("\"sum\": {}", kSteps * (kSteps + 1) / 2)));
+  CHECK_THAT(state, ContainsSubstring("\"worlds\": [6, 4]"));
+  CHECK_THAT(state, ContainsSubstring(fmt::format("\"step\": {},", kSteps)));
+  CHECK_THAT(state, ContainsSubstring(fmt::format("\"sum\": {}", kSteps * (kSteps + 1) / 2)));
 }

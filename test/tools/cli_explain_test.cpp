@@ -13,7 +13,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/collectives/cost.hpp>
 #include <nlohmann/json.hpp>
@@ -218,18 +218,18 @@ TEST_CASE("explain --hosts: the hosts named, rings by host, two_level step by st
                             "--ranks-per-host", "2", "--color", "never"});
   INFO(two.out << two.err);
   REQUIRE(two.exit_code == 0);
-  CHECK_THAT(two.out, Catch::StartsWith("all_reduce on 8 ranks (4 hosts x 2 ranks, by host)"));
-  CHECK_THAT(two.out, Catch::Contains("with two_level: 8 steps"));
-  CHECK_THAT(two.out, Catch::Contains("Hosts (4 hosts x 2 ranks, by host): host 0: ranks 0, 1; "
+  CHECK_THAT(two.out, StartsWith("all_reduce on 8 ranks (4 hosts x 2 ranks, by host)"));
+  CHECK_THAT(two.out, ContainsSubstring("with two_level: 8 steps"));
+  CHECK_THAT(two.out, ContainsSubstring("Hosts (4 hosts x 2 ranks, by host): host 0: ranks 0, 1; "
                                       "host 1: ranks 2, 3;"));
   // Within each host first (a reduce-scatter between its two ranks)...
-  CHECK_THAT(two.out, Catch::Contains("step 1: 8 messages (128 B)\n  rank 1 -> rank 0: [0..3] "
+  CHECK_THAT(two.out, ContainsSubstring("step 1: 8 messages (128 B)\n  rank 1 -> rank 0: [0..3] "
                                       "b[0..3], reduced"));
   // ... then across: each host's stripe owners in a ring of hosts, each
   // host sending to the one before it.
-  CHECK_THAT(two.out, Catch::Contains("step 2: 8 messages (32 B)\n  rank 2 -> rank 0: [1] c1+d1, "
+  CHECK_THAT(two.out, ContainsSubstring("step 2: 8 messages (32 B)\n  rank 2 -> rank 0: [1] c1+d1, "
                                       "reduced"));
-  CHECK_THAT(two.out, Catch::Contains("Final state checked"));
+  CHECK_THAT(two.out, ContainsSubstring("Final state checked"));
   // Numbered round robin, the ring still goes host by host: 0, 4, 1, 5, ...
   const auto ring = explain({"all_reduce", "--algo", "ring", "--hosts", "4", "--placement",
                              "round-robin", "--ranks", "8", "--format", "json"});
@@ -244,14 +244,14 @@ TEST_CASE("explain --hosts: the hosts named, rings by host, two_level step by st
   CHECK(nlohmann::json::parse(plain.out)["hosts"].is_null());
   const auto uneven = explain({"all_reduce", "--hosts", "3", "--ranks", "7"});
   CHECK(uneven.exit_code == 1);
-  CHECK_THAT(uneven.err, Catch::Contains("--ranks 7 does not divide among them"));
+  CHECK_THAT(uneven.err, ContainsSubstring("--ranks 7 does not divide among them"));
   const auto clash = explain({"all_reduce", "--hosts", "2", "--ranks-per-host", "2", "--ranks",
                               "6"});
   CHECK(clash.exit_code == 1);
-  CHECK_THAT(clash.err, Catch::Contains("--ranks 6 is not --hosts 2 x --ranks-per-host 2"));
+  CHECK_THAT(clash.err, ContainsSubstring("--ranks 6 is not --hosts 2 x --ranks-per-host 2"));
   const auto alone = explain({"all_reduce", "--ranks-per-host", "2"});
   CHECK(alone.exit_code == 1);
-  CHECK_THAT(alone.err, Catch::Contains("--ranks-per-host needs --hosts"));
+  CHECK_THAT(alone.err, ContainsSubstring("--ranks-per-host needs --hosts"));
 }
 
 TEST_CASE("explain: more than 8 ranks are summarised, --full shows them all", "[explain]") {

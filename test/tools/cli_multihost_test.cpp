@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
@@ -138,7 +138,7 @@ TEST_CASE("three hosts: collie launch --nnodes 3 runs a checked all_reduce", "[m
     // Every rank reached the others on the hosts' addresses.
     for (int local = 0; local < 2; ++local) {
       const int rank = i * 2 + local;
-      CHECK_THAT(r->out, Catch::Contains("[rank " + std::to_string(rank) + "] rank " +
+      CHECK_THAT(r->out, ContainsSubstring("[rank " + std::to_string(rank) + "] rank " +
                                          std::to_string(rank) + ": ok"));
     }
   }
@@ -169,9 +169,9 @@ TEST_CASE("three hosts: a host whose link goes silent is named by every other ra
                   "its host's sockets:\n" + sockets.out + sockets.err);
     }
     INFO(*line);
-    CHECK_THAT(*line, Catch::StartsWith("rank " + std::to_string(i) + ": failed after "));
-    CHECK_THAT(*line, Catch::Contains("rank 2 at 10.77.0.3:"));
-    CHECK_THAT(*line, Catch::Contains("cannot be reached") || Catch::Contains("as rank"));
+    CHECK_THAT(*line, StartsWith("rank " + std::to_string(i) + ": failed after "));
+    CHECK_THAT(*line, ContainsSubstring("rank 2 at 10.77.0.3:"));
+    CHECK_THAT(*line, ContainsSubstring("cannot be reached") || ContainsSubstring("as rank"));
     CHECK(after < 10s);
   }
 }
@@ -196,9 +196,9 @@ TEST_CASE("three hosts: loopback advertised to a remote master, and a host that 
     REQUIRE(r);
     INFO(r->err);
     CHECK(r->exit_code == 1);
-    CHECK_THAT(r->err, Catch::Contains("COLLIE_SOCKET_IFNAME='lo' makes this rank advertise "
+    CHECK_THAT(r->err, ContainsSubstring("COLLIE_SOCKET_IFNAME='lo' makes this rank advertise "
                                        "127.0.0.1 on 'lo'") &&
-                           Catch::Contains("the job's master 10.77.0.1 is on another host"));
+                           ContainsSubstring("the job's master 10.77.0.1 is on another host"));
   }
   // Ranks 0 and 1 come; host 2's rank never does.
   auto r0 = rank_on(0, 0, {"COLLIE_TIMEOUT=4"});
@@ -208,9 +208,9 @@ TEST_CASE("three hosts: loopback advertised to a remote master, and a host that 
     REQUIRE(r);
     INFO(r->err);
     CHECK(r->exit_code == 1);
-    CHECK_THAT(r->err, Catch::Contains("for all 3 ranks to join, and rank 2 never joined (joined: "
+    CHECK_THAT(r->err, ContainsSubstring("for all 3 ranks to join, and rank 2 never joined (joined: "
                                        "rank 0 at 10.77.0.1:") &&
-                           Catch::Contains("rank 1 at 10.77.0.2:"));
+                           ContainsSubstring("rank 1 at 10.77.0.2:"));
   }
 }
 
@@ -241,9 +241,9 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
   ranks[1]->signal(SIGKILL);
   REQUIRE(line);
   INFO(*line);
-  CHECK_THAT(*line, Catch::StartsWith("rank 0: failed after "));
-  CHECK_THAT(*line, Catch::Contains("rank 1 at 10.77.0.2:") &&
-                        Catch::Contains("cannot be reached"));
+  CHECK_THAT(*line, StartsWith("rank 0: failed after "));
+  CHECK_THAT(*line, ContainsSubstring("rank 1 at 10.77.0.2:") &&
+                        ContainsSubstring("cannot be reached"));
   CHECK(after < 10s);
 }
 
@@ -292,16 +292,16 @@ TEST_CASE("three hosts, ranks numbered round robin and hosts of different sizes:
       const auto& result = matrix[static_cast<std::size_t>(r)];
       INFO("rank " << r << " stdout:\n" << result.out << "\nstderr:\n" << result.err);
       CHECK(result.exit_code == 0);
-      CHECK_THAT(result.out, Catch::Contains("rank " + std::to_string(r) + ": matrix ok ("));
+      CHECK_THAT(result.out, ContainsSubstring("rank " + std::to_string(r) + ": matrix ok ("));
       // Each rank's peers on its own host through shared memory, the
       // others over TCP.
       const bool alone = std::count(layout.host_of.begin(), layout.host_of.end(),
                                     layout.host_of[static_cast<std::size_t>(r)]) == 1;
       if (alone)
-        CHECK_THAT(result.out, !Catch::Contains("shm ("));
+        CHECK_THAT(result.out, !ContainsSubstring("shm ("));
       else
-        CHECK_THAT(result.out, Catch::Contains("shm ("));
-      CHECK_THAT(result.out, Catch::Contains("tcp on 10.77.0."));
+        CHECK_THAT(result.out, ContainsSubstring("shm ("));
+      CHECK_THAT(result.out, ContainsSubstring("tcp on 10.77.0."));
     }
     // What the group learned of its hosts, as bench's header says it.
     const auto bench =
@@ -311,7 +311,7 @@ TEST_CASE("three hosts, ranks numbered round robin and hosts of different sizes:
       INFO("bench rank " << r << " stderr:\n" << bench[static_cast<std::size_t>(r)].err);
       CHECK(bench[static_cast<std::size_t>(r)].exit_code == 0);
     }
-    CHECK_THAT(bench[0].out, Catch::Contains("#  hosts: " + layout.described));
+    CHECK_THAT(bench[0].out, ContainsSubstring("#  hosts: " + layout.described));
   }
 }
 
@@ -383,7 +383,7 @@ TEST_CASE("two hosts on a shaped link: init measures the link Auto prices with, 
   INFO(measured);
   CHECK(gbits > lowest);
   CHECK(gbits < highest);
-  CHECK_THAT(measured, Catch::Contains("(measured between rank 0 and rank 1 in "));
+  CHECK_THAT(measured, ContainsSubstring("(measured between rank 0 and rank 1 in "));
   const auto told = header("COLLIE_HOST_LINK=25,7");
-  CHECK_THAT(told, Catch::EndsWith("; link 25 Gbit/s, 7 us (COLLIE_HOST_LINK)"));
+  CHECK_THAT(told, EndsWith("; link 25 Gbit/s, 7 us (COLLIE_HOST_LINK)"));
 }

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
@@ -224,7 +224,7 @@ TEST_CASE("under srun, collie runs with no variable set by hand, and names a kil
       CHECK(m[3] == "0");
     }
     CHECK(rows == 18);
-    CHECK_THAT(r.out, Catch::Contains("# Out of bounds values : 0 OK"));
+    CHECK_THAT(r.out, ContainsSubstring("# Out of bounds values : 0 OK"));
   }
   {
     // Task 2 kills itself mid-collective: srun fails, and the others name it.
@@ -232,9 +232,9 @@ TEST_CASE("under srun, collie runs with no variable set by hand, and names a kil
     INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
     REQUIRE_FALSE(r.timed_out);
     CHECK(r.exit_code != 0);
-    CHECK_THAT(r.out, Catch::Contains("rank 2: dying"));
+    CHECK_THAT(r.out, ContainsSubstring("rank 2: dying"));
     for (int rank : {0, 1, 3})
-      CHECK_THAT(r.out, Catch::Contains("rank " + std::to_string(rank) + ": failed after ") &&
-                            Catch::Contains("rank 2 at 127.0.0.1:"));
+      CHECK_THAT(r.out, ContainsSubstring("rank " + std::to_string(rank) + ": failed after ") &&
+                            ContainsSubstring("rank 2 at 127.0.0.1:"));
   }
 }

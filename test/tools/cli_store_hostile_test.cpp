@@ -21,7 +21,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/error.hpp>
@@ -170,14 +170,12 @@ bool send_until_answered(int fd, std::span<const std::uint8_t> bytes, std::uint3
 
 std::vector<std::uint8_t> request(wire::Op op, std::uint32_t id, std::string_view key,
                                   std::optional<std::string_view> value = {}) {
-  std::vector<std::uint8_t> frame(4);
-  wire::Writer w(frame);
-  w.u8(static_cast<std::uint8_t>(op));
-  w.u32(id);
-  w.bytes(key);
-  if (value) w.bytes(*value);
-  wire::put_u32(frame.data(), static_cast<std::uint32_t>(frame.size() - 4));
-  return frame;
+  wire::Request r;
+  r.op = op;
+  r.id = id;
+  if (op != wire::Op::Ping) r.keys = {key};
+  if (value) r.values = {*value};
+  return wire::encode(r);
 }
 
 std::size_t status_kib(pid_t pid, const std::string& field) {
@@ -200,7 +198,7 @@ TEST_CASE(
   Subprocess server({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "0", "--port-file",
                      dir.file("port")},
                     {"COLLIE_STORE_TOKEN=" + kToken, "COLLIE_LOG_LEVEL=warn"});
-  REQUIRE_THAT(server.read_line(30s).value_or(""), Catch::StartsWith("collie store listening"));
+  REQUIRE_THAT(server.read_line(30s).value_or(""), StartsWith("collie store listening"));
   const auto port = static_cast<std::uint16_t>(std::stoi([&] {
     std::ifstream in(dir.path() / "port");
     return std::string((std::istreambuf_iterator<char>(in)), {});
@@ -293,10 +291,7 @@ TEST_CASE(
           burst.insert(burst.end(), r.begin(), r.end());
         }
         // Then a ping: its answer says the server has handled every get.
-        std::vector<std::uint8_t> ping(4);
-        wire::Writer(ping).u8(static_cast<std::uint8_t>(wire::Op::Ping));
-        wire::Writer(ping).u32(5000);
-        wire::put_u32(ping.data(), 5);
+        const auto ping = request(wire::Op::Ping, 5000, {});
         burst.insert(burst.end(), ping.begin(), ping.end());
         CHECK(send_until_answered(fd, burst, 5000, 300s));
         std::lock_guard lock(held_mutex);

@@ -7,7 +7,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/cli.hpp"
 #include "support/eventually.hpp"
@@ -45,10 +45,10 @@ struct ServedStore {
             }(),
             env) {
     banner = server.read_line(30s).value_or("");
-    REQUIRE_THAT(banner, Catch::StartsWith("collie store listening on 127.0.0.1:"));
+    REQUIRE_THAT(banner, StartsWith("collie store listening on 127.0.0.1:"));
     port = std::stoi(read_file(dir.path() / "port"));
-    REQUIRE_THAT(banner, Catch::EndsWith("port " + std::to_string(port)) ||
-                             Catch::Contains("port " + std::to_string(port) + " "));
+    REQUIRE_THAT(banner, EndsWith("port " + std::to_string(port)) ||
+                             ContainsSubstring("port " + std::to_string(port) + " "));
     addr = "127.0.0.1:" + std::to_string(port);
   }
 
@@ -93,16 +93,16 @@ TEST_CASE("collie store get: --no-wait, timeouts and errors exit non-zero with a
   ServedStore s;
   auto r = s.cli({"get", "absent", "--no-wait"});
   CHECK(r.exit_code == 3);
-  CHECK_THAT(r.err, Catch::Contains("'absent' is not set"));
+  CHECK_THAT(r.err, ContainsSubstring("'absent' is not set"));
   r = s.cli({"get", "absent", "--timeout", "0.3"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("get('absent') timed out after 300 ms"));
+  CHECK_THAT(r.err, ContainsSubstring("get('absent') timed out after 300 ms"));
   r = s.cli({"add", "x", "notanumber"});
   CHECK(r.exit_code != 0);
   s.cli({"set", "text", "abc"});
   r = s.cli({"add", "text", "1"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("not a decimal int64"));
+  CHECK_THAT(r.err, ContainsSubstring("not a decimal int64"));
 }
 
 TEST_CASE("collie store wait returns once another client sets the keys", "[cli]") {
@@ -127,12 +127,12 @@ TEST_CASE("collie store serve stops cleanly on SIGTERM and SIGINT", "[cli]") {
     auto stopped = s.server.wait(10s);
     REQUIRE(stopped);
     CHECK(stopped->exit_code == 0);
-    CHECK_THAT(stopped->out, Catch::Contains("collie store stopped"));
+    CHECK_THAT(stopped->out, ContainsSubstring("collie store stopped"));
     // The blocked client learns at once, not after its 60 s timeout.
     auto client = waiter.wait(10s);
     REQUIRE(client);
     CHECK(client->exit_code == 1);
-    CHECK_THAT(client->err, Catch::Contains("closed the connection"));
+    CHECK_THAT(client->err, ContainsSubstring("closed the connection"));
   }
 }
 
@@ -140,37 +140,37 @@ TEST_CASE("collie store with a token file: right token in, no token out", "[cli]
   const collie::test::ScratchDir dir;
   std::ofstream(dir.file("token")) << "tok-123\n";
   ServedStore s({"--token-file", dir.file("token")}, {"COLLIE_STORE_TOKEN="});
-  CHECK_THAT(s.banner, Catch::Contains("(token required)"));
+  CHECK_THAT(s.banner, ContainsSubstring("(token required)"));
   CHECK(s.cli({"set", "k", "v", "--token-file", dir.file("token")}).exit_code == 0);
   CHECK(s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=tok-123"}).out == "v\n");
   auto r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN="});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("authentication failed"));
+  CHECK_THAT(r.err, ContainsSubstring("authentication failed"));
   r = s.cli({"get", "k"}, {"COLLIE_STORE_TOKEN=wrong"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("refused this client's token"));
+  CHECK_THAT(r.err, ContainsSubstring("refused this client's token"));
 }
 
 TEST_CASE("collie store serve beyond loopback needs a token, or --insecure", "[cli][auth]") {
   auto r = run({kCollie, "store", "serve", "--port", "0"}, {"COLLIE_STORE_TOKEN="});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("refusing to serve every interface without a token") &&
-                        Catch::Contains("--token-file") && Catch::Contains("--host 127.0.0.1") &&
-                        Catch::Contains("--insecure"));
+  CHECK_THAT(r.err, ContainsSubstring("refusing to serve every interface without a token") &&
+                        ContainsSubstring("--token-file") && ContainsSubstring("--host 127.0.0.1") &&
+                        ContainsSubstring("--insecure"));
   r = run({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0"}, {"COLLIE_STORE_TOKEN="});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("refusing to serve '0.0.0.0' without a token"));
+  CHECK_THAT(r.err, ContainsSubstring("refusing to serve '0.0.0.0' without a token"));
   // --insecure serves, and says so.
   Subprocess open_store(
       {kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0", "--insecure"},
       {"COLLIE_STORE_TOKEN="});
   CHECK(open_store.wait_for_stderr("WARNING: --insecure", 30s));
   CHECK_THAT(open_store.read_line(30s).value_or(""),
-             Catch::StartsWith("collie store listening on 0.0.0.0:"));
+             StartsWith("collie store listening on 0.0.0.0:"));
   // Limits that make no sense are refused.
   r = run({kCollie, "store", "serve", "--host", "127.0.0.1", "--max-memory", "0"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("--max-memory must be at least 1"));
+  CHECK_THAT(r.err, ContainsSubstring("--max-memory must be at least 1"));
 }
 
 TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PORT", "[cli]") {
@@ -181,10 +181,10 @@ TEST_CASE("collie store clients find the store through MASTER_ADDR and MASTER_PO
   CHECK(run({kCollie, "store", "get", "via"}, env).out == "env\n");
   auto r = run({kCollie, "store", "get", "via"}, {"MASTER_ADDR=", "MASTER_PORT="});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("set MASTER_ADDR and MASTER_PORT"));
+  CHECK_THAT(r.err, ContainsSubstring("set MASTER_ADDR and MASTER_PORT"));
   r = run({kCollie, "store", "get", "via", "--addr", "localhost"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("host:port"));
+  CHECK_THAT(r.err, ContainsSubstring("host:port"));
 }
 
 TEST_CASE("collie store client with no server gives up after --connect-timeout", "[cli]") {
@@ -194,25 +194,25 @@ TEST_CASE("collie store client with no server gives up after --connect-timeout",
   auto r = run({kCollie, "store", "get", "k", "--addr", addr, "--connect-timeout", "0.5"});
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("could not connect to the store at " + addr));
+  CHECK_THAT(r.err, ContainsSubstring("could not connect to the store at " + addr));
 }
 
 TEST_CASE("collie --help and --version describe the tool", "[cli][device]") {
   auto r = run({kCollie, "--help"});
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("store") && Catch::Contains("bench") &&
-                        Catch::Contains("COLLIE_LOG_LEVEL"));
+  CHECK_THAT(r.out, ContainsSubstring("store") && ContainsSubstring("bench") &&
+                        ContainsSubstring("COLLIE_LOG_LEVEL"));
   r = run({kCollie, "store", "serve", "--help"});
-  CHECK_THAT(r.out, Catch::Contains("--port-file") && Catch::Contains("--token-file") &&
-                        Catch::Contains("SIGTERM"));
-  CHECK_THAT(r.out, Catch::Contains("--insecure") && Catch::Contains("--max-memory") &&
-                        Catch::Contains("--max-connections-per-address") &&
-                        Catch::Contains("--max-waits") && Catch::Contains("--idle-timeout"));
+  CHECK_THAT(r.out, ContainsSubstring("--port-file") && ContainsSubstring("--token-file") &&
+                        ContainsSubstring("SIGTERM"));
+  CHECK_THAT(r.out, ContainsSubstring("--insecure") && ContainsSubstring("--max-memory") &&
+                        ContainsSubstring("--max-connections-per-address") &&
+                        ContainsSubstring("--max-waits") && ContainsSubstring("--idle-timeout"));
   r = run({kCollie, "--version"});
-  CHECK_THAT(r.out, Catch::StartsWith("collie "));
+  CHECK_THAT(r.out, StartsWith("collie "));
   r = run({kCollie, "store", "serve", "--host", "127.0.0.1", "--port", "99999"});
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("not a port number"));
+  CHECK_THAT(r.err, ContainsSubstring("not a port number"));
   r = run({kCollie});
   CHECK(r.exit_code != 0);
 }
@@ -222,11 +222,11 @@ TEST_CASE("collie bench store runs a short measurement and prints JSON", "[cli][
                 "8,32", "--json"},
                {}, {}, 120s);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("\"ops\"") && Catch::Contains("\"op\": \"add\"") &&
-                        Catch::Contains("\"clients\": 32"));
+  CHECK_THAT(r.out, ContainsSubstring("\"ops\"") && ContainsSubstring("\"op\": \"add\"") &&
+                        ContainsSubstring("\"clients\": 32"));
   r = run({kCollie, "bench", "store", "--seconds", "0.1", "--clients", "1", "--no-rendezvous"});
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("ops/s") && Catch::Contains("   get        1"));
+  CHECK_THAT(r.out, ContainsSubstring("ops/s") && ContainsSubstring("   get        1"));
 }
 
 namespace {
@@ -249,7 +249,7 @@ TEST_CASE("collie store serve --torch: torch's own TCPStore client, and gloo's r
     return;
   }
   ServedStore s({"--torch"});
-  CHECK_THAT(s.banner, Catch::Contains("and torch's TCPStore clients, without a token"));
+  CHECK_THAT(s.banner, ContainsSubstring("and torch's TCPStore clients, without a token"));
   // torch's TCPStore API against collie's server; its keys are collie's
   // keys with torch's "/" in front.
   const std::string api = R"(
@@ -394,5 +394,5 @@ TEST_CASE("collie store serve --torch beyond loopback needs --insecure, and says
   const auto r = run({kCollie, "store", "serve", "--host", "0.0.0.0", "--port", "0", "--torch"},
                      {"COLLIE_STORE_TOKEN=s3cret"}, {}, 30s);
   CHECK(r.exit_code != 0);
-  CHECK_THAT(r.err, Catch::Contains("torch's protocol has no authentication"));
+  CHECK_THAT(r.err, ContainsSubstring("torch's protocol has no authentication"));
 }

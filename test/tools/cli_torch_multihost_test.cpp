@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include "support/cli.hpp"
@@ -107,7 +107,7 @@ TEST_CASE("two hosts: a torch program under torchrun's command line, closed to s
         FAIL("node " << i << " said nothing more; its stderr:\n" << (r ? r->err : "?"));
       }
       INFO(*line);
-      CHECK_THAT(*line, Catch::Contains("of 4: first all_reduce ok"));
+      CHECK_THAT(*line, ContainsSubstring("of 4: first all_reduce ok"));
     }
   }
   // A stranger's torch client from host 1's address is refused by the
@@ -118,7 +118,7 @@ TEST_CASE("two hosts: a torch program under torchrun's command line, closed to s
                      port}),
       {}, {}, 60s);
   INFO(stranger.out << stranger.err);
-  CHECK_THAT(stranger.out, Catch::StartsWith("refused:"));
+  CHECK_THAT(stranger.out, StartsWith("refused:"));
   std::ofstream(go) << "go\n";
   for (int i = 0; i < 2; ++i) {
     const auto r = nodes[static_cast<std::size_t>(i)]->wait(180s);
@@ -127,9 +127,9 @@ TEST_CASE("two hosts: a torch program under torchrun's command line, closed to s
     CHECK(r->exit_code == 0);
     for (int local = 0; local < 2; ++local) {
       const int rank = i * 2 + local;
-      CHECK_THAT(r->out, Catch::Contains(fmt::format("[rank {}] rank {}: ok", rank, rank)));
+      CHECK_THAT(r->out, ContainsSubstring(fmt::format("[rank {}] rank {}: ok", rank, rank)));
     }
-    CHECK_THAT(r->err, !Catch::Contains("--insecure"));
-    if (i == 0) CHECK_THAT(r->err, Catch::Contains("refused a torch TCPStore client from another host"));
+    CHECK_THAT(r->err, !ContainsSubstring("--insecure"));
+    if (i == 0) CHECK_THAT(r->err, ContainsSubstring("refused a torch TCPStore client from another host"));
   }
 }

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/host_cpus.hpp>
@@ -116,17 +116,17 @@ TEST_CASE("every rank gets torchrun's whole environment", "[launch][torchrun]") 
     const auto lines = lines_of_rank(r.out, rank);
     REQUIRE(lines.size() == 2);
     CHECK(lines[0] == fmt::format("worker {} 3 run42 2 0 1", rank));
-    CHECK_THAT(lines[1], Catch::EndsWith("error.json"));
+    CHECK_THAT(lines[1], EndsWith("error.json"));
     error_files.insert(lines[1]);
   }
   CHECK(error_files.size() == 3);
   // Said once, as torchrun says it.
-  CHECK_THAT(r.err, Catch::Contains("OMP_NUM_THREADS=1"));
+  CHECK_THAT(r.err, ContainsSubstring("OMP_NUM_THREADS=1"));
   // A number the user set stays, and nothing is said.
   r = launch({"--nproc_per_node=2", "/bin/sh", "-c", "echo $OMP_NUM_THREADS"},
              {"OMP_NUM_THREADS=4"});
   CHECK(lines_of_rank(r.out, 1) == std::vector<std::string>{"4"});
-  CHECK_THAT(r.err, !Catch::Contains("OMP_NUM_THREADS"));
+  CHECK_THAT(r.err, !ContainsSubstring("OMP_NUM_THREADS"));
 }
 
 TEST_CASE("a .py script or -m module runs with a Python that has torch", "[launch][torchrun]") {
@@ -207,12 +207,12 @@ TEST_CASE("a rank's error file (torch's @record) is quoted in the failure summar
   const auto r = launch({"--nproc_per_node=3", "/bin/sh", "-c", record});
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Catch::Contains("rank 1 raised ValueError: bad batch 7 (its error file"));
-  CHECK_THAT(r.err, Catch::Contains("  File \"main.py\", line 3, in <module>"));
+  CHECK_THAT(r.err, ContainsSubstring("rank 1 raised ValueError: bad batch 7 (its error file"));
+  CHECK_THAT(r.err, ContainsSubstring("  File \"main.py\", line 3, in <module>"));
   // Without one, nothing is quoted.
   const auto plain = launch({"--nproc_per_node=2", "/bin/sh", "-c", "exit $RANK"});
   CHECK(plain.exit_code == 1);
-  CHECK_THAT(plain.err, !Catch::Contains("raised"));
+  CHECK_THAT(plain.err, !ContainsSubstring("raised"));
 }
 
 TEST_CASE("c10d: the node that has the endpoint hosts the store, the next to join is node 1",
@@ -240,7 +240,7 @@ TEST_CASE("c10d: the node that has the endpoint hosts the store, the next to joi
   CHECK(second.exit_code == 0);
   CHECK(lines_of_rank(r1->out, 0) == std::vector<std::string>{"0 0 2"});
   CHECK(lines_of_rank(second.out, 1) == std::vector<std::string>{"1 1 2"});
-  CHECK_THAT(second.err, Catch::Contains("joined as node 1"));
+  CHECK_THAT(second.err, ContainsSubstring("joined as node 1"));
 }
 
 TEST_CASE("an elastic job ignores --node_rank, saying so, as torchrun does", "[launch][torchrun]") {
@@ -253,7 +253,7 @@ TEST_CASE("an elastic job ignores --node_rank, saying so, as torchrun does", "[l
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(lines_of_rank(r.out, 0) == std::vector<std::string>{"0 0 1"});
-  CHECK_THAT(r.err, Catch::Contains("--node-rank 1 is ignored: an elastic job (--nnodes 1:2)"));
+  CHECK_THAT(r.err, ContainsSubstring("--node-rank 1 is ignored: an elastic job (--nnodes 1:2)"));
 }
 
 TEST_CASE("torchrun's flags that collie cannot honour are errors that name them",
@@ -263,7 +263,7 @@ TEST_CASE("torchrun's flags that collie cannot honour are errors that name them"
     const auto r = launch(words);
     INFO(r.err);
     CHECK(r.exit_code != 0);
-    CHECK_THAT(r.err, Catch::Contains(says));
+    CHECK_THAT(r.err, ContainsSubstring(says));
   };
   refused({"--rdzv_backend=zookeeper"}, "--rdzv-backend zookeeper");
   refused({"--rdzv_conf", "read_timeout=60"}, "--rdzv-conf read_timeout");
@@ -284,7 +284,7 @@ TEST_CASE("torchrun's flags that collie cannot honour are errors that name them"
   // Taken, and said to be unneeded.
   const auto r = launch({"--start_method=spawn", "--monitor_interval=0.5", "/bin/true"});
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.err, Catch::Contains("--start-method spawn is not needed"));
+  CHECK_THAT(r.err, ContainsSubstring("--start-method spawn is not needed"));
 }
 
 TEST_CASE("a torch group under collie launch names a stopped rank within the stall time",
@@ -306,18 +306,18 @@ TEST_CASE("a torch group under collie launch names a stopped rank within the sta
       return l.find("stalled: all_reduce") != std::string::npos;
     });
     REQUIRE(first != lines.end());
-    CHECK_THAT(*first, Catch::Contains("rank 2 at") && Catch::Contains("is stopped (SIGSTOP"));
+    CHECK_THAT(*first, ContainsSubstring("rank 2 at") && ContainsSubstring("is stopped (SIGSTOP"));
     const auto at = first->find("has waited ");
     REQUIRE(at != std::string::npos);
     CHECK(std::stod(first->substr(at + 11)) <= 2.5);
     // ... and what it raised.
     const auto out = lines_of_rank(r.out, rank);
     REQUIRE(!out.empty());
-    CHECK_THAT(out.back(), Catch::Contains("the stall inspector found") &&
-                               Catch::Contains("rank 2 at") && Catch::Contains("is stopped"));
+    CHECK_THAT(out.back(), ContainsSubstring("the stall inspector found") &&
+                               ContainsSubstring("rank 2 at") && ContainsSubstring("is stopped"));
   }
   // The launcher's summary reads the torch group's blames (under torch's
   // prefixes) and names rank 2.
-  CHECK_THAT(r.err, Catch::Contains("rank 2 (node 0) is the one the others blame"));
+  CHECK_THAT(r.err, ContainsSubstring("rank 2 (node 0) is the one the others blame"));
 }
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/transport/shm.hpp>
 #include <nlohmann/json.hpp>
@@ -98,7 +98,7 @@ TEST_CASE("a traced 4-rank run: valid trace JSON, nested spans, bytes as the sch
     if (shm)
       CHECK(labels[r] == "transport: shm (ranks 0-3)");
     else
-      CHECK_THAT(labels[r], Catch::StartsWith("transport: tcp on "));
+      CHECK_THAT(labels[r], StartsWith("transport: tcp on "));
   }
   const std::map<std::string, int> depth = {{"collective", 0}, {"step", 1},   {"send", 2},
                                             {"recv", 2},       {"copy", 2},   {"wait sends", 2},

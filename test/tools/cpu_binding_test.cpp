@@ -1,6 +1,6 @@
 // place_ranks (tools/collie/cpu_binding.hpp): which processors each of a
 // node's ranks gets, on processor lists this machine may not have.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "collie/cpu_binding.hpp"  // tools/collie/
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 namespace fs = std::filesystem;
 

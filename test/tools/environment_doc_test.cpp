@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
@@ -140,13 +140,13 @@ TEST_CASE("the settings' defaults are the table's, and every refusal names the v
         break;
     }
     CHECK_THROWS_WITH(env::refuse(*v, "x", "who"),
-                      Catch::StartsWith("who: " + std::string(v->name) + "='x': takes "));
+                      StartsWith("who: " + std::string(v->name) + "='x': takes "));
   }
   // The numeric bounds hold at both ends.
   CHECK(env::bytes(env::kSegmentBytes, "1K", "t") == 1024);
   CHECK(env::bytes(env::kSegmentBytes, "1G", "t") == std::size_t{1} << 30);
   CHECK_THROWS_WITH(env::bytes(env::kSegmentBytes, "1023", "t"),
-                    Catch::Contains("takes bytes, 1K to 1G; default 256K"));
+                    ContainsSubstring("takes bytes, 1K to 1G; default 256K"));
   CHECK_THROWS(env::bytes(env::kSegmentBytes, "1025M", "t"));
   CHECK_THROWS(env::bytes(env::kSegmentBytes, "M", "t"));
   CHECK_THROWS(env::bytes(env::kSegmentBytes, "99999999999999999999K", "t"));

@@ -9,7 +9,7 @@
 #include <future>
 #include <numeric>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/crypto.hpp>

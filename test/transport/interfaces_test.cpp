@@ -1,5 +1,5 @@
 // Choosing the address a rank advertises.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <collie/error.hpp>
 #include <collie/transport/interfaces.hpp>
@@ -58,10 +58,10 @@ TEST_CASE("a spec picks the first listed interface, in the spec's order", "[inte
                                                  {"ib0", "fd00::4", true, false, false}};
   CHECK(choose_advertised_address("^lo", "127.0.0.1", v6_only) == "fd00::4");
   CHECK_THROWS_WITH(choose_advertised_address("eth", "127.0.0.1", v6_only),
-                    Catch::Contains("matches no interface") && Catch::Contains("ib0 fd00::4"));
+                    ContainsSubstring("matches no interface") && ContainsSubstring("ib0 fd00::4"));
   CHECK_THROWS_WITH(
       choose_advertised_address("wlan", "127.0.0.1", kHost),
-      Catch::Contains("COLLIE_SOCKET_IFNAME='wlan'") && Catch::Contains("eth0 10.0.0.4"));
+      ContainsSubstring("COLLIE_SOCKET_IFNAME='wlan'") && ContainsSubstring("eth0 10.0.0.4"));
 }
 
 TEST_CASE("without a spec, the address is the one that routes to the master", "[interfaces]") {
@@ -75,7 +75,7 @@ TEST_CASE("without a spec, the address is the one that routes to the master", "[
     WARN("'localhost' does not resolve on this machine (no /etc/hosts): not checked");
   }
   CHECK_THROWS_WITH(collie::transport::route_source_address("no-such-host.invalid"),
-                    Catch::Contains("cannot resolve the master 'no-such-host.invalid'"));
+                    ContainsSubstring("cannot resolve the master 'no-such-host.invalid'"));
 }
 
 TEST_CASE("this host's interfaces include loopback", "[interfaces]") {
@@ -94,9 +94,9 @@ TEST_CASE("advertising loopback to a job whose master is on another host is an e
   using collie::transport::choose_advertised_address;
   // The master 10.9.9.9 is no address of this (made-up) host.
   CHECK_THROWS_WITH(choose_advertised_address("lo", "10.9.9.9", kHost),
-                    Catch::Contains("COLLIE_SOCKET_IFNAME='lo' makes this rank advertise "
+                    ContainsSubstring("COLLIE_SOCKET_IFNAME='lo' makes this rank advertise "
                                     "127.0.0.1 on 'lo', a loopback address") &&
-                        Catch::Contains("the job's master 10.9.9.9 is on another host"));
+                        ContainsSubstring("the job's master 10.9.9.9 is on another host"));
   // A master on this host (loopback, or one of its addresses): loopback is fine.
   CHECK(choose_advertised_address("lo", "127.0.0.1", kHost) == "127.0.0.1");
   CHECK(choose_advertised_address("lo", "10.0.0.4", kHost) == "127.0.0.1");

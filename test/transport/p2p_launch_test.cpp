@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include "support/cli.hpp"
@@ -47,7 +47,7 @@ void require_ok(const RunResult& r, int ranks, const std::string& scenario) {
   for (int rank = 0; rank < ranks; ++rank) {
     const auto line = "[rank " + std::to_string(rank) + "] rank " + std::to_string(rank) + ": " +
                       scenario + " ok";
-    CHECK_THAT(r.out, Catch::Contains(line));
+    CHECK_THAT(r.out, ContainsSubstring(line));
   }
 }
 
@@ -57,15 +57,15 @@ TEST_CASE("p2p examples print what the tutorials print", "[p2p][launch]") {
   auto r = launch(2, {kExamples + "/p2p_blocking"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 has data 1"));
-  CHECK_THAT(r.out, Catch::Contains("[rank 0] Rank 0 has data 1"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 1] Rank 1 has data 1"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 0] Rank 0 has data 1"));
 
   r = launch(2, {kExamples + "/p2p_nonblocking"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("[rank 0] Rank 0 started sending"));
-  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 started receiving"));
-  CHECK_THAT(r.out, Catch::Contains("[rank 1] Rank 1 has data 1"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 0] Rank 0 started sending"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 1] Rank 1 started receiving"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 1] Rank 1 has data 1"));
 }
 
 TEST_CASE("p2p ping-pong from 0 B to 1 MiB in every dtype and 64 MiB in float64, between processes",
@@ -153,8 +153,8 @@ TEST_CASE("a job started with defaults (collie launch -n 3) refuses every forged
         REQUIRE(answer);
         CHECK(answer->verdict == wire::Verdict::Refused);
         const std::string& told = answer->reason;
-        CHECK_THAT(told, Catch::Contains("wrong token") &&
-                             !Catch::Contains(fmt::format("{:016x}", group)));
+        CHECK_THAT(told, ContainsSubstring("wrong token") &&
+                             !ContainsSubstring(fmt::format("{:016x}", group)));
         CHECK(raw.closed_by_peer(10s));
         ++refused;
       }
@@ -175,7 +175,7 @@ TEST_CASE("a job started with defaults (collie launch -n 3) refuses every forged
   INFO(end->out << end->err);
   CHECK(end->exit_code == 0);
   for (int rank = 0; rank < 3; ++rank)
-    CHECK_THAT(end->out, Catch::Contains(fmt::format("[rank {}] rank {}: forged ok", rank, rank)));
+    CHECK_THAT(end->out, ContainsSubstring(fmt::format("[rank {}] rank {}: forged ok", rank, rank)));
 }
 
 TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, naming it",
@@ -201,14 +201,14 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
   CHECK(died->exit_code == 128 + SIGKILL);
   const auto seen = survivor.read_line(1s);  // one second after the death was observed
   REQUIRE(seen);
-  CHECK_THAT(*seen, Catch::StartsWith("ConnectionError after") &&
-                        Catch::Contains("recv from rank 1 at 127.0.0.1:") &&
-                        Catch::Contains("of 67108864 bytes received"));
+  CHECK_THAT(*seen, StartsWith("ConnectionError after") &&
+                        ContainsSubstring("recv from rank 1 at 127.0.0.1:") &&
+                        ContainsSubstring("of 67108864 bytes received"));
   if (transport == "tcp")
-    CHECK_THAT(*seen, Catch::Contains("closed the connection"));
+    CHECK_THAT(*seen, ContainsSubstring("closed the connection"));
   else
-    CHECK_THAT(*seen, Catch::Contains("(shared memory)") &&
-                          Catch::Contains("its process ended (it exited or was killed)"));
+    CHECK_THAT(*seen, ContainsSubstring("(shared memory)") &&
+                          ContainsSubstring("its process ended (it exited or was killed)"));
   const auto end = survivor.wait(10s);
   REQUIRE(end);
   CHECK(end->exit_code == 0);
@@ -235,7 +235,7 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
   for (const char* name :
        {"\"collie send/recv\"", "\"raw TCP, blocking\"", "\"raw TCP, busy polling\"", "\"raw TCP\"",
         "\"ranks\": 2", "\"bandwidth_bytes\": 1048576"})
-    CHECK_THAT(r.out, Catch::Contains(name));
+    CHECK_THAT(r.out, ContainsSubstring(name));
   // Every figure was measured: none is zero.
   const auto doc = nlohmann::json::parse(r.out);
   CHECK(doc.at("latency_one_way_us").size() == 3);
@@ -245,13 +245,13 @@ TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch",
   for (const auto& b : doc.at("bandwidth_gb_per_s"))
     CHECK(b.at("gb_per_s").get<double>() > 0);
   CHECK_THAT(doc.at("transport").get<std::string>(),
-             Catch::StartsWith(transport == "tcp" ? "tcp on " : "shm (ranks 0-1)"));
+             StartsWith(transport == "tcp" ? "tcp on " : "shm (ranks 0-1)"));
 
   std::vector<std::string> program = {kCollie, "bench", "p2p"};
   program.insert(program.end(), options.begin(), options.end());
   r = launch(3, program, transport);
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Catch::Contains("[rank 0] {\"collie\"") && Catch::Contains("\"ranks\": 3"));
-  CHECK_THAT(r.out, !Catch::Contains("[rank 1] {") && !Catch::Contains("[rank 2] {"));
+  CHECK_THAT(r.out, ContainsSubstring("[rank 0] {\"collie\"") && ContainsSubstring("\"ranks\": 3"));
+  CHECK_THAT(r.out, !ContainsSubstring("[rank 1] {") && !ContainsSubstring("[rank 2] {"));
 }

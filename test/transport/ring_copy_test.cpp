@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "shm/ring_copy.hpp"
 

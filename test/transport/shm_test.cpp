@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <fmt/format.h>
 
 #include <collie/crypto.hpp>
@@ -67,7 +67,7 @@ TEST_CASE("shm: a rank's mailbox is an anonymous file of mode 0600, nowhere in /
   const std::string path = fmt::format("/proc/self/fd/{}", r.fd);
   char target[256] = {};
   REQUIRE(::readlink(path.c_str(), target, sizeof target - 1) > 0);
-  CHECK_THAT(std::string(target), Catch::StartsWith("/memfd:collie-shm"));
+  CHECK_THAT(std::string(target), StartsWith("/memfd:collie-shm"));
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
@@ -100,8 +100,8 @@ TEST_CASE("shm: a forged mailbox record is refused, naming the rank", "[shm]") {
   } catch (const collie::ConnectionError& e) {
     error = e.what();
   }
-  CHECK_THAT(error, Catch::Contains("send to rank 1") &&
-                        Catch::Contains("is not its mailbox for this group"));
+  CHECK_THAT(error, ContainsSubstring("send to rank 1") &&
+                        ContainsSubstring("is not its mailbox for this group"));
 }
 
 TEST_CASE("shm: ring stores other than auto, cached and streaming are refused, naming them",
@@ -111,7 +111,7 @@ TEST_CASE("shm: ring stores other than auto, cached and streaming are refused, n
   auto o = options(0, 1, collie::crypto::random_u64());
   o.settings.shm_stores = "fast";
   CHECK_THROWS_WITH(ShmTransport(fixture.shared_client(), o, {0}),
-                    Catch::Contains("ring stores 'fast'") && Catch::Contains("choose auto"));
+                    ContainsSubstring("ring stores 'fast'") && ContainsSubstring("choose auto"));
 }
 
 TEST_CASE("shm: a process of another user cannot open a rank's mailbox", "[shm][security]") {
@@ -159,11 +159,11 @@ TEST_CASE("open_transport: shared memory between ranks of one host, TCP between 
   std::vector<std::shared_ptr<Transport>> t;
   for (auto& f : opening)
     t.push_back(f.get());
-  CHECK_THAT(t[0]->describe(), Catch::StartsWith("tcp on 127.0.0.1:") &&
-                                   Catch::EndsWith("(ranks 2-3); shm (ranks 0-1)"));
-  CHECK_THAT(t[3]->describe(), Catch::EndsWith("(ranks 0-1); shm (ranks 2-3)"));
-  CHECK_THAT(t[0]->describe_peer(1), Catch::Contains("(shared memory)"));
-  CHECK_THAT(t[0]->describe_peer(2), !Catch::Contains("(shared memory)"));
+  CHECK_THAT(t[0]->describe(), StartsWith("tcp on 127.0.0.1:") &&
+                                   EndsWith("(ranks 2-3); shm (ranks 0-1)"));
+  CHECK_THAT(t[3]->describe(), EndsWith("(ranks 0-1); shm (ranks 2-3)"));
+  CHECK_THAT(t[0]->describe_peer(1), ContainsSubstring("(shared memory)"));
+  CHECK_THAT(t[0]->describe_peer(2), !ContainsSubstring("(shared memory)"));
   // Every pair moves bytes, each through its own backend.
   std::vector<std::future<void>> done;
   for (int r = 0; r < 4; ++r) {
@@ -208,20 +208,20 @@ TEST_CASE("open_transport: shm forced with a rank on another host says which", "
       return "no error";
     }));
   }
-  CHECK_THAT(opening[0].get(), Catch::Contains("rank 0: the transport is shm") &&
-                                   Catch::Contains("rank 1 runs on another host ('b'"));
-  CHECK_THAT(opening[1].get(), Catch::Contains("rank 0 runs on another host ('a'"));
+  CHECK_THAT(opening[0].get(), ContainsSubstring("rank 0: the transport is shm") &&
+                                   ContainsSubstring("rank 1 runs on another host ('b'"));
+  CHECK_THAT(opening[1].get(), ContainsSubstring("rank 0 runs on another host ('a'"));
   auto o = options(0, 1, id);
   o.settings.backend = "udp";
   CHECK_THROWS_WITH(collie::transport::open_transport(fixture.shared_client(), o),
-                    Catch::Contains("transport 'udp': choose auto"));
+                    ContainsSubstring("transport 'udp': choose auto"));
 }
 
 TEST_CASE("host_identity: the boot, the user and the namespaces, unless COLLIE_HOST_ID is set",
           "[shm]") {
   const auto here = collie::transport::host_identity();
-  CHECK_THAT(here, Catch::Contains(fmt::format(" uid {} pid:[", ::getuid())) &&
-                       Catch::Contains(" net:["));
+  CHECK_THAT(here, ContainsSubstring(fmt::format(" uid {} pid:[", ::getuid())) &&
+                       ContainsSubstring(" net:["));
   ::setenv("COLLIE_HOST_ID", "rack7-node3", 1);
   CHECK(collie::transport::host_identity() == "rack7-node3");
   ::unsetenv("COLLIE_HOST_ID");
@@ -243,8 +243,8 @@ TEST_CASE("shm: a send that times out half-way is withdrawn, and the pair goes o
   } catch (const collie::TimeoutError& e) {
     error = e.what();
   }
-  CHECK_THAT(error, Catch::Contains("send to rank 1") &&
-                        Catch::Contains("the part already written was withdrawn"));
+  CHECK_THAT(error, ContainsSubstring("send to rank 1") &&
+                        ContainsSubstring("the part already written was withdrawn"));
   gone.reset();  // the caller's buffer is its own again: nothing reads it (ASan says so)
   // The next message under another tag comes whole; the withdrawn one is
   // dropped, so a receive under its tag gets the next message sent there.
@@ -285,7 +285,7 @@ TEST_CASE("shm: a receive under way when its sender withdraws the message fails,
   } catch (const collie::Error& e) {
     error = e.what();
   }
-  CHECK_THAT(error, Catch::Contains("withdrew its message half-way"));
+  CHECK_THAT(error, ContainsSubstring("withdrew its message half-way"));
   CHECK(seen.load() < n);  // the filler never reached the consumer whole
   const auto next = tc::pattern(1000, 0, 6);
   tc::send(c[0], 1, 6, next);

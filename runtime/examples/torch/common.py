@@ -25,6 +25,10 @@ def run(main, default_size=4):
     if "RANK" in os.environ:  # env://, as the launcher set it
         dist.init_process_group(BACKEND)
         main(dist.get_rank(), dist.get_world_size())
+        # Every rank is done before any drops the group: torch 2.6's gloo
+        # can hang destroying a group whose peers have exited (under torchrun
+        # as under collie launch).
+        dist.barrier()
         dist.destroy_process_group()
         return
     size = int(sys.argv[1]) if len(sys.argv) > 1 else default_size

@@ -49,20 +49,21 @@ def _register():
 
 
 def _route_monitored_barrier():
-    """torch 1.13's own dist.monitored_barrier takes gloo groups alone
-    ("monitored_barrier is only implemented for GLOO backend"): for a collie
-    group it now runs collie's (monitored.py); any other group goes to
-    torch's, untouched."""
+    """torch's own dist.monitored_barrier (1.13's and 2's) takes gloo groups
+    alone ("monitored_barrier is only implemented for GLOO backend"): for a
+    collie group it now runs collie's (monitored.py); any other group goes
+    to torch's, untouched."""
     from torch.distributed import distributed_c10d as c10d
     original = c10d.monitored_barrier
     if getattr(original, "_collie_routes", False):
         return
 
     def routed(group=None, timeout=None, wait_all_ranks=False):
-        # A collie group, whatever name torch knows it by.
+        # A collie group: the backend torch made it with (torch 2 names
+        # every plugin's ProcessGroup "custom").
         if c10d.is_initialized() and group is not c10d.GroupMember.NON_GROUP_MEMBER:
             to_use = group if group is not None else c10d._get_default_group()
-            if to_use._get_backend_name() == "collie":
+            if c10d.get_backend(to_use) == "collie":
                 return monitored_barrier(group, timeout, wait_all_ranks)
         return original(group, timeout, wait_all_ranks)
 
@@ -72,6 +73,28 @@ def _route_monitored_barrier():
     _dist.monitored_barrier = routed
 
 
+def _name_collie_in_ddp_logging():
+    """torch 2's ProcessGroup names the backend of every plugin "custom", and
+    DDP's logging data (DistributedDataParallel._get_ddp_logging_data) says
+    so: for a collie group it says "collie", as torch.distributed.get_backend
+    does; any other group's data is untouched."""
+    from torch.nn.parallel import DistributedDataParallel
+    original = DistributedDataParallel._get_ddp_logging_data
+    if getattr(original, "_collie_names", False):
+        return
+
+    def named(self):
+        data = original(self)
+        if data.get("backend_name") == "custom" and _dist.get_backend(self.process_group) == "collie":
+            data["backend_name"] = "collie"
+        return data
+
+    named.__doc__ = original.__doc__
+    named._collie_names = True
+    DistributedDataParallel._get_ddp_logging_data = named
+
+
 _register()
 _route_monitored_barrier()
+_name_collie_in_ddp_logging()
 _etcd.register()  # init_method="etcd://HOSTS/JOB" (etcd.py)

@@ -23,7 +23,9 @@ class TorchRelay {
   // them to the store at host:port with `options` (its token). Throws
   // collie::Error if it cannot listen.
   TorchRelay(std::string host, std::uint16_t port, ClientOptions options);
-  // Closes every connection it carries.
+  // Closes every connection it carries, and gives up within about a second
+  // on those it is still connecting to the store (which may be gone: a
+  // launcher's next round has a store elsewhere).
   ~TorchRelay();
   TorchRelay(const TorchRelay&) = delete;
   TorchRelay& operator=(const TorchRelay&) = delete;
