@@ -21,6 +21,9 @@ using asio::ip::tcp;
 
 namespace {
 
+// An attempt to connect gets until the connect deadline, and at least this.
+constexpr auto kMinAttemptTime = std::chrono::seconds(1);
+
 bool is_blocking(wire::Op op) {
   return op == wire::Op::Get || op == wire::Op::Wait || op == wire::Op::MultiGet ||
          op == wire::Op::Barrier;
@@ -41,6 +44,7 @@ void AsyncStoreClient::Impl::connect(std::string host, std::uint16_t port, Handl
   port_ = port;
   address_ = join_host_port(host_, port);
   on_connected_ = std::move(done);
+  last_error_.clear();
   connect_started_ = Clock::now();
   connect_deadline_ = connect_started_ + options_.connect_timeout.value_or(options_.timeout);
   attempt();
@@ -115,9 +119,9 @@ void AsyncStoreClient::Impl::attempt() {
   state_ = State::Connecting;
   ++attempts_;
   // An attempt that neither connects nor fails (a host gone from the
-  // network drops its packets) ends at the deadline: its handler retries,
-  // and past the deadline that fails.
-  timer_.expires_at(connect_deadline_);
+  // network drops its packets) ends at the deadline (and gets a second at
+  // least): its handler retries, and past the deadline that fails.
+  timer_.expires_at(std::max(connect_deadline_, Clock::now() + kMinAttemptTime));
   timer_.async_wait([self = shared_from_this(), attempt = attempts_](std::error_code ec) {
     if (ec || self->state_ != State::Connecting || self->attempts_ != attempt) return;
     std::error_code ignored;
@@ -134,7 +138,9 @@ void AsyncStoreClient::Impl::attempt() {
                             [self](std::error_code ec2, const tcp::endpoint&) {
                               if (self->state_ != State::Connecting) return;
                               if (ec2 == asio::error::operation_aborted)
-                                return self->retry("no answer by the deadline");
+                                return self->retry(self->last_error_.empty()
+                                                       ? std::string("no answer by the deadline")
+                                                       : self->last_error_);
                               if (ec2) return self->retry(ec2.message());
                               self->start_handshake();
                             });
@@ -142,6 +148,7 @@ void AsyncStoreClient::Impl::attempt() {
 }
 
 void AsyncStoreClient::Impl::retry(const std::string& error) {
+  last_error_ = error;
   state_ = State::Connecting;  // also from the handshake (a server at its limits)
   std::error_code ignored;
   socket_.close(ignored);
@@ -199,6 +206,7 @@ void AsyncStoreClient::Impl::reconnect() {
   in_ = wire::FrameBuffer(limits_.max_message_bytes);
   reconnecting_ = true;
   attempts_ = 0;
+  last_error_.clear();
   backoff_ = std::chrono::duration<double, std::milli>(10.0);
   connect_started_ = Clock::now();
   connect_deadline_ = connect_started_ + options_.connect_timeout.value_or(options_.timeout);

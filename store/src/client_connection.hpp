@@ -107,6 +107,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   Clock::time_point connect_started_;
   Clock::time_point connect_deadline_;
   int attempts_ = 0;
+  std::string last_error_;  // the last attempt's that said why it failed
   std::chrono::duration<double, std::milli> backoff_{10.0};
   std::minstd_rand random_{std::random_device{}()};
 

@@ -34,6 +34,7 @@ def _create(store, rank, size, timeout):
     # A sub-group's errors give each rank's global number too: its members
     # tell each other theirs (the default group's are its own).
     global_rank = _dist.get_rank() if _dist.is_initialized() else -1
+    _name_collie_in_ddp_logging()  # here, not at import: torch may be half imported then
     return create_process_group(store, rank, size, timeout, global_rank=global_rank)
 
 
@@ -96,5 +97,4 @@ def _name_collie_in_ddp_logging():
 
 _register()
 _route_monitored_barrier()
-_name_collie_in_ddp_logging()
 _etcd.register()  # init_method="etcd://HOSTS/JOB" (etcd.py)
