@@ -22,6 +22,28 @@ CallPlace place_of(const std::vector<at::Tensor>& a, const std::vector<at::Tenso
   return place;
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+// Each pair's dtype and count per rank, checked as collective `c` shapes
+// its buffers.
+struct Pairs {
+  std::vector<collie::DataType> dtypes;
+  std::vector<std::size_t> counts;
+};
+Pairs checked_pairs(collie::Collective c, int world, int rank, const std::vector<at::Tensor>& outputs,
+                    const std::vector<at::Tensor>& inputs, const char* call) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "collie: ", call, ": ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  Pairs p;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    p.dtypes.push_back(check_tensor(inputs[i], call));
+    check_tensor(outputs[i], call);
+    check_same_dtype(inputs[i], outputs[i], call);
+    p.counts.push_back(checked_count(c, world, rank, inputs[i], outputs[i], call));
+  }
+  return p;
+}
+#endif
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allreduce_coalesced(
@@ -50,22 +72,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const char* call = "allgather_into_tensor_coalesced";
-  TORCH_CHECK(outputs.size() == inputs.size(), "collie: ", call, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
-  std::vector<collie::DataType> dtypes;
-  std::vector<std::size_t> counts;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    dtypes.push_back(check_tensor(inputs[i], call));
-    check_tensor(outputs[i], call);
-    check_same_dtype(inputs[i], outputs[i], call);
-    counts.push_back(checked_count(collie::Collective::AllGather, getSize(), getRank(),
-                                   inputs[i], outputs[i], call));
-  }
+  const auto pairs =
+      checked_pairs(collie::Collective::AllGather, getSize(), getRank(), outputs, inputs, call);
   const auto place = place_of(inputs, outputs, call);
   return collective(c10d::OpType::COALESCED, inputs, outputs, place, [=, this] {
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      pg_.run_collective(collie::Collective::AllGather, dtypes[i], inputs[i].data_ptr(),
-                         outputs[i].data_ptr(), counts[i], collie::ReduceOp::Sum, 0,
+      pg_.run_collective(collie::Collective::AllGather, pairs.dtypes[i], inputs[i].data_ptr(),
+                         outputs[i].data_ptr(), pairs.counts[i], collie::ReduceOp::Sum, 0,
                          place.options(opts.timeout));
   });
 }
@@ -74,27 +87,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* call = "reduce_scatter_tensor_coalesced";
-  TORCH_CHECK(outputs.size() == inputs.size(), "collie: ", call, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
-  std::vector<collie::DataType> dtypes;
-  std::vector<std::size_t> counts;
+  const auto pairs = checked_pairs(collie::Collective::ReduceScatter, getSize(), getRank(),
+                                   outputs, inputs, call);
   std::vector<std::optional<double>> premul;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    dtypes.push_back(check_tensor(outputs[i], call));
-    check_tensor(inputs[i], call);
-    check_same_dtype(inputs[i], outputs[i], call);
-    counts.push_back(checked_count(collie::Collective::ReduceScatter, getSize(), getRank(),
-                                   inputs[i], outputs[i], call));
-    premul.push_back(premul_factor(opts.reduceOp, inputs[i], call));
-  }
+  for (const auto& in : inputs)
+    premul.push_back(premul_factor(opts.reduceOp, in, call));
   const auto op = op_of(opts.reduceOp);
   const auto place = place_of(inputs, outputs, call);
   return collective(c10d::OpType::COALESCED, inputs, outputs, place, [=, this] {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       // PREMUL_SUM reads a scaled copy: the input is kept.
       const auto in = premul[i] ? inputs[i] * *premul[i] : inputs[i];
-      pg_.run_collective(collie::Collective::ReduceScatter, dtypes[i], in.data_ptr(),
-                         outputs[i].data_ptr(), counts[i], op, 0, place.options(opts.timeout));
+      pg_.run_collective(collie::Collective::ReduceScatter, pairs.dtypes[i], in.data_ptr(),
+                         outputs[i].data_ptr(), pairs.counts[i], op, 0,
+                         place.options(opts.timeout));
     }
   });
 }

@@ -103,13 +103,15 @@ TEST_CASE("torch relay: collie's clients pass through and prove the token themse
                   collie::AuthenticationError);
 }
 
+// A port on loopback where a store listened and no longer does.
+static std::uint16_t port_of_a_gone_store() {
+  collie::test::StoreFixture f(guarded());
+  return f.server.port();
+}
+
 TEST_CASE("torch relay: a store it cannot reach closes the torch client, nothing hangs",
           "[store][torch]") {
-  std::uint16_t gone = 0;
-  {
-    collie::test::StoreFixture f(guarded());
-    gone = f.server.port();
-  }
+  const std::uint16_t gone = port_of_a_gone_store();
   auto options = with_token(kToken);
   options.connect_timeout = 500ms;
   collie::store::TorchRelay relay("127.0.0.1", gone, options);
@@ -123,11 +125,7 @@ TEST_CASE("torch relay: a store it cannot reach closes the torch client, nothing
 // s, when the first node was lost under etcd rendezvous).
 TEST_CASE("torch relay: stopped while it connects to a store that is gone, it returns at once",
           "[store][torch]") {
-  std::uint16_t gone = 0;
-  {
-    collie::test::StoreFixture f(guarded());
-    gone = f.server.port();
-  }
+  const std::uint16_t gone = port_of_a_gone_store();
   auto options = with_token(kToken);
   options.connect_timeout = 300s;
   collie::test::LogCapture log(spdlog::level::debug);
