@@ -620,11 +620,65 @@ def cuda(rank, size, path):
     dist.destroy_process_group()
 
 
+# ---- torch 2's calls that torch 1.13 lacks ----------------------------------
+
+def torch2(rank, size, path):
+    """PREMUL_SUM (each rank's input times a factor, then summed), the
+    coalesced tensor calls (what FSDP2 and the functional collectives
+    send), and the backend's name where torch 2 asks for it: each result
+    against what the inputs say."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return  # these calls are torch 2's
+    init("collie", rank, size, path)
+    ranks = range(size)
+    t = torch.arange(6, dtype=torch.float64) + rank
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    want = sum(0.5 * (torch.arange(6, dtype=torch.float64) + r) for r in ranks)
+    check(torch.equal(t, want), f"PREMUL_SUM all_reduce: {t} against {want}")
+
+    whole = torch.arange(2 * size, dtype=torch.float32) * (rank + 1)
+    kept = whole.clone()
+    part = torch.empty(2)
+    dist.reduce_scatter_tensor(part, whole, op=dist._make_nccl_premul_sum(2.0))
+    want = sum(2.0 * torch.arange(2 * size, dtype=torch.float32) * (r + 1) for r in ranks)
+    check(torch.equal(part, want[2 * rank:2 * rank + 2]), f"PREMUL_SUM reduce_scatter: {part}")
+    check(torch.equal(whole, kept), "PREMUL_SUM reduce_scatter changed its input")
+
+    ins = [torch.full((3,), float(rank)), torch.full((2,), 10.0 * rank)]
+    outs = [torch.empty(3 * size), torch.empty(2 * size)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for out, inp in zip(outs, ins):
+            dist.all_gather_into_tensor(out, inp)
+    cm.wait()
+    check(torch.equal(outs[0], torch.cat([torch.full((3,), float(r)) for r in ranks])) and
+          torch.equal(outs[1], torch.cat([torch.full((2,), 10.0 * r) for r in ranks])),
+          f"allgather_into_tensor_coalesced: {outs}")
+
+    ins = [torch.arange(size, dtype=torch.int64) + rank, torch.ones(2 * size) * rank]
+    outs = [torch.empty(1, dtype=torch.int64), torch.empty(2)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for out, inp in zip(outs, ins):
+            dist.reduce_scatter_tensor(out, inp)
+    cm.wait()
+    check(outs[0].item() == sum(rank + r for r in ranks) and
+          torch.equal(outs[1], torch.full((2,), float(sum(ranks)))),
+          f"reduce_scatter_tensor_coalesced: {outs}")
+
+    check(dist.get_backend() == "collie", dist.get_backend())
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(torch.nn.Linear(3, 2))
+    model(torch.ones(1, 3)).sum().backward()
+    name = model._get_ddp_logging_data().get("backend_name")
+    check(name == "collie", f"DDP's logging names the backend {name!r}")
+    dist.destroy_process_group()
+
+
 # Cases that end their processes (a group they broke is not destroyed).
 ENDS_PROCESS = ("mismatch", "killed")
 
 CASES = {"tutorials": tutorials, "like_gloo": like_gloo, "ddp": ddp, "killed": killed, "mismatch": mismatch,
-         "errors": errors, "monitored": monitored, "cuda": cuda, "reinit_tcp": reinit_tcp}
+         "errors": errors, "monitored": monitored, "cuda": cuda, "reinit_tcp": reinit_tcp,
+         "torch2": torch2}
 
 
 def _entry(rank, size, directory, cases):
