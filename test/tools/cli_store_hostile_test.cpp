@@ -280,7 +280,9 @@ TEST_CASE(
   // keys as it is allowed (the server refuses the rest when its memory is full).
   std::vector<int> parked;
   {
-    std::vector<std::future<void>> parkers;
+    // Catch's assertions are made in this thread only: each parker says
+    // whether its gets were answered.
+    std::vector<std::future<bool>> parkers;
     for (int c = 0; c < 20; ++c) {
       parkers.push_back(std::async(std::launch::async, [&parked, &held_mutex, port, c] {
         const int fd = hostile(port);
@@ -293,13 +295,14 @@ TEST_CASE(
         // Then a ping: its answer says the server has handled every get.
         const auto ping = request(wire::Op::Ping, 5000, {});
         burst.insert(burst.end(), ping.begin(), ping.end());
-        CHECK(send_until_answered(fd, burst, 5000, 300s));
+        const bool answered = send_until_answered(fd, burst, 5000, 300s);
         std::lock_guard lock(held_mutex);
         parked.push_back(fd);
+        return answered;
       }));
     }
     for (auto& p : parkers)
-      p.get();
+      CHECK(p.get());
   }
   still_serves("parked waits");
   // Gone: their waits free the memory they held (else nothing below would

@@ -18,6 +18,7 @@
 #include "support/read_file.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/subprocess.hpp"
+#include "support/torch_client_py.hpp"
 #include "support/torch_hosts.hpp"
 
 using namespace std::chrono_literals;
@@ -54,8 +55,7 @@ dist.destroy_process_group()
 // gets from the job's store.
 constexpr const char* kStranger = R"(import datetime, sys, torch.distributed as dist
 try:
-    s = dist.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=False,
-                      timeout=datetime.timedelta(seconds=5))
+    s = torch_client(sys.argv[1], int(sys.argv[2]), datetime.timedelta(seconds=5))
     s.set("stranger", "was here")
     print("served", s.get("stranger"))
 except Exception as e:
@@ -73,7 +73,7 @@ TEST_CASE("two hosts: a torch program under torchrun's command line, closed to s
   }
   collie::test::ScratchDir dir;
   std::ofstream(dir.file("main.py")) << kMain;
-  std::ofstream(dir.file("stranger.py")) << kStranger;
+  std::ofstream(dir.file("stranger.py")) << collie::test::kTorchClientPy << kStranger;
   const auto env = collie::test::job_secret(dir, "two-hosts-torch-secret-0123456789");
   const auto go = dir.file("go");
   // torchrun's line, `collie launch` in its place (node 0 picks its port

@@ -60,17 +60,24 @@ std::optional<BlameVerdict> judge_blames(
 namespace {
 
 // A torch program's world group under collie launch meets under torch's
-// prefixes: torchelastic's agent store's ("/worker/attempt_<a>"), then the
-// group's ("default_pg" on torch 1.13; "0" then the device on torch 2).
-// Its blame keys, of its latest generation; none if no rank blamed.
+// prefixes: on torch 1.13 torchelastic's agent store's ("/worker/attempt_<a>")
+// then the group's ("default_pg"); torch 2.6 makes the agent store's client
+// without a prefix and names the group "default_pg/0//cpu", other torch 2
+// releases "0" then the device. Its blame keys, of this attempt's run
+// (collie's run namespace names the attempt) and its latest generation;
+// none if no rank blamed. (Read once, after a failure: the whole store's
+// key list.)
 std::vector<std::string> torch_blame_keys(store::Store& store, int attempt) {
-  const auto under = "/worker/attempt_" + std::to_string(attempt) + "/";
+  const auto agent = "worker/attempt_" + std::to_string(attempt) + "/";
+  const auto this_run = std::string(keys::kRunPrefix) + std::to_string(attempt) + "/";
   std::map<std::string, std::vector<std::string>> by_group;  // namespace -> keys
-  for (auto& name : store.list_keys(under, 2s)) {
+  for (auto& name : store.list_keys("", 2s)) {
     const auto blame = name.rfind("/" + std::string(keys::kBlamePrefix));
-    const auto run = name.find(keys::kRunPrefix);
-    if (blame == std::string::npos || run == std::string::npos) continue;
-    const auto group = std::string_view(name).substr(under.size(), run - under.size());
+    const auto run = name.find(this_run);
+    if (blame == std::string::npos || run == std::string::npos || blame < run) continue;
+    auto group = std::string_view(name).substr(0, run);
+    while (group.starts_with("/")) group.remove_prefix(1);
+    if (group.starts_with(agent)) group.remove_prefix(agent.size());
     if (!group.starts_with("default_pg") && !group.starts_with("0/")) continue;
     by_group[name.substr(0, blame)].push_back(name);
   }
