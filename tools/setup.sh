@@ -6,14 +6,15 @@
 #                           explain page's browser test, iproute2 for the multi-host tests in
 #                           network namespaces, Slurm's daemons and srun for the Slurm test,
 #                           torch (1.13 on Debian 12, 2.6 on 13) with its C++ headers and pybind11 for the
-#                           torch.distributed backend and its tests, etcd and openssl for
-#                           the etcd store's tests: a real cluster, with certificates)
+#                           torch.distributed backend and its tests (and setuptools, which torch 2.6's
+#                           own test suite imports), etcd and openssl for the etcd store's tests: a
+#                           real cluster, with certificates)
 set -euo pipefail
 
 packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev)
 if [ "${1:-}" = "--test" ]; then
   packages+=(catch2 clang libclang-rt-dev chromium iproute2 slurmd slurmctld slurm-client
-             python3-torch libtorch-dev pybind11-dev etcd-server openssl)
+             python3-torch libtorch-dev pybind11-dev python3-setuptools etcd-server openssl)
 fi
 
 missing=()
