@@ -32,34 +32,37 @@ namespace {
 // torch 2 asks for a backend per device a group serves, one after the other,
 // each meeting in its own namespace of the group's store ("cpu/", then
 // "cuda/"). One collie group serves both: the CUDA one is the CPU one just
-// made for the same group.
+// made for the same group. Nothing here keeps either alive (a weak
+// intrusive_ptr would put off their destructors, and with them the end of
+// the group and of rank 0's store, until the next group is made): the
+// group's store is compared by address alone, and the backend clears its
+// entry as it goes (forget_just_made).
 struct JustMade {
-  c10::weak_intrusive_ptr<c10d::Store> group_store;
+  const c10d::Store* group_store = nullptr;
   int rank = -1;
   int size = 0;
-  c10::weak_intrusive_ptr<ProcessGroupCollie> backend;
+  ProcessGroupCollie* backend = nullptr;
 };
+std::mutex just_made_mu;
+JustMade just_made;
 #endif
 
 c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                         int size, std::chrono::milliseconds timeout,
                                         const std::string& profiling_name, int global_rank) {
 #if TORCH_VERSION_MAJOR >= 2
-  static std::mutex mu;
-  static JustMade last{c10::weak_intrusive_ptr<c10d::Store>(c10::intrusive_ptr<c10d::Store>()),
-                       -1, 0,
-                       c10::weak_intrusive_ptr<ProcessGroupCollie>(
-                           c10::intrusive_ptr<ProcessGroupCollie>())};
   const auto [prefix, group_store] = outer_prefix(store);
-  const std::lock_guard lock(mu);
-  if (prefix.rfind("cuda", 0) == 0 && group_store && rank == last.rank && size == last.size &&
-      last.group_store.lock() == group_store) {
-    if (auto made = last.backend.lock()) return made;
+  {
+    const std::lock_guard lock(just_made_mu);
+    if (prefix.rfind("cuda", 0) == 0 && group_store && just_made.backend != nullptr &&
+        rank == just_made.rank && size == just_made.size &&
+        just_made.group_store == group_store.get())
+      return c10::intrusive_ptr<ProcessGroupCollie>::reclaim_copy(just_made.backend);
   }
   auto made = c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name,
                                                       global_rank);
-  last = JustMade{c10::weak_intrusive_ptr<c10d::Store>(group_store), rank, size,
-                  c10::weak_intrusive_ptr<ProcessGroupCollie>(made)};
+  const std::lock_guard lock(just_made_mu);
+  just_made = JustMade{group_store.get(), rank, size, made.get()};
   return made;
 #else
   return c10::make_intrusive<ProcessGroupCollie>(store, rank, size, timeout, profiling_name,
@@ -81,6 +84,13 @@ std::string describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
 }
 
 }  // namespace
+
+#if TORCH_VERSION_MAJOR >= 2
+void forget_just_made(const ProcessGroupCollie* backend) {
+  const std::lock_guard lock(just_made_mu);
+  if (just_made.backend == backend) just_made = JustMade{};
+}
+#endif
 
 }  // namespace collie_torch
 

@@ -123,6 +123,9 @@ ProcessGroupCollie::ProcessGroupCollie(collie::ProcessGroup group)
       }())) {}
 
 ProcessGroupCollie::~ProcessGroupCollie() {
+#if TORCH_VERSION_MAJOR >= 2
+  forget_just_made(this);
+#endif
   runner_->stop();
   // Python drops the group holding the GIL; the runner finishing its queue
   // drops tensors, which may need the GIL to free their Python objects:

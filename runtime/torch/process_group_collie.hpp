@@ -166,4 +166,10 @@ class ProcessGroupCollie final : public TorchBackend {
       std::make_shared<collie::AsyncRunner>(std::chrono::microseconds(500));
 };
 
+#if TORCH_VERSION_MAJOR >= 2
+// The backend torch 2's next request for the same group's CUDA backend
+// would be given (module.cpp) is going: forget it.
+void forget_just_made(const ProcessGroupCollie* backend);
+#endif
+
 }  // namespace collie_torch
