@@ -74,10 +74,25 @@ def run_pass(name, world, out_path, pattern):
         DistTestCases.backend_feature["plugin"].add("collie")
     if name == "collie-as-gloo":
         # torch makes a "gloo" group by calling ProcessGroupGloo(store, rank,
-        # size, timeout=...): collie's group takes its place.
-        def collie_as_gloo(store, rank, size, timeout=c10d.default_pg_timeout):
-            return collie_torch.create_process_group(store, rank, size, timeout, "gloo")
-        c10d.ProcessGroupGloo = collie_as_gloo
+        # size, timeout=...): collie's group takes its place. torch 2.6 then
+        # checks isinstance(group, ProcessGroupGloo), which collie's pass;
+        # the class's other names are gloo's.
+        gloo_class = c10d.ProcessGroupGloo
+
+        class StandsInForGloo(type):
+            def __call__(cls, store, rank, size, timeout=c10d.default_pg_timeout):
+                return collie_torch.create_process_group(store, rank, size, timeout, "gloo")
+
+            def __instancecheck__(cls, group):
+                return True
+
+            def __getattr__(cls, attribute):
+                return getattr(gloo_class, attribute)
+
+        class CollieAsGloo(metaclass=StandsInForGloo):
+            pass
+
+        c10d.ProcessGroupGloo = CollieAsGloo
 
     from torch.testing._internal.distributed import distributed_test
     from torch.testing._internal.distributed.distributed_test import (DistributedTest,
