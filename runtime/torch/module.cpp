@@ -70,6 +70,21 @@ c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& s
 #endif
 }
 
+// The address of a group's collie backend, 0 if its backend is another.
+std::uintptr_t backend_address(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (!pg->hasBackends()) return 0;
+  try {
+    return reinterpret_cast<std::uintptr_t>(
+        dynamic_cast<ProcessGroupCollie*>(pg->getBackend(c10::DeviceType::CPU).get()));
+  } catch (const std::exception&) {
+    return 0;  // no CPU backend
+  }
+#else
+  return reinterpret_cast<std::uintptr_t>(dynamic_cast<ProcessGroupCollie*>(pg.get()));
+#endif
+}
+
 std::string describe(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
 #if TORCH_VERSION_MAJOR >= 2
   // torch 2's ProcessGroup holds a backend per device; collie's serves both.
@@ -107,6 +122,9 @@ PYBIND11_MODULE(_collie_torch, m) {
         "rank.");
   m.def("describe_transport", &collie_torch::describe, pybind11::arg("group"),
         "What carries a collie group's messages (\"tcp on 127.0.0.1:41234\", \"shm ...\").");
+  m.def("backend_address", &collie_torch::backend_address, pybind11::arg("group"),
+        "The address of a group's collie backend (as its monitored_barrier method gives it), 0 "
+        "for a group of another backend.");
   m.attr("__version__") = collie::version();
   collie_torch::add_remote(m);
   collie_torch::add_etcd(m);

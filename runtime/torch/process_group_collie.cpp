@@ -423,17 +423,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tens
   });
 }
 
-#if TORCH_VERSION_MAJOR < 2
 void ProcessGroupCollie::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   pybind11::gil_scoped_acquire gil;
+  const auto seconds = static_cast<double>(opts.timeout.count()) / 1000.0;
+  const auto monitored = pybind11::module_::import("collie_torch.monitored");
+#if TORCH_VERSION_MAJOR >= 2
+  // torch's tables know the ProcessGroup around this backend, which
+  // monitored.py finds by the backend's address (backend_address()).
+  monitored.attr("monitored_barrier_of_backend")(reinterpret_cast<std::uintptr_t>(this), seconds,
+                                                 wait_all_ranks);
+#else
   // The group's Python object, which torch's own tables know it by.
   const auto self = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(this);
-  pybind11::module_::import("collie_torch.monitored")
-      .attr("monitored_barrier")(pybind11::cast(self),
-                                 static_cast<double>(opts.timeout.count()) / 1000.0,
-                                 wait_all_ranks);
-}
+  monitored.attr("monitored_barrier")(pybind11::cast(self), seconds, wait_all_ranks);
 #endif
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOptions& opts) {
   const CallPlace place;

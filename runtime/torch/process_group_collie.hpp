@@ -118,12 +118,10 @@ class ProcessGroupCollie final : public TorchBackend {
   // group is made, and counts its collectives, which every rank calls in one
   // order, so the numbers agree.
   void setSequenceNumberForGroup() override { sequence_ = 0; }
-#if TORCH_VERSION_MAJOR < 2
-  // The group's monitored_barrier method (torch 1.13 leaves it to gloo):
+  // The group's monitored_barrier method (torch leaves it to gloo):
   // collie_torch's, in monitored.py, which names the ranks that did not
   // arrive, as gloo's does.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
-#endif
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override;

@@ -94,6 +94,15 @@ def run_pass(name, world, out_path, pattern):
 
         c10d.ProcessGroupGloo = CollieAsGloo
 
+        # DDP's logger reads gloo's own fields from any group named gloo (a
+        # static_cast in torch 2.6's Logger::set_env_variables), which
+        # collie's stand-in has not: its construction data goes unlogged.
+        class LoggerOfAStandIn(dist.Logger):
+            def set_construction_data_and_log(self, *args, **kwargs):
+                pass
+
+        dist.Logger = LoggerOfAStandIn
+
     from torch.testing._internal.distributed import distributed_test
     from torch.testing._internal.distributed.distributed_test import (DistributedTest,
                                                                       TestDistBackend)

@@ -14,7 +14,7 @@ import time
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _c10d
 
-__all__ = ["monitored_barrier"]
+__all__ = ["monitored_barrier", "monitored_barrier_of_backend"]
 
 # Calls made on each group so far, by this process: the key of the next one.
 _calls = {}
@@ -85,3 +85,13 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
         _milliseconds(timeout))
     store.set(verdict, said)
     raise RuntimeError("rank %d: %s" % (me, said))
+
+
+def monitored_barrier_of_backend(address, timeout, wait_all_ranks):
+    """A group's monitored_barrier method on torch 2, where collie's backend
+    knows only itself: the torch group around the backend at `address`."""
+    from ._collie_torch import backend_address
+    for group in list(_c10d._world.pg_map):
+        if backend_address(group) == address:
+            return monitored_barrier(group, timeout, wait_all_ranks)
+    raise RuntimeError("collie: monitored_barrier: no torch group has this backend")
