@@ -76,8 +76,16 @@ void AsyncRunner::execute(Queued& queued) {
   if (queued.task.finish) queued.task.finish();
 }
 
+namespace {
+thread_local bool runner_thread = false;  // this thread is a runner's own
+}  // namespace
+
+bool AsyncRunner::on_runner_thread() {
+  return runner_thread;
+}
+
 void AsyncRunner::loop() {
-  thread_id_.store(std::this_thread::get_id());
+  runner_thread = true;
   // It waits while the caller's thread goes on, perhaps on the same
   // processor: its waits yield (transport.hpp).
   transport::set_waits_for_others(true);

@@ -56,9 +56,10 @@ void CollectiveWork::complete() {
   if (future) {
     // Its callbacks may wait for a later call, which the runner's thread
     // runs: not on that thread.
-    const auto runner = runner_.lock();
+    // (Not by locking the runner: its last owner would then be this very
+    // thread, which its destructor would join.)
     const auto settler = settler_.lock();
-    if (runner && settler && runner->on_runner_thread())
+    if (settler && collie::AsyncRunner::on_runner_thread())
       settler->add([future, error = error_, outputs = outputs_] {
         settle_future(*future, error, outputs);
       });
@@ -143,41 +144,50 @@ c10::intrusive_ptr<c10::ivalue::Future> PointToPointWork::getFuture() {
 
 // ---- the completer ----
 
+Completer::Completer(Threads threads) : state_(std::make_shared<State>(threads)) {}
+
 Completer::~Completer() {
+  std::vector<std::thread> threads;
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(state_->mu);
+    state_->stopping = true;
+    threads.swap(state_->started);
   }
-  cv_.notify_all();
-  for (auto& t : threads_started_)
-    t.join();
+  state_->cv.notify_all();
+  for (auto& t : threads) {
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();  // this job's own thread: it ends after the job, on the state it holds
+    else
+      t.join();
+  }
 }
 
 void Completer::add(std::function<void()> job) {
   {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(job));
-    const bool none = threads_started_.empty();
-    if (none || (threads_ == Threads::AsNeeded && idle_ < static_cast<int>(queue_.size())))
-      threads_started_.emplace_back([this] { loop(); });
+    std::lock_guard lock(state_->mu);
+    state_->queue.push_back(std::move(job));
+    const bool none = state_->started.empty();
+    if (none || (state_->threads == Threads::AsNeeded &&
+                 state_->idle < static_cast<int>(state_->queue.size())))
+      state_->started.emplace_back([state = state_] { loop(state); });
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
 }
 
-void Completer::loop() {
+void Completer::loop(const std::shared_ptr<State>& state) {
   // Beside torch's thread, which may share its processor: its waits yield
   // to it (transport.hpp).
   collie::transport::set_waits_for_others(true);
   for (;;) {
     std::function<void()> next;
     {
-      std::unique_lock lock(mu_);
-      ++idle_;
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty()) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock lock(state->mu);
+      ++state->idle;
+      state->cv.wait(lock, [&] { return state->stopping || !state->queue.empty(); });
+      --state->idle;
+      if (state->queue.empty()) return;
+      next = std::move(state->queue.front());
+      state->queue.pop_front();
     }
     next();
   }

@@ -110,22 +110,30 @@ class PointToPointWork final : public c10d::Work {
 // wait for a later collective's future (PowerSGD's DDP hook does), whose
 // settling must not queue behind them, nor take the runner's thread, which
 // runs that collective.
+//
+// Its destructor may run on one of its own threads (a job drops the last
+// reference to the group): that thread is left to end by itself, holding
+// the state it needs.
 class Completer {
  public:
   enum class Threads { One, AsNeeded };
-  explicit Completer(Threads threads = Threads::One) : threads_(threads) {}
+  explicit Completer(Threads threads = Threads::One);
   ~Completer();
   void add(std::function<void()> job);
 
  private:
-  void loop();
-  const Threads threads_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
-  int idle_ = 0;  // threads waiting for a job (mu_)
-  std::vector<std::thread> threads_started_;
+  struct State {
+    explicit State(Threads t) : threads(t) {}
+    const Threads threads;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    bool stopping = false;
+    int idle = 0;  // threads waiting for a job (mu)
+    std::vector<std::thread> started;
+  };
+  static void loop(const std::shared_ptr<State>& state);
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace collie_torch

@@ -24,7 +24,6 @@
 // released before it). Neither may throw. Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -57,9 +56,9 @@ class AsyncRunner {
   void run_if_next(Ticket ticket);
   // Takes no more tasks; those queued still run.
   void stop();
-  // Whether the calling thread is the runner's own (which runs tasks no
+  // Whether the calling thread is a runner's own (which runs tasks no
   // caller took): code it runs must not wait for a later task.
-  bool on_runner_thread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  static bool on_runner_thread();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -83,7 +82,6 @@ class AsyncRunner {
   std::chrono::microseconds look_ = grace_;  // its next look, in so long (mu_)
   Clock::time_point last_post_;              // (mu_)
   std::thread thread_;                       // started by the first post
-  std::atomic<std::thread::id> thread_id_{};  // thread_'s, once started
 };
 
 }  // namespace collie
