@@ -85,13 +85,16 @@ Json Session::call(std::string_view path, const Json& request, Clock::time_point
 void Session::fail(std::string_view what, Timeout timeout, std::string_view more) {
   const auto limit = timeout.value_or(options_.timeout);
   bool quorum = false;
-  const auto budget = std::clamp(limit / 10, std::chrono::milliseconds(100),
-                                 std::chrono::milliseconds(1000));
+  // At least a second: a loaded machine (a sanitizer build, an
+  // oversubscribed host) answers /health slower than a tenth of a short
+  // call, and a member that is only slow is not a lost quorum.
+  const auto budget = std::clamp(limit / 10, std::chrono::milliseconds(1000),
+                                 std::chrono::milliseconds(2000));
   const auto health = http_.health(budget, &quorum);
   if (!quorum) {
     // (What each member says now covers what the calls saw.)
-    throw ConnectionError(fmt::format("etcd store: {} failed within {}: etcd at {} has no quorum ({})",
-                                      what, describe_duration(limit), http_.members(), health));
+    throw ConnectionError(fmt::format("etcd store: {} failed within {}: etcd at {} has no quorum ({}){}",
+                                      what, describe_duration(limit), http_.members(), health, more));
   }
   throw TimeoutError(fmt::format("etcd at {}: {} timed out after {}{}", http_.members(), what,
                                  describe_duration(limit), more));
