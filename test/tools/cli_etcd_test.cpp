@@ -2,7 +2,7 @@
 // openssl): `collie launch --rdzv-backend etcd` refusing what cannot work,
 // two launchers on one host, ranks started by hand (srun's variables) with
 // an etcd:// init on two namespace hosts, and the elastic job whose first
-// node and one etcd member are lost. Each skips, saying why, where etcd,
+// node and one etcd member are lost at the same moment. Each skips, saying why, where etcd,
 // network namespaces or torch are missing.
 #include <csignal>
 #include <fstream>
@@ -347,21 +347,22 @@ TEST_CASE("launch with etcd: losing the first node and an etcd member, the other
                state.find("\"step\": 3,") != std::string::npos;
       },
       180s));
+  // Node 0's launcher dies (its ranks with it), and at the same moment an
+  // etcd member (not the one on the dead node's host: that one stays up).
   const auto death = std::chrono::steady_clock::now();
   nodes[static_cast<std::size_t>(first)]->signal(SIGKILL);
+  etcd.stop((first + 1) % 3);
   nodes[static_cast<std::size_t>(first)]->wait(30s);
-  // Once the two others run as 4 ranks, an etcd member dies too (not the
-  // one on the dead node's host: that one is still up).
+  // The two others go on as 4 ranks from the checkpoint: the next round
+  // waits on nothing of the dead node's store (it did, 300 s, on a relay
+  // still trying to reach it). The issue's bar is 10 s on a quiet machine;
+  // the bound leaves room for a busy one.
   REQUIRE(collie::test::eventually(
       [&] { return read_file(ckpt).find("\"worlds\": [6, 4]") != std::string::npos; }, 180s));
-  // The next round waits on nothing of the dead node's store (it did, 300 s,
-  // on a relay still trying to reach it): a few seconds, with room for a
-  // busy machine.
-  const auto resumed = std::chrono::steady_clock::now() - death;
-  INFO("the 4 ranks' first step came " << std::chrono::duration<double>(resumed).count()
-                                       << " s after node 0's death");
-  CHECK(resumed < 60s);
-  etcd.stop((first + 1) % 3);
+  const double resumed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - death).count();
+  UNSCOPED_INFO("the 4 ranks' first step came " << resumed << " s after node 0's death");
+  CHECK(resumed < 60.0);
   for (int i = 0; i < 3; ++i) {
     if (i == first) continue;
     const auto r = nodes[static_cast<std::size_t>(i)]->wait(300s);

@@ -66,10 +66,11 @@ def unusual(name):
     return not keep_all and any(not BAND[0] <= v <= BAND[1] for v in probes.get(name, []))
 
 
-med, rounds, left_out = {}, {}, {}
+med, med0, rounds, left_out = {}, {}, {}, {}
 for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "torchcollietcp",
                "bare", "bareexchange"):
     times, bws = collections.defaultdict(list), collections.defaultdict(list)
+    times0 = collections.defaultdict(list)  # rank 0's median call, where the CSV has it
     paths = glob.glob(os.path.join(folder, f"{system}-{collective}-{ranks}-*.csv"))
     kept = [p for p in paths if not unusual(name_of(p, "", ".csv"))]
     # A round's sizes may come from several launches (run.sh's SPLIT):
@@ -86,8 +87,11 @@ for system in ("collie", "mpi", "torch", "collieshm", "mpishm", "torchcollie", "
                     continue
                 size = int(row["size_bytes"])
                 times[size].append(float(row["time_us"]))
+                if row.get("rank0_median_us"):
+                    times0[size].append(float(row["rank0_median_us"]))
                 bws[size].append(float(row["busbw_gbps"]))
     med[system] = {s: (statistics.median(times[s]), statistics.median(bws[s])) for s in times}
+    med0[system] = {s: (statistics.median(times0[s]), 0.0) for s in times0}
 
 def dropped_text(*systems):
     counts = [f"{s_} {left_out[s_]}" for s_ in systems if left_out[s_]]
@@ -113,12 +117,16 @@ if torch_mode:
           f"{rounds['torchcollietcp']}, torch+gloo {rounds['torch']}"
           f"{dropped_text('torchcollie', 'torchcollietcp', 'torch')}")
     print()
-    print("| size | torch+collie (us) | torch+gloo (us) | gloo / collie | torch+collie over TCP (us) | gloo / collie TCP |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    # Both methods: the mean of the calls with the slowest rank's, and the
+    # median of rank 0's calls timed one by one ("-" where a CSV lacks it).
+    print("| size | torch+collie (us) | torch+gloo (us) | gloo / collie | torch+collie over TCP (us) | gloo / collie TCP "
+          "| rank 0's median: collie (us) | gloo (us) | gloo / collie | gloo / collie TCP |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s_ in sorted(set(med["torchcollie"]) | set(med["torch"])):
         c, g, ct = (med[k].get(s_) for k in ("torchcollie", "torch", "torchcollietcp"))
+        c0, g0, ct0 = (med0[k].get(s_) for k in ("torchcollie", "torch", "torchcollietcp"))
         print(f"| {size_name(s_)} | {time_of(c)} | {time_of(g)} | {ratio(g, c)} | {time_of(ct)} | "
-              f"{ratio(g, ct)} |")
+              f"{ratio(g, ct)} | {time_of(c0)} | {time_of(g0)} | {ratio(g0, c0)} | {ratio(g0, ct0)} |")
     sys.exit(0)
 
 if shm:

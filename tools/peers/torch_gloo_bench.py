@@ -11,13 +11,15 @@ tools/cluster.sh, say): RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from
 the environment (rank 0 hosts torch's store), GLOO_SOCKET_IFNAME or
 COLLIE_SOCKET_IFNAME for the interface; rank 0 prints the CSV.
 
-Prints CSV (collective, size_bytes, time_us, busbw_gbps) with the columns
-`collie bench --baseline` reads. Time: mean over iterations, maximum across
-ranks; bus factors as nccl-tests (and collie bench). float32, sum, in place
-where torch has one buffer. --device cuda: tensors on the GPU (rank r on
-cuda:r modulo the GPUs), the device synchronised before each clock read. Used for docs/PERFORMANCE.md; not part of the build.
+Prints CSV (collective, size_bytes, time_us, busbw_gbps, label,
+rank0_median_us) with the columns `collie bench --baseline` reads. time_us:
+the mean over iterations, maximum across ranks; rank0_median_us: the median
+of rank 0's calls, each timed by itself (as MPI benchmarks time them); bus
+factors as nccl-tests (and collie bench). float32, sum, in place where torch
+has one buffer. --device cuda: tensors on the GPU (rank r on cuda:r modulo
+the GPUs), the device synchronised after each call. Used for docs/PERFORMANCE.md; not part of the build.
 """
-import argparse, os, queue as queues, socket, sys, time
+import argparse, os, queue as queues, socket, statistics, sys, time
 
 import torch
 import torch.distributed as dist
@@ -87,15 +89,21 @@ def run(rank, args, port, queue):
             once()
         sync()
         dist.barrier()
+        # Each call timed by itself too (rank 0's median, as MPI
+        # benchmarks time them); the mean of all, the slowest rank's.
+        each = []
         start = time.perf_counter()
         for _ in range(args.n):
+            began = time.perf_counter()
             once()
-        sync()
+            sync()
+            each.append(time.perf_counter() - began)
         mine = torch.tensor([(time.perf_counter() - start) / args.n * 1e6])
         dist.all_reduce(mine, op=dist.ReduceOp.MAX)
         t = mine.item()
         nbytes = count * 4 * (n if blocked else 1)
-        rows.append((nbytes, t, nbytes / t / 1e3 * factor(args.collective, n)))
+        rows.append((nbytes, t, nbytes / t / 1e3 * factor(args.collective, n),
+                     statistics.median(each) * 1e6))
         size *= args.f
     if rank == 0:
         queue.put(rows)
@@ -158,10 +166,10 @@ def main():
 
 
 def print_rows(args, rows):
-    print("collective,size_bytes,time_us,busbw_gbps,label")
-    for nbytes, t, bw in rows:
+    print("collective,size_bytes,time_us,busbw_gbps,label,rank0_median_us")
+    for nbytes, t, bw, median in rows:
         label = f"torch-{args.backend}" + ("-cuda" if args.device == "cuda" else "")
-        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},{label}")
+        print(f"{args.collective},{nbytes},{t:.2f},{bw:.4f},{label},{median:.2f}")
     sys.stdout.flush()
 
 

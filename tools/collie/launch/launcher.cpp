@@ -105,6 +105,7 @@ class Launcher {
   // In rounds: MIN:MAX nodes, or any job that meets in etcd (no node hosts
   // its store for good, so every attempt meets anew).
   bool elastic() const { return args_.nnodes_min != args_.nnodes_max || args_.etcd; }
+  static constexpr std::chrono::milliseconds kRejoinLastCall{2000};
   int nodes() const { return nodes_; }
 
   // An elastic job's round: who is in it, and who left since the last.
@@ -113,7 +114,12 @@ class Launcher {
     e.min_nodes = args_.nnodes_min;
     e.max_nodes = args_.nnodes_max;
     e.last_call = std::chrono::milliseconds(static_cast<std::int64_t>(args_.last_call_s * 1000));
-    e.closes = store_.hosts() || args_.etcd;  // in etcd, any node closes a round
+    // A node that ran in the last round comes back with the others that
+    // are still there, all at about the same moment (a failure or a change
+    // of nodes ends the attempt everywhere at once): the last call for
+    // more is short, so that a lost node is not waited for. A node that
+    // comes later joins as a newcomer (no restart used).
+    if (!members_.empty()) e.last_call = std::min(e.last_call, kRejoinLastCall);
     e.check_signals = [this] {
       signalfd_siginfo info{};
       while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {

@@ -74,27 +74,28 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
     // In etcd, this node's first heartbeat of the round, on its lease.
     if (auto* etcd = dynamic_cast<store::EtcdStore*>(store_.get()))
       etcd->put_with_lease(keys::launch_round(round, fmt::format("beat/{}", joined)), "0", 10s);
-    if (elastic.closes) {
-      // The first MIN, then whoever joins within the last call, MAX at most.
-      while (count(round) < elastic.min_nodes) {
-        ended();
-        too_late(round, fmt::format("{} of at least {} nodes joined", count(round),
-                                    elastic.min_nodes));
-        std::this_thread::sleep_for(50ms);
-      }
-      const auto last = Clock::now() + elastic.last_call;
-      while (count(round) < elastic.max_nodes && Clock::now() < last) {
-        ended();
-        std::this_thread::sleep_for(50ms);
-      }
-      const auto nodes = std::min<long long>(count(round), elastic.max_nodes);
-      store_->compare_set(keys::launch_round(round, "closed"), "", std::to_string(nodes), 10s);
-    }
+    // Every node closes the round (no node need host the store: etcd, or
+    // `collie store serve` at a c10d endpoint): the first MIN, then whoever
+    // joins within the last call, MAX at most. The first to close it sets
+    // the count; a node that finds it closed already takes that.
+    const auto closed_key = keys::launch_round(round, "closed");
     std::optional<std::string> closed;
-    while (!(closed = store_->try_get(keys::launch_round(round, "closed"), 10s))) {
+    const auto is_closed = [&] { return (closed = store_->try_get(closed_key, 10s)).has_value(); };
+    while (!is_closed() && count(round) < elastic.min_nodes) {
       ended();
-      too_late(round, "it did not close (the store's node closes it once enough nodes joined)");
+      too_late(round, fmt::format("{} of at least {} nodes joined", count(round),
+                                  elastic.min_nodes));
       std::this_thread::sleep_for(50ms);
+    }
+    const auto last = Clock::now() + elastic.last_call;
+    while (!closed && !is_closed() && count(round) < elastic.max_nodes && Clock::now() < last) {
+      ended();
+      std::this_thread::sleep_for(50ms);
+    }
+    if (!closed) {
+      const auto n = std::min<long long>(count(round), elastic.max_nodes);
+      store_->compare_set(closed_key, "", std::to_string(n), 10s);
+      closed = store_->get(closed_key, 10s);
     }
     const int nodes = std::stoi(*closed);
     if (joined >= nodes) continue;  // it closed before this node came: the next round

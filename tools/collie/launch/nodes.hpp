@@ -6,8 +6,9 @@
 // as failed; restarts wait at a barrier;
 // at the end every node waits for the others, and node 0 (whose store they
 // use) for every node to leave. An elastic job (--nnodes MIN:MAX) meets
-// again for each attempt: a round of the rendezvous, closed by the store's
-// node once MIN nodes joined and the last call for more ended; a node that
+// again for each attempt: a round of the rendezvous, closed by the first
+// node to see MIN nodes joined and the last call for more ended (any node:
+// the store may be one no launcher hosts); a node that
 // comes later waits for the next round, and the running nodes, seeing it,
 // start one. Used by the launcher's one thread.
 #pragma once
@@ -64,7 +65,6 @@ class NodeTeam {
     int min_nodes = 1;
     int max_nodes = 1;
     std::chrono::milliseconds last_call{0};
-    bool closes = false;  // this node hosts the store and closes each round
     // Asked while waiting: a signal to the launcher ends the wait (throws).
     std::function<void()> check_signals;
   };

@@ -200,7 +200,10 @@ store::Store* StoreRoute::reader() {
     store::ClientOptions options;
     options.token = token_;
     options.timeout = 2s;
-    options.connect_timeout = 2s;
+    // The round's store is up until every node has read it, unless its
+    // node is gone: a store that refuses is not waited for (the next
+    // round goes on without it).
+    options.connect_timeout = 500ms;
     local_ = std::make_unique<store::StoreClient>(store_host_, static_cast<std::uint16_t>(port_),
                                                   options);
     return local_.get();
