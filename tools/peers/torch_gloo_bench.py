@@ -39,6 +39,9 @@ def run(rank, args, port, queue):
     if port is not None:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
+    # env:// asks for libuv's TCPStore unless told otherwise, and Debian 13's
+    # torch 2.6 has none; the store only meets the ranks, for both backends.
+    os.environ.setdefault("USE_LIBUV", "0")
     if args.backend == "collie":
         import collie_torch  # noqa: F401  (registers "collie")
     dev = torch.device("cpu")
