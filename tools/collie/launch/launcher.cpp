@@ -105,7 +105,7 @@ class Launcher {
   // In rounds: MIN:MAX nodes, or any job that meets in etcd (no node hosts
   // its store for good, so every attempt meets anew).
   bool elastic() const { return args_.nnodes_min != args_.nnodes_max || args_.etcd; }
-  static constexpr std::chrono::milliseconds kRejoinLastCall{2000};
+  static constexpr std::chrono::milliseconds kRejoinLastCall{1000};
   int nodes() const { return nodes_; }
 
   // An elastic job's round: who is in it, and who left since the last.
