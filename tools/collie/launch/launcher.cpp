@@ -105,7 +105,7 @@ class Launcher {
   // In rounds: MIN:MAX nodes, or any job that meets in etcd (no node hosts
   // its store for good, so every attempt meets anew).
   bool elastic() const { return args_.nnodes_min != args_.nnodes_max || args_.etcd; }
-  static constexpr std::chrono::milliseconds kRejoinLastCall{1000};
+  static constexpr std::chrono::milliseconds kRejoinSettle{1000};
   int nodes() const { return nodes_; }
 
   // An elastic job's round: who is in it, and who left since the last.
@@ -117,9 +117,10 @@ class Launcher {
     // A node that ran in the last round comes back with the others that
     // are still there, all at about the same moment (a failure or a change
     // of nodes ends the attempt everywhere at once): the last call for
-    // more is short, so that a lost node is not waited for. A node that
-    // comes later joins as a newcomer (no restart used).
-    if (!members_.empty()) e.last_call = std::min(e.last_call, kRejoinLastCall);
+    // more ends once no node joined for a second, so that a lost node is
+    // not waited for. A node that comes later joins as a newcomer (no
+    // restart used).
+    if (!members_.empty()) e.settle = kRejoinSettle;
     e.check_signals = [this] {
       signalfd_siginfo info{};
       while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {

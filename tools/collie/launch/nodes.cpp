@@ -87,10 +87,20 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
                                   elastic.min_nodes));
       std::this_thread::sleep_for(50ms);
     }
-    const auto last = Clock::now() + elastic.last_call;
-    while (!closed && !is_closed() && count(round) < elastic.max_nodes && Clock::now() < last) {
+    // With `settle`, the last call also ends once no node joined for that
+    // long (and so goes on while they keep coming).
+    const auto began = Clock::now();
+    const auto last = began + elastic.last_call;
+    auto quiet_until = began + elastic.settle;
+    for (auto seen = count(round); !closed && !is_closed() && seen < elastic.max_nodes &&
+                                   Clock::now() < last;) {
+      if (elastic.settle.count() > 0 && Clock::now() >= quiet_until) break;
       ended();
       std::this_thread::sleep_for(50ms);
+      if (const auto now = count(round); now != seen) {
+        seen = now;
+        quiet_until = Clock::now() + elastic.settle;
+      }
     }
     if (!closed) {
       const auto n = std::min<long long>(count(round), elastic.max_nodes);

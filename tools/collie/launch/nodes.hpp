@@ -65,6 +65,8 @@ class NodeTeam {
     int min_nodes = 1;
     int max_nodes = 1;
     std::chrono::milliseconds last_call{0};
+    // Nonzero: the last call ends too once no node joined for this long.
+    std::chrono::milliseconds settle{0};
     // Asked while waiting: a signal to the launcher ends the wait (throws).
     std::function<void()> check_signals;
   };
