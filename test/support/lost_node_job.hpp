@@ -21,14 +21,15 @@
 
 namespace collie::test {
 
-// Resumes from the checkpoint (argv[1]) and sums the step numbers through
-// all_reduce (each rank gives step * (rank + 1)); ends after argv[2] steps
-// in all, on whatever world it has. A step lost or done twice across a
-// resume, or a wrong sum, leaves `sum` off N(N+1)/2; `worlds` lists the
-// world sizes it ran on, in turn.
-inline constexpr const char* kCheckpointedSteps = R"(import json, os, sys, time, torch
+// The start of a torch program that resumes from the checkpoint argv[1]
+// (n = int(argv[2]) is the caller's): `state` holds the step, the sum and
+// the world sizes it ran on, in turn; step_once(pause) does the next step,
+// summing the step numbers through all_reduce (each rank gives
+// step * (rank + 1)), and rank 0 writes the checkpoint. A step lost or done
+// twice across a resume, or a wrong sum, leaves `sum` off N(N+1)/2.
+inline const std::string kCheckpointResume = R"(import json, os, sys, time, torch
 import torch.distributed as dist
-ckpt, steps = sys.argv[1], int(sys.argv[2])
+ckpt, n = sys.argv[1], int(sys.argv[2])
 dist.init_process_group("collie")
 rank, world = dist.get_rank(), dist.get_world_size()
 state = {"step": 0, "sum": 0, "worlds": []}
@@ -38,7 +39,8 @@ if os.path.exists(ckpt):
 if not state["worlds"] or state["worlds"][-1] != world:
     state["worlds"].append(world)
 print(f"rank {rank} of {world}: from step {state['step']}", flush=True)
-while state["step"] < steps:
+
+def step_once(pause):
     step = state["step"] + 1
     t = torch.full((8,), float(step * (rank + 1)), dtype=torch.float64)
     dist.all_reduce(t)
@@ -48,11 +50,20 @@ while state["step"] < steps:
         with open(ckpt + ".tmp", "w") as f:
             json.dump(state, f)
         os.replace(ckpt + ".tmp", ckpt)
-    time.sleep(0.1)
-dist.barrier()
+    time.sleep(pause)
+
+)";
+// Its end, once the steps are done.
+inline const std::string kCheckpointEnd = R"(dist.barrier()
 print(f"rank {rank}: finished at step {state['step']}", flush=True)
 dist.destroy_process_group()
 )";
+
+// kCheckpointResume's program that ends after n steps in all, on whatever
+// world it has.
+inline const std::string kCheckpointedSteps = kCheckpointResume + R"(while state["step"] < n:
+    step_once(0.1)
+)" + kCheckpointEnd;
 
 using Nodes = std::vector<std::unique_ptr<Subprocess>>;
 

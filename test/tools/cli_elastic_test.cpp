@@ -29,44 +29,17 @@ using collie::test::Subprocess;
 
 namespace {
 
-// Resumes from the checkpoint and sums the step numbers through all_reduce
-// (each rank gives step * (rank + 1)); ends once it has run on 3 nodes, then
-// 2, then 3 again, and `more` steps after that. A step lost or done twice
-// across a resume, or a wrong sum, leaves `sum` off N(N+1)/2.
-constexpr const char* kTrain = R"(import json, os, sys, time, torch
-import torch.distributed as dist
-ckpt, more = sys.argv[1], int(sys.argv[2])
-dist.init_process_group("collie")
-rank, world = dist.get_rank(), dist.get_world_size()
-state = {"step": 0, "sum": 0, "worlds": []}
-if os.path.exists(ckpt):
-    with open(ckpt) as f:
-        state = json.load(f)
-if not state["worlds"] or state["worlds"][-1] != world:
-    state["worlds"].append(world)
-print(f"rank {rank} of {world}: from step {state['step']}", flush=True)
-
-def back_again(w):  # a world of 3, then 2, then 3
+// Resumes from the checkpoint (support/lost_node_job.hpp's program); ends
+// once it has run on 3 nodes, then 2, then 3 again, and n steps after that.
+const std::string kTrain = collie::test::kCheckpointResume + R"(def back_again(w):  # a world of 3, then 2, then 3
     return any(w[i] == 3 and 2 in w[i + 1:j] and w[j] == 3
                for i in range(len(w)) for j in range(i + 2, len(w)))
 
 here = 0
-while not (back_again(state["worlds"]) and here >= more):
-    step = state["step"] + 1
-    t = torch.full((8,), float(step * (rank + 1)), dtype=torch.float64)
-    dist.all_reduce(t)
-    state["sum"] += int(t[0].item()) * 2 // (world * (world + 1))
-    state["step"] = step
+while not (back_again(state["worlds"]) and here >= n):
+    step_once(0.05)
     here += 1
-    if rank == 0:
-        with open(ckpt + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(ckpt + ".tmp", ckpt)
-    time.sleep(0.05)
-dist.barrier()
-print(f"rank {rank}: finished at step {state['step']}", flush=True)
-dist.destroy_process_group()
-)";
+)" + collie::test::kCheckpointEnd;
 
 }  // namespace
 
