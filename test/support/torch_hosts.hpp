@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -26,11 +27,14 @@ inline std::string torch_hosts_missing(const NetworkNamespaces& hosts) {
   return "";
 }
 
-// A secret in `dir`, and the environment that gives it to the launchers.
+// A secret in `dir`, and the environment that gives it to the launchers
+// (whose log level is warn, or COLLIE_TEST_LOG's: `COLLIE_TEST_LOG=debug`
+// shows a job's timeline, the launchers' rounds included, with -s).
 inline std::vector<std::string> job_secret(const ScratchDir& dir, const std::string& secret) {
   std::ofstream(dir.file("job.token")) << secret << "\n";
+  const char* level = std::getenv("COLLIE_TEST_LOG");
   return {"COLLIE_STORE_TOKEN_FILE=" + dir.file("job.token"), "COLLIE_STORE_TOKEN=",
-          "COLLIE_LOG_LEVEL=warn"};
+          std::string("COLLIE_LOG_LEVEL=") + (level != nullptr ? level : "warn")};
 }
 
 // The port the store's node wrote to `file` (--port-file); "" if it did not

@@ -121,13 +121,13 @@ TEST_CASE("elastic nodes: --nnodes 2:3 goes on without a lost node and takes it 
   CHECK(sum == steps * (steps + 1) / 2);
 }
 
-TEST_CASE("elastic nodes on c10d: the others resume at once without round 0's node 0 "
-          "(the store hosted apart)",
-          "[multihost][elastic]") {
-  // The rendezvous endpoint is a store of its own (`collie store serve` on
-  // host 0), as a cluster's service host would run it; the launchers on
-  // hosts 1-3 number themselves as they join, and any of them closes a
-  // round. Node 0 of round 0 is lost with its ranks.
+namespace {
+
+// The rendezvous endpoint is a store of its own (`collie store serve` on
+// host 0), as a cluster's service host would run it; the launchers on
+// hosts 1-3 number themselves as they join, and any of them closes a
+// round. Node 0 of round 0 is lost as `loss` says.
+void lose_first_node_on_c10d(collie::test::Loss loss) {
   NetworkNamespaces hosts(4);
   if (const auto missing = collie::test::torch_hosts_missing(hosts); !missing.empty()) {
     WARN("skipped: " << missing);
@@ -155,7 +155,23 @@ TEST_CASE("elastic nodes on c10d: the others resume at once without round 0's no
   collie::test::Nodes nodes;
   for (int i = 1; i <= 3; ++i)
     nodes.push_back(node(i));
-  collie::test::lose_first_node(nodes, ckpt, kSteps);
+  // nodes[i] runs on host i + 1.
+  collie::test::lose_first_node(nodes, ckpt, kSteps, {}, loss, [&](std::size_t lost) {
+    return hosts.cut(static_cast<int>(lost) + 1);
+  });
   store.signal(SIGTERM);
   CHECK(store.wait(30s));
+}
+
+}  // namespace
+
+TEST_CASE("elastic nodes on c10d: the others resume at once without round 0's node 0 "
+          "(the store hosted apart)",
+          "[multihost][elastic]") {
+  lose_first_node_on_c10d(collie::test::Loss::kKilled);
+}
+
+TEST_CASE("elastic nodes on c10d: round 0's node 0's host cut off, the others resume",
+          "[multihost][elastic]") {
+  lose_first_node_on_c10d(collie::test::Loss::kCut);
 }

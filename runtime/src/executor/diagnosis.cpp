@@ -83,10 +83,16 @@ std::string Diagnosis::mismatch(int from, std::uint64_t theirs) const {
       describe(mine, algo));
 }
 
+void Diagnosis::store_failed(const std::exception& e) const {
+  if (dynamic_cast<const TimeoutError*>(&e) != nullptr) store_silent_ = true;
+}
+
 std::optional<std::string> Diagnosis::saved_mismatch(std::uint64_t sequence) const {
+  if (store_silent_) return std::nullopt;
   try {
     return g_.world->job->store().try_get(keys::mismatch(g_.slot, sequence), kStoreWait);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    store_failed(e);
     return std::nullopt;
   }
 }
@@ -164,15 +170,17 @@ void Diagnosis::reported_failure(std::uint64_t notice, int from,
     std::string report;
     int gave_up = from;
     try {
-      if (auto saved = g_.world->job->store().try_get(keys::stall_final(g_.slot, sequence),
-                                                      kStoreWait)) {
+      if (auto saved = store_silent_ ? std::nullopt
+                                     : g_.world->job->store().try_get(
+                                           keys::stall_final(g_.slot, sequence), kStoreWait)) {
         std::istringstream in(*saved);
         int culprit = -1;
         in >> culprit >> gave_up;
         in.get();
         std::getline(in, report, '\0');
       }
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      store_failed(e);
     }
     const int me = peer(g_.rank);
     std::string waited_for;
@@ -294,10 +302,12 @@ void Diagnosis::explain_departure(int with, const std::string& after) {
   // and the reset drops what this rank had not yet read).
   std::optional<keys::Blame> blamed;
   try {
-    if (const auto value = g_.world->job->store().try_get(keys::blame(peer(with)),
-                                                          std::chrono::milliseconds(500)))
+    if (const auto value = store_silent_ ? std::nullopt
+                                         : g_.world->job->store().try_get(
+                                               keys::blame(peer(with)), std::chrono::milliseconds(500)))
       blamed = keys::parse_blame(*value);
   } catch (const std::exception& e) {
+    store_failed(e);
     collie::log().debug("rank {}: looking for rank {}'s blame: {}", g_.rank, with, e.what());
   }
   if (!blamed || blamed->blamed == peer(g_.rank) || blamed->blamed == peer(with)) return;
@@ -324,26 +334,30 @@ void Diagnosis::size_mismatch(int from, const std::string& error) {
 }
 
 void Diagnosis::save_mismatch(const std::string& what) const {
+  if (store_silent_) return;
   try {
     g_.world->job->store().compare_set(keys::mismatch(g_.slot, call_.sequence), "", what,
                                        kStoreWait);
   } catch (const std::exception& saving) {
+    store_failed(saving);
     collie::log().debug("rank {}: saving the mismatch: {}", g_.rank, saving.what());
   }
 }
 
 void Diagnosis::save_stall_report() const {
+  if (store_silent_) return;
   try {
     g_.world->job->store().set(
         keys::stall_final(g_.slot, call_.sequence),
         fmt::format("{} {} {}", failed_world_rank, g_.rank, stall_.report()), kStoreWait);
   } catch (const std::exception& saving) {
+    store_failed(saving);
     collie::log().debug("rank {}: saving the stall report: {}", g_.rank, saving.what());
   }
 }
 
 void Diagnosis::blame(const std::string& why) const {
-  if (failed_world_rank < 0) return;
+  if (failed_world_rank < 0 || store_silent_) return;
   try {
     g_.world->job->store().compare_set(
         keys::blame(peer(g_.rank)), "",
@@ -353,6 +367,7 @@ void Diagnosis::blame(const std::string& why) const {
                                       why.substr(0, 2000))),
         kStoreWait);
   } catch (const std::exception& e) {
+    store_failed(e);
     collie::log().debug("rank {}: saying whom the failure blames: {}", g_.rank, e.what());
   }
 }

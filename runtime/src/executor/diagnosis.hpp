@@ -139,6 +139,12 @@ class Diagnosis {
   std::uint64_t fingerprint_;
   const StallCheck& stall_;
   bool explained_ = false;  // explain_lost_connection() has looked
+  // The diagnosis's reads and writes of the store are each best-effort,
+  // with a short wait: once one timed out (a store gone silent with a lost
+  // host), the others are not tried, so the failure costs one wait, not
+  // one per read.
+  mutable bool store_silent_ = false;
+  void store_failed(const std::exception& e) const;
   Finding sent_;            // what tell_mismatch() sends: alive until the sends are done
 };
 

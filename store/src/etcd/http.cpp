@@ -9,10 +9,15 @@
 #include <optional>
 #include <thread>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <curl/curl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <collie/address.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
@@ -65,6 +70,24 @@ std::size_t on_data(char* data, std::size_t size, std::size_t n, void* user) {
 
 int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return waits_interrupted() != 0 ? 1 : 0;
+}
+
+// A member whose host goes silent (its link cut, the host powered off)
+// sends no reset: a request on a connection kept open to it would wait out
+// the whole call (a lease's keep-alive, a launcher's 300 s), and a watch
+// would wait forever. Each connection to etcd therefore fails, and the
+// call goes on to the next member, once its data has gone unacknowledged
+// for kSilentMember (TCP_USER_TIMEOUT) or, idle (a watch, a request etcd
+// is still working on), once keep-alive probes went unanswered for about
+// as long. A member's kernel answers both however busy etcd is, so a slow
+// etcd is waited for; only a silent host is left.
+constexpr int kSilentMemberMs = 2000;
+int on_socket(void*, curl_socket_t fd, curlsocktype purpose) {
+  if (purpose != CURLSOCKTYPE_IPCXN) return CURL_SOCKOPT_OK;
+  set_keep_alive(fd, 1, 1, 1);
+  const unsigned int user_timeout = kSilentMemberMs;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+  return CURL_SOCKOPT_OK;
 }
 
 }  // namespace
@@ -146,6 +169,7 @@ struct Http::Impl {
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(left));
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::min<long long>(left, 3000)));
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     if (!tls.cacert.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, tls.cacert.c_str());
     if (!tls.cert.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, tls.cert.c_str());

@@ -21,6 +21,7 @@
 
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
+#include <collie/log.hpp>
 
 #include "blame.hpp"
 #include "newcomers.hpp"
@@ -106,6 +107,7 @@ class Launcher {
   // its store for good, so every attempt meets anew).
   bool elastic() const { return args_.nnodes_min != args_.nnodes_max || args_.etcd; }
   static constexpr std::chrono::milliseconds kRejoinSettle{1000};
+  static constexpr std::chrono::milliseconds kRejoinGrace{200};
   int nodes() const { return nodes_; }
 
   // An elastic job's round: who is in it, and who left since the last.
@@ -120,7 +122,17 @@ class Launcher {
     // more ends once no node joined for a second, so that a lost node is
     // not waited for. A node that comes later joins as a newcomer (no
     // restart used).
-    if (!members_.empty()) e.settle = kRejoinSettle;
+    // The nodes expected back are the last round's but the one holding the
+    // rank the others blame (lost, or at fault): once they are all here,
+    // the last call waits kRejoinGrace more for a join (the blamed node,
+    // should it be alive: it comes back as fast as the others).
+    if (!members_.empty()) {
+      e.settle = kRejoinSettle;
+      e.expected_settle = kRejoinGrace;
+      const int lost = end_.lost_node;
+      for (std::size_t n = 0; lost >= 0 && n < members_.size(); ++n)
+        if (static_cast<int>(n) != lost) e.expected.push_back(members_[n]);
+    }
     e.check_signals = [this] {
       signalfd_siginfo info{};
       while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
@@ -133,6 +145,8 @@ class Launcher {
     };
     char host[256] = {};
     gethostname(host, sizeof host - 1);
+    collie::log().debug("collie launch: joining round {} (expecting {} nodes back)", attempt_,
+                        e.expected.size());
     const auto round = team_->rendezvous(attempt_, e, fmt::format("{} pid {}", host, getpid()));
     std::vector<std::string> left;
     for (const auto& m : members_)
@@ -146,6 +160,7 @@ class Launcher {
                     fmt::join(members_, ", "), nodes_ * args_.nproc_count, node_rank_));
     if (!left.empty()) say(fmt::format("not in this round: {}", fmt::join(left, ", ")));
     if (args_.etcd) store_.begin_round(attempt_, node_rank_, say);
+    collie::log().debug("collie launch: round {} begins", attempt_);
   }
   void block_signals() {
     sigemptyset(&signals_);
@@ -221,6 +236,8 @@ class Launcher {
         say(fmt::format("could not tell the other nodes: {}", e.what()));
       }
     }
+    collie::log().debug("collie launch: attempt {}: rank {} failed; the other nodes told",
+                        attempt_, r.rank);
     ranks_->begin_stop(SIGTERM, args_.stop_timeout_s);
   }
 
@@ -341,6 +358,7 @@ class Launcher {
       }
       if (ranks_->all_reaped()) break;
     }
+    collie::log().debug("collie launch: attempt {}: every rank of this node has exited", attempt_);
     ranks_->drain_output();
     if (interrupt_signal_ != 0) return Outcome::Interrupted;
     if (!end_.lost.empty()) {
@@ -403,8 +421,10 @@ class Launcher {
       store::Store* s = store_.reader();
       if (s == nullptr) return "";
       const auto verdict = read_blames(*s, attempt_);
+      collie::log().debug("collie launch: attempt {}: the blames read", attempt_);
       if (!verdict) return "";
       end_.blamed = verdict->culprit;
+      end_.lost_node = verdict->culprit / args_.nproc_count;
       return fmt::format(
           "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
           "for it; rank {} said: {}",
@@ -413,6 +433,11 @@ class Launcher {
           verdict->quoted, verdict->said);
     } catch (const std::exception& e) {
       say(fmt::format("could not read whom the ranks blame: {}", e.what()));
+      // In etcd the round's store is node 0's: that node is the one gone.
+      if (args_.etcd && node_rank_ != 0 &&
+          (dynamic_cast<const ConnectionError*>(&e) != nullptr ||
+           dynamic_cast<const TimeoutError*>(&e) != nullptr))
+        end_.lost_node = 0;
       return "";
     }
   }
@@ -445,6 +470,7 @@ class Launcher {
   struct AttemptEnd {
     const LocalRank* first_failure = nullptr;  // the first of this node's ranks to fail
     int blamed = -1;  // the rank the failed ranks blame (blamed_rank()); -1: none
+    int lost_node = -1;  // its node, or the store's that could not be read; -1: none
     std::string failure_text;    // what this node says of its first failure
     std::string remote_failure;  // what another node said, or a change of nodes
     std::vector<const LocalRank*> lost;  // --keep-going: this node's ranks that failed

@@ -3,6 +3,8 @@
 #include "keys.hpp"
 
 #include <algorithm>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -88,18 +90,32 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
       std::this_thread::sleep_for(50ms);
     }
     // With `settle`, the last call also ends once no node joined for that
-    // long (and so goes on while they keep coming).
+    // long (and so goes on while they keep coming); once every node
+    // `expected` is here, after `expected_settle`.
     const auto began = Clock::now();
     const auto last = began + elastic.last_call;
-    auto quiet_until = began + elastic.settle;
+    auto joined_last = began;
+    std::set<std::string> awaited(elastic.expected.begin(), elastic.expected.end());
+    long long named = 0;  // the nodes whose names were read, in order of joining
+    const auto all_expected = [&](long long seen) {
+      if (elastic.expected.empty()) return false;
+      for (; named < seen && !awaited.empty(); ++named) {
+        const auto name =
+            store_->try_get(keys::launch_round(round, fmt::format("node/{}", named)), 10s);
+        if (!name) break;  // it joined, and writes its name next
+        awaited.erase(*name);
+      }
+      return awaited.empty();
+    };
     for (auto seen = count(round); !closed && !is_closed() && seen < elastic.max_nodes &&
                                    Clock::now() < last;) {
-      if (elastic.settle.count() > 0 && Clock::now() >= quiet_until) break;
+      const auto settle = all_expected(seen) ? elastic.expected_settle : elastic.settle;
+      if (elastic.settle.count() > 0 && Clock::now() >= joined_last + settle) break;
       ended();
       std::this_thread::sleep_for(50ms);
       if (const auto now = count(round); now != seen) {
         seen = now;
-        quiet_until = Clock::now() + elastic.settle;
+        joined_last = Clock::now();
       }
     }
     if (!closed) {

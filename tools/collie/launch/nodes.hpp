@@ -67,6 +67,11 @@ class NodeTeam {
     std::chrono::milliseconds last_call{0};
     // Nonzero: the last call ends too once no node joined for this long.
     std::chrono::milliseconds settle{0};
+    // The nodes (as `who` names them) expected back: once all of them have
+    // joined, the last call ends after `expected_settle` without a join
+    // (shorter than `settle`). Empty: none is.
+    std::vector<std::string> expected;
+    std::chrono::milliseconds expected_settle{0};
     // Asked while waiting: a signal to the launcher ends the wait (throws).
     std::function<void()> check_signals;
   };

@@ -163,12 +163,12 @@ void Progress::stop() {
 void Progress::background_loop() {
   std::vector<pollfd> fds;
   std::vector<int> who;
-  auto next_check = Clock::now() + 1s;
+  auto next_check = Clock::now() + kCheckAliveEvery;
   bool woken = false;  // the last poll ended on a wake-up: work nobody waits for
   while (!stopping_.load()) {
     // Connections whose host may be gone (sockets.hpp: kLostAfter).
     if (const auto now = Clock::now(); now >= next_check) {
-      next_check = now + 1s;
+      next_check = now + kCheckAliveEvery;
       std::lock_guard lock(table_.mu);
       for (int rank : table_.connected)
         table_.peer(rank).check_alive(now);

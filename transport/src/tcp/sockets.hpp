@@ -38,20 +38,26 @@ class Descriptor {
 // socket is closed afterwards. Settings made with tune() stay.
 Descriptor release(asio::ip::tcp::socket& socket);
 
-// How a lost host is noticed (docs/failures.md): an idle connection sends
-// keep-alive probes after kKeepIdleS seconds, kKeepCount of them
-// kKeepIntervalS apart, and fails when none is answered (about 6 s); a
+// How a lost host is noticed (docs/failures.md), within about 3 s: an idle
+// connection sends keep-alive probes after kKeepIdleS seconds, kKeepCount
+// of them kKeepIntervalS apart, and fails when none is answered; a
 // connection with data unacknowledged and retransmitting for kLostAfter, or
 // with data queued behind a closed receive window whose probes have gone
 // unanswered that long (keep-alive does not probe such a connection), is
-// failed by the transport (PeerStream::check_alive). TCP_USER_TIMEOUT is not
-// used: since Linux 5.11 it also drops a connection whose receiver keeps a
-// zero window that long, so a rank stopped in a debugger would lose its
-// connections while its peers send to it.
-inline constexpr int kKeepIdleS = 2;
+// failed by the transport (PeerStream::check_alive, every kCheckAliveEvery).
+// A live host's kernel acknowledges within a round trip however busy its
+// processes are, so only a host gone silent (or a network cut that long)
+// waits out these times; 3 s is past the kernel's own point of doubt
+// (tcp_retries1: 3 retransmissions, about 3 s at the minimal timeout).
+// TCP_USER_TIMEOUT is not used: since Linux 5.11 it also drops a
+// connection whose receiver keeps a zero window that long, so a rank
+// stopped in a debugger would lose its connections while its peers send
+// to it.
+inline constexpr int kKeepIdleS = 1;
 inline constexpr int kKeepIntervalS = 1;
-inline constexpr int kKeepCount = 4;
-inline constexpr std::chrono::seconds kLostAfter{5};
+inline constexpr int kKeepCount = 2;
+inline constexpr std::chrono::seconds kLostAfter{3};
+inline constexpr std::chrono::milliseconds kCheckAliveEvery{500};
 
 // SO_SNDBUF of a connection between two processes of one host (the kernel
 // doubles it: 768 KiB in all).
