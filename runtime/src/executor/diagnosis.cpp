@@ -83,18 +83,30 @@ std::string Diagnosis::mismatch(int from, std::uint64_t theirs) const {
       describe(mine, algo));
 }
 
-void Diagnosis::store_failed(const std::exception& e) const {
-  if (dynamic_cast<const TimeoutError*>(&e) != nullptr) store_silent_ = true;
+bool Diagnosis::with_store(std::string_view what,
+                           const std::function<void(store::Store&)>& use) const {
+  if (store_silent_) return false;
+  try {
+    use(g_.world->job->store());
+    return true;
+  } catch (const std::exception& e) {
+    collie::log().debug("rank {}: {}: {}", g_.rank, what, e.what());
+    if (dynamic_cast<const TimeoutError*>(&e) != nullptr) {
+      store_silent_ = true;
+      collie::log().debug("rank {}: the store did not answer in time: the rest of this "
+                          "failure's diagnosis goes without it",
+                          g_.rank);
+    }
+    return false;
+  }
 }
 
 std::optional<std::string> Diagnosis::saved_mismatch(std::uint64_t sequence) const {
-  if (store_silent_) return std::nullopt;
-  try {
-    return g_.world->job->store().try_get(keys::mismatch(g_.slot, sequence), kStoreWait);
-  } catch (const std::exception& e) {
-    store_failed(e);
-    return std::nullopt;
-  }
+  std::optional<std::string> saved;
+  with_store("reading a saved mismatch", [&](store::Store& s) {
+    saved = s.try_get(keys::mismatch(g_.slot, sequence), kStoreWait);
+  });
+  return saved;
 }
 
 void Diagnosis::check_board(int from) {
@@ -169,18 +181,16 @@ void Diagnosis::reported_failure(std::uint64_t notice, int from,
     // "<culprit> <its group rank> <report>".
     std::string report;
     int gave_up = from;
-    try {
-      if (auto saved = store_silent_ ? std::nullopt
-                                     : g_.world->job->store().try_get(
-                                           keys::stall_final(g_.slot, sequence), kStoreWait)) {
-        std::istringstream in(*saved);
-        int culprit = -1;
-        in >> culprit >> gave_up;
-        in.get();
-        std::getline(in, report, '\0');
-      }
-    } catch (const std::exception& e) {
-      store_failed(e);
+    std::optional<std::string> saved;
+    with_store("reading the stall report", [&](store::Store& s) {
+      saved = s.try_get(keys::stall_final(g_.slot, sequence), kStoreWait);
+    });
+    if (saved) {
+      std::istringstream in(*saved);
+      int culprit = -1;
+      in >> culprit >> gave_up;
+      in.get();
+      std::getline(in, report, '\0');
     }
     const int me = peer(g_.rank);
     std::string waited_for;
@@ -301,15 +311,10 @@ void Diagnosis::explain_departure(int with, const std::string& after) {
   // died with the connection (unread data makes its kernel reset the link,
   // and the reset drops what this rank had not yet read).
   std::optional<keys::Blame> blamed;
-  try {
-    if (const auto value = store_silent_ ? std::nullopt
-                                         : g_.world->job->store().try_get(
-                                               keys::blame(peer(with)), std::chrono::milliseconds(500)))
+  with_store(fmt::format("looking for rank {}'s blame", with), [&](store::Store& s) {
+    if (const auto value = s.try_get(keys::blame(peer(with)), std::chrono::milliseconds(500)))
       blamed = keys::parse_blame(*value);
-  } catch (const std::exception& e) {
-    store_failed(e);
-    collie::log().debug("rank {}: looking for rank {}'s blame: {}", g_.rank, with, e.what());
-  }
+  });
   if (!blamed || blamed->blamed == peer(g_.rank) || blamed->blamed == peer(with)) return;
   failed_world_rank = blamed->blamed;
   // What rank `with` said of it (why the culprit failed: its device, a
@@ -334,42 +339,28 @@ void Diagnosis::size_mismatch(int from, const std::string& error) {
 }
 
 void Diagnosis::save_mismatch(const std::string& what) const {
-  if (store_silent_) return;
-  try {
-    g_.world->job->store().compare_set(keys::mismatch(g_.slot, call_.sequence), "", what,
-                                       kStoreWait);
-  } catch (const std::exception& saving) {
-    store_failed(saving);
-    collie::log().debug("rank {}: saving the mismatch: {}", g_.rank, saving.what());
-  }
+  with_store("saving the mismatch", [&](store::Store& s) {
+    s.compare_set(keys::mismatch(g_.slot, call_.sequence), "", what, kStoreWait);
+  });
 }
 
 void Diagnosis::save_stall_report() const {
-  if (store_silent_) return;
-  try {
-    g_.world->job->store().set(
-        keys::stall_final(g_.slot, call_.sequence),
-        fmt::format("{} {} {}", failed_world_rank, g_.rank, stall_.report()), kStoreWait);
-  } catch (const std::exception& saving) {
-    store_failed(saving);
-    collie::log().debug("rank {}: saving the stall report: {}", g_.rank, saving.what());
-  }
+  with_store("saving the stall report", [&](store::Store& s) {
+    s.set(keys::stall_final(g_.slot, call_.sequence),
+          fmt::format("{} {} {}", failed_world_rank, g_.rank, stall_.report()), kStoreWait);
+  });
 }
 
 void Diagnosis::blame(const std::string& why) const {
-  if (failed_world_rank < 0 || store_silent_) return;
-  try {
-    g_.world->job->store().compare_set(
-        keys::blame(peer(g_.rank)), "",
-        keys::blame_value(failed_world_rank,
-                          fmt::format("rank {}: {} #{} on {}: {}", peer(g_.rank),
-                                      describe(call_.signature(), false), call_.sequence, g_.name,
-                                      why.substr(0, 2000))),
-        kStoreWait);
-  } catch (const std::exception& e) {
-    store_failed(e);
-    collie::log().debug("rank {}: saying whom the failure blames: {}", g_.rank, e.what());
-  }
+  if (failed_world_rank < 0) return;
+  with_store("saying whom the failure blames", [&](store::Store& s) {
+    s.compare_set(keys::blame(peer(g_.rank)), "",
+                  keys::blame_value(failed_world_rank,
+                                    fmt::format("rank {}: {} #{} on {}: {}", peer(g_.rank),
+                                                describe(call_.signature(), false),
+                                                call_.sequence, g_.name, why.substr(0, 2000))),
+                  kStoreWait);
+  });
 }
 
 void Diagnosis::notify(const std::vector<int>& peers, std::uint64_t fingerprint,

@@ -20,11 +20,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <collie/collectives/schedule.hpp>
+#include <collie/store/store.hpp>
 
 #include "../call.hpp"
 #include "../group.hpp"
@@ -139,12 +142,12 @@ class Diagnosis {
   std::uint64_t fingerprint_;
   const StallCheck& stall_;
   bool explained_ = false;  // explain_lost_connection() has looked
-  // The diagnosis's reads and writes of the store are each best-effort,
-  // with a short wait: once one timed out (a store gone silent with a lost
-  // host), the others are not tried, so the failure costs one wait, not
-  // one per read.
+  // Runs `use` on the job's store, best-effort (`what` names it in the
+  // debug log when it fails): once one such call timed out (a store gone
+  // silent with a lost host), the others are not tried, so a failure's
+  // diagnosis costs one wait, not one per read. False when skipped or failed.
+  bool with_store(std::string_view what, const std::function<void(store::Store&)>& use) const;
   mutable bool store_silent_ = false;
-  void store_failed(const std::exception& e) const;
   Finding sent_;            // what tell_mismatch() sends: alive until the sends are done
 };
 

@@ -428,16 +428,17 @@ class Launcher {
       return fmt::format(
           "rank {} (node {}) is the one the others blame: rank{} {} failed losing it or waiting "
           "for it; rank {} said: {}",
-          verdict->culprit, verdict->culprit / args_.nproc_count,
+          verdict->culprit, end_.lost_node,
           verdict->blamers.size() == 1 ? "" : "s", fmt::join(verdict->blamers, ", "),
           verdict->quoted, verdict->said);
     } catch (const std::exception& e) {
       say(fmt::format("could not read whom the ranks blame: {}", e.what()));
-      // In etcd the round's store is node 0's: that node is the one gone.
-      if (args_.etcd && node_rank_ != 0 &&
+      // In etcd the round's store is one node's: unreachable, that node is
+      // the one gone.
+      if (args_.etcd && node_rank_ != StoreRoute::kRoundStoreNode &&
           (dynamic_cast<const ConnectionError*>(&e) != nullptr ||
            dynamic_cast<const TimeoutError*>(&e) != nullptr))
-        end_.lost_node = 0;
+        end_.lost_node = StoreRoute::kRoundStoreNode;
       return "";
     }
   }

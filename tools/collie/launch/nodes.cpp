@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -96,14 +97,15 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
     const auto last = began + elastic.last_call;
     auto joined_last = began;
     std::set<std::string> awaited(elastic.expected.begin(), elastic.expected.end());
-    long long named = 0;  // the nodes whose names were read, in order of joining
+    std::vector<std::string> names;  // the first nodes', in order of joining: read once
     const auto all_expected = [&](long long seen) {
       if (elastic.expected.empty()) return false;
-      for (; named < seen && !awaited.empty(); ++named) {
-        const auto name =
-            store_->try_get(keys::launch_round(round, fmt::format("node/{}", named)), 10s);
+      while (static_cast<long long>(names.size()) < seen && !awaited.empty()) {
+        auto name = store_->try_get(
+            keys::launch_round(round, fmt::format("node/{}", names.size())), 10s);
         if (!name) break;  // it joined, and writes its name next
         awaited.erase(*name);
+        names.push_back(std::move(*name));
       }
       return awaited.empty();
     };
@@ -131,8 +133,10 @@ NodeTeam::Round NodeTeam::rendezvous(int attempt, const Elastic& elastic,
     r.nodes = nodes;
     for (int n = 0; n < nodes; ++n) {
       r.members.push_back(
-          store_->try_get(keys::launch_round(round, fmt::format("node/{}", n)), 10s)
-              .value_or(fmt::format("node {}", n)));
+          n < static_cast<int>(names.size())
+              ? names[static_cast<std::size_t>(n)]
+              : store_->try_get(keys::launch_round(round, fmt::format("node/{}", n)), 10s)
+                    .value_or(fmt::format("node {}", n)));
     }
     node_rank_ = r.node_rank;
     nodes_ = nodes;

@@ -174,7 +174,7 @@ void StoreRoute::begin_round(int round, int node_rank,
   port_ = args_.port;
   auto& launchers = team_->store();
   const auto key = keys::launch_round(round, "store");
-  if (node_rank == 0) {
+  if (node_rank == kRoundStoreNode) {
     host(say);
     // The address the other nodes reach this one by: the one it reaches etcd from.
     const auto here = advertised_toward(args_.etcd_endpoints.front());

@@ -35,6 +35,8 @@ class StoreRoute {
   // prints a line of the launcher's. With etcd: joins the team there only.
   void open(const std::function<void(const std::string&)>& say);
 
+  // With etcd, the node of each round that hosts the ranks' store.
+  static constexpr int kRoundStoreNode = 0;
   // With etcd, after each round's rendezvous: the round's node 0 hosts the
   // ranks' store (a fresh one, on --master-port or a free port) and says
   // where in etcd; the others read it and reach it as a node that does not
