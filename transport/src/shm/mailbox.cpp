@@ -125,6 +125,30 @@ std::string ShmTransport::Impl::find_record(int rank, Clock::time_point deadline
   return "";
 }
 
+namespace {
+
+// The kernel has begun to end process `pid` (PF_EXITING in the flags of
+// /proc/<pid>/stat, the 9th field): its files are closed, but a large
+// process (a sanitizer's shadow memory, many threads) may take a while
+// longer before its pidfd says it exited.
+bool is_exiting(pid_t pid) {
+  constexpr unsigned long kPfExiting = 0x4;
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "re");
+  if (f == nullptr) return true;  // gone already
+  char line[1024] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  const char* paren = read ? std::strrchr(line, ')') : nullptr;
+  unsigned long flags = 0;
+  // After ") ": state, ppid, pgrp, session, tty_nr, tpgid, flags.
+  if (paren == nullptr ||
+      std::sscanf(paren + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
+    return false;
+  return (flags & kPfExiting) != 0;
+}
+
+}  // namespace
+
 std::string ShmTransport::Impl::attach(Peer& p, const std::string& value) {
   unsigned long long pid = 0, fd = 0;
   char hex[33] = {};
@@ -145,7 +169,8 @@ std::string ShmTransport::Impl::attach(Peer& p, const std::string& value) {
     // A process that is ending has closed its files before its pidfd says
     // it exited: give it a moment to tell the two apart.
     pollfd exited{p.pidfd, POLLIN, 0};
-    if (::poll(&exited, 1, 200) > 0) return "its process ended (it exited or was killed)";
+    if (::poll(&exited, 1, 200) > 0 || is_exiting(p.pid))
+      return "its process ended (it exited or was killed)";
     return fmt::format("it has closed its transport (its mailbox {} is gone)", path);
   }
   if (f < 0)
