@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what collie needs, from Debian packages only, and nothing that is
-# already there. Called by tools/bench.sh and tools/test.sh; safe to re-run.
+# already there (ccache: the compiler cache the build uses where it is found,
+# third_party/compiler_cache.cmake). Called by tools/bench.sh and tools/test.sh; safe to re-run.
 #   tools/setup.sh          build dependencies
 #   tools/setup.sh --test   plus what the tests need (Catch2, clang + libFuzzer, chromium for the
 #                           explain page's browser test, iproute2 for the multi-host tests in
@@ -11,7 +12,7 @@
 #                           real cluster, with certificates)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev)
+packages=(cmake ninja-build ccache g++ libasio-dev libspdlog-dev libfmt-dev libssl-dev libcli11-dev nlohmann-json3-dev libcurl4-openssl-dev)
 if [ "${1:-}" = "--test" ]; then
   packages+=(catch2 clang libclang-rt-dev chromium iproute2 slurmd slurmctld slurm-client
              python3-torch libtorch-dev pybind11-dev python3-setuptools etcd-server openssl)

@@ -60,10 +60,25 @@ count_result() {
     END { if (keep) flush() }' "$log" >>"$failed_output"
 }
 
+# The compiler cache's hits and misses so far (ccache's counters, where the
+# build compiles through it: third_party/compiler_cache.cmake), as "HITS MISSES".
+cache_counts() {
+  command -v ccache >/dev/null || { echo "0 0"; return; }
+  ccache --print-stats 2>/dev/null | awk '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hits += $2 }
+    $1 == "cache_miss" { misses = $2 }
+    END { print hits + 0, misses + 0 }'
+}
+
+# Each preset's build and test times, for the summary (and every note).
+times=()
+
 run_preset() {
-  local preset=$1 log
+  local preset=$1 log began built tested hits misses hits_after misses_after cache=""
   log=$(mktemp)
   echo "=== preset $preset: configure and build"
+  read -r hits misses < <(cache_counts)
+  began=$SECONDS
   if ! cmake --preset "$preset" -DCOLLIE_FUZZ_SECONDS="${COLLIE_FUZZ_SECONDS:-20}" >"$log" 2>&1 ||
      ! cmake --build --preset "$preset" -j "$jobs" >>"$log" 2>&1; then
     cat "$log"
@@ -72,21 +87,33 @@ run_preset() {
     rm -f "$log"
     return
   fi
-  echo "=== preset $preset: test"
+  built=$((SECONDS - began))
+  read -r hits_after misses_after < <(cache_counts)
+  if grep -q '^CMAKE_CXX_COMPILER_LAUNCHER:.*ccache' "build/$preset/CMakeCache.txt" 2>/dev/null; then
+    cache=", ccache $((hits_after - hits)) hits, $((misses_after - misses)) misses"
+  fi
+  echo "=== preset $preset: built in $built s$cache; test"
+  began=$SECONDS
   # torch's own distributed suite (label torch_suite, release only) runs
   # after the others, its time counted apart.
   ctest --preset "$preset" -j "$test_jobs" -LE torch_suite --output-on-failure 2>&1 | tee "$log"
   count_result "$log" "$preset"
+  tested=$((SECONDS - began))
+  times+=("$(printf '%-8s build %4d s%s; test %4d s' "$preset" "$built" "$cache" "$tested")")
+  test_seconds=$((test_seconds + tested))
   if [ "$preset" = release ] && ctest --preset release -N -L torch_suite 2>/dev/null |
       grep -q 'Total Tests: [1-9]'; then
     echo "=== preset release: torch's distributed test suite (counted apart)"
+    began=$SECONDS
     ctest --preset release -L torch_suite --output-on-failure 2>&1 | tee "$log"
     count_result "$log" "release, torch's suite"
+    times+=("$(printf "%-8s torch's suite %4d s" release $((SECONDS - began)))")
   fi
   rm -f "$log"
 }
 
 start=$SECONDS
+test_seconds=0
 for preset in release nocuda asan tsan fuzz; do
   # Without a CUDA toolkit the release build is already one without CUDA.
   if [ "$preset" = nocuda ] && ! grep -q '^COLLIE_CUDA_BUILT_IN:INTERNAL=ON' build/release/CMakeCache.txt 2>/dev/null; then
@@ -105,6 +132,8 @@ rm -f "$failed_output"
 echo
 echo "=== summary ($((SECONDS - start)) s)"
 printf '  %s\n' "${summary[@]}"
+echo "times (the presets' tests $test_seconds s, torch's suite apart):"
+printf '  %s\n' "${times[@]}"
 if [ "${#failed_names[@]}" -gt 0 ]; then
   echo "failed:"
   printf '  %s\n' "${failed_names[@]}"

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include "support/cli.hpp"
@@ -27,8 +28,8 @@ using collie::test::Subprocess;
 namespace {
 
 using collie::test::kCollie;
-const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
-const std::string kExamples = COLLIE_EXAMPLES_DIR;
+const std::string kWorker = collie::test::paths::kCollectiveWorker;
+const std::string kExamples = collie::test::paths::kExamples;
 // The sanitizer builds run each algorithm once per dtype family (float32,
 // int32) instead of every dtype x op: the same code paths, a tenth of the time.
 const std::string kMatrix = COLLIE_TEST_FULL_MATRIX ? "full" : "smoke";

@@ -1,5 +1,6 @@
 // The shipped collective examples, run with 4 ranks, print what the
 // tutorials promise.
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include "support/cli.hpp"
@@ -10,7 +11,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using collie::test::kCollie;
-const std::string kExamples = COLLIE_EXAMPLES_DIR;
+const std::string kExamples = collie::test::paths::kExamples;
 
 collie::test::RunResult launch(int ranks, const std::string& example) {
   return collie::test::launch_ranks(kCollie, ranks, {kExamples + "/" + example});

@@ -6,6 +6,7 @@
 #include <regex>
 #include <tuple>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include "support/cli.hpp"
@@ -17,8 +18,8 @@ using collie::test::RunResult;
 
 namespace {
 
-const std::string kProgram = COLLIE_MW_PROGRAM_PATH;
-const std::string kExamples = COLLIE_EXAMPLES_DIR;
+const std::string kProgram = collie::test::paths::kMwProgram;
+const std::string kExamples = collie::test::paths::kExamples;
 
 RunResult launch(int ranks, const std::vector<std::string>& program, bool master_worker = true,
                  const std::vector<std::string>& env = {}) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 #include <fmt/format.h>
 
@@ -28,7 +29,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kWorker = COLLIE_SHRINK_WORKER_PATH;
+const std::string kWorker = collie::test::paths::kShrinkWorker;
 // The sanitizers run the code several times slower: the time bounds there
 // are looser (the optimized build holds the claims).
 constexpr long long kSecond = COLLIE_TEST_FULL_MATRIX ? 1000 : 3000;

@@ -1,17 +1,18 @@
 // The collie CLI in a test: where the built one is, and `collie COMMAND
 // ARGS...` run to completion (subprocess.hpp's run()). For the tests built
-// with COLLIE_CLI_PATH (collie_cli_tests).
+// for collie_cli_tests (build_paths.hpp).
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "support/build_paths.hpp"
 #include "support/subprocess.hpp"
 
 namespace collie::test {
 
-inline const std::string kCollie = COLLIE_CLI_PATH;
+inline const std::string kCollie = paths::kCli;
 
 // `collie COMMAND ARGS...`, with `env` added to the environment and `input`
 // on its standard input; killed (timed_out) after `timeout`.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 #include <fmt/format.h>
 
@@ -30,7 +31,7 @@ using collie::test::Subprocess;
 
 namespace {
 
-const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
+const std::string kWorker = collie::test::paths::kCollectiveWorker;
 
 // --rdzv-conf's certificates for a launcher.
 std::string tls_conf(const EtcdCluster& etcd) {

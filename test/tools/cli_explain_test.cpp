@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include <collie/collectives/cost.hpp>
@@ -29,7 +30,7 @@ using collie::test::ScratchDir;
 
 namespace {
 
-const std::filesystem::path kGolden = COLLIE_GOLDEN_DIR;
+const std::filesystem::path kGolden = collie::test::paths::kGolden;
 
 RunResult explain(const std::vector<std::string>& args) {
   return collie::test::collie_cli("explain", args);
@@ -357,7 +358,7 @@ TEST_CASE("explain: the html page loads in headless Chromium, steps through with
 
 TEST_CASE("docs/algorithms.md: every collie explain excerpt is what the command prints today",
           "[explain][docs]") {
-  const auto doc = read_file(std::filesystem::path(COLLIE_DOCS_DIR) / "algorithms.md");
+  const auto doc = read_file(std::filesystem::path(collie::test::paths::kDocs) / "algorithms.md");
   std::istringstream in(doc);
   std::string line;
   int excerpts = 0;

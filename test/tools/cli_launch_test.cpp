@@ -10,6 +10,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 #include <collie/host_cpus.hpp>
 #include <fmt/format.h>
@@ -530,7 +531,7 @@ TEST_CASE(
     WARN("skipped: this host has no non-loopback IPv4 address");
     return;
   }
-  const std::string example = std::string(COLLIE_EXAMPLES_DIR) + "/all_reduce";
+  const std::string example = std::string(collie::test::paths::kExamples) + "/all_reduce";
   auto one_rank = [&](const std::string& master_addr) {
     // (Rank 0 must be told its port before it listens: one that was free a
     // moment ago, tried again if a test running beside this one took it.)

@@ -9,6 +9,7 @@
 #include <memory>
 #include <sstream>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include "support/cli.hpp"
@@ -26,7 +27,7 @@ using collie::test::Subprocess;
 namespace {
 
 using collie::test::kCollie;
-const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
+const std::string kWorker = collie::test::paths::kCollectiveWorker;
 const std::string kToken = "multi-host-test-secret-0123456789abcdef";
 
 

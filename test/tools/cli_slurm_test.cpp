@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 #include "support/cli.hpp"
@@ -27,7 +28,7 @@ using collie::test::Subprocess;
 namespace {
 
 using collie::test::kCollie;
-const std::string kWorker = COLLIE_COLLECTIVE_WORKER_PATH;
+const std::string kWorker = collie::test::paths::kCollectiveWorker;
 
 std::string find_program(const std::string& name) {
   for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin"}) {

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 #include <fmt/format.h>
 
@@ -295,7 +296,7 @@ TEST_CASE("a torch group under collie launch names a stopped rank within the sta
   }
   // Rank 2 stops itself before an all_reduce; the stall time is 2 s, the
   // group's timeout 12 s.
-  const auto r = launch({"--nproc_per_node=3", COLLIE_SOURCE_DIR "/test/torch/stopped_rank.py"},
+  const auto r = launch({"--nproc_per_node=3", std::string(collie::test::paths::kSource) + "/test/torch/stopped_rank.py"},
                         {"COLLIE_STALL_TIME=2", "COLLIE_LOG_LEVEL=warn"}, 180s);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 3);

@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kRoot = COLLIE_SOURCE_DIR;
+const fs::path kRoot = collie::test::paths::kSource;
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "support/build_paths.hpp"
 #include "support/catch.hpp"
 #include <fmt/format.h>
 
@@ -28,8 +29,8 @@ using collie::test::Subprocess;
 namespace {
 
 using collie::test::kCollie;
-const std::string kWorker = COLLIE_P2P_WORKER_PATH;
-const std::string kExamples = COLLIE_EXAMPLES_DIR;
+const std::string kWorker = collie::test::paths::kP2pWorker;
+const std::string kExamples = collie::test::paths::kExamples;
 
 // The backends between the processes of one host: each test that takes
 // `transport` runs on both.
