@@ -18,6 +18,17 @@
 option(COLLIE_CCACHE "Compile through ccache where it is installed" ON)
 if(COLLIE_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
   find_program(COLLIE_CCACHE_PROGRAM ccache)
+  # A ccache that cannot reach its cache folder (no home folder, say) is
+  # left out rather than failing every compile.
+  if(COLLIE_CCACHE_PROGRAM)
+    execute_process(COMMAND ${COLLIE_CCACHE_PROGRAM} --print-stats RESULT_VARIABLE ccache_rc
+      OUTPUT_QUIET ERROR_VARIABLE ccache_error)
+    if(NOT ccache_rc EQUAL 0)
+      message(STATUS "Compiler cache: ${COLLIE_CCACHE_PROGRAM} left out: ${ccache_error}")
+      unset(COLLIE_CCACHE_PROGRAM CACHE)
+      set(COLLIE_CCACHE_PROGRAM "")
+    endif()
+  endif()
   if(COLLIE_CCACHE_PROGRAM)
     set(CMAKE_CXX_COMPILER_LAUNCHER env "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1
       CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime

@@ -89,7 +89,8 @@ run_preset() {
   fi
   built=$((SECONDS - began))
   read -r hits_after misses_after < <(cache_counts)
-  if grep -q '^CMAKE_CXX_COMPILER_LAUNCHER:.*ccache' "build/$preset/CMakeCache.txt" 2>/dev/null; then
+  if grep -q '^COLLIE_CCACHE:BOOL=ON' "build/$preset/CMakeCache.txt" 2>/dev/null &&
+     grep -q '^COLLIE_CCACHE_PROGRAM:FILEPATH=.' "build/$preset/CMakeCache.txt"; then
     cache=", ccache $((hits_after - hits)) hits, $((misses_after - misses)) misses"
   fi
   echo "=== preset $preset: built in $built s$cache; test"

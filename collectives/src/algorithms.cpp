@@ -1,5 +1,5 @@
 // Every collective and its algorithms by name, and make_schedule(), which
-// dispatches to each family's schedule (algorithms.hpp).
+// runs the algorithm's row of the table (algorithm_table.hpp).
 #include <algorithm>
 #include <numeric>
 
@@ -8,11 +8,6 @@
 
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/hosts.hpp>
-#include <collie/collectives/pairwise.hpp>
-#include <collie/collectives/recursive.hpp>
-#include <collie/collectives/ring.hpp>
-#include <collie/collectives/tree.hpp>
-#include <collie/collectives/two_level.hpp>
 #include <collie/error.hpp>
 
 namespace collie::collectives {
@@ -60,28 +55,8 @@ std::optional<Collective> parse_collective(std::string_view name) {
 }
 
 std::string_view algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::Auto:
-      return "auto";
-    case Algorithm::Ring:
-      return "ring";
-    case Algorithm::Tree:
-      return "tree";
-    case Algorithm::RecursiveDoubling:
-      return "recursive_doubling";
-    case Algorithm::HalvingDoubling:
-      return "halving_doubling";
-    case Algorithm::RecursiveHalving:
-      return "recursive_halving";
-    case Algorithm::Linear:
-      return "linear";
-    case Algorithm::Pairwise:
-      return "pairwise";
-    case Algorithm::Dissemination:
-      return "dissemination";
-    case Algorithm::TwoLevel:
-      return "two_level";
-  }
+  for (const auto& n : kAlgorithmNames)
+    if (n.algorithm == a) return n.name;
   return "unknown";
 }
 
@@ -92,40 +67,41 @@ std::optional<Algorithm> parse_algorithm(std::string_view name) {
 }
 
 const std::vector<Algorithm>& algorithms_for(Collective c) {
-  using A = Algorithm;
-  static const std::vector<A> broadcast{A::Tree, A::Ring, A::TwoLevel},
-      reduce{A::Tree, A::Ring, A::TwoLevel},
-      all_reduce{A::Ring, A::HalvingDoubling, A::RecursiveDoubling, A::Tree, A::TwoLevel},
-      gather{A::Tree, A::Linear}, all_gather{A::Ring, A::RecursiveDoubling, A::TwoLevel},
-      reduce_scatter{A::Ring, A::RecursiveHalving, A::TwoLevel},
-      all_to_all{A::Pairwise, A::TwoLevel},
-      barrier{A::Dissemination};
-  switch (c) {
-    case Collective::Broadcast:
-      return broadcast;
-    case Collective::Reduce:
-      return reduce;
-    case Collective::AllReduce:
-      return all_reduce;
-    case Collective::Gather:
-    case Collective::Scatter:
-      return gather;
-    case Collective::AllGather:
-      return all_gather;
-    case Collective::ReduceScatter:
-      return reduce_scatter;
-    case Collective::AllToAll:
-      return all_to_all;
-    case Collective::Barrier:
-      return barrier;
-  }
-  return barrier;
+  static const auto lists = [] {
+    std::array<std::vector<Algorithm>, std::size(kCollectives)> all;
+    for (const auto& row : kAlgorithmTable)
+      all[static_cast<std::size_t>(row.collective)].push_back(row.algorithm);
+    return all;
+  }();
+  return lists.at(static_cast<std::size_t>(c));
 }
 
-bool implements(Collective c, Algorithm a) {
-  const auto& all = algorithms_for(c);
-  return std::find(all.begin(), all.end(), a) != all.end();
+namespace {
+
+// The table's own checks: every collective has a row, no row is there
+// twice, Auto has none, and every algorithm of a row has a name.
+constexpr bool table_is_whole() {
+  for (std::size_t c = 0; c < std::size(kCollectives); ++c) {
+    if (static_cast<std::size_t>(kCollectives[c]) != c) return false;
+    bool has_row = false;
+    for (const auto& row : kAlgorithmTable) has_row = has_row || row.collective == kCollectives[c];
+    if (!has_row) return false;
+  }
+  for (const auto& row : kAlgorithmTable) {
+    if (row.algorithm == Algorithm::Auto || row.make == nullptr) return false;
+    if (algorithm_row(row.collective, row.algorithm) != &row) return false;  // twice
+    bool named = false;
+    for (const auto& n : kAlgorithmNames) named = named || n.algorithm == row.algorithm;
+    if (!named) return false;
+  }
+  return true;
 }
+static_assert(table_is_whole(), "algorithm_table.hpp: a collective without a row, a row twice, "
+                                "or an algorithm without a name");
+
+}  // namespace
+
+bool implements(Collective c, Algorithm a) { return algorithm_row(c, a) != nullptr; }
 
 std::string algorithm_list(Collective c) {
   std::vector<std::string_view> names;
@@ -185,51 +161,8 @@ Schedule make_schedule(Collective c, Algorithm a, const Shape& shape) {
   if (has_root(c) && (shape.root < 0 || shape.root >= shape.world))
     throw Error(fmt::format("{}: root {} is outside a world of {} (ranks 0 to {})",
                             collective_name(c), shape.root, shape.world, shape.world - 1));
-  using A = Algorithm;
-  switch (c) {
-    case Collective::Broadcast:
-      if (a == A::Tree) return in_host_order(tree_broadcast, shape);
-      if (a == A::Ring) return chain_broadcast(shape);
-      if (a == A::TwoLevel) return two_level_broadcast(shape);
-      break;
-    case Collective::Reduce:
-      if (a == A::Tree) return in_host_order(tree_reduce, shape);
-      if (a == A::Ring) return chain_reduce(shape);
-      if (a == A::TwoLevel) return two_level_reduce(shape);
-      break;
-    case Collective::AllReduce:
-      if (a == A::Ring) return ring_all_reduce(shape);
-      if (a == A::HalvingDoubling) return halving_doubling_all_reduce(shape);
-      if (a == A::RecursiveDoubling) return recursive_doubling_all_reduce(shape);
-      if (a == A::Tree) return in_host_order(tree_all_reduce, shape);
-      if (a == A::TwoLevel) return two_level_all_reduce(shape);
-      break;
-    case Collective::Gather:
-      if (a == A::Tree) return tree_gather(shape);
-      if (a == A::Linear) return linear_gather(shape);
-      break;
-    case Collective::Scatter:
-      if (a == A::Tree) return tree_scatter(shape);
-      if (a == A::Linear) return linear_scatter(shape);
-      break;
-    case Collective::AllGather:
-      if (a == A::Ring) return ring_all_gather(shape);
-      if (a == A::RecursiveDoubling) return recursive_doubling_all_gather(shape);
-      if (a == A::TwoLevel) return two_level_all_gather(shape);
-      break;
-    case Collective::ReduceScatter:
-      if (a == A::Ring) return ring_reduce_scatter(shape);
-      if (a == A::RecursiveHalving) return recursive_halving_reduce_scatter(shape);
-      if (a == A::TwoLevel) return two_level_reduce_scatter(shape);
-      break;
-    case Collective::AllToAll:
-      if (a == A::Pairwise) return pairwise_all_to_all(shape);
-      if (a == A::TwoLevel) return two_level_all_to_all(shape);
-      break;
-    case Collective::Barrier:
-      if (a == A::Dissemination) return dissemination_barrier(shape);
-      break;
-  }
+  if (const auto* row = algorithm_row(c, a))
+    return row->host_order ? in_host_order(row->make, shape) : row->make(shape);
   throw Error(no_algorithm_message(c, algorithm_name(a), false));
 }
 

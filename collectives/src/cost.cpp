@@ -39,8 +39,8 @@ double cpu_work(const Schedule& schedule, const Shape& shape, std::size_t elemen
   return work;
 }
 
-// The executor's data path replayed piece by piece (runtime/src/
-// executor.cpp): every send and receive is cut into pieces of flow_bytes,
+// The executor's data path replayed piece by piece (runtime/src/executor/
+// flow_run.cpp): every send and receive is cut into pieces of flow_bytes,
 // and an op waits only for the earlier ops that touch its elements (a read
 // for the last write; a write for the last write and the reads since), for
 // the op before it to or from the same peer, and a receive for the send it
@@ -444,7 +444,8 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
   // two_level only where it is two levels: on one host it is a ring of
   // pairs (all_to_all: the pairwise exchange), on hosts of one rank a ring.
   const bool two_levels = hosts && hosts->hosts() > 1 && hosts->most_per_host() > 1;
-  if (!two_levels && candidates.size() == 2 && candidates.back() == Algorithm::TwoLevel)
+  const auto made_for_hosts = [c](Algorithm a) { return algorithm_row(c, a)->made_for_hosts; };
+  if (!two_levels && candidates.size() == 2 && made_for_hosts(candidates.back()))
     return candidates.front();
   const std::size_t representative = size_bucket(count * element_bytes) / element_bytes;
   Algorithm best = candidates.front();  // (where none is priced)
@@ -453,24 +454,24 @@ Algorithm auto_algorithm(Collective c, int world, std::size_t count, std::size_t
   CostModel m = priced_as_called(c, model);
   m.segment_bytes = segment_bytes;
   for (auto a : candidates) {
-    if (a == Algorithm::TwoLevel && !two_levels) continue;
+    if (made_for_hosts(a) && !two_levels) continue;
     const Shape shape{0, world, representative, 0,
                       pieces_for(representative * element_bytes, segment_bytes), hosts};
     // A long replay without a closed form (all_to_all's, n^2 messages
     // either way) is not priced: the first candidate stands.
-    if (!replays_quickly(a, shape) && !has_closed_form(c, a)) continue;
-    const double t = replays_quickly(a, shape) ? estimate(c, a, shape, element_bytes, m).seconds
-                                               : formula_seconds(c, a, shape, element_bytes, m);
+    const bool quick = replays_quickly(c, a, shape);
+    if (!quick && !has_closed_form(c, a)) continue;
+    const double t = quick ? estimate(c, a, shape, element_bytes, m).seconds
+                           : formula_seconds(c, a, shape, element_bytes, m);
     // A tie (the crowded bound can cost two algorithms alike) goes to the
-    // earlier one, except that two_level, made for hosts, wins within 10%
+    // earlier one, except that one made for hosts (two_level) wins within 10%
     // of the best. halving_doubling halves within each host first, so it
     // moves the same bytes between hosts; crowded, its fewer messages cost
     // it 9% less on the model (256 KiB on 4 emulated hosts of 2 ranks: 4.8
     // ms against 5.3), where the two measure level (3.30-3.46 ms each, 3
     // interleaved rounds, either numbering; docs/algorithms.md).
     constexpr double kTwoLevelMargin = 1.1;
-    const bool tie_goes_here =
-        a == Algorithm::TwoLevel && t <= best_seconds * kTwoLevelMargin;
+    const bool tie_goes_here = made_for_hosts(a) && t <= best_seconds * kTwoLevelMargin;
     if (!priced || t < best_seconds * (1 - 1e-9) || tie_goes_here) {
       best = a;
       best_seconds = t;

@@ -173,17 +173,16 @@ double two_level(Formula& f, Collective c, const Shape& shape, double bytes) {
 
 }  // namespace
 
-bool replays_quickly(Algorithm a, const Shape& shape) {
-  if (a != Algorithm::Ring && a != Algorithm::TwoLevel && a != Algorithm::Pairwise) return true;
+bool replays_quickly(Collective c, Algorithm a, const Shape& shape) {
+  const auto* row = algorithm_row(c, a);
+  if (!row || !row->replays_slowly) return true;
   const auto n = static_cast<std::size_t>(std::max(shape.world, 1));
   return n * (n + static_cast<std::size_t>(std::max(shape.pieces, 1))) <= kReplaySteps;
 }
 
 bool has_closed_form(Collective c, Algorithm a) {
-  const bool covered = c == Collective::AllReduce || c == Collective::AllGather ||
-                       c == Collective::ReduceScatter || c == Collective::Broadcast ||
-                       c == Collective::Reduce;
-  return covered && (a == Algorithm::Ring || a == Algorithm::TwoLevel);
+  const auto* row = algorithm_row(c, a);
+  return row && row->closed_form != ClosedForm::None;
 }
 
 double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_t element_bytes,
@@ -202,21 +201,27 @@ double formula_seconds(Collective c, Algorithm a, const Shape& shape, std::size_
   const double count = static_cast<double>(shape.count * element_bytes);  // a rank's bytes
   const double elements = std::max<double>(1, static_cast<double>(shape.count));
   double seconds = 0;
-  if (a == Algorithm::Ring && c == Collective::AllReduce)
-    seconds = ring(f, shape, count / std::min(n, elements), std::min(n, elements), 2, 1);
-  else if (a == Algorithm::Ring && (c == Collective::AllGather || c == Collective::ReduceScatter))
-    seconds = ring(f, shape, count, n, 1, c == Collective::ReduceScatter ? 1 : 0);
-  else if (a == Algorithm::Ring && (c == Collective::Broadcast || c == Collective::Reduce))
-    seconds = chain(f, shape, count, c == Collective::Reduce);
-  else if (a == Algorithm::TwoLevel &&
-           (c == Collective::AllReduce || c == Collective::AllGather ||
-            c == Collective::ReduceScatter))
-    seconds = two_level(f, c, shape, count);
-  else if (a == Algorithm::TwoLevel && (c == Collective::Broadcast || c == Collective::Reduce))
-    seconds = two_level_chain(f, shape, count, c == Collective::Reduce);
-  else
-    throw Error(fmt::format("the cost model has no closed form for {}'s {}: it replays it",
-                            collective_name(c), algorithm_name(a)));
+  const auto* row = algorithm_row(c, a);
+  const bool reduce = c == Collective::Reduce || c == Collective::ReduceScatter;
+  switch (row ? row->closed_form : ClosedForm::None) {
+    case ClosedForm::Ring:
+      seconds = c == Collective::AllReduce
+                    ? ring(f, shape, count / std::min(n, elements), std::min(n, elements), 2, 1)
+                    : ring(f, shape, count, n, 1, reduce ? 1 : 0);
+      break;
+    case ClosedForm::Chain:
+      seconds = chain(f, shape, count, reduce);
+      break;
+    case ClosedForm::TwoLevel:
+      seconds = two_level(f, c, shape, count);
+      break;
+    case ClosedForm::TwoLevelChain:
+      seconds = two_level_chain(f, shape, count, reduce);
+      break;
+    case ClosedForm::None:
+      throw Error(fmt::format("the cost model has no closed form for {}'s {}: it replays it",
+                              collective_name(c), algorithm_name(a)));
+  }
   // The crowded bound (cost.hpp): the cores do every rank's work; across
   // hosts it adds to the links' time (and covers all_gather and
   // reduce_scatter too).

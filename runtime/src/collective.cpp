@@ -2,15 +2,19 @@
 // run the call, blocking or on the group's async thread. Running it: build
 // the schedule, lay the buffers out (buffer_layout.hpp), execute it over the
 // transport (executor.hpp), trace it, and name the call in any error.
+#include <algorithm>
 #include <bit>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include <collie/collectives/selection.hpp>
 #include <collie/error.hpp>
+#include <collie/log.hpp>
+#include <collie/transport/board.hpp>
 
-#include "board_call.hpp"
-#include "buffer_layout.hpp"
+#include "executor/board_call.hpp"
+#include "executor/buffer_layout.hpp"
 #include "call.hpp"
 #include "device/chunked_call.hpp"
 #include "executor/executor.hpp"
@@ -128,11 +132,46 @@ void execute_checked(detail::Group& g, const Call& call) {
   }
 }
 
-// The algorithm COLLIE_ALGO names for `c`, if any.
-std::optional<Algorithm> forced_by_config(const JobConfig& config, Collective c) {
-  for (const auto& [collective, algorithm] : config.algorithms)
-    if (collective == c && algorithm != Algorithm::Auto) return algorithm;
-  return std::nullopt;
+// The algorithm COLLIE_ALGO's rules name for a call of `bytes` on `ranks`
+// ranks, if one covers it and does not leave it to Auto.
+std::optional<Algorithm> forced_by_config(const JobConfig& config, Collective c,
+                                          std::size_t bytes, int ranks) {
+  const auto* rule = collectives::rule_for(config.algorithms, c, bytes, ranks);
+  if (!rule || rule->algorithm == Algorithm::Auto) return std::nullopt;
+  return rule->algorithm;
+}
+
+// Auto's choice for a call of `count` elements of `es` bytes in group g.
+Algorithm auto_choice(const detail::Group& g, Collective c, std::size_t count, std::size_t es) {
+  const auto& candidates = collectives::algorithms_for(c);
+  const int n = static_cast<int>(g.members.size());
+  if (candidates.size() == 1 || n <= 1) return candidates.front();
+  return collectives::auto_algorithm(c, n, count, es, g.world->config.segment_bytes, g.cost_model,
+                                     g.hosts);
+}
+
+// The group's selection map of c (COLLIE_ALGO's rules, Auto in every gap),
+// logged at info level the first time the group chooses for c.
+void show_selection_map(const detail::Group& g, Collective c, std::size_t es) {
+  const auto bit = 1u << static_cast<unsigned>(c);
+  if (g.maps_shown.load(std::memory_order_relaxed) & bit) return;
+  if (g.maps_shown.fetch_or(bit) & bit) return;
+  if (!log().should_log(spdlog::level::info)) return;
+  const int n = static_cast<int>(g.members.size());
+  const auto map = collectives::selection_map(
+      g.world->config.algorithms, c, n,
+      [&](std::size_t bytes) { return auto_choice(g, c, std::max<std::size_t>(bytes / es, 1), es); });
+  // Where the group has a board, Auto's small all_reduces and its barriers
+  // go there instead (board_call.hpp).
+  const bool board = g.board_possible && (c == Collective::AllReduce || c == Collective::Barrier);
+  log().info("rank {}: {} on {} ({} rank{}, {}-byte elements): {}{}", g.rank,
+             collectives::collective_name(c), g.name, n, n == 1 ? "" : "s", es,
+             collectives::describe(map, "COLLIE_ALGO"),
+             !board ? ""
+             : c == Collective::Barrier
+                 ? "; on the group's board where Auto chooses"
+                 : fmt::format("; up to {} where Auto chooses, on the group's board",
+                               collectives::bytes_text(transport::Board::kBytes)));
 }
 
 // Auto's choices are kept by (collective, dtype size, size bucket).
@@ -148,10 +187,12 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
                                          int root) const {
   (void)root;  // every algorithm costs the same whichever rank is the root
   const auto& g = *impl_;
-  if (const auto forced = forced_by_config(g.world->config, c)) return *forced;
-  const auto& candidates = collectives::algorithms_for(c);
-  if (candidates.size() == 1 || g.members.size() <= 1) return candidates.front();
   const std::size_t es = dtype_size(dtype);
+  const int n = static_cast<int>(g.members.size());
+  show_selection_map(g, c, es);
+  if (const auto forced = forced_by_config(g.world->config, c, count * es, n)) return *forced;
+  const auto& candidates = collectives::algorithms_for(c);
+  if (candidates.size() == 1 || n <= 1) return candidates.front();
   const auto key = choice_key(c, es, count * es);
   if (const auto last = g.last_choice.load(std::memory_order_acquire); (last >> 8) == key)
     return static_cast<Algorithm>(last & 0xff);
@@ -161,9 +202,7 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
                         std::memory_order_release);
     return it->second;
   }
-  const Algorithm best =
-      collectives::auto_algorithm(c, static_cast<int>(g.members.size()), count, es,
-                                  g.world->config.segment_bytes, g.cost_model, g.hosts);
+  const Algorithm best = auto_choice(g, c, count, es);
   g.choices.emplace(key, best);
   g.last_choice.store(key << 8 | static_cast<std::uint64_t>(best), std::memory_order_release);
   return best;
@@ -171,7 +210,9 @@ Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size
 
 bool ProcessGroup::uses_board(Collective c, DataType dtype, std::size_t count) const {
   const auto& g = *impl_;
-  return !forced_by_config(g.world->config, c).has_value() && board_takes(g, c, dtype, count);
+  const auto bytes = count * dtype_size(dtype);
+  return !forced_by_config(g.world->config, c, bytes, size()).has_value() &&
+         board_takes(g, c, dtype, count);
 }
 
 std::size_t ProcessGroup::count_of(Collective c, std::size_t input, std::size_t output,
@@ -223,7 +264,8 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
     call.algorithm = choose_algorithm(c, call.dtype, call.count, call.root);
   }
   const bool by_auto =
-      o.algorithm == Algorithm::Auto && !forced_by_config(g.world->config, c).has_value();
+      o.algorithm == Algorithm::Auto &&
+      !forced_by_config(g.world->config, c, call.count * dtype_size(call.dtype), n).has_value();
   // Where the buffers are and how they are staged, for the bytes this
   // rank's call reads and writes.
   const std::size_t es = dtype_size(call.dtype);

@@ -8,8 +8,8 @@
 
 #include <collie/error.hpp>
 
-#include "board_call.hpp"
-#include "placement.hpp"
+#include "executor/board_call.hpp"
+#include "bootstrap/placement.hpp"
 
 namespace collie {
 

@@ -12,15 +12,15 @@
 
 #include <collie/collectives/cost.hpp>
 #include <collie/collectives/hosts.hpp>
-#include "job_store.hpp"
+#include "bootstrap/job_store.hpp"
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
 #include "device/device.hpp"
-#include "link_probe.hpp"
-#include "plan_cache.hpp"
-#include "stall.hpp"
-#include "trace.hpp"
+#include "bootstrap/link_probe.hpp"
+#include "executor/plan_cache.hpp"
+#include "watch/stall.hpp"
+#include "watch/trace.hpp"
 #include "work.hpp"
 
 namespace collie {
@@ -80,6 +80,8 @@ struct detail::Group {
   mutable std::map<std::uint64_t, Algorithm> choices;
   // The last choice, read without the lock: key << 8 | algorithm (0: none).
   mutable std::atomic<std::uint64_t> last_choice{0};
+  // The collectives (bit Collective) whose selection map was logged.
+  mutable std::atomic<std::uint32_t> maps_shown{0};
   // The schedules of recent calls, for the next call of the same shape.
   PlanCache plans;
   // Small calls on a board (board_call.hpp): whether the members can

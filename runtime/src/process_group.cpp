@@ -11,7 +11,7 @@
 #include <collie/process_group.hpp>
 
 #include "group.hpp"
-#include "job_store.hpp"
+#include "bootstrap/job_store.hpp"
 #include "tags.hpp"
 
 namespace collie {

@@ -140,12 +140,13 @@ TEST_CASE("Auto at scale: 4,096 ranks on 512 hosts of 8 pick without replaying t
   const auto hosts = std::make_shared<const Hosts>(uniform_hosts(512, 8, false));
   CostModel m;
   // Past the budget the ring and two_level are priced in closed form.
-  CHECK_FALSE(replays_quickly(Algorithm::Ring, Shape{0, 4096, 2, 0, 1, hosts}));
-  CHECK(replays_quickly(Algorithm::Ring, Shape{0, 64, 2, 0, 1, nullptr}));
-  CHECK(replays_quickly(Algorithm::RecursiveDoubling, Shape{0, 4096, 2, 0, 1, hosts}));
+  const Shape big{0, 4096, 2, 0, 1, hosts};
+  CHECK_FALSE(replays_quickly(Collective::AllReduce, Algorithm::Ring, big));
+  CHECK(replays_quickly(Collective::AllReduce, Algorithm::Ring, Shape{0, 64, 2, 0, 1, nullptr}));
+  CHECK(replays_quickly(Collective::AllReduce, Algorithm::RecursiveDoubling, big));
   // all_to_all: n^2 messages either way, no closed form: Auto keeps
   // pairwise without pricing (here, or it would replay 16 million).
-  CHECK_FALSE(replays_quickly(Algorithm::Pairwise, Shape{0, 4096, 2, 0, 1, hosts}));
+  CHECK_FALSE(replays_quickly(Collective::AllToAll, Algorithm::Pairwise, big));
   CHECK_FALSE(has_closed_form(Collective::AllToAll, Algorithm::TwoLevel));
   CHECK(has_closed_form(Collective::Broadcast, Algorithm::TwoLevel));
   CHECK(auto_algorithm(Collective::AllToAll, 4096, 2, 4, 1 << 18, m, hosts) ==

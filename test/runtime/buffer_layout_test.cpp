@@ -1,4 +1,4 @@
-// An input in pieces (runtime/src/buffer_layout.hpp, input_pieces()): a
+// An input in pieces (runtime/src/executor/buffer_layout.hpp, input_pieces()): a
 // reduce_scatter copies only what its schedule writes. Written out by hand
 // for two_level on 4 hosts x 2 ranks, then checked for every algorithm on
 // many shapes against what the schedule itself reads and writes.
@@ -12,7 +12,7 @@
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/hosts.hpp>
 
-#include "buffer_layout.hpp"
+#include "executor/buffer_layout.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/reduce.hpp>
 
-#include "stream_reduce.hpp"
+#include "executor/stream_reduce.hpp"
 
 using collie::DataType;
 using collie::ReduceOp;

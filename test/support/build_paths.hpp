@@ -7,14 +7,14 @@
 
 namespace collie::test::paths {
 
-extern const char* const kCli;              // the collie CLI
-extern const char* const kP2pWorker;        // test/transport/p2p_worker.cpp
-extern const char* const kCollectiveWorker; // test/collectives/collective_worker.cpp
-extern const char* const kMwProgram;        // test/runtime/master_worker_program.cpp
-extern const char* const kShrinkWorker;     // test/runtime/shrink_worker.cpp
-extern const char* const kExamples;         // runtime/examples' programs
-extern const char* const kGolden;           // test/tools/golden
-extern const char* const kDocs;             // docs/
-extern const char* const kSource;           // the source tree's root
+extern const char* const kCli;               // the collie CLI
+extern const char* const kP2pWorker;         // test/transport/p2p_worker.cpp
+extern const char* const kCollectiveWorker;  // test/collectives/collective_worker.cpp
+extern const char* const kMwProgram;         // test/runtime/master_worker_program.cpp
+extern const char* const kShrinkWorker;      // test/runtime/shrink_worker.cpp
+extern const char* const kExamples;          // runtime/examples' programs
+extern const char* const kGolden;            // test/tools/golden
+extern const char* const kDocs;              // docs/
+extern const char* const kSource;            // the source tree's root
 
 }  // namespace collie::test::paths

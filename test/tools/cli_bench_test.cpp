@@ -89,6 +89,44 @@ TEST_CASE(
   CHECK(sizes == std::set<std::string>{"4", "16", "64", "256", "1024"});
 }
 
+TEST_CASE("bench all_reduce --algo auto under COLLIE_ALGO with sizes: each range its rule's, "
+          "Auto in the gap") {
+  const std::vector<std::string> args = {"all_reduce", "--ranks", "3", "-b", "4", "-e", "1K",
+                                         "-f", "4", "-n", "1", "-w", "0", "--csv", "--algo",
+                                         "auto"};
+  const auto plain = bench(args);
+  INFO(plain.out << plain.err);
+  REQUIRE(plain.exit_code == 0);
+  const auto r = bench(args, {"COLLIE_ALGO=all_reduce:tree:0-64,all_reduce:recursive_doubling:256-"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, std::string> auto_chose;
+  for (const auto& row : csv_rows(plain.out)) auto_chose[row.at("size_bytes")] = row.at("chosen");
+  const auto rows = csv_rows(r.out);
+  REQUIRE(rows.size() == 10);
+  for (const auto& row : rows) {
+    const auto& size = row.at("size_bytes");
+    INFO(size << " bytes");
+    CHECK(row.at("wrong") == "0");
+    CHECK(row.at("algorithm") == "auto");
+    if (size == "4" || size == "16")
+      CHECK(row.at("chosen") == "tree");  // 0-64: the first rule
+    else if (size == "64")
+      CHECK(row.at("chosen") == auto_chose.at(size));  // no rule: Auto's (the board's here)
+    else
+      CHECK(row.at("chosen") == "recursive_doubling");  // 256 and up: the second rule
+  }
+}
+
+TEST_CASE("bench under a COLLIE_ALGO it cannot read: refused, naming the token") {
+  const auto r = bench({"all_reduce", "--ranks", "2", "-b", "4", "-e", "4", "-n", "1"},
+                       {"COLLIE_ALGO=all_reduce:ring:64K-1K"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("COLLIE_ALGO: in 'all_reduce:ring:64K-1K', '64K-1K' is not a range of sizes") !=
+        std::string::npos);
+}
+
 TEST_CASE("bench all: every collective and every algorithm, in the table, with a footer") {
   const auto r = bench({"all", "--ranks", "3", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-w",
                         "0", "--algo", "all", "-r", "2"});

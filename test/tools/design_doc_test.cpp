@@ -328,3 +328,86 @@ TEST_CASE("README and docs: every relative link leads to a file", "[docs]") {
   CHECK(broken.empty());
   CHECK(links > 20);
 }
+
+// The walk of one all_reduce names functions beside the files they are in:
+// within each numbered step, every `name()` (or `ns::name(...)`) must be
+// declared or called in one of the files (or folders) that step names, or
+// in the .cpp/.hpp beside one. A function renamed or gone fails here.
+TEST_CASE("docs/design.md: the walk of a call names functions that exist", "[docs]") {
+  const auto text = read_text(kRoot / "docs/design.md");
+  const auto begin = text.find("## One all_reduce, from the call to the socket and back");
+  REQUIRE(begin != std::string::npos);
+  const auto end = text.find("\n## ", begin + 4);
+  const auto walk = text.substr(begin, end - begin);
+  // The numbered steps (the last runs on to the section's end).
+  const std::regex step_start(R"(\n(\d+)\. \*\*)");
+  std::vector<std::pair<std::string, std::size_t>> starts;
+  for (auto it = std::sregex_iterator(walk.begin(), walk.end(), step_start);
+       it != std::sregex_iterator(); ++it)
+    starts.emplace_back((*it)[1].str(), static_cast<std::size_t>(it->position()));
+  REQUIRE(starts.size() >= 10);
+  const std::regex token("`([^`]+)`");
+  const std::regex file_token(R"([A-Za-z0-9_./-]+/([A-Za-z0-9_.-]+\.(cpp|hpp))?)");
+  const std::regex function_token(R"(([A-Za-z_][A-Za-z0-9_:]*)\(.*\))");
+  std::vector<std::string> missing;
+  int functions = 0;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const auto to = i + 1 < starts.size() ? starts[i + 1].second : walk.size();
+    const auto step = walk.substr(starts[i].second, to - starts[i].second);
+    std::vector<fs::path> files;
+    std::vector<std::string> names;
+    for (auto it = std::sregex_iterator(step.begin(), step.end(), token);
+         it != std::sregex_iterator(); ++it) {
+      std::string t;  // the token on one line
+      for (const char c : (*it)[1].str()) t += c == '\n' ? ' ' : c;
+      while (t.find("  ") != std::string::npos) t.erase(t.find("  "), 1);
+      std::smatch m;
+      if (std::regex_match(t, file_token)) {
+        const auto p = kRoot / t;
+        if (fs::is_directory(p)) {
+          for (const auto& entry : fs::directory_iterator(p))
+            if (entry.is_regular_file()) files.push_back(entry.path());
+        } else {
+          files.push_back(p);
+          for (const char* ext : {".cpp", ".hpp"}) {
+            auto sibling = p;
+            sibling.replace_extension(ext);
+            if (sibling != p && fs::exists(sibling)) files.push_back(sibling);
+          }
+        }
+      } else if (std::regex_match(t, m, function_token)) {
+        auto name = m[1].str();
+        if (const auto colons = name.rfind("::"); colons != std::string::npos)
+          name = name.substr(colons + 2);
+        names.push_back(name);
+      }
+    }
+    std::string sources;
+    for (const auto& f : files)
+      if (fs::is_regular_file(f)) sources += read_text(f);
+    for (const auto& name : names) {
+      ++functions;
+      const std::regex use("\\b" + name + "\\s*\\(");
+      if (!std::regex_search(sources, use))
+        missing.push_back("step " + starts[i].first + ": " + name + "()");
+    }
+  }
+  CHECK(functions >= 15);  // the steps were read
+  INFO("functions the walk names that none of their step's files has: "
+       << Catch::Detail::stringify(missing));
+  CHECK(missing.empty());
+}
+
+// The glossary defines the words the rest of the page (and the code's
+// comments) use without saying what they are.
+TEST_CASE("docs/design.md: the glossary defines the house's words", "[docs]") {
+  const auto doc = lines_of(read_text(kRoot / "docs/design.md"));
+  std::set<std::string> defined;
+  for (const auto& row : table_rows(doc, "| word |"))
+    if (!row.empty()) defined.insert(row.front());
+  for (const char* word : {"slot", "board", "fingerprint", "ticket", "notice", "blame", "second-hand",
+                           "Whole, Segments, Chunks", "crowded", "site", "shape"}) {
+    INFO(word);
+    CHECK(defined.count(word) == 1);
+  }
+}

@@ -2,6 +2,7 @@
 // that documents them is that table, row for row; every COLLIE_* name the
 // sources read is in it; and what init makes of an empty environment is
 // what the table says the defaults are.
+#include <cctype>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -101,6 +102,42 @@ TEST_CASE("every COLLIE_* variable the sources read is in the settings table", "
   INFO("read by the sources but not in collie/environment.hpp's table: "
        << Catch::Detail::stringify(unknown));
   CHECK(unknown.empty());
+}
+
+TEST_CASE("every variable of the settings table is read somewhere", "[docs]") {
+  // The table's variables are read through their entries (env::kTimeout,
+  // ...), or by name: each must be named outside the table's own files.
+  const std::regex entry(R"re(inline constexpr Variable (k[A-Za-z]+)\{\s*"(COLLIE_[A-Z_]+)")re");
+  const auto table = read_text(kRoot / "store/base/include/collie/environment.hpp");
+  std::vector<std::pair<std::string, std::string>> variables;  // (entry, name)
+  for (auto it = std::sregex_iterator(table.begin(), table.end(), entry);
+       it != std::sregex_iterator(); ++it)
+    variables.emplace_back((*it)[1].str(), (*it)[2].str());
+  CHECK(variables.size() == std::size(env::kVariables));
+  std::string sources;
+  for (const char* layer : {"store", "transport", "collectives", "runtime", "tools"})
+    for (const auto& file : fs::recursive_directory_iterator(kRoot / layer)) {
+      const auto ext = file.path().extension();
+      if ((ext != ".cpp" && ext != ".hpp" && ext != ".py") ||
+          file.path().filename() == "environment.hpp" || file.path().filename() == "environment.cpp")
+        continue;
+      sources += read_text(file.path());
+    }
+  // Whether `word` is in the sources as a whole word.
+  const auto has_word = [&](const std::string& word) {
+    const auto part = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (auto at = sources.find(word); at != std::string::npos; at = sources.find(word, at + 1))
+      if ((at == 0 || !part(sources[at - 1])) &&
+          (at + word.size() == sources.size() || !part(sources[at + word.size()])))
+        return true;
+    return false;
+  };
+  std::vector<std::string> unread;
+  for (const auto& [name_of_entry, name] : variables)
+    if (!has_word(name_of_entry) && sources.find("\"" + name + "\"") == std::string::npos)
+      unread.push_back(name);
+  INFO("in the table but read nowhere: " << Catch::Detail::stringify(unread));
+  CHECK(unread.empty());
 }
 
 TEST_CASE("the settings' defaults are the table's, and every refusal names the variable",

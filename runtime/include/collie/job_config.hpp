@@ -50,6 +50,7 @@
 #include <collie/address.hpp>
 #include <collie/environment.hpp>
 #include <collie/collectives/algorithms.hpp>
+#include <collie/collectives/selection.hpp>
 #include <collie/transport/settings.hpp>
 
 namespace collie {
@@ -104,11 +105,6 @@ struct InitOptions {
   std::string store_key_prefix;
 };
 
-// The algorithms forced per collective ("all_reduce:ring,broadcast:tree").
-using AlgorithmOverrides = std::vector<std::pair<collectives::Collective, collectives::Algorithm>>;
-// Parses COLLIE_ALGO's format; throws collie::Error naming the bad part and
-// listing what exists. `source` names where the text came from.
-AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source);
 
 struct JobConfig {
   enum class Method { Env, Tcp, File, Etcd, Given };  // Given: InitOptions::store
@@ -141,7 +137,9 @@ struct JobConfig {
   std::string socket_ifname;  // as given; empty: the interface that routes to the master
   std::string token;
   std::string rank_source;        // which variables the rank came from, for messages
-  AlgorithmOverrides algorithms;  // COLLIE_ALGO
+  // COLLIE_ALGO's rules (collectives/selection.hpp: the algorithm for each
+  // collective, by size and ranks; Auto for every call they leave).
+  collectives::SelectionRules algorithms;
   // The defaults below are the variables' table's (collie/environment.hpp).
   std::size_t segment_bytes = environment::default_bytes(environment::kSegmentBytes);
   std::size_t stage_whole_bytes = environment::default_bytes(environment::kStageWholeBytes);
@@ -150,7 +148,7 @@ struct JobConfig {
   // (COLLIE_HOST_LINK="GBITS[,LATENCY_US]", e.g. "1,50"): its rate in Gbit/s
   // and one message's latency. Where the variable is not set
   // (host_link_given false), init measures the link instead
-  // (runtime/src/link_probe.hpp) and these defaults stand only where it
+  // (runtime/src/bootstrap/link_probe.hpp) and these defaults stand only where it
   // cannot (one host, hosts not known).
   double host_link_gbits = 10;
   double host_link_latency_us = 30;

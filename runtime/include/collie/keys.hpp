@@ -80,7 +80,7 @@ inline std::string machine(std::string_view machine_id) {
 }
 inline constexpr std::string_view kJoined = "world/joined";
 inline constexpr std::string_view kPlacement = "world/placement";
-// The link between hosts as measured at init (runtime/src/link_probe.hpp).
+// The link between hosts as measured at init (runtime/src/bootstrap/link_probe.hpp).
 inline constexpr std::string_view kHostLink = "world/link";
 
 // ---- in a run's namespace: failures ----
@@ -127,7 +127,7 @@ inline std::string stall_final(std::uint32_t slot, std::uint64_t sequence) {
   return detail::join("stall/final/", slot, "/", sequence);
 }
 
-// ---- in a run's namespace: shrinking a group (runtime/src/shrink.cpp) ----
+// ---- in a run's namespace: shrinking a group (runtime/src/membership/shrink.cpp) ----
 
 inline constexpr std::string_view kShrinkSlots = "shrink/slots";
 // The decision of the shrink of the group with `slot` and these members
@@ -136,7 +136,7 @@ inline std::string shrink(std::uint32_t slot, std::uint64_t members) {
   return detail::join("shrink/", slot, "/", members);
 }
 
-// ---- in a run's namespace (generation 0): expanding a group (runtime/src/expand.cpp) ----
+// ---- in a run's namespace (generation 0): expanding a group (runtime/src/membership/expand.cpp) ----
 
 inline constexpr std::string_view kExpandTickets = "expand/tickets";
 inline constexpr std::string_view kExpandClaimed = "expand/claimed";
@@ -161,7 +161,7 @@ inline std::string expand_world(std::string_view world) {
   return "expand/world/" + std::string(world);
 }
 
-// ---- in a run's namespace: the stall inspector (runtime/src/stall.hpp) ----
+// ---- in a run's namespace: the stall inspector (runtime/src/watch/stall.hpp) ----
 
 inline std::string stall_process(int world_rank) {
   return detail::join("stall/proc/", static_cast<std::uint64_t>(world_rank));

@@ -13,7 +13,7 @@
 #include <collie/log.hpp>
 #include <collie/keys.hpp>
 
-#include "../board_call.hpp"
+#include "executor/board_call.hpp"
 #include "../tags.hpp"
 
 namespace collie {

@@ -31,7 +31,7 @@
 
 #include "../call.hpp"
 #include "../group.hpp"
-#include "../stall.hpp"
+#include "watch/stall.hpp"
 
 namespace collie {
 

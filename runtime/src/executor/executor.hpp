@@ -40,7 +40,7 @@
 
 #include "../call.hpp"
 #include "../group.hpp"
-#include "../plan_cache.hpp"
+#include "executor/plan_cache.hpp"
 
 namespace collie {
 

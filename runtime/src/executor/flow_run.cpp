@@ -10,7 +10,7 @@
 
 #include <collie/error.hpp>
 
-#include "../stream_reduce.hpp"
+#include "executor/stream_reduce.hpp"
 #include "call_run.hpp"
 #include "flow_graph.hpp"
 

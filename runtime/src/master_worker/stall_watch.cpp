@@ -10,7 +10,7 @@
 #include <collie/log.hpp>
 #include <collie/keys.hpp>
 
-#include "../stall.hpp"
+#include "watch/stall.hpp"
 #include "master_state.hpp"
 
 namespace collie::mw::detail {

@@ -132,11 +132,15 @@ explain::Request resolve(const ExplainArgs& a) {
     count = buffer ? static_cast<std::size_t>(ranks) : 1;
   }
   if (r.collective == cs::Collective::Barrier) count = 1;
+  if (const auto rules = environment::get(environment::kAlgo))
+    r.rules = cs::parse_selection(*rules, "explain: COLLIE_ALGO");
   if (a.algo == "auto") {
     r.automatic = true;
-    r.algorithm =
-        cs::auto_algorithm(r.collective, ranks, count, r.element_bytes, r.segment_bytes, r.model,
-                           r.hosts);
+    const auto* rule = cs::rule_for(r.rules, r.collective, count * r.element_bytes, ranks);
+    r.by_rule = rule && rule->algorithm != cs::Algorithm::Auto;
+    r.algorithm = r.by_rule ? rule->algorithm
+                            : cs::auto_algorithm(r.collective, ranks, count, r.element_bytes,
+                                                 r.segment_bytes, r.model, r.hosts);
   } else {
     const auto algo = cs::parse_algorithm(a.algo);
     if (!algo || *algo == cs::Algorithm::Auto || !cs::implements(r.collective, *algo))

@@ -13,7 +13,7 @@ CostLine cost_of(const Request& r, cs::Algorithm a) {
   latency.beta = latency.gamma = latency.work_per_byte = latency.host_beta = 0;
   latency.work_per_warm_byte = latency.work_per_cold_byte = 0;
   bandwidth.alpha = bandwidth.delta = bandwidth.work_per_segment = bandwidth.host_alpha = 0;
-  if (!cs::replays_quickly(a, r.shape) && cs::has_closed_form(r.collective, a)) {
+  if (!cs::replays_quickly(r.collective, a, r.shape) && cs::has_closed_form(r.collective, a)) {
     line.closed_form = true;
     const auto schedule = cs::make_schedule(r.collective, a, r.shape);  // rank 0's
     const auto sends = cs::sends_of(schedule, r.element_bytes);

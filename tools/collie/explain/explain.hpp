@@ -11,6 +11,7 @@
 #include <collie/collectives/cost.hpp>
 #include <collie/collectives/explain.hpp>
 #include <collie/collectives/hosts.hpp>
+#include <collie/collectives/selection.hpp>
 
 namespace collie::cli::explain {
 
@@ -28,6 +29,11 @@ struct Request {
   cs::CostModel model;
   bool shared_memory = false;  // the model is shared memory's (--transport shm)
   std::shared_ptr<const cs::Hosts> hosts;  // --hosts; null: not given
+  // COLLIE_ALGO's rules, as the runtime would read them (selection.hpp):
+  // --algo auto takes a rule's algorithm where one covers the call
+  // (by_rule), and --compare prints the selection map.
+  cs::SelectionRules rules;
+  bool by_rule = false;
 };
 
 // One algorithm's cost, as the summary and --compare show it.

@@ -88,6 +88,8 @@ ordered_json to_json(const Request& r, const Run& run, bool compare) {
   ordered_json doc;
   doc["collective"] = cs::collective_name(r.collective);
   doc["algorithm"] = cs::algorithm_name(r.algorithm);
+  if (const auto* row = cs::algorithm_row(r.collective, r.algorithm))
+    doc["description"] = row->description;
   doc["chosen_by_auto"] = r.automatic;
   doc["ranks"] = r.shape.world;
   doc["count"] = r.shape.count;

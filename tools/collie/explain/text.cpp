@@ -111,9 +111,13 @@ std::string to_text(const Request& r, const Run& run, bool color, bool full) {
 
   std::string out =
       style.bold(fmt::format("{} with {}{}", request_words(r), cs::algorithm_name(r.algorithm),
-                             r.automatic ? " (Auto's choice)" : "")) +
+                             r.by_rule     ? " (COLLIE_ALGO's rule)"
+                             : r.automatic ? " (Auto's choice)"
+                                           : "")) +
       fmt::format(": {} step{}", run.steps.size(), run.steps.size() == 1 ? "" : "s");
   if (r.shape.pieces > 1) out += fmt::format(", {} pipeline pieces", r.shape.pieces);
+  if (const auto* row = cs::algorithm_row(r.collective, r.algorithm))
+    out += fmt::format("\n{}: {}", cs::algorithm_name(r.algorithm), row->description);
   out += "\n\n";
   std::string letters, numbers;
   for (int rank = 0; rank < std::min(n, 4); ++rank) {
@@ -230,6 +234,10 @@ std::string compare_text(const Request& r) {
                        time_label(c.latency_seconds), time_label(c.bandwidth_seconds),
                        c.closed_form ? " *" : "", a == chosen ? "   <- Auto" : "");
   }
+  out += "\n";
+  for (auto a : cs::algorithms_for(r.collective))
+    out += fmt::format("  {:<20} {}\n", cs::algorithm_name(a),
+                       cs::algorithm_row(r.collective, a)->description);
   out += fmt::format(
       "\nmessages/rank and bytes/rank: the most any rank sends. time: the model's; latency: its\n"
       "time with only alpha and delta; bandwidth: with only beta and gamma. Auto costs a call at\n"
@@ -250,6 +258,15 @@ std::string compare_text(const Request& r) {
         "{} steps (docs/algorithms.md, \"Thousands of ranks\"); steps, messages and bytes are\n"
         "rank 0's.\n",
         cs::kReplaySteps);
+  // The whole selection map at this shape: COLLIE_ALGO's rules where they
+  // cover a size, Auto elsewhere (selection.hpp), as the runtime logs it.
+  const auto map = cs::selection_map(r.rules, r.collective, r.shape.world, [&](std::size_t b) {
+    return cs::auto_algorithm(r.collective, r.shape.world,
+                              std::max<std::size_t>(b / r.element_bytes, 1), r.element_bytes,
+                              r.segment_bytes, r.model, r.hosts);
+  });
+  out += fmt::format("\nBy size, on {} rank{}: {}\n", r.shape.world, r.shape.world == 1 ? "" : "s",
+                     cs::describe(map, "COLLIE_ALGO"));
   return out;
 }
 

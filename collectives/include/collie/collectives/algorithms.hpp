@@ -1,15 +1,6 @@
-// Every collective and the algorithms that implement it, by name.
-//
-//   collective      algorithms (first: the family's classic choice)
-//   broadcast       tree (binomial), ring (pipelined chain)
-//   reduce          tree (binomial), ring (pipelined chain)
-//   all_reduce      ring, halving_doubling, recursive_doubling, tree, two_level
-//   gather          tree (binomial), linear
-//   scatter         tree (binomial), linear
-//   all_gather      ring, recursive_doubling
-//   reduce_scatter  ring, recursive_halving
-//   all_to_all      pairwise
-//   barrier         dissemination
+// Every collective and the algorithms that implement it, by name: derived
+// from the algorithm table (algorithm_table.hpp), where each collective's
+// algorithms are listed with a line on what each does.
 //
 // Working-buffer layouts (elements; n ranks, `count` as the caller gives it):
 //   all_reduce, broadcast, reduce   [buffer: count]
@@ -23,56 +14,28 @@
 // the working buffer, where a rank touches it, to scratch memory.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <collie/collectives/algorithm_table.hpp>
 #include <collie/collectives/schedule.hpp>
 
 namespace collie::collectives {
-
-enum class Collective : std::uint8_t {
-  Broadcast,
-  Reduce,
-  AllReduce,
-  Gather,
-  AllGather,
-  Scatter,
-  ReduceScatter,
-  AllToAll,
-  Barrier
-};
-
-enum class Algorithm : std::uint8_t {
-  Auto,  // the runtime chooses (see the runtime's cost model)
-  Ring,
-  Tree,
-  RecursiveDoubling,
-  HalvingDoubling,
-  RecursiveHalving,
-  Linear,
-  Pairwise,
-  Dissemination,
-  TwoLevel  // within hosts, across them, within again (two_level.hpp)
-};
 
 inline constexpr Collective kCollectives[] = {
     Collective::Broadcast,     Collective::Reduce,    Collective::AllReduce,
     Collective::Gather,        Collective::AllGather, Collective::Scatter,
     Collective::ReduceScatter, Collective::AllToAll,  Collective::Barrier};
 
-// Every algorithm, Auto first.
-inline constexpr Algorithm kAlgorithms[] = {Algorithm::Auto,
-                                            Algorithm::Ring,
-                                            Algorithm::Tree,
-                                            Algorithm::RecursiveDoubling,
-                                            Algorithm::HalvingDoubling,
-                                            Algorithm::RecursiveHalving,
-                                            Algorithm::Linear,
-                                            Algorithm::Pairwise,
-                                            Algorithm::Dissemination,
-                                            Algorithm::TwoLevel};
+// Every algorithm, Auto first (the table's names, in their order).
+inline constexpr auto kAlgorithms = [] {
+  std::array<Algorithm, std::size(kAlgorithmNames)> all{};
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = kAlgorithmNames[i].algorithm;
+  return all;
+}();
 
 // "all_reduce", ...; parse accepts "allreduce" and "all-reduce" too.
 std::string_view collective_name(Collective c);
@@ -81,7 +44,8 @@ std::optional<Collective> parse_collective(std::string_view name);
 std::string_view algorithm_name(Algorithm a);
 std::optional<Algorithm> parse_algorithm(std::string_view name);
 
-// The algorithms implementing `c` (never Auto), the classic one first.
+// The algorithms implementing `c` (never Auto), the classic one first: its
+// rows of the table, in order.
 const std::vector<Algorithm>& algorithms_for(Collective c);
 // Whether `a` is one of algorithms_for(c).
 bool implements(Collective c, Algorithm a);

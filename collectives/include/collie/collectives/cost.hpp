@@ -163,9 +163,10 @@ std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
 
 // Auto at scale. The replay runs every rank's schedule: a ring's or
 // two_level's n ranks take about n steps each (n^2 in all: 16 million at
-// 4,096 ranks), the others O(log n) each. Where the replay would pass
-// kReplaySteps steps, Auto prices those two in closed form instead
-// (formula_seconds(), cost_formula.cpp: the step clock's hops, summed along
+// 4,096 ranks; the table's rows that replay slowly), the others O(log n)
+// each. Where the replay would pass kReplaySteps steps, Auto prices those
+// in closed form instead (the rows' closed forms,
+// formula_seconds(), cost_formula.cpp: the step clock's hops, summed along
 // the ring or over each phase, and the crowded bound from each rank's
 // average work; not the crowded TCP clock's overlap or cache terms), so a
 // first choice costs O(n log n) at most; `collie explain` always replays.
@@ -173,7 +174,7 @@ std::vector<Cost> estimate(Collective c, Algorithm a, const Shape& shape,
 inline constexpr std::size_t kReplaySteps = std::size_t{1} << 16;
 // (all_to_all's pairwise and two_level replays are n^2 too, without a
 // closed form: Auto does not price them there, and keeps pairwise.)
-bool replays_quickly(Algorithm a, const Shape& shape);
+bool replays_quickly(Collective c, Algorithm a, const Shape& shape);
 // Whether formula_seconds() covers c's a.
 bool has_closed_form(Collective c, Algorithm a);
 // The model's time for a ring or two_level schedule without running it;

@@ -95,11 +95,13 @@ inline constexpr Variable kPortRange{
     "under `srun` or `mpirun` without `MASTER_PORT`: the range the store's port is derived in "
     "from the job's id; [slurm.md](slurm.md)"};
 inline constexpr Variable kAlgo{
-    "COLLIE_ALGO", Kind::Text, "COLLECTIVE:ALGORITHM,...", "",
-    "as all_reduce:ring,broadcast:tree",
+    "COLLIE_ALGO", Kind::Text, "COLLECTIVE:ALGORITHM[:BYTES][:ranks=RANKS],...", "",
+    "as all_reduce:recursive_doubling:0-64K,all_reduce:ring:64K-,broadcast:tree",
     0, -1, false,
-    "algorithms forced per collective (unset: Auto chooses; names in "
-    "[collectives.md](collectives.md)); the same on every rank"};
+    "the algorithm per collective, by call size (LOW-HIGH bytes per rank, HIGH out; K, M, G) "
+    "and group size (ranks=LOW-HIGH, both in), the first rule that covers a call deciding "
+    "(unset, or no rule covers it: Auto chooses; the map is logged at info level; names and "
+    "grammar in [collectives.md](collectives.md)); the same on every rank"};
 inline constexpr Variable kHostLink{
     "COLLIE_HOST_LINK", Kind::Text, "GBITS[,LATENCY_US]", "",
     "1 is 1 Gbit/s; 25,5 is 25 Gbit/s and 5 us (30 where not given)",

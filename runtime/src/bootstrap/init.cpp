@@ -38,10 +38,10 @@
 #include <collie/transport/shm.hpp>
 
 #include "group.hpp"
-#include "init_world.hpp"
-#include "job_store.hpp"
-#include "link_probe.hpp"
-#include "placement.hpp"
+#include "bootstrap/init_world.hpp"
+#include "bootstrap/job_store.hpp"
+#include "bootstrap/link_probe.hpp"
+#include "bootstrap/placement.hpp"
 
 namespace collie {
 

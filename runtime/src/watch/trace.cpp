@@ -1,5 +1,5 @@
 // Chrome trace-event JSON of a rank's calls and steps (trace.hpp).
-#include "trace.hpp"
+#include "watch/trace.hpp"
 
 #include <atomic>
 #include <cerrno>

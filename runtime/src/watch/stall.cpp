@@ -1,7 +1,7 @@
 // The stall inspector: each group's progress, the responder that answers
 // other ranks' queries, and the check that asks them (stall.hpp).
-#include "stall.hpp"
-#include "stall_polling.hpp"
+#include "watch/stall.hpp"
+#include "watch/stall_polling.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -26,7 +26,7 @@
 
 #include "call.hpp"
 #include "group.hpp"
-#include "placement.hpp"
+#include "bootstrap/placement.hpp"
 
 namespace collie {
 

@@ -72,7 +72,7 @@
 #include "call.hpp"
 #include "device/whole_staging.hpp"
 #include "executor/executor.hpp"
-#include "plan_cache.hpp"
+#include "executor/plan_cache.hpp"
 
 namespace collie {
 

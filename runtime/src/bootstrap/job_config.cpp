@@ -14,7 +14,7 @@
 #include <collie/store/client_options.hpp>
 #include <collie/store/etcd_store.hpp>
 
-#include "launcher_variables.hpp"
+#include "bootstrap/launcher_variables.hpp"
 
 namespace collie {
 
@@ -162,9 +162,11 @@ std::size_t bytes_of(const std::optional<std::size_t>& given, std::string_view o
 void resolve_algorithm_settings(const InitOptions& options, const EnvironmentLookup& lookup,
                                 JobConfig& config) {
   if (options.algorithms) {
-    config.algorithms = parse_algorithm_overrides(*options.algorithms, "InitOptions::algorithms");
+    config.algorithms =
+        collectives::parse_selection(*options.algorithms, "collie::init: InitOptions::algorithms");
   } else if (auto algo = lookup(env::kAlgo.name)) {
-    config.algorithms = parse_algorithm_overrides(*algo, env::kAlgo.name);
+    config.algorithms =
+        collectives::parse_selection(*algo, fmt::format("collie::init: {}", env::kAlgo.name));
   }
   config.segment_bytes =
       bytes_of(options.segment_bytes, "segment_bytes", env::kSegmentBytes, lookup);
@@ -234,41 +236,6 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   resolve_transport(options, lookup, config);
   config.trace_dir = options.trace_dir.value_or(lookup(env::kTrace.name).value_or(""));
   return config;
-}
-
-AlgorithmOverrides parse_algorithm_overrides(std::string_view text, std::string_view source) {
-  AlgorithmOverrides out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    auto end = text.find(',', start);
-    if (end == std::string_view::npos) end = text.size();
-    const auto item = text.substr(start, end - start);
-    start = end + 1;
-    if (item.empty()) continue;
-    const auto colon = item.find(':');
-    if (colon == std::string_view::npos) {
-      throw Error(
-          fmt::format("collie::init: {}: '{}' is not COLLECTIVE:ALGORITHM (for example "
-                      "all_reduce:ring,broadcast:tree)",
-                      source, item));
-    }
-    const auto c = collectives::parse_collective(item.substr(0, colon));
-    if (!c) {
-      std::vector<std::string_view> all;
-      for (auto known : collectives::kCollectives)
-        all.push_back(collectives::collective_name(known));
-      throw Error(fmt::format("collie::init: {}: no collective '{}'; collectives: {}", source,
-                              item.substr(0, colon), fmt::join(all, ", ")));
-    }
-    const auto name = item.substr(colon + 1);
-    const auto a = collectives::parse_algorithm(name);
-    if (!a || (*a != collectives::Algorithm::Auto && !collectives::implements(*c, *a))) {
-      throw Error(fmt::format("collie::init: {}: {}", source,
-                              collectives::no_algorithm_message(*c, name, true)));
-    }
-    out.emplace_back(*c, *a);
-  }
-  return out;
 }
 
 JobConfig resolve_job_config(const InitOptions& options) {

@@ -40,8 +40,8 @@
 #include <collie/store/prefix_store.hpp>
 
 #include "group.hpp"
-#include "init_world.hpp"
-#include "job_store.hpp"
+#include "bootstrap/init_world.hpp"
+#include "bootstrap/job_store.hpp"
 
 namespace collie {
 

@@ -1,6 +1,6 @@
 // How one call's buffers become the working buffer its schedule addresses,
 // and what is copied out at the end (buffer_layout.hpp).
-#include "buffer_layout.hpp"
+#include "executor/buffer_layout.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -11,7 +11,7 @@
 #include <collie/store/store.hpp>
 
 #include "group.hpp"
-#include "link_probe.hpp"
+#include "bootstrap/link_probe.hpp"
 
 namespace collie {
 

@@ -1,6 +1,6 @@
 // The launchers' variables: rank, world size, and the store's address
 // under srun and mpirun (launcher_variables.hpp).
-#include "launcher_variables.hpp"
+#include "bootstrap/launcher_variables.hpp"
 
 #include <algorithm>
 #include <charconv>

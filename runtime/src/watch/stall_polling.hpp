@@ -8,7 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include "stall.hpp"
+#include "watch/stall.hpp"
 
 namespace collie {
 

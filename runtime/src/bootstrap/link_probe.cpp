@@ -1,5 +1,5 @@
 // The link between hosts, measured at init (link_probe.hpp).
-#include "link_probe.hpp"
+#include "bootstrap/link_probe.hpp"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 #include <collie/log.hpp>
 #include <collie/store/store.hpp>
 
-#include "stall_polling.hpp"
+#include "watch/stall_polling.hpp"
 
 namespace collie {
 

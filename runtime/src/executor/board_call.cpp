@@ -1,5 +1,5 @@
 // Small calls on the group's board (board_call.hpp).
-#include "board_call.hpp"
+#include "executor/board_call.hpp"
 
 #include <array>
 #include <cstring>
@@ -12,7 +12,7 @@
 #include <collie/error.hpp>
 
 #include "executor/diagnosis.hpp"
-#include "stall.hpp"
+#include "watch/stall.hpp"
 #include "tags.hpp"
 
 namespace collie {
