@@ -1,11 +1,12 @@
 // The selection rules' grammar and the selection map (selection.hpp).
 #include <algorithm>
-#include <cctype>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/collectives/cost.hpp>
 #include <collie/collectives/selection.hpp>
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 
 namespace collie::collectives {
@@ -25,48 +26,20 @@ std::vector<std::string_view> split(std::string_view text, char by) {
   }
 }
 
-// A whole number with an optional K, M or G (1024-based); nullopt where
-// `text` is not one, or overflows.
-std::optional<std::size_t> size_of(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  std::size_t shift = 0;
-  switch (std::toupper(static_cast<unsigned char>(text.back()))) {
-    case 'K':
-      shift = 10;
-      break;
-    case 'M':
-      shift = 20;
-      break;
-    case 'G':
-      shift = 30;
-      break;
-    default:
-      break;
-  }
-  if (shift) text.remove_suffix(1);
-  if (text.empty() || text.size() > 15) return std::nullopt;
-  std::size_t value = 0;
-  for (const char ch : text) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    value = value * 10 + static_cast<std::size_t>(ch - '0');
-  }
-  if (shift && value > (kNoEnd >> shift)) return std::nullopt;
-  return value << shift;
-}
-
 // "LOW-HIGH", "LOW-" (no end), or, where `one_alone`, "N" (N to N). The
 // bounds as read; nullopt where the text is not a range.
 std::optional<std::pair<std::size_t, std::size_t>> range_of(std::string_view text, bool one_alone) {
   const auto dash = text.find('-');
   if (dash == std::string_view::npos) {
     if (!one_alone) return std::nullopt;
-    const auto n = size_of(text);
+    const auto n = environment::size_in_bytes(text);
     if (!n) return std::nullopt;
     return std::pair{*n, *n};
   }
-  const auto low = size_of(text.substr(0, dash));
+  const auto low = environment::size_in_bytes(text.substr(0, dash));
   const auto high_text = text.substr(dash + 1);
-  const auto high = high_text.empty() ? std::optional(kNoEnd) : size_of(high_text);
+  const auto high =
+      high_text.empty() ? std::optional(kNoEnd) : environment::size_in_bytes(high_text);
   if (!low || !high) return std::nullopt;
   return std::pair{*low, *high};
 }
@@ -172,6 +145,16 @@ std::vector<SelectionRange> selection_map(const SelectionRules& rules, Collectiv
       map.push_back({from, to, algorithm, by_rule});
   }
   return map;
+}
+
+std::vector<SelectionRange> auto_selection_map(const SelectionRules& rules, Collective c, int ranks,
+                                               std::size_t element_bytes, std::size_t segment_bytes,
+                                               const CostModel& model,
+                                               std::shared_ptr<const Hosts> hosts) {
+  return selection_map(rules, c, ranks, [&](std::size_t bytes) {
+    return auto_algorithm(c, ranks, std::max<std::size_t>(bytes / element_bytes, 1), element_bytes,
+                          segment_bytes, model, hosts);
+  });
 }
 
 std::string bytes_text(std::size_t bytes) {

@@ -141,15 +141,6 @@ std::optional<Algorithm> forced_by_config(const JobConfig& config, Collective c,
   return rule->algorithm;
 }
 
-// Auto's choice for a call of `count` elements of `es` bytes in group g.
-Algorithm auto_choice(const detail::Group& g, Collective c, std::size_t count, std::size_t es) {
-  const auto& candidates = collectives::algorithms_for(c);
-  const int n = static_cast<int>(g.members.size());
-  if (candidates.size() == 1 || n <= 1) return candidates.front();
-  return collectives::auto_algorithm(c, n, count, es, g.world->config.segment_bytes, g.cost_model,
-                                     g.hosts);
-}
-
 // The group's selection map of c (COLLIE_ALGO's rules, Auto in every gap),
 // logged at info level the first time the group chooses for c.
 void show_selection_map(const detail::Group& g, Collective c, std::size_t es) {
@@ -158,9 +149,9 @@ void show_selection_map(const detail::Group& g, Collective c, std::size_t es) {
   if (g.maps_shown.fetch_or(bit) & bit) return;
   if (!log().should_log(spdlog::level::info)) return;
   const int n = static_cast<int>(g.members.size());
-  const auto map = collectives::selection_map(
-      g.world->config.algorithms, c, n,
-      [&](std::size_t bytes) { return auto_choice(g, c, std::max<std::size_t>(bytes / es, 1), es); });
+  const auto map = collectives::auto_selection_map(g.world->config.algorithms, c, n, es,
+                                                   g.world->config.segment_bytes, g.cost_model,
+                                                   g.hosts);
   // Where the group has a board, Auto's small all_reduces and its barriers
   // go there instead (board_call.hpp).
   const bool board = g.board_possible && (c == Collective::AllReduce || c == Collective::Barrier);
@@ -183,29 +174,41 @@ std::uint64_t choice_key(Collective c, std::size_t es, std::size_t bytes) {
 
 }  // namespace
 
-Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size_t count,
-                                         int root) const {
-  (void)root;  // every algorithm costs the same whichever rank is the root
-  const auto& g = *impl_;
-  const std::size_t es = dtype_size(dtype);
+namespace {
+
+// The algorithm for a call, and whether Auto chose it (neither the caller
+// nor a COLLIE_ALGO rule did): Auto's choices are kept per size bucket.
+struct Choice {
+  Algorithm algorithm = Algorithm::Auto;
+  bool by_auto = false;
+};
+Choice choose(const detail::Group& g, Collective c, std::size_t es, std::size_t count) {
   const int n = static_cast<int>(g.members.size());
   show_selection_map(g, c, es);
-  if (const auto forced = forced_by_config(g.world->config, c, count * es, n)) return *forced;
-  const auto& candidates = collectives::algorithms_for(c);
-  if (candidates.size() == 1 || n <= 1) return candidates.front();
+  if (const auto forced = forced_by_config(g.world->config, c, count * es, n))
+    return {*forced, false};
   const auto key = choice_key(c, es, count * es);
   if (const auto last = g.last_choice.load(std::memory_order_acquire); (last >> 8) == key)
-    return static_cast<Algorithm>(last & 0xff);
+    return {static_cast<Algorithm>(last & 0xff), true};
   std::lock_guard lock(g.choice_mu);
   if (auto it = g.choices.find(key); it != g.choices.end()) {
     g.last_choice.store(key << 8 | static_cast<std::uint64_t>(it->second),
                         std::memory_order_release);
-    return it->second;
+    return {it->second, true};
   }
-  const Algorithm best = auto_choice(g, c, count, es);
+  const Algorithm best = collectives::auto_algorithm(c, n, count, es, g.world->config.segment_bytes,
+                                                     g.cost_model, g.hosts);
   g.choices.emplace(key, best);
   g.last_choice.store(key << 8 | static_cast<std::uint64_t>(best), std::memory_order_release);
-  return best;
+  return {best, true};
+}
+
+}  // namespace
+
+Algorithm ProcessGroup::choose_algorithm(Collective c, DataType dtype, std::size_t count,
+                                         int root) const {
+  (void)root;  // every algorithm costs the same whichever rank is the root
+  return choose(*impl_, c, dtype_size(dtype), count).algorithm;
 }
 
 bool ProcessGroup::uses_board(Collective c, DataType dtype, std::size_t count) const {
@@ -253,6 +256,7 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   if (c == Collective::Barrier) call.op = ReduceOp::BitwiseOr;
   call.root = collectives::has_root(c) ? root : 0;
   call.timeout = o.timeout.value_or(g.world->config.timeout);
+  bool by_auto = false;  // neither the caller nor a COLLIE_ALGO rule chose
   if (o.algorithm != Algorithm::Auto) {
     if (!collectives::implements(c, o.algorithm)) {
       throw Error(fmt::format(
@@ -261,11 +265,10 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
     }
     call.algorithm = o.algorithm;
   } else {
-    call.algorithm = choose_algorithm(c, call.dtype, call.count, call.root);
+    const auto choice = choose(g, c, dtype_size(call.dtype), call.count);
+    call.algorithm = choice.algorithm;
+    by_auto = choice.by_auto;
   }
-  const bool by_auto =
-      o.algorithm == Algorithm::Auto &&
-      !forced_by_config(g.world->config, c, call.count * dtype_size(call.dtype), n).has_value();
   // Where the buffers are and how they are staged, for the bytes this
   // rank's call reads and writes.
   const std::size_t es = dtype_size(call.dtype);

@@ -1,10 +1,13 @@
 // The selection rules' grammar alone (collectives/selection.hpp): what each
 // rule covers, the first covering rule deciding, Auto in the gaps, the map,
 // and every refusal naming the token it cannot read.
+#include <algorithm>
 #include <limits>
 #include <string>
 
+#include <collie/collectives/cost.hpp>
 #include <collie/collectives/selection.hpp>
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 
 #include "support/catch.hpp"
@@ -168,4 +171,54 @@ TEST_CASE("selection: the map joins the rules and Auto's choices into size range
   CHECK(bytes_text(3 << 20) == "3M");
   CHECK(bytes_text(1536) == "1536");
   CHECK(bytes_text(0) == "0");
+}
+
+TEST_CASE("selection: sizes are read as the settings read them", "[selection]") {
+  namespace env = collie::environment;
+  CHECK(env::size_in_bytes("0") == 0);
+  CHECK(env::size_in_bytes("64K") == 65536);
+  CHECK(env::size_in_bytes("64k") == 65536);
+  CHECK(env::size_in_bytes("64KiB") == 65536);
+  CHECK(env::size_in_bytes("3m") == std::size_t{3} << 20);
+  CHECK(env::size_in_bytes("2GiB") == std::size_t{2} << 30);
+  CHECK(env::size_in_bytes("12B") == 12);
+  for (const char* bad : {"", "K", "-1", "+1", " 1", "1 K", "1KB", "4Q", "1.5K",
+                          "18446744073709551616", "17179869184G"}) {
+    INFO(bad);
+    CHECK_FALSE(env::size_in_bytes(bad).has_value());
+  }
+  // A rule's bounds and a setting agree on every spelling (within
+  // COLLIE_SEGMENT_BYTES's range, 1K to 1G).
+  for (const char* size : {"1K", "64k", "3M", "1GiB", "2048"}) {
+    INFO(size);
+    const auto rules = parse_selection(std::string("all_reduce:ring:") + size + "-", "x");
+    CHECK(rules[0].min_bytes == env::bytes(env::kSegmentBytes, size, "t"));
+  }
+}
+
+TEST_CASE("selection: a group's map at a shape is the rules, and auto_algorithm in the gaps",
+          "[selection]") {
+  const CostModel model;
+  const auto rules = parse_selection("all_reduce:ring:1M-", "x");
+  // One rank: Auto's only answer is the first algorithm, up to the rule.
+  const auto alone =
+      auto_selection_map(rules, Collective::AllReduce, 1, 4, 1 << 18, model, nullptr);
+  REQUIRE(alone.size() == 2);
+  CHECK(alone[0].algorithm == algorithms_for(Collective::AllReduce).front());
+  CHECK(alone[0].to == std::size_t{1} << 20);
+  CHECK(alone[1].by_rule);
+  // On 8 ranks every range Auto fills is what auto_algorithm says at its
+  // first size, and the rule's range is the rule's.
+  const auto map = auto_selection_map(rules, Collective::AllReduce, 8, 4, 1 << 18, model, nullptr);
+  REQUIRE_FALSE(map.empty());
+  CHECK(map.back().algorithm == Algorithm::Ring);
+  CHECK(map.back().by_rule);
+  CHECK(map.back().from == std::size_t{1} << 20);
+  for (const auto& range : map) {
+    if (range.by_rule) continue;
+    INFO(range.from);
+    CHECK(range.algorithm == auto_algorithm(Collective::AllReduce, 8,
+                                            std::max<std::size_t>(range.from / 4, 1), 4, 1 << 18,
+                                            model, nullptr));
+  }
 }

@@ -2,6 +2,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -75,19 +76,24 @@ long long seconds_in_ms(const Variable& v, std::string_view text, std::string_vi
   return static_cast<long long>(std::ceil(value * 1000));
 }
 
-std::size_t bytes(const Variable& v, std::string_view text, std::string_view who) {
+std::optional<std::size_t> size_in_bytes(std::string_view text) {
   unsigned long long value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
   const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
   unsigned long long scale = 0;
   if (unit.empty() || unit == "B") scale = 1;
   if (unit == "K" || unit == "KiB" || unit == "k") scale = 1ULL << 10;
-  if (unit == "M" || unit == "MiB") scale = 1ULL << 20;
-  if (unit == "G" || unit == "GiB") scale = 1ULL << 30;
-  if (ec != std::errc() || end == text.data() || scale == 0 || value > (~0ULL) / scale ||
-      !within(v, static_cast<double>(value * scale)))
-    refuse(v, text, who);
+  if (unit == "M" || unit == "MiB" || unit == "m") scale = 1ULL << 20;
+  if (unit == "G" || unit == "GiB" || unit == "g") scale = 1ULL << 30;
+  if (scale == 0 || value > std::numeric_limits<std::size_t>::max() / scale) return std::nullopt;
   return static_cast<std::size_t>(value * scale);
+}
+
+std::size_t bytes(const Variable& v, std::string_view text, std::string_view who) {
+  const auto value = size_in_bytes(text);
+  if (!value || !within(v, static_cast<double>(*value))) refuse(v, text, who);
+  return *value;
 }
 
 long long integer(const Variable& v, std::string_view text, std::string_view who) {

@@ -260,11 +260,8 @@ std::string compare_text(const Request& r) {
         cs::kReplaySteps);
   // The whole selection map at this shape: COLLIE_ALGO's rules where they
   // cover a size, Auto elsewhere (selection.hpp), as the runtime logs it.
-  const auto map = cs::selection_map(r.rules, r.collective, r.shape.world, [&](std::size_t b) {
-    return cs::auto_algorithm(r.collective, r.shape.world,
-                              std::max<std::size_t>(b / r.element_bytes, 1), r.element_bytes,
-                              r.segment_bytes, r.model, r.hosts);
-  });
+  const auto map = cs::auto_selection_map(r.rules, r.collective, r.shape.world, r.element_bytes,
+                                          r.segment_bytes, r.model, r.hosts);
   out += fmt::format("\nBy size, on {} rank{}: {}\n", r.shape.world, r.shape.world == 1 ? "" : "s",
                      cs::describe(map, "COLLIE_ALGO"));
   return out;

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +73,18 @@ struct SelectionRange {
 std::vector<SelectionRange> selection_map(const SelectionRules& rules, Collective c, int ranks,
                                           const std::function<Algorithm(std::size_t)>& automatic,
                                           std::size_t up_to = std::size_t{1} << 30);
+
+struct CostModel;  // cost.hpp
+class Hosts;       // hosts.hpp
+
+// The selection map of c at one shape, as a group runs it: the rules where
+// they cover a size, auto_algorithm() (cost.hpp) with these arguments
+// elsewhere. The runtime logs it when a group first chooses for c, and
+// explain --compare prints it.
+std::vector<SelectionRange> auto_selection_map(const SelectionRules& rules, Collective c, int ranks,
+                                               std::size_t element_bytes, std::size_t segment_bytes,
+                                               const CostModel& model,
+                                               std::shared_ptr<const Hosts> hosts);
 
 // "0-4K tree, 4K-256K recursive_doubling, 256K- ring (COLLIE_ALGO)": each
 // range, its algorithm, and "(rule)" after those a rule chose.

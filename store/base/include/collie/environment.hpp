@@ -26,7 +26,7 @@ enum class Kind : unsigned char {
   Text,     // free text; `type` and `accepts` say what it must be
   Choice,   // one of the words of `accepts` ("auto, tcp, shm")
   Seconds,  // a number of seconds, within [low, high]
-  Bytes,    // a number of bytes, or with K or M, within [low, high]
+  Bytes,    // a size (size_in_bytes()), within [low, high]
   Integer,  // a whole number, within [low, high]
 };
 
@@ -234,6 +234,12 @@ std::string takes(const Variable& v);
 // The refusal every parser throws (collie::Error), led by `who`
 // ("collie::init"): "who: NAME='text': takes TAKES; default D".
 [[noreturn]] void refuse(const Variable& v, std::string_view text, std::string_view who);
+
+// A size as every setting and rule writes it: a whole number with an
+// optional unit, K or KiB, M or MiB, G or GiB (1024-based; k, m, g too) or
+// B; nullopt where `text` is not one, or overflows. bytes() and the
+// selection rules' ranges (collectives/selection.hpp) read sizes with it.
+std::optional<std::size_t> size_in_bytes(std::string_view text);
 
 // `text` read as `v` says, or refuse()d. seconds(): milliseconds, rounded up.
 long long seconds_in_ms(const Variable& v, std::string_view text, std::string_view who);
