@@ -13,12 +13,13 @@
 #include <collie/log.hpp>
 #include <collie/transport/board.hpp>
 
+#include "watch/trace.hpp"
 #include "executor/board_call.hpp"
 #include "executor/buffer_layout.hpp"
-#include "call.hpp"
-#include "device/chunked_call.hpp"
+#include "group/call.hpp"
+#include "executor/chunked_call.hpp"
 #include "executor/executor.hpp"
-#include "group.hpp"
+#include "group/group.hpp"
 #include "work.hpp"
 
 namespace collie {

@@ -10,9 +10,12 @@
 #include <collie/error.hpp>
 #include <collie/process_group.hpp>
 
-#include "group.hpp"
-#include "bootstrap/job_store.hpp"
-#include "tags.hpp"
+#include "work.hpp"
+#include "bootstrap/link_probe.hpp"
+#include "bootstrap/make_group.hpp"
+#include "group/group.hpp"
+#include "group/job_store.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

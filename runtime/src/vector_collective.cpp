@@ -18,10 +18,10 @@
 
 #include <collie/error.hpp>
 
-#include "call.hpp"
+#include "group/call.hpp"
 #include "executor/executor.hpp"
-#include "group.hpp"
-#include "tags.hpp"
+#include "group/group.hpp"
+#include "group/tags.hpp"
 #include "work.hpp"
 
 namespace collie {

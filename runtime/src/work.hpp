@@ -17,7 +17,7 @@
 #include <collie/transport/transport.hpp>
 
 #include <collie/async_runner.hpp>
-#include "handles.hpp"
+#include "group/handles.hpp"
 #include "device/device.hpp"
 
 namespace collie {

@@ -1,7 +1,7 @@
 // The call fingerprint every collective message carries: every signature
 // there is survives encoding, different calls get different fingerprints,
 // and a value that does not fit fails loudly instead of aliasing another.
-#include "call.hpp"
+#include "group/call.hpp"
 
 #include <set>
 

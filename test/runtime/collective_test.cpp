@@ -16,7 +16,7 @@
 #include <collie/store/file_store.hpp>
 
 #include "collective_check.hpp"
-#include "bootstrap/placement.hpp"
+#include "group/placement.hpp"
 #include "support/shm_skip.hpp"
 #include "support/forgetful_store.hpp"
 #include "support/scratch_dir.hpp"

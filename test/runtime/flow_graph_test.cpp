@@ -1,4 +1,4 @@
-// The executor's dependency graph (runtime/src/executor/flow_graph.hpp),
+// The executor's dependency graph (runtime/src/plan/flow_graph.hpp),
 // tested as the schedules are: a hand-derived case edge by edge, then every
 // algorithm's schedules on many shapes against a reference that knows only
 // which ops touch which elements.
@@ -10,7 +10,7 @@
 
 #include <collie/collectives/algorithms.hpp>
 
-#include "executor/flow_graph.hpp"
+#include "plan/flow_graph.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/store/server.hpp>
 
-#include "bootstrap/job_store.hpp"
+#include "group/job_store.hpp"
 #include "support/eventually.hpp"
 #include "support/log_capture.hpp"
 #include "support/name_resolution.hpp"

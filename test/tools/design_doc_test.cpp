@@ -215,7 +215,7 @@ TEST_CASE("docs/design.md: every path it names exists", "[docs]") {
 }
 
 TEST_CASE("the checks of design.md's paths catch a path that is not there", "[docs]") {
-  CHECK(check_token("runtime/src/executor/flow_graph.hpp").empty());
+  CHECK(check_token("runtime/src/plan/flow_graph.hpp").empty());
   CHECK(check_token("runtime/src/executor.cpp") == "runtime/src/executor.cpp does not exist");
   CHECK(check_token("transport/src/shm/").empty());
   CHECK_FALSE(check_token("transport/src/rdma/").empty());

@@ -8,7 +8,7 @@
 // A job's ranks work in the namespace of their run (run(), through a
 // PrefixStore), so a restarted job never reads its previous attempt's
 // keys. "<slot>" is a group's tag space (0: the world;
-// runtime/src/tags.hpp), "<seq>" a call's place in its group.
+// runtime/src/group/tags.hpp), "<seq>" a call's place in its group.
 //
 // | key                                    | value                       | written by → read by |
 // |----------------------------------------|-----------------------------|----------------------|

@@ -37,11 +37,15 @@
 #include <collie/transport/open.hpp>
 #include <collie/transport/shm.hpp>
 
-#include "group.hpp"
+#include "watch/trace.hpp"
+#include "watch/stall.hpp"
+#include "group/handles.hpp"
+#include "bootstrap/make_group.hpp"
+#include "group/group.hpp"
 #include "bootstrap/init_world.hpp"
-#include "bootstrap/job_store.hpp"
+#include "group/job_store.hpp"
 #include "bootstrap/link_probe.hpp"
-#include "bootstrap/placement.hpp"
+#include "group/placement.hpp"
 
 namespace collie {
 

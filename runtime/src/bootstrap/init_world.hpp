@@ -10,7 +10,7 @@
 #include <collie/job_config.hpp>
 #include <collie/store/store.hpp>
 
-#include "group.hpp"
+#include "group/group.hpp"
 #include "bootstrap/link_probe.hpp"
 
 namespace collie {

@@ -14,8 +14,9 @@
 #include <collie/keys.hpp>
 #include <collie/log.hpp>
 
-#include "group.hpp"
-#include "tags.hpp"
+#include "group/job_store.hpp"
+#include "group/group.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

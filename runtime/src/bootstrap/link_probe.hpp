@@ -23,16 +23,11 @@
 
 #include <string>
 
+#include "group/host_link.hpp"
+
 namespace collie {
 
 struct World;
-
-// (No defaults of its own: JobConfig's stand where nothing is measured.)
-struct HostLink {
-  double gbits = 0;         // rate, Gbit/s
-  double latency_us = 0;    // one message's latency, microseconds
-  std::string source;       // "COLLIE_HOST_LINK", "measured between rank 0 and rank 2 in 44 ms", ...
-};
 
 // The link as the world's ranks agree on it: COLLIE_HOST_LINK where set,
 // measured where the world spans hosts, else the variable's default (one

@@ -13,7 +13,7 @@
 
 #include "executor/diagnosis.hpp"
 #include "watch/stall.hpp"
-#include "tags.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "call.hpp"
-#include "group.hpp"
+#include "group/call.hpp"
+#include "group/group.hpp"
 
 namespace collie {
 

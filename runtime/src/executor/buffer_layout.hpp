@@ -69,10 +69,10 @@
 
 #include <collie/collectives/schedule.hpp>
 
-#include "call.hpp"
+#include "group/call.hpp"
 #include "device/whole_staging.hpp"
 #include "executor/executor.hpp"
-#include "executor/plan_cache.hpp"
+#include "plan/plan_cache.hpp"
 
 namespace collie {
 

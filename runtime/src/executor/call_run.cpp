@@ -12,7 +12,7 @@
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
 
-#include "../tags.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

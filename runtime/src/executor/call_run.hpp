@@ -14,13 +14,13 @@
 
 #include <collie/collectives/schedule.hpp>
 
-#include "../call.hpp"
+#include "group/call.hpp"
 #include "../device/device.hpp"
-#include "../group.hpp"
+#include "group/group.hpp"
 #include "watch/stall.hpp"
 #include "watch/trace.hpp"
 #include "diagnosis.hpp"
-#include "flow_graph.hpp"
+#include "plan/flow_graph.hpp"
 #include "executor.hpp"
 
 namespace collie {

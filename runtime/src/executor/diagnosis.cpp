@@ -13,8 +13,9 @@
 #include <collie/log.hpp>
 #include <collie/keys.hpp>
 
+#include "group/job_store.hpp"
 #include "executor/board_call.hpp"
-#include "../tags.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

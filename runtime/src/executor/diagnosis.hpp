@@ -29,8 +29,8 @@
 #include <collie/collectives/schedule.hpp>
 #include <collie/store/store.hpp>
 
-#include "../call.hpp"
-#include "../group.hpp"
+#include "group/call.hpp"
+#include "group/group.hpp"
 #include "watch/stall.hpp"
 
 namespace collie {

@@ -38,9 +38,9 @@
 
 #include <collie/collectives/schedule.hpp>
 
-#include "../call.hpp"
-#include "../group.hpp"
-#include "executor/plan_cache.hpp"
+#include "group/call.hpp"
+#include "group/group.hpp"
+#include "plan/plan_cache.hpp"
 
 namespace collie {
 

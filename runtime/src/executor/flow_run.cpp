@@ -12,7 +12,7 @@
 
 #include "executor/stream_reduce.hpp"
 #include "call_run.hpp"
-#include "flow_graph.hpp"
+#include "plan/flow_graph.hpp"
 
 namespace collie {
 

@@ -9,7 +9,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 
-#include "../tags.hpp"
+#include "group/tags.hpp"
 
 namespace collie::mw::detail {
 

@@ -8,8 +8,8 @@
 #include <collie/log.hpp>
 #include <collie/master_worker.hpp>
 
-#include "../group.hpp"
-#include "../handles.hpp"
+#include "group/group.hpp"
+#include "group/handles.hpp"
 #include "master_state.hpp"
 #include "worker.hpp"
 

@@ -13,7 +13,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 
-#include "../tags.hpp"
+#include "group/tags.hpp"
 #include "master_state.hpp"
 
 namespace collie::mw {

@@ -7,7 +7,7 @@
 
 #include <collie/error.hpp>
 
-#include "../tags.hpp"
+#include "group/tags.hpp"
 #include "elementwise.hpp"
 #include "master_state.hpp"
 #include "worker.hpp"

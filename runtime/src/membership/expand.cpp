@@ -39,9 +39,9 @@
 #include <collie/log.hpp>
 #include <collie/store/prefix_store.hpp>
 
-#include "group.hpp"
+#include "group/group.hpp"
 #include "bootstrap/init_world.hpp"
-#include "bootstrap/job_store.hpp"
+#include "group/job_store.hpp"
 
 namespace collie {
 

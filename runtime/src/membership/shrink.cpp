@@ -34,9 +34,11 @@
 #include <collie/keys.hpp>
 #include <collie/log.hpp>
 
+#include "group/job_store.hpp"
 #include "executor/executor.hpp"
-#include "group.hpp"
-#include "tags.hpp"
+#include "bootstrap/make_group.hpp"
+#include "group/group.hpp"
+#include "group/tags.hpp"
 
 namespace collie {
 

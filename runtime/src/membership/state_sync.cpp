@@ -15,7 +15,7 @@
 
 #include <collie/error.hpp>
 
-#include "group.hpp"
+#include "group/group.hpp"
 
 namespace collie {
 

@@ -24,9 +24,10 @@
 #include <collie/store/async_client.hpp>
 #include <collie/keys.hpp>
 
-#include "call.hpp"
-#include "group.hpp"
-#include "bootstrap/placement.hpp"
+#include "group/job_store.hpp"
+#include "group/call.hpp"
+#include "group/group.hpp"
+#include "group/placement.hpp"
 
 namespace collie {
 
@@ -64,21 +65,6 @@ std::string kernel_id() {
 }
 
 }  // namespace
-
-void Progress::begin(std::uint64_t sequence, std::uint64_t fingerprint) {
-  current_fingerprint.store(fingerprint, std::memory_order_relaxed);
-  current_since.store(now_ns(), std::memory_order_relaxed);
-  current.store(static_cast<std::int64_t>(sequence), std::memory_order_release);
-}
-
-void Progress::end(std::uint64_t sequence, std::uint64_t fingerprint) {
-  finished_at.store(now_ns(), std::memory_order_relaxed);
-  recent_fingerprint[sequence % kRecent].store(fingerprint, std::memory_order_relaxed);
-  recent_sequence[sequence % kRecent].store(static_cast<std::int64_t>(sequence),
-                                            std::memory_order_release);
-  finished.store(static_cast<std::int64_t>(sequence), std::memory_order_relaxed);
-  current.store(-1, std::memory_order_release);
-}
 
 std::string process_identity() {
   char host[256] = {};

@@ -20,7 +20,7 @@
 #include <collie/collectives/algorithms.hpp>
 #include <collie/collectives/schedule.hpp>
 
-#include "executor/flow_graph.hpp"
+#include "plan/flow_graph.hpp"
 
 namespace collie {
 

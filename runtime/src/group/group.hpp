@@ -1,29 +1,39 @@
 // What a ProcessGroup handle points to (private to the runtime): the job
 // every group of a process shares (World), and one group (detail::Group).
+// The room every other room of runtime/src reads: it includes none of them
+// but device/ and plan/ (docs/design.md, "The rooms").
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <collie/async_runner.hpp>
 #include <collie/collectives/cost.hpp>
 #include <collie/collectives/hosts.hpp>
-#include "bootstrap/job_store.hpp"
+#include <collie/job_config.hpp>
 #include <collie/process_group.hpp>
 #include <collie/transport/transport.hpp>
 
 #include "device/device.hpp"
-#include "bootstrap/link_probe.hpp"
-#include "executor/plan_cache.hpp"
-#include "watch/stall.hpp"
-#include "watch/trace.hpp"
-#include "work.hpp"
+#include "group/auto_choices.hpp"
+#include "group/board_state.hpp"
+#include "group/broken_state.hpp"
+#include "group/host_link.hpp"
+#include "group/job_store.hpp"
+#include "group/progress.hpp"
+#include "plan/plan_cache.hpp"
 
 namespace collie {
+
+// Held by pointer, made and used in the rooms above this one.
+class StallResponder;  // watch/stall.hpp
+class Tracer;          // watch/trace.hpp
 
 // The job: shared by the world group and every sub-group made from it.
 struct World {
@@ -63,7 +73,9 @@ struct World {
   std::unique_ptr<StallResponder> responder;
 };
 
-struct detail::Group {
+// The parts each room keeps in it are their own (auto_choices.hpp,
+// board_state.hpp, broken_state.hpp), named by their fields here.
+struct detail::Group : AutoChoices, BoardState, BrokenState {
   std::shared_ptr<World> world;
   std::string name;               // "world", "group 1 [0, 2]"
   std::vector<int> members;       // group rank -> world rank
@@ -75,34 +87,8 @@ struct detail::Group {
   collectives::CostModel cost_model;
   // [group rank] its host, for the schedules; null when not known.
   std::shared_ptr<const collectives::Hosts> hosts;
-  // Auto's choices, by (collective, dtype size, log2 bytes, root).
-  mutable std::mutex choice_mu;
-  mutable std::map<std::uint64_t, Algorithm> choices;
-  // The last choice, read without the lock: key << 8 | algorithm (0: none).
-  mutable std::atomic<std::uint64_t> last_choice{0};
-  // The collectives (bit Collective) whose selection map was logged.
-  mutable std::atomic<std::uint32_t> maps_shown{0};
   // The schedules of recent calls, for the next call of the same shape.
   PlanCache plans;
-  // Small calls on a board (board_call.hpp): whether the members can
-  // (alike on each), the board (opened at the first), the tickets handed
-  // out (start()) and those this rank has run, in order (the rest wait on
-  // board_cv).
-  bool board_possible = false;
-  std::mutex board_open_mu;  // (not std::call_once: opening may throw, and
-                             // libstdc++'s call_once then hangs the next caller)
-  std::atomic<bool> board_open{false};
-  std::atomic<bool> board_unreachable{false};  // a diagnosis could not open it
-  std::unique_ptr<transport::Board> board;  // set once, under board_open_mu
-  std::atomic<std::uint64_t> board_tickets{0};
-  std::atomic<std::uint64_t> board_done{0};
-  std::atomic<int> board_waiting{0};
-  std::mutex board_mu;
-  std::condition_variable board_cv;
-  // Set once a collective failed in a way that leaves messages in flight.
-  std::mutex broken_mu;
-  std::string broken;
-  std::atomic<bool> is_broken{false};  // !broken.empty(), read without the lock
   // shrink() (shrink.cpp) and expand() (expand.cpp): one at a time; the
   // group shrink made, which a second call returns; how many expand()s
   // this group has run (each has its decision key).
@@ -121,12 +107,5 @@ struct detail::Group {
   transport::Transport& transport() const { return *world->transport; }
   void require_member(std::string_view what) const;
 };
-
-// A group of `world`: its name ("world", "group 1 [0, 2]"), its members
-// (group rank -> world rank), this process's rank in it (-1: not a member)
-// and its tag space (tags.hpp); with its cost model and trace name, and
-// listed in its world for the stall responder (a member only).
-std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::string name,
-                                          std::vector<int> members, int rank, std::uint32_t slot);
 
 }  // namespace collie

@@ -1,5 +1,5 @@
 // Builds the dependency graph of host steps (flow_graph.hpp).
-#include "flow_graph.hpp"
+#include "plan/flow_graph.hpp"
 
 #include <algorithm>
 #include <iterator>

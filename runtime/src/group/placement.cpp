@@ -1,6 +1,6 @@
 // Where a job's ranks run, for Auto's cost model: this machine's id, its
 // usable cores, its cache sizes (placement.hpp).
-#include "bootstrap/placement.hpp"
+#include "group/placement.hpp"
 
 #include <collie/host_cpus.hpp>
 

@@ -1,6 +1,6 @@
-// A group's life on this rank (group.hpp): made with its cost model and
+// Making a group (make_group.hpp): with its cost model, hosts, board and
 // trace name, listed for the stall responder while it lives.
-#include "group.hpp"
+#include "bootstrap/make_group.hpp"
 
 #include <algorithm>
 
@@ -9,7 +9,8 @@
 #include <collie/error.hpp>
 
 #include "executor/board_call.hpp"
-#include "bootstrap/placement.hpp"
+#include "group/placement.hpp"
+#include "watch/trace.hpp"
 
 namespace collie {
 
@@ -41,8 +42,7 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
 }  // namespace
 
 std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::string name,
-                                          std::vector<int> members, int rank,
-                                          std::uint32_t slot) {
+                                          std::vector<int> members, int rank, std::uint32_t slot) {
   auto g = std::make_shared<detail::Group>();
   g->world = std::move(world);
   g->name = std::move(name);
@@ -64,21 +64,6 @@ std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::str
     g->world->groups.emplace(g->slot, g.get());
   }
   return g;
-}
-
-void detail::Group::require_member(std::string_view what) const {
-  if (rank >= 0) return;
-  throw Error(
-      fmt::format("rank {} of the world called {} on {}, which it is not a member of: "
-                  "only the ranks given to new_group may use the group",
-                  world->config.rank, what, name));
-}
-
-detail::Group::~Group() {
-  if (rank < 0 || !world) return;
-  std::lock_guard lock(world->groups_mu);
-  const auto it = world->groups.find(slot);
-  if (it != world->groups.end() && it->second == this) world->groups.erase(it);
 }
 
 }  // namespace collie

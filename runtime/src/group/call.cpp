@@ -1,6 +1,6 @@
 // A call's signature in 64 bits, back, and in words; failure notices
 // (call.hpp).
-#include "call.hpp"
+#include "group/call.hpp"
 
 #include <bit>
 #include <iterator>
@@ -33,7 +33,7 @@ std::uint64_t field(std::uint64_t value, std::uint64_t mask, const char* what) {
   if (value > mask) {
     throw Error(
         fmt::format("internal: the call fingerprint has {} bits for the {}, and {} does "
-                    "not fit: widen its field (runtime/src/call.hpp)",
+                    "not fit: widen its field (runtime/src/group/call.hpp)",
                     std::bit_width(mask), what, value));
   }
   return value;

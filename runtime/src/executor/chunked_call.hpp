@@ -25,7 +25,7 @@
 
 #include <collie/memory.hpp>
 
-#include "../call.hpp"
+#include "group/call.hpp"
 
 namespace collie {
 

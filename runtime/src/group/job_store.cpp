@@ -11,7 +11,7 @@
 #include <collie/address.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
-#include "bootstrap/job_store.hpp"
+#include "group/job_store.hpp"
 #include <collie/log.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/etcd_store.hpp>

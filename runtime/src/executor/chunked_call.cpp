@@ -1,6 +1,6 @@
 // A large call on device buffers, run in chunks staged whole
 // (chunked_call.hpp): the chunks strategy of staging.hpp.
-#include "chunked_call.hpp"
+#include "executor/chunked_call.hpp"
 
 #include <algorithm>
 #include <optional>
