@@ -1,241 +1,25 @@
 // The store in a file on a shared file system, under a file lock
-// (file_store.hpp).
+// (file_store.hpp): each operation a step under the log's lock (file_log.hpp).
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
-#include <cstring>
-#include <fcntl.h>
-#include <functional>
-#include <map>
-#include <mutex>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <thread>
-#include <unistd.h>
+#include <memory>
 
 #include <fmt/format.h>
 
-#include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/store/file_store.hpp>
 
 #include "describe.hpp"
+#include "file_log.hpp"
 #include "protocol.hpp"
 
 namespace collie::store {
 
-namespace {
+using detail::parse_int64;
+using detail::Record;
 
-using Clock = std::chrono::steady_clock;
-
-// How long a timed-out barrier may wait for the lock to take itself back out.
-constexpr auto kUndoTime = std::chrono::seconds(5);
-
-enum class Record : std::uint8_t { Set = 1, Delete = 2, Barrier = 3 };
-
-// What a barrier's records say: arrivals so far (all generations) and n.
-struct BarrierState {
-  std::int64_t arrivals = 0;
-  std::uint32_t n = 0;
-};
-
-std::optional<std::int64_t> parse_int64(const std::string& text) {
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
-}  // namespace
-
-class FileStore::Impl {
+class FileStore::Impl : public detail::FileLog {
  public:
-  Impl(std::string path, std::chrono::milliseconds timeout)
-      : path_(std::move(path)), timeout_(timeout) {
-    if (timeout_ <= std::chrono::milliseconds::zero()) {
-      throw ArgumentError("FileStore: the timeout must be positive");
-    }
-    fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (fd_ < 0) {
-      throw Error(fmt::format("file store: cannot open '{}': {}", path_, std::strerror(errno)));
-    }
-  }
-  ~Impl() { close(fd_); }
-
-  const std::string& path() const { return path_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
-  std::chrono::milliseconds limit(Timeout t) const {
-    const auto value = t.value_or(timeout_);
-    if (value <= std::chrono::milliseconds::zero()) {
-      throw ArgumentError("file store: the timeout must be positive");
-    }
-    return value;
-  }
-
-  // Runs `f` with the file locked and this object caught up with it. Waits
-  // for the lock at most until the call's timeout.
-  template <class F>
-  auto locked(Timeout timeout, F f) {
-    return locked_until(Clock::now() + limit(timeout), f);
-  }
-
-  template <class F>
-  auto locked_until(Clock::time_point deadline, F f) {
-    std::lock_guard guard(mutex_);
-    lock_file(deadline);
-    struct Unlock {
-      Impl* self;
-      ~Unlock() { self->unlock_file(); }
-    } unlock{this};
-    catch_up();
-    return f();
-  }
-
-  // Polls `ready` (run under the lock) until it returns true or the timeout
-  // runs out; then `on_timeout` runs under the lock and a TimeoutError says `what`.
-  template <class Ready>
-  void poll_until(std::chrono::milliseconds timeout, Ready ready, const std::string& what,
-                  const std::function<void()>& on_timeout = {}) {
-    const auto deadline = Clock::now() + timeout;
-    auto pause = std::chrono::milliseconds(1);
-    while (!locked_until(deadline, ready)) {
-      if (Clock::now() >= deadline) {
-        // Undoing takes the lock once more, briefly.
-        if (on_timeout) locked_until(Clock::now() + kUndoTime, [&] { on_timeout(); });
-        throw TimeoutError(fmt::format("file store '{}': {} timed out after {}", path_, what,
-                                       describe_duration(timeout)));
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
-  }
-
-  void append_record(Record type, std::string_view key, std::string_view value) {
-    std::vector<std::uint8_t> bytes;
-    wire::Writer w(bytes);
-    w.u8(static_cast<std::uint8_t>(type));
-    w.bytes(key);
-    w.bytes(value);
-    pending_.insert(pending_.end(), bytes.begin(), bytes.end());
-    apply(type, key, value);
-  }
-
-  // Writes the records appended under this lock in one write.
-  void flush() {
-    std::size_t done = 0;
-    while (done < pending_.size()) {
-      const ssize_t n = write(fd_, pending_.data() + done, pending_.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        pending_.clear();
-        throw Error(fmt::format("file store: cannot write '{}': {}", path_, std::strerror(errno)));
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    offset_ += static_cast<off_t>(pending_.size());
-    pending_.clear();
-  }
-
-  std::map<std::string, std::string, std::less<>> data;
-  std::map<std::string, BarrierState, std::less<>> barriers;
-
- private:
-  // Takes the file's exclusive lock, retrying with backoff until `deadline`:
-  // a process stopped while holding it must not hang this one.
-  void lock_file(Clock::time_point deadline) {
-    struct flock lock {};
-    lock.l_type = F_WRLCK;
-    lock.l_whence = SEEK_SET;
-    auto pause = std::chrono::microseconds(100);
-    while (fcntl(fd_, F_OFD_SETLK, &lock) != 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EACCES) {
-        throw Error(fmt::format("file store: cannot lock '{}': {}", path_, std::strerror(errno)));
-      }
-      if (Clock::now() >= deadline) {
-        throw TimeoutError(
-            fmt::format("file store '{}': another process held the file's lock "
-                        "until the timeout ran out",
-                        path_));
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
-      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(50));
-    }
-  }
-
-  void unlock_file() {
-    struct flock lock {};
-    lock.l_type = F_UNLCK;
-    lock.l_whence = SEEK_SET;
-    fcntl(fd_, F_OFD_SETLK, &lock);  // cannot fail for a lock we hold
-  }
-
-  void apply(Record type, std::string_view key, std::string_view value) {
-    switch (type) {
-      case Record::Set:
-        data.insert_or_assign(std::string(key), std::string(value));
-        break;
-      case Record::Delete:
-        data.erase(std::string(key));
-        break;
-      case Record::Barrier: {
-        // value: "<arrivals> <n>"
-        const auto space = value.find(' ');
-        auto& b = barriers[std::string(key)];
-        b.arrivals = parse_int64(std::string(value.substr(0, space))).value_or(0);
-        b.n = static_cast<std::uint32_t>(
-            parse_int64(std::string(value.substr(space + 1))).value_or(0));
-        break;
-      }
-    }
-  }
-
-  // Applies the records other writers appended since the last look.
-  void catch_up() {
-    struct stat info {};
-    if (fstat(fd_, &info) != 0) {
-      throw Error(fmt::format("file store: cannot stat '{}': {}", path_, std::strerror(errno)));
-    }
-    if (info.st_size < offset_) {
-      throw Error(
-          fmt::format("file store: '{}' shrank from {} to {} bytes; was it replaced or "
-                      "truncated while in use?",
-                      path_, offset_, info.st_size));
-    }
-    if (info.st_size == offset_) return;
-    std::vector<std::uint8_t> bytes(static_cast<std::size_t>(info.st_size - offset_));
-    std::size_t got = 0;
-    while (got < bytes.size()) {
-      const ssize_t n =
-          pread(fd_, bytes.data() + got, bytes.size() - got, offset_ + static_cast<off_t>(got));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        throw Error(fmt::format("file store: cannot read '{}': {}", path_, std::strerror(errno)));
-      }
-      got += static_cast<std::size_t>(n);
-    }
-    wire::Reader r(bytes);
-    while (r.remaining() > 0) {
-      const auto type = r.u8();
-      const auto key = r.bytes();
-      const auto value = r.bytes();
-      if (!r.ok() || type < 1 || type > 3) {
-        throw Error(
-            fmt::format("file store: '{}' is corrupt after byte {} (not a collie store "
-                        "file, or a writer died mid-record)",
-                        path_, offset_));
-      }
-      apply(static_cast<Record>(type), key, value);
-    }
-    offset_ = info.st_size;
-  }
-
-  std::string path_;
-  std::chrono::milliseconds timeout_;
-  int fd_ = -1;
-  off_t offset_ = 0;
-  std::vector<std::uint8_t> pending_;
-  std::mutex mutex_;
+  using FileLog::FileLog;
 };
 
 namespace {
