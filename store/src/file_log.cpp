@@ -3,23 +3,16 @@
 #include "file_log.hpp"
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "counter.hpp"
 #include "protocol.hpp"
 
 namespace collie::store::detail {
-
-std::optional<std::int64_t> parse_int64(const std::string& text) {
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
 
 FileLog::FileLog(std::string path, std::chrono::milliseconds timeout)
     : path_(std::move(path)), timeout_(timeout) {
@@ -109,9 +102,8 @@ void FileLog::apply(Record type, std::string_view key, std::string_view value) {
       // value: "<arrivals> <n>"
       const auto space = value.find(' ');
       auto& b = barriers[std::string(key)];
-      b.arrivals = parse_int64(std::string(value.substr(0, space))).value_or(0);
-      b.n =
-          static_cast<std::uint32_t>(parse_int64(std::string(value.substr(space + 1))).value_or(0));
+      b.arrivals = parse_counter(value.substr(0, space)).value_or(0);
+      b.n = static_cast<std::uint32_t>(parse_counter(value.substr(space + 1)).value_or(0));
       break;
     }
   }

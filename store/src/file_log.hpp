@@ -32,9 +32,6 @@ struct BarrierState {
   std::uint32_t n = 0;
 };
 
-// The whole text as a decimal int64, or nothing.
-std::optional<std::int64_t> parse_int64(const std::string& text);
-
 class FileLog {
  public:
   using Clock = std::chrono::steady_clock;

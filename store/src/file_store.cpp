@@ -8,13 +8,13 @@
 #include <collie/error.hpp>
 #include <collie/store/file_store.hpp>
 
+#include "counter.hpp"
 #include "describe.hpp"
 #include "file_log.hpp"
 #include "protocol.hpp"
 
 namespace collie::store {
 
-using detail::parse_int64;
 using detail::Record;
 
 class FileStore::Impl : public detail::FileLog {
@@ -82,7 +82,7 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta, Timeout ti
   return impl_->locked(timeout, [&] {
     std::int64_t current = 0;
     if (auto it = impl_->data.find(key); it != impl_->data.end()) {
-      const auto parsed = parse_int64(it->second);
+      const auto parsed = parse_counter(it->second);
       if (!parsed) {
         throw RequestError(
             fmt::format("file store: add to '{}': the key holds {} bytes that are "

@@ -4,12 +4,12 @@
 #include "key_value_state.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include <fmt/format.h>
 
 #include <collie/log.hpp>
 
+#include "counter.hpp"
 #include "describe.hpp"
 #include "key_value_reply.hpp"
 
@@ -287,13 +287,14 @@ void KeyValueState::add(ReplyTarget& client, const Request& req) {
   auto it = data_.find(key);
   if (it != data_.end()) {
     const std::string& text = it->second->text;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
-    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    const auto parsed = parse_counter(text);
+    if (!parsed) {
       reply_error(client, req.id, ErrorCode::NotAnInteger,
                   fmt::format("add to {}: the key holds {} bytes that are not a decimal int64",
                               quoted(key), text.size()));
       return;
     }
+    current = *parsed;
   }
   std::int64_t updated = 0;
   if (__builtin_add_overflow(current, req.delta, &updated)) {

@@ -1,7 +1,6 @@
 // The Store interface on etcd (etcd_store.hpp): each call as etcd requests.
 #include <collie/store/etcd_store.hpp>
 
-#include <charconv>
 #include <limits>
 #include <sys/stat.h>
 
@@ -10,6 +9,7 @@
 #include <collie/address.hpp>
 #include <collie/error.hpp>
 
+#include "../counter.hpp"
 #include "../describe.hpp"
 #include "session.hpp"
 #include "waits.hpp"
@@ -64,14 +64,13 @@ void check_value(std::string_view key, std::size_t bytes) {
       printable_key(key), bytes, kMaxValueBytes));
 }
 
-std::int64_t parse_counter(std::string_view key, const std::string& text) {
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+std::int64_t counter_of(std::string_view key, const std::string& text) {
+  const auto value = parse_counter(text);
+  if (!value) {
     throw RequestError(fmt::format("add('{}'): the key holds '{}', which is not an integer",
                                    printable_key(key), printable_key(text)));
   }
-  return value;
+  return *value;
 }
 
 }  // namespace
@@ -155,7 +154,7 @@ std::int64_t EtcdStore::add(std::string_view key, std::int64_t delta, Timeout ti
   impl_->session.rewrite(
       key,
       [&](const std::optional<std::string>& current) -> std::optional<std::string> {
-        const std::int64_t old = current ? parse_counter(key, *current) : 0;
+        const std::int64_t old = current ? counter_of(key, *current) : 0;
         if (__builtin_add_overflow(old, delta, &result)) {
           throw RequestError(fmt::format("add('{}', {}): {} + {} overflows int64",
                                          printable_key(key), delta, old, delta));
