@@ -107,7 +107,7 @@ ProcessGroupCollie::ProcessGroupCollie(const c10::intrusive_ptr<c10d::Store>& st
       names_(std::make_shared<GroupNames>(global_ranks(store, rank, size, global_rank))) {
   if (rank != 0) {
     auto id = identify(store);
-    if (hosted_by_rank_zero(id)) wait_for_close_ = std::move(id);
+    if (hosted_by_rank_zero(id)) close_watch_ = std::make_unique<StoreCloseWatch>(id);
   }
 }
 
@@ -135,7 +135,7 @@ ProcessGroupCollie::~ProcessGroupCollie() {
     completer_.reset();
     settler_.reset();
     // Made again at once, the world group would reach rank 0's old store.
-    if (wait_for_close_) wait_until_closed(*wait_for_close_, std::chrono::seconds(10));
+    if (close_watch_) close_watch_->wait(std::chrono::seconds(10));
   };
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release unlocked;

@@ -149,9 +149,9 @@ class ProcessGroupCollie final : public TorchBackend {
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, const at::Tensor& t,
                                                 collie::Work work);
 
-  // torch's store, where a rank other than 0 waits for rank 0's to close
+  // Rank 0's TCPStore, where a rank other than 0 waits for it to close
   // when it drops the world group (torch_store.hpp); empty otherwise.
-  std::optional<StoreIdentity> wait_for_close_;
+  std::unique_ptr<StoreCloseWatch> close_watch_;
   collie::ProcessGroup pg_;
   std::shared_ptr<Completer> completer_ = std::make_shared<Completer>();  // sends, receives
   std::shared_ptr<Completer> settler_ =  // collectives' futures

@@ -5,6 +5,7 @@
 #include "torch_store.hpp"
 #include "torch_keys.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
@@ -212,39 +213,89 @@ bool hosted_by_rank_zero(const StoreIdentity& id) {
          id.prefix.rfind("0/", 0) == 0;
 }
 
-void wait_until_closed(const StoreIdentity& id, std::chrono::milliseconds limit) {
-  // A connection of its own that sends nothing, watched until the server
-  // closes it and then refuses a new one: asking torch's client instead
-  // (torch 2 prints a stack for each query the closed store fails).
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a new connection to the port must stay open, once the old store
+// closed the watch's, to be a store made again there rather than the old
+// one's listening socket in its last moments (closed microseconds after its
+// connections, resetting what waits in its backlog).
+constexpr auto kNewStoreAfter = std::chrono::milliseconds(250);
+
+int milliseconds_until(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
+}
+
+// A connection to the store's address, made by `deadline`; -1 if refused,
+// unreachable or not made in time.
+int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(id.host.c_str(), std::to_string(id.port).c_str(), &hints, &found) != 0) return;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int fd = -1;
-    for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-      fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-        ::close(fd);
-        fd = -1;
-      }
+  if (::getaddrinfo(id.host.c_str(), std::to_string(id.port).c_str(), &hints, &found) != 0)
+    return -1;
+  int fd = -1;
+  for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    bool made = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!made && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t size = sizeof error;
+      made = ::poll(&p, 1, milliseconds_until(deadline)) == 1 &&
+             ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
     }
-    if (fd < 0) break;  // refused: closed
-    for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      pollfd p{fd, POLLIN, 0};
-      const int n = ::poll(&p, 1, static_cast<int>(left.count()));
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) break;
-      char byte = 0;
-      if (n < 0 || ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0) break;  // closed, or said something
+    if (!made) {
+      ::close(fd);
+      fd = -1;
     }
-    ::close(fd);
   }
   ::freeaddrinfo(found);
+  return fd;
+}
+
+// Whether the server closed `fd` (or said something, which a TCPStore
+// never does unasked) by `deadline`.
+bool closed_by(int fd, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, milliseconds_until(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return false;
+    char byte = 0;
+    if (n < 0 || ::recv(fd, &byte, 1, MSG_DONTWAIT) != -1 || (errno != EAGAIN && errno != EINTR))
+      return true;
+  }
+}
+
+}  // namespace
+
+StoreCloseWatch::StoreCloseWatch(const StoreIdentity& id)
+    : id_(id), fd_(connect_by(id, Clock::now() + std::chrono::seconds(5))) {}
+
+StoreCloseWatch::~StoreCloseWatch() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void StoreCloseWatch::wait(std::chrono::milliseconds limit) {
+  // (Not torch's client: torch 2 prints a stack for each query the closed
+  // store fails.)
+  if (fd_ < 0) return;
+  const auto deadline = Clock::now() + limit;
+  const bool closed = closed_by(fd_, deadline);
+  ::close(fd_);
+  fd_ = -1;
+  if (!closed) return;
+  while (Clock::now() < deadline) {
+    const int fd = connect_by(id_, deadline);
+    if (fd < 0) return;  // refused: the old store is gone
+    const bool reset = closed_by(fd, std::min(deadline, Clock::now() + kNewStoreAfter));
+    ::close(fd);
+    if (!reset) return;  // open: a store made again there
+  }
 }
 
 std::pair<std::string, c10::intrusive_ptr<c10d::Store>> outer_prefix(

@@ -28,15 +28,33 @@ struct StoreIdentity {
 StoreIdentity identify(c10::intrusive_ptr<c10d::Store> store);
 
 // Whether a rank other than 0 should, on dropping its world group, wait for
-// the store to close (wait_until_closed): torch's own TCPStore, served by
+// the store to close (StoreCloseWatch): torch's own TCPStore, served by
 // rank 0's process (env:// or tcp:// without a launcher; not under collie
 // launch or torchrun, whose store outlives the groups), and the world
 // group's namespace of it (a sub-group leaves the store open).
 bool hosted_by_rank_zero(const StoreIdentity& id);
-// Waits until the TCPStore `id` names closes (rank 0 dropped its group and with it the
-// store), `limit` at most: a group made again at once would otherwise reach
-// the old store and lose it midway ("Connection reset by peer").
-void wait_until_closed(const StoreIdentity& id, std::chrono::milliseconds limit);
+
+// Rank 0's TCPStore watched until it closes: a group made again at once
+// would otherwise reach the old store and lose it midway ("Connection reset
+// by peer"). A connection of its own that sends nothing, opened while the
+// group is made and so to the store the group met in: when rank 0 drops its
+// group and with it the store, the server closes it. A store made again on
+// the same port at once (mp.spawn's loop of init and destroy) is told from
+// the old one by that connection, not waited out.
+class StoreCloseWatch {
+ public:
+  explicit StoreCloseWatch(const StoreIdentity& id);  // one it cannot reach watches nothing
+  ~StoreCloseWatch();
+  StoreCloseWatch(const StoreCloseWatch&) = delete;
+  StoreCloseWatch& operator=(const StoreCloseWatch&) = delete;
+  // Until the old store has closed this connection and its port (refused,
+  // or a new store there), `limit` at most.
+  void wait(std::chrono::milliseconds limit);
+
+ private:
+  StoreIdentity id_;
+  int fd_ = -1;
+};
 
 // A PrefixStore's own prefix ("cuda/") and the store under it; "" and
 // nullptr for any other store.

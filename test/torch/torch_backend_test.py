@@ -483,7 +483,8 @@ def monitored(rank, size, path):
 
 def reinit_tcp(rank, size, path):
     """mp.spawn's pattern: init_method tcp:// (rank 0's process serves torch's
-    store), destroy, init again at once on the same port, three times."""
+    store), destroy, init again at once on the same port, three times; no
+    destroy waits out its limit for the old store to close."""
     port_file = path + ".port"
     hold = None
     if rank == 0:
@@ -512,7 +513,12 @@ def reinit_tcp(rank, size, path):
         dist.all_reduce(t)
         want = size * (size + 1) / 2 + size * again
         check(t.eq(want).all(), f"group {again}: {t[:4]} != {want}")
+        began = time.monotonic()
         dist.destroy_process_group()
+        # A rank other than 0 waits there for rank 0's old store to close:
+        # the store made again on its port ends the wait, not its 10 s limit.
+        took = time.monotonic() - began
+        check(took < 5, f"destroy {again} waited {took:.1f} s for rank 0's store")
     if hold is not None:
         hold.close()
 
