@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <collie/deadline.hpp>
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
@@ -223,11 +224,6 @@ using Clock = std::chrono::steady_clock;
 // connections, resetting what waits in its backlog).
 constexpr auto kNewStoreAfter = std::chrono::milliseconds(250);
 
-int milliseconds_until(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30));
-}
-
 // A connection to the store's address, made by `deadline`; -1 if refused,
 // unreachable or not made in time.
 int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
@@ -245,7 +241,7 @@ int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
       pollfd p{fd, POLLOUT, 0};
       int error = 0;
       socklen_t size = sizeof error;
-      made = ::poll(&p, 1, milliseconds_until(deadline)) == 1 &&
+      made = ::poll(&p, 1, poll_ms_until(deadline)) == 1 &&
              ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
     }
     if (!made) {
@@ -262,7 +258,7 @@ int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
 bool closed_by(int fd, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, milliseconds_until(deadline));
+    const int n = ::poll(&p, 1, poll_ms_until(deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) return false;
     char byte = 0;

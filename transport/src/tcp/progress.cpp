@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <thread>
 
+#include <collie/deadline.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
 
@@ -29,11 +30,6 @@ constexpr auto kActiveSpinMax = std::chrono::milliseconds(100);
 // At most this many peers are read directly, without poll(), while spinning.
 constexpr std::size_t kDirectPeers = 1;
 }  // namespace
-
-int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 1 << 30));
-}
 
 void Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
   for (int rank : table_.connected) {
@@ -116,7 +112,7 @@ bool Progress::drive(const Finished& finished, Clock::time_point deadline) {
         while (!finished() && ((now = Clock::now()) < deadline || once) &&
                waits_interrupted() == 0) {
           int ms = 0;
-          if (now >= spin_until && !once) ms = std::clamp(remaining_ms(deadline), 1, 50);
+          if (now >= spin_until && !once) ms = std::clamp(poll_ms_until(deadline), 1, 50);
           once = false;
           drive_once(ms, fds, who);
           // Spinning, let a thread waiting for this CPU run: on a busy host
@@ -204,7 +200,7 @@ void Progress::background_loop() {
       table_.background_until.store(0);
       continue;
     }
-    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(until));
+    const int ready = ::poll(fds.data(), fds.size(), poll_ms_until(until));
     table_.background_until.store(0);
     if (ready < 0 && errno != EINTR) {
       collie::log().error("rank {}: poll failed: {}", table_.opt.rank, std::strerror(errno));

@@ -60,7 +60,4 @@ class Progress {
   std::atomic<bool> stopping_{false};
 };
 
-// Milliseconds from now to `deadline`, clamped for poll().
-int remaining_ms(std::chrono::steady_clock::time_point deadline);
-
 }  // namespace collie::transport::tcp

@@ -12,6 +12,7 @@
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
 
+#include <collie/deadline.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
@@ -208,7 +209,7 @@ TcpTransport::~TcpTransport() {
     if (p.connection.valid()) open.push_back({p.fd(), POLLIN, 0});
   const auto linger_until = Clock::now() + 250ms;
   while (!open.empty() && Clock::now() < linger_until) {
-    if (::poll(open.data(), open.size(), std::max(remaining_ms(linger_until), 1)) < 0 &&
+    if (::poll(open.data(), open.size(), std::max(poll_ms_until(linger_until), 1)) < 0 &&
         errno != EINTR)
       break;
     std::erase_if(open, [](const pollfd& f) {
