@@ -241,7 +241,7 @@ int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
       pollfd p{fd, POLLOUT, 0};
       int error = 0;
       socklen_t size = sizeof error;
-      made = ::poll(&p, 1, poll_ms_until(deadline)) == 1 &&
+      made = ::poll(&p, 1, collie::poll_ms_until(deadline)) == 1 &&
              ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
     }
     if (!made) {
@@ -258,7 +258,7 @@ int connect_by(const StoreIdentity& id, Clock::time_point deadline) {
 bool closed_by(int fd, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, poll_ms_until(deadline));
+    const int n = ::poll(&p, 1, collie::poll_ms_until(deadline));
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) return false;
     char byte = 0;
