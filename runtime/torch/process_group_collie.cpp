@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <collie/error.hpp>
+#include <collie/store/server.hpp>
 
 #include "call_place.hpp"
 #include "torch_keys.hpp"
@@ -448,6 +449,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCollie::barrier(const c10d::BarrierOp
 collie::ProcessGroup ProcessGroupCollie::join(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout) {
   const auto id = identify(store);
+  // Rank 0's process serves torch's TCPStore there: a connection from every
+  // rank, and one more from each other rank's StoreCloseWatch, 2(n-1) open
+  // files where a default soft limit allows 1,024.
+  if (rank == 0 && hosted_by_rank_zero(id)) collie::store::raise_open_file_limit();
   collie::InitOptions o;
   o.store = collie_served(id, timeout);
   if (o.store) {
