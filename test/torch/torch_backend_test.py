@@ -484,10 +484,16 @@ def monitored(rank, size, path):
 def reinit_tcp(rank, size, path):
     """mp.spawn's pattern: init_method tcp:// (rank 0's process serves torch's
     store), destroy, init again at once on the same port, three times; no
-    destroy waits out its limit for the old store to close."""
+    destroy waits out its limit for the old store to close. Rank 0's process,
+    which holds a connection from every other rank for torch's store and one
+    more for its close watch, raises its soft limit on open files to the
+    hard one."""
+    import resource
     port_file = path + ".port"
     hold = None
     if rank == 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
         # The port stays bound (not listening) for the whole case, so that
         # no other process's bind to port 0 gets it between this probe and
         # torch's store; the store binds it beside this socket, as both set
@@ -509,6 +515,9 @@ def reinit_tcp(rank, size, path):
     for again in range(3):
         dist.init_process_group("collie", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=size, timeout=TIMEOUT)
+        if rank == 0:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            check(soft == hard, f"rank 0's soft limit on open files is {soft}, its hard {hard}")
         t = torch.full((100,), float(rank + 1 + again))
         dist.all_reduce(t)
         want = size * (size + 1) / 2 + size * again
