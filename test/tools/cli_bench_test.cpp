@@ -81,6 +81,11 @@ TEST_CASE(
     const double algbw = std::stod(row.at("algbw_gbps"));
     const double busbw = std::stod(row.at("busbw_gbps"));
     CHECK(time > 0);
+    // Rank 0's median of its two calls is their mean, at most the slowest
+    // rank's mean (both printed to 3 decimals).
+    const double median = std::stod(row.at("rank0_median_us"));
+    CHECK(median > 0);
+    CHECK(median <= time + 0.0015);
     CHECK(std::stoull(row.at("count")) * 4 == std::stoull(row.at("size_bytes")));
     // Printed to 3 decimals (time) and 6 (bandwidths): compare within that.
     CHECK(algbw == Approx(std::stod(row.at("size_bytes")) / time / 1e3).epsilon(1e-3).margin(2e-6));

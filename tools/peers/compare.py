@@ -16,6 +16,10 @@ collie over TCP (collie); ratios are the other's time over collie's.
 
 Ratios are the peer's time over collie's (above 1: collie is faster; for
 sizes of 64 KiB and more that is also collie's busbw over the peer's).
+Every table gives both common methods: the mean of the calls with the
+slowest rank's (time_us, as nccl-tests), then the median of rank 0's calls
+timed one by one (rank0_median_us, as MPI's benchmarks), each the median
+over the rounds; "-" where a CSV lacks the column (folders from before it).
 "% TCP" is collie's busbw (the bytes each rank sends, per second, for
 all_reduce) over what TCP lets a rank send on this host: what one stream
 carries while another carries the same the other way (iperf3, the median
@@ -134,14 +138,18 @@ if shm:
           f"Open MPI tcp {rounds['mpi']}, collie tcp {rounds['collie']}"
           f"{dropped_text('collieshm', 'mpishm', 'mpi', 'collie')}")
     print()
-    print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| size | collie shm time (us) | busbw (GB/s) | Open MPI shm (us) | vs | Open MPI tcp (us) | vs | vs the better | collie tcp (us) | vs "
+          "| rank 0's median: collie shm (us) | Open MPI shm (us) | vs | vs the better |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s_ in sorted(set(med["collieshm"]) | set(med["mpishm"])):
         c, m, t, ct = (med[k].get(s_) for k in ("collieshm", "mpishm", "mpi", "collie"))
+        c0, m0, t0 = (med0[k].get(s_) for k in ("collieshm", "mpishm", "mpi"))
         best = min((x for x in (m, t) if x), key=lambda x: x[0], default=None)
+        best0 = min((x for x in (m0, t0) if x), key=lambda x: x[0], default=None)
         bw = f"{c[1]:.3f}" if c else "-"
         print(f"| {size_name(s_)} | {time_of(c)} | {bw} | {time_of(m)} | {ratio(m, c)} | "
-              f"{time_of(t)} | {ratio(t, c)} | {ratio(best, c)} | {time_of(ct)} | {ratio(ct, c)} |")
+              f"{time_of(t)} | {ratio(t, c)} | {ratio(best, c)} | {time_of(ct)} | {ratio(ct, c)} | "
+              f"{time_of(c0)} | {time_of(m0)} | {ratio(m0, c0)} | {ratio(best0, c0)} |")
     sys.exit(0)
 
 streams = []
@@ -163,15 +171,18 @@ print(f"rounds: collie {rounds['collie']}, Open MPI {rounds['mpi']}, torch-gloo 
       + (f"; TCP: {tcp:.2f} GB/s per stream, two at once (iperf3, {len(streams)} runs); "
        f"limit per rank {limit:.2f} GB/s ({ranks} ranks, {cores} cores)" if tcp else ""))
 print()
-print("| size | collie time (us) | collie busbw (GB/s) | % TCP | Open MPI time (us) | vs Open MPI | torch-gloo time (us) | vs torch-gloo |")
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| size | collie time (us) | collie busbw (GB/s) | % TCP | Open MPI time (us) | vs Open MPI | torch-gloo time (us) | vs torch-gloo "
+      "| rank 0's median: collie (us) | Open MPI (us) | vs Open MPI | torch-gloo (us) | vs torch-gloo |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 sizes = sorted(set(med["collie"]) | set(med["mpi"]) | set(med["torch"]))
 for s in sizes:
     c, m, t = (med[k].get(s) for k in ("collie", "mpi", "torch"))
+    c0, m0, t0 = (med0[k].get(s) for k in ("collie", "mpi", "torch"))
     pct = f"{100 * c[1] / limit:.0f}%" if c and limit else "-"
     bw = f"{c[1]:.3f}" if c else "-"
     print(f"| {size_name(s)} | {time_of(c)} | {bw} | {pct} | {time_of(m)} | {ratio(m, c)} | "
-          f"{time_of(t)} | {ratio(t, c)} |")
+          f"{time_of(t)} | {ratio(t, c)} | {time_of(c0)} | {time_of(m0)} | {ratio(m0, c0)} | "
+          f"{time_of(t0)} | {ratio(t0, c0)} |")
 
 if med["bare"] or med["bareexchange"]:
     print()

@@ -30,7 +30,9 @@
 # DIR/SYSTEM-COLLECTIVE-RANKS-ROUND[.SIZE].csv. Each round also measures
 # the TCP limit of this host: two iperf3 streams at once, one each way
 # (iperf-ROUND.json), which compare.py reads. Every system times the same
-# way: the mean over the iterations on each rank, the maximum across ranks.
+# two ways: the mean over the iterations on each rank, the maximum across
+# ranks (time_us), and the median of rank 0's calls, each timed by itself
+# (rank0_median_us; bare and bareexchange give the first alone).
 # HOGS=N (default 0) measures a busy host: N processes spinning
 # (`while :; do :; done`) for the whole run, started after the reference
 # probes below, so that runnable processes outnumber the cores (6 on this

@@ -84,6 +84,18 @@ struct Bench {
 
   // --device cuda: this rank's device memory.
   check::DeviceMemory* device_memory = nullptr;
+  // The timed calls of the cell being measured, each by itself (us).
+  std::vector<double> call_us = {};
+
+  // The middle value (the mean of the middle two of an even count), as
+  // Python's statistics.median; 0 for none. Reorders `v`.
+  static double median(std::vector<double>& v) {
+    if (v.empty()) return 0;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    if (v.size() % 2 == 1) return *mid;
+    return (*mid + *std::max_element(v.begin(), mid)) / 2;
+  }
 
   // Times one cell; every rank calls it with the same arguments. With
   // --device cuda, the cell runs on host buffers first, then on device
@@ -131,6 +143,9 @@ struct Bench {
     // Back to back, a rank that finishes early (a rooted collective's
     // sender) runs ahead into the next iteration; with --barrier-each every
     // iteration starts together and only the collective itself is timed.
+    // Each call is timed by itself too (back to back, one ends where the
+    // next begins, so they add up to the whole loop), for rank 0's median.
+    call_us.assign(static_cast<std::size_t>(std::max(a.iters, 0)), 0.0);
     Clock::duration timed{};
     auto start = Clock::now();
     for (int i = 0; i < a.iters; ++i) {
@@ -139,15 +154,19 @@ struct Bench {
         start = Clock::now();
       }
       prepared.run();
-      if (a.barrier_each) timed += Clock::now() - start;
+      const auto end = Clock::now();
+      timed += end - start;
+      call_us[static_cast<std::size_t>(i)] =
+          std::chrono::duration<double, std::micro>(end - start).count();
+      start = end;
       printer.progress([&] {
         return fmt::format("{} {} {}", cs::collective_name(c),
                            size_label(static_cast<double>(bytes)), r.chosen);
       });
     }
-    if (!a.barrier_each) timed = Clock::now() - start;
     const double mine =
         std::chrono::duration<double, std::micro>(timed).count() / std::max(a.iters, 1);
+    r.rank0_median_us = median(call_us);
     std::size_t wrong = 0;
     if (a.check != 0 && c != Collective::Barrier) {
       prepared.refill();
@@ -340,7 +359,9 @@ void add_one(CLI::App& bench, const std::string& name, const std::string& descri
       "         around for 50 ms, so that the kernel has placed them.\n"
       "         Back to back, the ranks of a rooted collective (broadcast, reduce,\n"
       "         gather, scatter) may run ahead of the root;\n"
-      "         --barrier-each times each iteration alone, after a barrier.\n"
+      "         --barrier-each times each iteration alone, after a barrier. --csv and\n"
+      "         --json also give rank0_median_us: the median of rank 0's calls, each\n"
+      "         timed by itself, as MPI's benchmarks (OSU's, IMB) time them.\n"
       "  algbw  size / time (GB/s = 1e9 bytes per second).\n"
       "  busbw  algbw x nccl-tests' bus factor: all_reduce 2(n-1)/n; all_gather,\n"
       "         reduce_scatter, all_to_all, gather, scatter (n-1)/n; broadcast, reduce 1.\n"

@@ -53,7 +53,8 @@ struct Result {
   std::size_t bytes = 0;
   std::size_t count = 0;  // elements, as nccl-tests counts them
   bool in_place = false;
-  double time_us = 0;
+  double time_us = 0;  // the mean over the calls on each rank, the maximum across ranks
+  double rank0_median_us = 0;  // the median call, each timed by itself (rank 0's where printed)
   double algbw = 0;
   double busbw = 0;
   std::size_t wrong = 0;

@@ -24,7 +24,7 @@ void Printer::header(const ProcessGroup& pg, const std::string& how) {
   if (a.csv) {
     std::puts(
         "collective,algorithm,chosen,ranks,size_bytes,count,dtype,op,root,placement,time_us,"
-        "algbw_gbps,busbw_gbps,wrong,device,host_time_us");
+        "algbw_gbps,busbw_gbps,wrong,device,host_time_us,rank0_median_us");
     std::fflush(stdout);
     return;
   }
@@ -82,13 +82,13 @@ void Printer::row(const std::optional<Result>& out, const std::optional<Result>&
   if (a.csv) {
     for (const auto* x : {out ? &*out : nullptr, in ? &*in : nullptr}) {
       if (x == nullptr) continue;
-      std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu,%s,%.3f\n",
+      std::printf("%s,%s,%s,%d,%zu,%zu,%s,%s,%d,%s,%.3f,%.6f,%.6f,%zu,%s,%.3f,%.3f\n",
                   std::string(cs::collective_name(x->collective)).c_str(), x->algorithm.c_str(),
                   x->chosen.c_str(), ranks, x->bytes, x->count,
                   std::string(dtype_name(dtype)).c_str(),
                   reduces ? std::string(reduce_op_name(op)).c_str() : "none", root,
                   x->in_place ? "in-place" : "out-of-place", x->time_us, x->algbw, x->busbw,
-                  x->wrong, a.device.c_str(), x->host_time_us);
+                  x->wrong, a.device.c_str(), x->host_time_us, x->rank0_median_us);
     }
     std::fflush(stdout);
     return;
@@ -172,7 +172,8 @@ void Printer::print_json(const std::vector<Result>& results, std::size_t wrong, 
                                 {"time", a.barrier_each
                                              ? "mean over iterations (each timed alone, "
                                                "after a barrier), maximum across ranks"
-                                             : "mean over iterations, maximum across ranks"}};
+                                             : "mean over iterations, maximum across ranks"},
+                                {"rank0_median", "the median of rank 0's calls, each timed by itself"}};
   auto& rows = doc["results"] = nlohmann::ordered_json::array();
   for (const auto& r : results) {
     rows.push_back({{"collective", cs::collective_name(r.collective)},
@@ -182,6 +183,7 @@ void Printer::print_json(const std::vector<Result>& results, std::size_t wrong, 
                     {"count", r.count},
                     {"placement", r.in_place ? "in-place" : "out-of-place"},
                     {"time_us", rounded(r.time_us, 3)},
+                    {"rank0_median_us", rounded(r.rank0_median_us, 3)},
                     {"algbw_gbps", rounded(r.algbw, 4)},
                     {"busbw_gbps", rounded(r.busbw, 4)},
                     {"wrong", r.wrong}});
