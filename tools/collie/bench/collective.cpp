@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -146,7 +147,6 @@ struct Bench {
     // Each call is timed by itself too (back to back, one ends where the
     // next begins, so they add up to the whole loop), for rank 0's median.
     call_us.assign(static_cast<std::size_t>(std::max(a.iters, 0)), 0.0);
-    Clock::duration timed{};
     auto start = Clock::now();
     for (int i = 0; i < a.iters; ++i) {
       if (a.barrier_each) {
@@ -155,7 +155,6 @@ struct Bench {
       }
       prepared.run();
       const auto end = Clock::now();
-      timed += end - start;
       call_us[static_cast<std::size_t>(i)] =
           std::chrono::duration<double, std::micro>(end - start).count();
       start = end;
@@ -165,7 +164,7 @@ struct Bench {
       });
     }
     const double mine =
-        std::chrono::duration<double, std::micro>(timed).count() / std::max(a.iters, 1);
+        std::accumulate(call_us.begin(), call_us.end(), 0.0) / std::max(a.iters, 1);
     r.rank0_median_us = median(call_us);
     std::size_t wrong = 0;
     if (a.check != 0 && c != Collective::Barrier) {
