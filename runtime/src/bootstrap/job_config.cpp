@@ -215,6 +215,7 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
   t.shm_single_copy_from =
       env::bytes(env::kShmSingleCopy, text_of(env::kShmSingleCopy, lookup), kWho);
   t.shm_stores = env::choice(env::kShmStores, text_of(env::kShmStores, lookup), kWho);
+  t.seal = env::choice(env::kSeal, text_of(env::kSeal, lookup), kWho);
 }
 
 }  // namespace

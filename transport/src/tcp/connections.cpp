@@ -52,8 +52,9 @@ void Connections::resume_paused() {
   }
 }
 
-void Connections::install(PeerStream& p, Descriptor connection) {
-  p.open(std::move(connection));
+void Connections::install(PeerStream& p, Descriptor connection,
+                          std::unique_ptr<SealedState> seal) {
+  p.open(std::move(connection), std::move(seal));
   p.posted.prime();
   p.unexpected.prime();
   connected.push_back(p.rank);

@@ -93,8 +93,9 @@ class Connections {
 
   // Queue space was freed: paused peers may read on (mu held).
   void resume_paused();
-  // Installs a connected socket as `p`'s connection (mu held).
-  void install(PeerStream& p, Descriptor connection);
+  // Installs a connected socket as `p`'s connection, sealed with `seal`
+  // when given (mu held).
+  void install(PeerStream& p, Descriptor connection, std::unique_ptr<SealedState> seal = nullptr);
 
   // Wakes whoever polls the peers now, so that it sees new work: a waiter
   // that drives them, else the background thread, at once where `urgent`

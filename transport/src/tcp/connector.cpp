@@ -3,6 +3,8 @@
 #include "connector.hpp"
 
 #include <cstring>
+#include <optional>
+#include <span>
 
 #include <asio/connect.hpp>
 #include <asio/error.hpp>
@@ -12,6 +14,9 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/crypto.hpp>
+#include <collie/error.hpp>
+#include <collie/seal.hpp>
 
 #include "sockets.hpp"
 
@@ -106,14 +111,37 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   if (challenge.rank != static_cast<std::uint32_t>(peer))
     return fail_with(fmt::format("the process listening there is rank {}", challenge.rank));
 
+  const auto mode = wire::seal_mode_of(opt.settings.seal);
+  const bool seals = mode == wire::SealMode::On ||
+                     (mode == wire::SealMode::Auto && !same_host(socket));
   wire::Hello hello;
   hello.version = wire::kProtocolVersion;
+  hello.sealing = wire::sealing_field(seals, mode);
   hello.group_id = opt.group_id;
   hello.from = static_cast<std::uint32_t>(opt.rank);
   hello.to = static_cast<std::uint32_t>(peer);
   hello.world_size = static_cast<std::uint32_t>(opt.world_size);
-  hello.proof = wire::peer_proof(opt.token, challenge.nonce, opt.group_id, hello.from, hello.to);
+  // Both sides seal: an X25519 exchange keys the connection. Otherwise the
+  // acceptor refuses it, naming both settings, or it stays clear.
+  const bool both_seal = seals && wire::seals(challenge.sealing);
+  std::optional<seal::KeyExchange> exchange;
+  seal::Key shared{};
+  if (both_seal) {
+    exchange.emplace();
+    hello.key = exchange->public_key();
+    try {
+      shared = exchange->shared(challenge.key);
+    } catch (const Error& e) {
+      return fail_with(fmt::format("its handshake is not valid: {}", e.what()),
+                       ErrorKind::Protocol);
+    }
+  }
   std::array<std::uint8_t, wire::kHelloBytes> out{};
+  wire::encode(hello, out.data());
+  const auto keys = wire::handshake_keys(
+      opt.token, challenge_bytes, std::span(out.data(), wire::kHelloProofAt),
+      both_seal ? std::span<const std::uint8_t>(shared) : std::span<const std::uint8_t>());
+  hello.proof = keys.connector_proof;
   wire::encode(hello, out.data());
   if (auto e = transfer(false, out.data(), out.size(), "the handshake could not be sent in time");
       !e.empty())
@@ -123,6 +151,13 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   if (auto e = transfer(true, verdict.data(), verdict.size(), "no handshake reply in time");
       !e.empty())
     return fail_with(e);
+  wire::Proof proof{};
+  const bool proved = (verdict[1] & wire::kVerdictProof) != 0;
+  if (proved) {
+    if (auto e = transfer(true, proof.data(), proof.size(), "no handshake reply in time");
+        !e.empty())
+      return fail_with(e);
+  }
   std::string reason(wire::get16(verdict.data() + 2), '\0');
   if (!reason.empty()) {
     if (auto e = transfer(true, reinterpret_cast<std::uint8_t*>(reason.data()), reason.size(),
@@ -134,6 +169,18 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   if (a.verdict == wire::Verdict::Refused) return fail_with("it refused this rank: " + reason);
   if (a.verdict != wire::Verdict::Accepted && a.verdict != wire::Verdict::Duplicate)
     return fail_with("unknown handshake verdict");
+  if (a.verdict == wire::Verdict::Accepted) {
+    // The acceptor proves the job's secret too: a process between the two
+    // (or one that took the peer's port) cannot accept in its name.
+    if (!proved || !crypto::digests_equal(proof, keys.acceptor_proof))
+      return fail_with(
+          "its answer does not prove the job's secret: it holds another token "
+          "(COLLIE_STORE_TOKEN differs), or the handshake was changed on its way",
+          ErrorKind::Protocol);
+    if (both_seal)
+      a.seal = std::make_unique<SealedState>(keys.connector_to_acceptor,
+                                             keys.acceptor_to_connector);
+  }
   a.connection = release(socket);  // the data path's, outside Asio (sockets.hpp)
   return a;
 }

@@ -3,18 +3,21 @@
 //
 // It resolves "host:port", connects, reads the peer's challenge (checking
 // it is a collie peer of this version and the rank it wanted), answers with
-// the hello and its HMAC proof, and reads the verdict. Each step is an
+// the hello and its proof (and its X25519 public key, where the connection
+// is sealed), and reads the verdict and the acceptor's proof. Each step is an
 // asynchronous Asio operation on a private io_context run until the
 // deadline, so a peer that accepts and then says nothing cannot hold the
 // caller past it. Runs on the caller's thread, without the table's lock.
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include <collie/transport/transport.hpp>
 
 #include "request.hpp"
+#include "sealed_stream.hpp"
 #include "sockets.hpp"
 #include "wire.hpp"
 
@@ -22,6 +25,7 @@ namespace collie::transport::tcp {
 
 struct Attempt {
   Descriptor connection;  // tuned; valid when the handshake completed
+  std::unique_ptr<SealedState> seal;  // its records' keys, when both sides seal it
   wire::Verdict verdict = wire::Verdict::Refused;
   std::string error;  // empty: the handshake completed with `verdict`
   ErrorKind kind = ErrorKind::Connection;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include <asio/error.hpp>
 #include <fmt/format.h>
@@ -92,20 +93,22 @@ void Listener::accept_all() {
       return;
     }
     tune(socket, table_.avoid_pacing.load(std::memory_order_relaxed));
-    Handshake h{std::move(socket),
-                endpoint_text(remote),
-                wire::random_nonce(),
-                {},
-                0,
-                Clock::now() + opt_.handshake_timeout,
-                false};
-    std::array<std::uint8_t, wire::kChallengeBytes> challenge{};
-    wire::encode(
-        wire::Challenge{wire::kProtocolVersion, static_cast<std::uint32_t>(opt_.rank), h.nonce},
-        challenge.data());
-    // A fresh socket's buffer takes 44 bytes whole; anything less is a
+    const auto mode = wire::seal_mode_of(opt_.settings.seal);
+    const bool seals =
+        mode == wire::SealMode::On || (mode == wire::SealMode::Auto && !same_host(socket));
+    Handshake h{std::move(socket), endpoint_text(remote), {}, {}, 0,
+                Clock::now() + opt_.handshake_timeout, false, wire::sealing_field(seals, mode),
+                nullptr};
+    wire::Challenge challenge{wire::kProtocolVersion, h.sealing,
+                              static_cast<std::uint32_t>(opt_.rank), wire::random_nonce(), {}};
+    if (seals) {
+      h.exchange = std::make_unique<seal::KeyExchange>();
+      challenge.key = h.exchange->public_key();
+    }
+    wire::encode(challenge, h.challenge.data());
+    // A fresh socket's buffer takes the challenge whole; anything less is a
     // connection already gone.
-    if (h.socket.write_some(asio::buffer(challenge), ec) != challenge.size() || ec) {
+    if (h.socket.write_some(asio::buffer(h.challenge), ec) != h.challenge.size() || ec) {
       collie::log().debug("rank {}: the connection from {} went away before its challenge: {}",
                           opt_.rank, h.remote, ec ? ec.message() : "short write");
       continue;
@@ -116,12 +119,17 @@ void Listener::accept_all() {
 
 namespace {
 
-void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::string_view reason) {
+// `proof`: the acceptor's, sent with an acceptance.
+void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::string_view reason,
+                  const wire::Proof* proof = nullptr) {
   reason = reason.substr(0, wire::kMaxReasonBytes);
-  std::vector<std::uint8_t> out(wire::kVerdictBytes + reason.size());
+  const std::size_t proof_bytes = proof != nullptr ? wire::kProofBytes : 0;
+  std::vector<std::uint8_t> out(wire::kVerdictBytes + proof_bytes + reason.size());
   out[0] = static_cast<std::uint8_t>(verdict);
+  out[1] = proof != nullptr ? wire::kVerdictProof : 0;
   wire::put16(out.data() + 2, static_cast<std::uint16_t>(reason.size()));
-  std::memcpy(out.data() + wire::kVerdictBytes, reason.data(), reason.size());
+  if (proof != nullptr) std::memcpy(out.data() + wire::kVerdictBytes, proof->data(), proof_bytes);
+  std::memcpy(out.data() + wire::kVerdictBytes + proof_bytes, reason.data(), reason.size());
   std::error_code ignored;  // a verdict is a courtesy: the socket closes next
   socket.write_some(asio::buffer(out), ignored);
 }
@@ -178,14 +186,41 @@ void Listener::step(Handshake& h) {
                               hello.from, hello.to, opt_.rank),
                   true, "the ranks it names do not fit this connection");
   }
-  if (!crypto::digests_equal(hello.proof, wire::peer_proof(opt_.token, h.nonce, opt_.group_id,
-                                                           hello.from, hello.to))) {
-    return refuse(h, "wrong token (COLLIE_STORE_TOKEN differs)", true);
+  const bool both_seal = wire::seals(h.sealing) && wire::seals(hello.sealing);
+  seal::Key shared{};
+  if (both_seal) {
+    try {
+      shared = h.exchange->shared(hello.key);
+    } catch (const Error& e) {
+      return refuse(h, fmt::format("its handshake is not valid: {}", e.what()), true);
+    }
   }
-  decide(h, hello);
+  const auto keys = wire::handshake_keys(
+      opt_.token, h.challenge, std::span(h.buffer.data(), wire::kHelloProofAt),
+      both_seal ? std::span<const std::uint8_t>(shared) : std::span<const std::uint8_t>());
+  h.exchange.reset();  // forgotten: the keys are all it was for
+  if (!crypto::digests_equal(hello.proof, keys.connector_proof)) {
+    return refuse(h,
+                  "wrong token (COLLIE_STORE_TOKEN differs), or the handshake was changed on "
+                  "its way",
+                  true);
+  }
+  // Only a rank of the job learns how this one seals.
+  if (wire::seals(h.sealing) != wire::seals(hello.sealing)) {
+    return refuse(h,
+                  fmt::format("rank {} {} and rank {} {}: set COLLIE_SEAL alike on every host",
+                              hello.from, wire::describe_sealing(hello.sealing), opt_.rank,
+                              wire::describe_sealing(h.sealing)),
+                  true);
+  }
+  decide(h, hello, keys.acceptor_proof,
+         both_seal ? std::make_unique<SealedState>(keys.acceptor_to_connector,
+                                                   keys.connector_to_acceptor)
+                   : nullptr);
 }
 
-void Listener::decide(Handshake& h, const wire::Hello& hello) {
+void Listener::decide(Handshake& h, const wire::Hello& hello, const wire::Proof& proof,
+                      std::unique_ptr<SealedState> seal) {
   std::lock_guard lock(table_.mu);
   auto& p = table_.peer(static_cast<int>(hello.from));
   const bool theirs_wins =
@@ -197,8 +232,8 @@ void Listener::decide(Handshake& h, const wire::Hello& hello) {
         fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from, p.failure));
   } else if (theirs_wins) {
     p.address = h.remote;
-    send_verdict(h.socket, wire::Verdict::Accepted, "");
-    table_.install(p, release(h.socket));
+    send_verdict(h.socket, wire::Verdict::Accepted, "", &proof);
+    table_.install(p, release(h.socket), std::move(seal));
     collie::log().debug("rank {}: accepted rank {} from {}", opt_.rank, hello.from, h.remote);
   } else {
     send_verdict(h.socket, wire::Verdict::Duplicate, "");

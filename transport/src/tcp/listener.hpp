@@ -22,6 +22,7 @@
 #include <collie/log.hpp>
 #include <collie/transport/transport.hpp>
 
+#include "sealed_stream.hpp"
 #include "wire.hpp"
 
 namespace collie::transport::tcp {
@@ -55,16 +56,20 @@ class Listener {
   struct Handshake {
     asio::ip::tcp::socket socket;
     std::string remote;
-    wire::Nonce nonce{};
+    std::array<std::uint8_t, wire::kChallengeBytes> challenge{};  // as sent: the transcript's start
     std::array<std::uint8_t, wire::kHelloBytes> buffer{};
     std::size_t got = 0;
     std::chrono::steady_clock::time_point deadline;
     bool over = false;
+    std::uint16_t sealing = 0;  // this side's, as the challenge says
+    std::unique_ptr<seal::KeyExchange> exchange;  // when this side seals it
   };
 
   void accept_all();
   void step(Handshake& h);  // reads what came; decides once the hello is whole
-  void decide(Handshake& h, const wire::Hello& hello);
+  // `seal`: the connection's records, when both sides seal it.
+  void decide(Handshake& h, const wire::Hello& hello, const wire::Proof& proof,
+              std::unique_ptr<SealedState> seal);
   // Logs `reason` and closes; `answer`: tells the peer `told` (or `reason`
   // when `told` is empty) first.
   void refuse(Handshake& h, std::string_view reason, bool answer, std::string_view told = {});

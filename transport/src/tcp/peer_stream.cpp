@@ -21,16 +21,21 @@ namespace {
 
 constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
-constexpr std::size_t kMaxPieces = 64;        // per write: what one sendmsg takes (IOV_MAX is more)
-constexpr std::size_t kPhase = 16;  // the widest element, and malloc's alignment
 constexpr std::size_t kPostFlushBytes = 64 * 1024;  // written by post_send() at once
 
 }  // namespace
 
-void PeerStream::open(Descriptor c) {
+void PeerStream::open(Descriptor c, std::unique_ptr<SealedState> seal) {
   connection = std::move(c);
   state = PeerState::Ready;
-  staging.assign(kStagingBytes, 0);
+  sealed = std::move(seal);
+  // Sealed, it takes a whole record's plaintext behind a header's first
+  // bytes and a consuming receive's phase (open_records()).
+  staging.assign(sealed ? seal::kMaxRecordBytes + wire::kHeaderBytes + kPhase : kStagingBytes, 0);
+}
+
+bool PeerStream::wants_to_write() const {
+  return !sends.empty() || (sealed && sealed->out_begin < sealed->out_end);
 }
 
 std::string PeerStream::closed_reason() const {
@@ -134,31 +139,54 @@ void PeerStream::send_to_self(TcpRequest& r) {
   table.complete(r);
 }
 
-void PeerStream::flush(std::size_t budget) {
-  while (!sends.empty() && state == PeerState::Ready && budget > 0) {
-    std::array<iovec, kMaxPieces> pieces;
-    std::size_t n = 0;
-    std::size_t asked = 0;
-    std::size_t room = budget;
-    for (auto& r : sends) {
-      if (n + 2 > kMaxPieces || room == 0) break;
-      if (!r->header_built) {
-        wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
-                     r->header.data());
-        r->header_built = true;
-      }
-      if (r->header_sent < wire::kHeaderBytes) {
-        pieces[n++] = {r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent};
-      }
-      if (r->moved < r->bytes) {
-        const std::size_t take = std::min(r->bytes - r->moved, room);
-        pieces[n++] = {r->data + r->moved, take};
-        room -= take;
-        if (take < r->bytes - r->moved) break;
-      }
+std::size_t PeerStream::gather(Pieces& pieces, std::size_t room, std::size_t& count) {
+  count = 0;
+  std::size_t asked = 0;
+  for (auto& r : sends) {
+    if (count + 2 > kMaxPieces || room == 0) break;
+    if (!r->header_built) {
+      wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
+                   r->header.data());
+      r->header_built = true;
     }
-    for (std::size_t i = 0; i < n; ++i)
-      asked += pieces[i].iov_len;
+    if (r->header_sent < wire::kHeaderBytes) {
+      pieces[count++] = {r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent};
+      asked += wire::kHeaderBytes - r->header_sent;
+    }
+    if (r->moved < r->bytes) {
+      const std::size_t take = std::min(r->bytes - r->moved, room);
+      pieces[count++] = {r->data + r->moved, take};
+      asked += take;
+      room -= take;
+      if (take < r->bytes - r->moved) break;
+    }
+  }
+  return asked;
+}
+
+void PeerStream::advance(std::size_t written) {
+  std::size_t left = written;
+  while (!sends.empty()) {
+    auto& r = *sends.front();
+    const std::size_t h = std::min(left, wire::kHeaderBytes - r.header_sent);
+    r.header_sent += h;
+    left -= h;
+    const std::size_t d = std::min(left, r.bytes - r.moved);
+    r.moved += d;
+    left -= d;
+    if (r.header_sent < wire::kHeaderBytes || r.moved < r.bytes) break;
+    auto done = std::move(sends.front());
+    sends.pop_front();
+    table.complete(*done);
+  }
+}
+
+void PeerStream::flush(std::size_t budget) {
+  if (sealed) return flush_sealed(budget);
+  while (!sends.empty() && state == PeerState::Ready && budget > 0) {
+    Pieces pieces;
+    std::size_t n = 0;
+    const std::size_t asked = gather(pieces, budget, n);
     msghdr message{};
     message.msg_iov = pieces.data();
     message.msg_iovlen = n;
@@ -171,20 +199,7 @@ void PeerStream::flush(std::size_t budget) {
     }
     const auto written = static_cast<std::size_t>(w);
     budget -= std::min(budget, written);
-    std::size_t left = written;
-    while (!sends.empty()) {
-      auto& r = *sends.front();
-      const std::size_t h = std::min(left, wire::kHeaderBytes - r.header_sent);
-      r.header_sent += h;
-      left -= h;
-      const std::size_t d = std::min(left, r.bytes - r.moved);
-      r.moved += d;
-      left -= d;
-      if (r.header_sent < wire::kHeaderBytes || r.moved < r.bytes) break;
-      auto done = std::move(sends.front());
-      sends.pop_front();
-      table.complete(*done);
-    }
+    advance(written);
     if (written < asked) return;  // the kernel's buffer is full
   }
 }
@@ -354,6 +369,7 @@ bool PeerStream::parse_staged() {
 }
 
 void PeerStream::receive() {
+  if (sealed) return receive_sealed();
   for (;;) {
     if (!parse_staged()) return;
     if (staged_begin == staged_end) staged_begin = staged_end = 0;

@@ -19,6 +19,7 @@
 // lock (connections.hpp), and every method runs with it held.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <chrono>
@@ -28,7 +29,10 @@
 #include <utility>
 #include <vector>
 
+#include <sys/uio.h>
+
 #include "request.hpp"
+#include "sealed_stream.hpp"
 #include "sockets.hpp"
 #include "../tag_queues.hpp"
 #include "unexpected_pool.hpp"
@@ -42,13 +46,19 @@ enum class PeerState { Unconnected, Connecting, Ready, Failed };
 enum class Rx { Header, Payload, Paused };
 
 struct PeerStream {
+  // A consuming receive's byte o lands at o modulo this in the staging
+  // buffer: the widest element, and malloc's alignment.
+  static constexpr std::size_t kPhase = 16;
+
   PeerStream(Connections& connections, int peer_rank) : table(connections), rank(peer_rank) {}
 
   // The connection's descriptor, for poll(); -1 without one.
   int fd() const { return connection.get(); }
   // Takes `c` (connected, handshake done, tuned) as this peer's
-  // connection: Ready.
-  void open(Descriptor c);
+  // connection: Ready; sealed when `seal` is given (sealed_stream.hpp).
+  void open(Descriptor c, std::unique_ptr<SealedState> seal = nullptr);
+  // Something waits to be written: a queued send, or sealed bytes.
+  bool wants_to_write() const;
 
   // Queues a send and, if the queue was empty, writes at once.
   void post_send(TcpRequestPtr r);
@@ -114,8 +124,25 @@ struct PeerStream {
   bool last_large = false;
   TagQueues<TcpRequestPtr> posted;
   TagQueues<std::shared_ptr<Unexpected>> unexpected;
+  // The connection's records, when it is sealed; null in the clear.
+  std::unique_ptr<SealedState> sealed;
 
  private:
+  static constexpr std::size_t kMaxPieces = 64;  // per write: what one sendmsg takes (IOV_MAX is more)
+  using Pieces = std::array<iovec, kMaxPieces>;
+  // The next pieces to send, headers and payloads of the queued sends in
+  // order (building headers as it goes), up to `room` payload bytes:
+  // `count` pieces of the returned bytes in all.
+  std::size_t gather(Pieces& pieces, std::size_t room, std::size_t& count);
+  // `written` more bytes of what gather() gave went out: completes the
+  // sends that are whole.
+  void advance(std::size_t written);
+  // The sealed stream's flush() and receive() (sealed_stream.cpp).
+  void flush_sealed(std::size_t budget);
+  void receive_sealed();
+  // Opens the whole records read and parses their plaintext. False if the
+  // stream paused or failed.
+  bool open_records();
   // Consumes the staging buffer. False if the stream paused or failed.
   bool parse_staged();
   void begin_message();

@@ -37,7 +37,7 @@ void Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
     if (p.state != PeerState::Ready) continue;
     short events = 0;
     if (p.rx != Rx::Paused) events |= POLLIN;
-    if (!p.sends.empty()) events |= POLLOUT;
+    if (p.wants_to_write()) events |= POLLOUT;
     if (events == 0) continue;
     fds.push_back({p.fd(), events, 0});
     who.push_back(p.rank);

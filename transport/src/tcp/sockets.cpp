@@ -55,17 +55,6 @@ class TcpOption {
 // its cores, BBR's timer-paced sending measured faster
 // (TcpTransport::set_host_load). docs/transport.md has the figures.
 
-// Whether the socket's peer is a process of this host (loopback, or this
-// host's own address).
-bool same_host(asio::ip::tcp::socket& socket) {
-  std::error_code ec;
-  const auto local = socket.local_endpoint(ec);
-  if (ec) return false;
-  const auto remote = socket.remote_endpoint(ec);
-  if (ec) return false;
-  return remote.address().is_loopback() || remote.address() == local.address();
-}
-
 void avoid_pacing(int fd) {
   char name[32] = {};
   socklen_t length = sizeof name - 1;
@@ -79,6 +68,15 @@ void avoid_pacing(int fd) {
 }
 
 }  // namespace
+
+bool same_host(asio::ip::tcp::socket& socket) {
+  std::error_code ec;
+  const auto local = socket.local_endpoint(ec);
+  if (ec) return false;
+  const auto remote = socket.remote_endpoint(ec);
+  if (ec) return false;
+  return remote.address().is_loopback() || remote.address() == local.address();
+}
 
 void tune(asio::ip::tcp::socket& socket, bool avoid_pacing_here) {
   // Best effort: the options are optimisations, close-on-exec cannot fail on

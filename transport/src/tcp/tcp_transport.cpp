@@ -106,7 +106,7 @@ struct TcpTransport::Impl {
       return;
     }
     if (a.verdict == wire::Verdict::Accepted && p.state == PeerState::Connecting) {
-      table.install(p, std::move(a.connection));
+      table.install(p, std::move(a.connection), std::move(a.seal));
       collie::log().debug("rank {}: connected to {}", options.rank, table.describe_peer(peer));
       return;
     }

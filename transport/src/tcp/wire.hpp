@@ -8,25 +8,51 @@
 #include <cstring>
 #include <string_view>
 
+#include <span>
+#include <string>
+
 #include <collie/crypto.hpp>
+#include <collie/seal.hpp>
 
 namespace collie::transport::tcp::wire {
 
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 
 inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
 inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kPublicKeyBytes = seal::kPublicKeyBytes;
 inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
-// challenge: magic, version u16, reserved u16, acceptor rank u32, nonce
-inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes;
-// hello: magic, version u16, reserved u16, group id u64, from u32, to u32,
-// world size u32, proof
-inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4 + kProofBytes;
-// verdict: code u8, reserved u8, reason length u16, then the reason (UTF-8)
+// challenge: magic, version u16, sealing u16, acceptor rank u32, nonce,
+// X25519 public key (zeros when the acceptor does not seal)
+inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes + kPublicKeyBytes;
+// hello: magic, version u16, sealing u16, group id u64, from u32, to u32,
+// world size u32, X25519 public key (zeros when unsealed), proof
+inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4 + kPublicKeyBytes + kProofBytes;
+// verdict: code u8, flags u8 (kVerdictProof: the acceptor's proof follows),
+// reason length u16, [proof], then the reason (UTF-8)
 inline constexpr std::size_t kVerdictBytes = 4;
+inline constexpr std::uint8_t kVerdictProof = 1;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 // message header: tag u64, sequence u64, length u64, fingerprint u64
 inline constexpr std::size_t kHeaderBytes = 32;
+
+// The sealing field of a challenge and a hello: whether this side seals
+// this connection (bit 0), and its COLLIE_SEAL (bits 4-5), so that a
+// refusal can name both sides' settings.
+inline constexpr std::uint16_t kSealsThis = 1;
+enum class SealMode : std::uint8_t { Auto = 0, On = 1, Off = 2 };
+inline std::uint16_t sealing_field(bool seals, SealMode mode) {
+  return static_cast<std::uint16_t>((seals ? kSealsThis : 0) | (static_cast<unsigned>(mode) << 4));
+}
+inline bool seals(std::uint16_t field) { return (field & kSealsThis) != 0; }
+inline SealMode seal_mode(std::uint16_t field) {
+  const auto m = (field >> 4) & 3;
+  return m <= 2 ? static_cast<SealMode>(m) : SealMode::Auto;
+}
+// "seals it (COLLIE_SEAL=auto: between hosts)", for refusals.
+std::string describe_sealing(std::uint16_t field);
+// COLLIE_SEAL's word ("auto", "on", "off") as a mode; Auto for another.
+SealMode seal_mode_of(std::string_view word);
 
 enum class Verdict : std::uint8_t { Accepted = 0, Duplicate = 1, Refused = 2 };
 
@@ -80,52 +106,65 @@ inline Header decode_header(const std::uint8_t* in) {
 
 struct Challenge {
   std::uint16_t version = 0;
+  std::uint16_t sealing = 0;
   std::uint32_t rank = 0;  // the acceptor's
   Nonce nonce{};
+  seal::PublicKey key{};
 };
 
 inline void encode(const Challenge& c, std::uint8_t* out) {
   std::memcpy(out, kMagic.data(), 4);
   put16(out + 4, c.version);
-  put16(out + 6, 0);
+  put16(out + 6, c.sealing);
   put32(out + 8, c.rank);
   std::memcpy(out + 12, c.nonce.data(), kNonceBytes);
+  std::memcpy(out + 12 + kNonceBytes, c.key.data(), kPublicKeyBytes);
 }
 inline Challenge decode_challenge(const std::uint8_t* in) {
   Challenge c;
   c.version = get16(in + 4);
+  c.sealing = get16(in + 6);
   c.rank = get32(in + 8);
   std::memcpy(c.nonce.data(), in + 12, kNonceBytes);
+  std::memcpy(c.key.data(), in + 12 + kNonceBytes, kPublicKeyBytes);
   return c;
 }
 
 struct Hello {
   std::uint16_t version = 0;
+  std::uint16_t sealing = 0;
   std::uint64_t group_id = 0;
   std::uint32_t from = 0;
   std::uint32_t to = 0;
   std::uint32_t world_size = 0;
+  seal::PublicKey key{};
   Proof proof{};
 };
+
+// Where a hello's proof begins: the bytes before it are what it proves.
+inline constexpr std::size_t kHelloProofAt = kHelloBytes - kProofBytes;
 
 inline void encode(const Hello& h, std::uint8_t* out) {
   std::memcpy(out, kMagic.data(), 4);
   put16(out + 4, h.version);
-  put16(out + 6, 0);
+  put16(out + 6, h.sealing);
   put64(out + 8, h.group_id);
   put32(out + 16, h.from);
   put32(out + 20, h.to);
   put32(out + 24, h.world_size);
-  std::memcpy(out + 28, h.proof.data(), kProofBytes);
+  std::memcpy(out + 28, h.key.data(), kPublicKeyBytes);
+  std::memcpy(out + kHelloProofAt, h.proof.data(), kProofBytes);
 }
 inline Hello decode_hello(const std::uint8_t* in) {
   Hello h;
   h.version = get16(in + 4);
+  h.sealing = get16(in + 6);
   h.group_id = get64(in + 8);
   h.from = get32(in + 16);
   h.to = get32(in + 20);
   h.world_size = get32(in + 24);
-  std::memcpy(h.proof.data(), in + 28, kProofBytes);
+  std::memcpy(h.key.data(), in + 28, kPublicKeyBytes);
+  std::memcpy(h.proof.data(), in + kHelloProofAt, kProofBytes);
   return h;
 }
 
@@ -133,9 +172,15 @@ inline bool has_magic(const std::uint8_t* in) {
   return std::memcmp(in, kMagic.data(), 4) == 0;
 }
 
-// HMAC-SHA256(token, "collie-peer v1" || nonce || group id || from || to).
-Proof peer_proof(std::string_view token, const Nonce& nonce, std::uint64_t group_id,
-                 std::uint32_t from, std::uint32_t to);
+// The proofs and keys of one handshake (seal::derive, labelled
+// "collie-peer v2"): from the token, the X25519 secret (`shared`; empty for
+// a connection in the clear), and the transcript: the challenge's bytes
+// and the hello's up to its proof. The connector proves itself in the
+// hello, the acceptor in its verdict; a connection sealed uses the keys.
+seal::SessionKeys handshake_keys(std::string_view token,
+                                 std::span<const std::uint8_t, kChallengeBytes> challenge,
+                                 std::span<const std::uint8_t> hello_before_proof,
+                                 std::span<const std::uint8_t> shared);
 Nonce random_nonce();
 
 }  // namespace collie::transport::tcp::wire

@@ -137,6 +137,13 @@ inline constexpr Variable kTransport{
     0, -1, false,
     "what carries messages between ranks of one host: `auto` (shared memory; TCP between "
     "hosts), `tcp`, or `shm` (every rank must be on this host); [transport.md](transport.md)"};
+inline constexpr Variable kSeal{
+    "COLLIE_SEAL", Kind::Choice, "choice", "auto", "auto, on, off",
+    0, -1, false,
+    "whether TCP connections between ranks are encrypted and authenticated: `auto` (between "
+    "hosts; loopback stays clear), `on` (every one, loopback too) or `off` (none: for a network you "
+    "trust). Every rank must say alike; "
+    "[security.md](security.md)"};
 inline constexpr Variable kShmSingleCopy{
     "COLLIE_SHM_SINGLE_COPY", Kind::Bytes, "bytes", "0", "",
     0, -1, false,
@@ -193,7 +200,7 @@ inline constexpr const Variable* kVariables[] = {
     &kStoreToken,    &kStoreTokenFile,  &kInitMethod,      &kEtcdCacert,      &kEtcdCert,      &kEtcdKey,
     &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
-    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kShmSingleCopy, &kShmStores,
+    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kShmSingleCopy, &kShmStores,
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
     &kRestartCount,  &kJoin};
 

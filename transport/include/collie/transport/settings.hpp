@@ -2,7 +2,7 @@
 // between ranks of one host, how long a wait spins, and how shared memory
 // copies. One struct, under one set of names, from the environment
 // (COLLIE_TRANSPORT, COLLIE_SPIN_US, COLLIE_SHM_SINGLE_COPY,
-// COLLIE_SHM_STORES; the runtime's JobConfig::transport) to the backends
+// COLLIE_SHM_STORES, COLLIE_SEAL; the runtime's JobConfig::transport) to the backends
 // (TransportOptions::settings, transport.hpp). The defaults are the
 // variables' table's (collie/environment.hpp).
 #pragma once
@@ -36,6 +36,11 @@ struct TransportSettings {
   // depends on whether the two cores share a cache), "cached" or
   // "streaming" (non-temporal).
   std::string shm_stores{environment::kShmStores.fallback};
+  // Which TCP connections are sealed, encrypted and authenticated
+  // (docs/security.md): "auto" (those between hosts: a connection whose two
+  // ends are not one address, or not loopback), "on" (every one) or "off"
+  // (none). Both ends of a connection must choose alike, else it is refused.
+  std::string seal{environment::kSeal.fallback};
 };
 
 }  // namespace collie::transport

@@ -1,0 +1,130 @@
+// The sealed wire (docs/security.md, "The sealed wire"): the key exchange
+// and the records that encrypt and authenticate a connection, from
+// OpenSSL's libcrypto (linked privately).
+//
+// A handshake keys a connection: each side makes an ephemeral X25519 key
+// pair (KeyExchange), the two public keys cross inside the handshake, and
+// derive() mixes their shared secret with the job's secret and the whole
+// transcript into two proofs (one per side: who knows the job's secret and
+// saw the same handshake) and two keys (one per direction). The ephemeral
+// keys are forgotten when the handshake ends, so a secret that leaks later
+// opens no recorded connection (forward secrecy).
+//
+// Then the stream is a sequence of records, each
+//   length u32 (little-endian, 1 to kMaxRecordBytes), ciphertext, tag (16)
+// sealed with AES-256-GCM under the direction's key; the nonce is the
+// record's number in its direction (never sent), and the length is
+// authenticated with it. A record changed, forged, cut, replayed, dropped
+// or reordered fails its tag: Opener::open() says so, and the caller fails
+// the connection, having handed nothing of it to anyone.
+//
+// Not thread-safe: one Sealer or Opener per direction of a connection,
+// used by one thread at a time.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include <collie/crypto.hpp>
+
+typedef struct evp_pkey_st EVP_PKEY;
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+
+namespace collie::seal {
+
+inline constexpr std::size_t kPublicKeyBytes = 32;
+inline constexpr std::size_t kKeyBytes = 32;
+inline constexpr std::size_t kLengthBytes = 4;
+inline constexpr std::size_t kTagBytes = 16;
+inline constexpr std::size_t kOverheadBytes = kLengthBytes + kTagBytes;
+// The most plaintext one record carries: large enough that a record's fixed
+// costs (a nonce, a tag, a call) vanish beside its bytes, small enough that
+// a receiver holds a few whole ones in a buffer of a few hundred KiB.
+inline constexpr std::size_t kMaxRecordBytes = 64 * 1024;
+
+using PublicKey = std::array<std::uint8_t, kPublicKeyBytes>;
+using Key = std::array<std::uint8_t, kKeyBytes>;
+
+// An ephemeral X25519 key pair. Throws collie::Error if OpenSSL fails.
+class KeyExchange {
+ public:
+  KeyExchange();
+  ~KeyExchange();
+  KeyExchange(const KeyExchange&) = delete;
+  KeyExchange& operator=(const KeyExchange&) = delete;
+
+  const PublicKey& public_key() const { return public_; }
+  // The secret shared with the holder of `peer`'s private key. Throws
+  // collie::Error if `peer` is not a valid public key (all zeros, say).
+  Key shared(const PublicKey& peer) const;
+
+ private:
+  EVP_PKEY* key_ = nullptr;
+  PublicKey public_{};
+};
+
+// What a handshake yields: a proof for each side and a key for each
+// direction ("c" the side that connected, "a" the side that accepted).
+struct SessionKeys {
+  crypto::Digest connector_proof{};
+  crypto::Digest acceptor_proof{};
+  Key connector_to_acceptor{};
+  Key acceptor_to_connector{};
+};
+
+// HKDF-SHA256 (RFC 5869): extract with the salt HMAC(secret, label), from
+// the input `shared` (the X25519 secret; empty for a connection left in
+// the clear, whose keys then serve only the proofs) followed by
+// SHA-256(transcript); expanded once for each of the four outputs, by name.
+// `label` tells the protocols apart ("collie-peer v2", "collie-store v2"):
+// no proof or key of one is ever valid in another.
+SessionKeys derive(std::string_view secret, std::string_view label,
+                   std::span<const std::uint8_t> shared, std::span<const std::uint8_t> transcript);
+
+// Seals one direction's records.
+class Sealer {
+ public:
+  explicit Sealer(const Key& key);
+  ~Sealer();
+  Sealer(const Sealer&) = delete;
+  Sealer& operator=(const Sealer&) = delete;
+
+  // Seals the concatenation of `pieces` (1 to kMaxRecordBytes bytes in all)
+  // as the next record, into `out` (room for their size + kOverheadBytes).
+  // Throws collie::Error if OpenSSL fails, or past 2^64 - 1 records.
+  void seal(std::span<const std::span<const std::byte>> pieces, std::uint8_t* out);
+  std::uint64_t records() const { return sequence_; }
+
+ private:
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  std::uint64_t sequence_ = 0;
+};
+
+// Opens the other direction's records, in order.
+class Opener {
+ public:
+  explicit Opener(const Key& key);
+  ~Opener();
+  Opener(const Opener&) = delete;
+  Opener& operator=(const Opener&) = delete;
+
+  // The plaintext length a record announces in its first kLengthBytes;
+  // whether it is one a sender may use is the caller's check (1 to
+  // kMaxRecordBytes).
+  static std::size_t announced(const std::uint8_t* record);
+  // Opens the next record (`record`: its length field, `n` bytes of
+  // ciphertext and its tag) into `out` (n bytes; may be record +
+  // kLengthBytes: opened in place). False if it fails authentication: then
+  // `out` holds bytes nobody may use, and the stream is beyond repair.
+  bool open(const std::uint8_t* record, std::size_t n, std::uint8_t* out);
+  std::uint64_t records() const { return sequence_; }
+
+ private:
+  EVP_CIPHER_CTX* ctx_ = nullptr;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace collie::seal
