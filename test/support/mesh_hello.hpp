@@ -59,7 +59,7 @@ inline std::optional<MeshAnswer> send_mesh_hello(RawConnection& raw, std::uint64
   wire::encode(hello, out.data());
   const auto keys = wire::handshake_keys(
       token, challenge, std::span(out.data(), wire::kHelloProofAt),
-      both_seal ? std::span<const std::uint8_t>(shared) : std::span<const std::uint8_t>());
+      both_seal ? &shared : nullptr);
   hello.proof = keys.connector_proof;
   wire::encode(hello, out.data());
   raw.send(out);

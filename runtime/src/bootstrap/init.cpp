@@ -22,6 +22,7 @@
 // timeout, and a rank that never comes is named.
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -149,6 +150,14 @@ std::uint64_t agree_on_group_id(store::Store& store, const JobConfig& config) {
 void join(World& world, const transport::TransportOptions& options, const std::string& machine) {
   const auto& config = world.config;
   auto& store = world.job->store();
+  if (options.settings.seal == "off" && config.rank == 0) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      collie::log().warn(
+          "COLLIE_SEAL=off: messages between hosts travel in the clear, without integrity: "
+          "anyone on the network between can read and change them (docs/security.md)");
+    });
+  }
   try {
     world.transport = transport::open_transport(world.job->shared_store(), options);
     if (config.world_size > 1) {

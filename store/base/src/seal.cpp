@@ -9,6 +9,8 @@
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
 
+#include <fmt/format.h>
+
 #include <collie/error.hpp>
 
 namespace collie::seal {
@@ -123,7 +125,8 @@ void Sealer::seal(std::span<const std::span<const std::byte>> pieces, std::uint8
   std::size_t n = 0;
   for (const auto& p : pieces)
     n += p.size();
-  if (n == 0 || n > kMaxRecordBytes) throw Error("a sealed record must hold 1 to 65536 bytes");
+  if (n == 0 || n > kMaxRecordBytes)
+    throw Error(fmt::format("a sealed record must hold 1 to {} bytes, not {}", kMaxRecordBytes, n));
   if (sequence_ == UINT64_MAX) throw Error("a sealed connection ran out of record numbers");
   const auto nonce = nonce_of(sequence_++);
   put_length(out, n);

@@ -112,8 +112,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
     return fail_with(fmt::format("the process listening there is rank {}", challenge.rank));
 
   const auto mode = wire::seal_mode_of(opt.settings.seal);
-  const bool seals = mode == wire::SealMode::On ||
-                     (mode == wire::SealMode::Auto && !same_host(socket));
+  const bool seals = wire::seals_connection(mode, same_host(socket));
   wire::Hello hello;
   hello.version = wire::kProtocolVersion;
   hello.sealing = wire::sealing_field(seals, mode);
@@ -140,7 +139,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   wire::encode(hello, out.data());
   const auto keys = wire::handshake_keys(
       opt.token, challenge_bytes, std::span(out.data(), wire::kHelloProofAt),
-      both_seal ? std::span<const std::uint8_t>(shared) : std::span<const std::uint8_t>());
+      both_seal ? &shared : nullptr);
   hello.proof = keys.connector_proof;
   wire::encode(hello, out.data());
   if (auto e = transfer(false, out.data(), out.size(), "the handshake could not be sent in time");

@@ -94,8 +94,7 @@ void Listener::accept_all() {
     }
     tune(socket, table_.avoid_pacing.load(std::memory_order_relaxed));
     const auto mode = wire::seal_mode_of(opt_.settings.seal);
-    const bool seals =
-        mode == wire::SealMode::On || (mode == wire::SealMode::Auto && !same_host(socket));
+    const bool seals = wire::seals_connection(mode, same_host(socket));
     Handshake h{std::move(socket), endpoint_text(remote), {}, {}, 0,
                 Clock::now() + opt_.handshake_timeout, false, wire::sealing_field(seals, mode),
                 nullptr};
@@ -197,7 +196,7 @@ void Listener::step(Handshake& h) {
   }
   const auto keys = wire::handshake_keys(
       opt_.token, h.challenge, std::span(h.buffer.data(), wire::kHelloProofAt),
-      both_seal ? std::span<const std::uint8_t>(shared) : std::span<const std::uint8_t>());
+      both_seal ? &shared : nullptr);
   h.exchange.reset();  // forgotten: the keys are all it was for
   if (!crypto::digests_equal(hello.proof, keys.connector_proof)) {
     return refuse(h,

@@ -43,6 +43,12 @@ std::string PeerStream::closed_reason() const {
                      table.describe_peer(rank));
 }
 
+bool PeerStream::retry_after(int error) {
+  if (error == EINTR) return true;
+  if (error != EAGAIN && error != EWOULDBLOCK) fail(ErrorKind::Connection, error_reason(error));
+  return false;
+}
+
 std::string PeerStream::error_reason(int error) const {
   if (error == EPIPE || error == ECONNRESET) return closed_reason();
   if (error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH)
@@ -192,9 +198,7 @@ void PeerStream::flush(std::size_t budget) {
     message.msg_iovlen = n;
     const ssize_t w = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ErrorKind::Connection, error_reason(errno));
+      if (retry_after(errno)) continue;
       return;
     }
     const auto written = static_cast<std::size_t>(w);
@@ -419,9 +423,7 @@ void PeerStream::receive() {
       return;
     }
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ErrorKind::Connection, error_reason(errno));
+      if (retry_after(errno)) continue;
       return;
     }
     if (static_cast<std::size_t>(n) < asked) {  // drained: parse and stop

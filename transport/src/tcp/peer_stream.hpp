@@ -157,6 +157,10 @@ struct PeerStream {
   // failed doing so (a consumer that threw).
   bool deliver(TcpRequest& r, std::size_t offset, std::span<const std::byte> piece);
   std::string closed_reason() const;
+  // After a send or receive that failed with `error`: true to try again
+  // (interrupted); false to stop, the stream failed unless the kernel only
+  // had no room or no bytes.
+  bool retry_after(int error);
   // The reason for a failed send or receive, from its errno.
   std::string error_reason(int error) const;
 };

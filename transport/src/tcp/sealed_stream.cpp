@@ -20,9 +20,7 @@ void PeerStream::flush_sealed(std::size_t budget) {
       const ssize_t w = ::send(fd(), s.out.data() + s.out_begin, s.out_end - s.out_begin,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-        fail(ErrorKind::Connection, error_reason(errno));
+        if (retry_after(errno)) continue;
         return;
       }
       s.out_begin += static_cast<std::size_t>(w);
@@ -125,9 +123,7 @@ void PeerStream::receive_sealed() {
       return;
     }
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ErrorKind::Connection, error_reason(errno));
+      if (retry_after(errno)) continue;
       return;
     }
     s.in_end += static_cast<std::size_t>(n);

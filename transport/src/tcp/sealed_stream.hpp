@@ -12,6 +12,10 @@
 // buffer and parsed there as the clear stream's bytes are, so that no byte
 // reaches a receive before its record proved whole and unchanged.
 //
+// Memory: two buffers of kBatchRecords records (256 KiB) per sealed
+// connection, beside the staging buffer; the mesh connects on first use, so
+// a ring holds two such connections whatever the world's size.
+//
 // Guarded like the PeerStream it belongs to (the table's lock).
 #pragma once
 
@@ -24,7 +28,7 @@
 namespace collie::transport::tcp {
 
 struct SealedState {
-  static constexpr std::size_t kBatchRecords = 4;
+  static constexpr std::size_t kBatchRecords = 2;
   static constexpr std::size_t kRecordRoom = seal::kMaxRecordBytes + seal::kOverheadBytes;
 
   SealedState(const seal::Key& send, const seal::Key& receive)

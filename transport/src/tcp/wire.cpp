@@ -12,10 +12,13 @@ namespace collie::transport::tcp::wire {
 seal::SessionKeys handshake_keys(std::string_view token,
                                  std::span<const std::uint8_t, kChallengeBytes> challenge,
                                  std::span<const std::uint8_t> hello_before_proof,
-                                 std::span<const std::uint8_t> shared) {
+                                 const seal::Key* shared) {
   std::vector<std::uint8_t> transcript(challenge.begin(), challenge.end());
   transcript.insert(transcript.end(), hello_before_proof.begin(), hello_before_proof.end());
-  return seal::derive(token, "collie-peer v2", shared, transcript);
+  return seal::derive(token, "collie-peer v2",
+                      shared != nullptr ? std::span<const std::uint8_t>(*shared)
+                                        : std::span<const std::uint8_t>(),
+                      transcript);
 }
 
 std::string describe_sealing(std::uint16_t field) {

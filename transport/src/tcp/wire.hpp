@@ -49,6 +49,11 @@ inline SealMode seal_mode(std::uint16_t field) {
   const auto m = (field >> 4) & 3;
   return m <= 2 ? static_cast<SealMode>(m) : SealMode::Auto;
 }
+// Whether a side with COLLIE_SEAL `mode` seals a connection whose peer is
+// on this host (`same_host`) or not.
+inline bool seals_connection(SealMode mode, bool same_host) {
+  return mode == SealMode::On || (mode == SealMode::Auto && !same_host);
+}
 // "seals it (COLLIE_SEAL=auto: between hosts)", for refusals.
 std::string describe_sealing(std::uint16_t field);
 // COLLIE_SEAL's word ("auto", "on", "off") as a mode; Auto for another.
@@ -180,7 +185,7 @@ inline bool has_magic(const std::uint8_t* in) {
 seal::SessionKeys handshake_keys(std::string_view token,
                                  std::span<const std::uint8_t, kChallengeBytes> challenge,
                                  std::span<const std::uint8_t> hello_before_proof,
-                                 std::span<const std::uint8_t> shared);
+                                 const seal::Key* shared);
 Nonce random_nonce();
 
 }  // namespace collie::transport::tcp::wire

@@ -142,7 +142,7 @@ inline constexpr Variable kSeal{
     0, -1, false,
     "whether TCP connections between ranks are encrypted and authenticated: `auto` (between "
     "hosts; loopback stays clear), `on` (every one, loopback too) or `off` (none: for a network you "
-    "trust). Every rank must say alike; "
+    "trust; rank 0 says so on standard error). Every rank must say alike; "
     "[security.md](security.md)"};
 inline constexpr Variable kShmSingleCopy{
     "COLLIE_SHM_SINGLE_COPY", Kind::Bytes, "bytes", "0", "",
