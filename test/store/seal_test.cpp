@@ -142,7 +142,7 @@ TEST_CASE("seal: a record holds 1 to kMaxRecordBytes bytes", "[seal]") {
   CHECK_THROWS_AS(s.seal({}, out.data()), collie::Error);
 }
 
-TEST_CASE("seal: both sides of an X25519 exchange share one secret; a null key gives none",
+TEST_CASE("seal: both sides of an X25519 exchange share one secret, and a null key gives none",
           "[seal]") {
   seal::KeyExchange a;
   seal::KeyExchange b;
