@@ -48,7 +48,7 @@ inline std::optional<MeshAnswer> send_mesh_hello(RawConnection& raw, std::uint64
   hello.from = from;
   hello.to = to;
   hello.world_size = world;
-  const bool both_seal = wire::seals(hello.sealing) && wire::seals(theirs.sealing);
+  const bool both_seal = seal::seals(hello.sealing) && seal::seals(theirs.sealing);
   seal::KeyExchange exchange;
   seal::Key shared{};
   if (both_seal) {

@@ -16,6 +16,7 @@
 #include "support/catch.hpp"
 
 #include <collie/error.hpp>
+#include <collie/seal.hpp>
 #include <collie/transport/keys.hpp>
 #include <collie/transport/tcp.hpp>
 
@@ -39,10 +40,11 @@ enum class Change { None, Flip, Drop, Duplicate, Reorder };
 
 // A man in the middle on loopback: accepts one connection on a port of its
 // own, connects to `target`, and copies bytes both ways, recording them and
-// changing the connector's bytes after the handshake as told.
+// changing the connector's bytes after the handshake as told: the first
+// chunk read that begins `at` bytes or more past the first message.
 class Relay {
  public:
-  Relay(std::uint16_t target, Change change) : change_(change) {
+  Relay(std::uint16_t target, Change change, std::size_t at = 0) : change_(change), at_(at) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -108,7 +110,8 @@ class Relay {
           const std::size_t start = forward;
           forward += bytes.size();
           // The first chunk wholly past the handshake and the first record.
-          if (!changed && change_ != Change::None && start >= kFrom && bytes.size() >= 200) {
+          if (!changed && change_ != Change::None && start >= kFrom + at_ &&
+              bytes.size() >= 200) {
             const std::size_t at = 0;
             changed = true;
             if (change_ == Change::Flip) {
@@ -130,7 +133,7 @@ class Relay {
         const int to = i == 0 ? out : in;
         std::size_t sent = 0;
         while (sent < bytes.size()) {
-          const ssize_t w = ::write(to, bytes.data() + sent, bytes.size() - sent);
+          const ssize_t w = ::send(to, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
           if (w <= 0) break;
           sent += static_cast<std::size_t>(w);
         }
@@ -142,6 +145,7 @@ class Relay {
   }
 
   Change change_;
+  std::size_t at_;
   int listener_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
@@ -240,6 +244,56 @@ TEST_CASE("sealed mesh: a changed byte stream fails the pair by name, never a wr
   CHECK_THAT(error, ContainsSubstring("rank 1") &&
                         (ContainsSubstring("fails its authentication") ||
                          ContainsSubstring("broke the sealed protocol")));
+}
+
+TEST_CASE("sealed mesh: a changed record of a large message leaves none of its bytes in the "
+          "receive's buffer",
+          "[mesh][seal]") {
+  // Records wholly within a posted receive's payload are opened straight
+  // into its buffer; the flip lands in one of them (past 256 KiB of the 1
+  // MiB message).
+  Cluster c(2, [](MeshOptions& o) {
+    sealed_on(o);
+    o.timeout = 20s;
+  });
+  Relay relay(port_of(c.tcp(0)), Change::Flip, 256 << 10);
+  through(c, relay);
+  constexpr std::size_t kBytes = 1 << 20;
+  const auto sent = pattern(kBytes, 1, 7);
+  std::vector<std::uint8_t> buffer(kBytes, 0xEE);
+  std::string error;
+  c.run([&](int r) {
+    if (r == 1) {
+      recv(c[1], 0, 6, 1);  // rank 0's receive is posted
+      try {
+        send(c[1], 0, 7, sent);
+      } catch (const collie::Error&) {
+      }
+      return;
+    }
+    auto request = c[0].irecv(1, 7, buffer.data(), buffer.size());
+    send(c[0], 1, 6, {1});
+    try {
+      c[0].wait(request);
+    } catch (const collie::ProtocolError& e) {
+      error = e.what();
+    }
+  });
+  CHECK_THAT(error, ContainsSubstring("rank 1") && ContainsSubstring("fails its authentication"));
+  // Each byte is what was sent (records before the changed one), the
+  // buffer's own (records after it), or the changed record's wipe.
+  std::size_t foreign = 0, sent_bytes = 0;
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    if (buffer[i] == sent[i]) {
+      ++sent_bytes;
+    } else if (buffer[i] != 0 && buffer[i] != 0xEE) {
+      ++foreign;
+    }
+  }
+  CHECK(foreign == 0);
+  // The changed record began at most one record before the changed chunk:
+  // what came before it was opened straight into the buffer.
+  CHECK(sent_bytes >= (256u << 10) - collie::seal::kMaxRecordBytes - 1024);
 }
 
 TEST_CASE("sealed mesh: ranks that seal differently are refused, both settings named",

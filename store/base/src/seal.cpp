@@ -5,6 +5,9 @@
 #include <cstring>
 #include <vector>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
@@ -116,6 +119,47 @@ SessionKeys derive(std::string_view secret, std::string_view label,
   std::memcpy(keys.acceptor_to_connector.data(), a2c.data(), kKeyBytes);
   std::memset(input.data(), 0, input.size());
   return keys;
+}
+
+Mode mode_of(std::string_view word) {
+  if (word == "on") return Mode::On;
+  if (word == "off") return Mode::Off;
+  return Mode::Auto;
+}
+
+bool same_host(int fd) {
+  sockaddr_storage local{};
+  sockaddr_storage remote{};
+  socklen_t local_length = sizeof local;
+  socklen_t remote_length = sizeof remote;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_length) != 0)
+    return false;
+  if (remote.ss_family == AF_INET && local.ss_family == AF_INET) {
+    const auto& r = reinterpret_cast<const sockaddr_in&>(remote);
+    const auto& l = reinterpret_cast<const sockaddr_in&>(local);
+    return (ntohl(r.sin_addr.s_addr) >> 24) == 127 || r.sin_addr.s_addr == l.sin_addr.s_addr;
+  }
+  if (remote.ss_family == AF_INET6 && local.ss_family == AF_INET6) {
+    const auto& r = reinterpret_cast<const sockaddr_in6&>(remote).sin6_addr;
+    const auto& l = reinterpret_cast<const sockaddr_in6&>(local).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&r)) return true;
+    // An IPv4 address mapped into IPv6 (::ffff:127.x.y.z): loopback too.
+    if (IN6_IS_ADDR_V4MAPPED(&r) && r.s6_addr[12] == 127) return true;
+    return std::memcmp(&r, &l, sizeof r) == 0;
+  }
+  return false;
+}
+
+std::string describe_sealing(std::uint16_t field) {
+  const auto mode = mode_of_field(field);
+  const char* word = mode == Mode::On ? "on" : mode == Mode::Off ? "off" : "auto";
+  const char* why = mode == Mode::On    ? "every connection"
+                    : mode == Mode::Off ? "no connection"
+                    : seals(field)      ? "between hosts, and this one is"
+                                        : "between hosts, and this one is not";
+  return fmt::format("{} (COLLIE_SEAL={}: {})", seals(field) ? "seals it" : "leaves it clear",
+                     word, why);
 }
 
 Sealer::Sealer(const Key& key) : ctx_(new_context(key, true)) {}

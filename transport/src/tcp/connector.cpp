@@ -111,18 +111,18 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   if (challenge.rank != static_cast<std::uint32_t>(peer))
     return fail_with(fmt::format("the process listening there is rank {}", challenge.rank));
 
-  const auto mode = wire::seal_mode_of(opt.settings.seal);
-  const bool seals = wire::seals_connection(mode, same_host(socket));
+  const auto mode = seal::mode_of(opt.settings.seal);
+  const bool seals = seal::seals_connection(mode, seal::same_host(socket.native_handle()));
   wire::Hello hello;
   hello.version = wire::kProtocolVersion;
-  hello.sealing = wire::sealing_field(seals, mode);
+  hello.sealing = seal::sealing_field(seals, mode);
   hello.group_id = opt.group_id;
   hello.from = static_cast<std::uint32_t>(opt.rank);
   hello.to = static_cast<std::uint32_t>(peer);
   hello.world_size = static_cast<std::uint32_t>(opt.world_size);
   // Both sides seal: an X25519 exchange keys the connection. Otherwise the
   // acceptor refuses it, naming both settings, or it stays clear.
-  const bool both_seal = seals && wire::seals(challenge.sealing);
+  const bool both_seal = seals && seal::seals(challenge.sealing);
   std::optional<seal::KeyExchange> exchange;
   seal::Key shared{};
   if (both_seal) {

@@ -93,10 +93,10 @@ void Listener::accept_all() {
       return;
     }
     tune(socket, table_.avoid_pacing.load(std::memory_order_relaxed));
-    const auto mode = wire::seal_mode_of(opt_.settings.seal);
-    const bool seals = wire::seals_connection(mode, same_host(socket));
+    const auto mode = seal::mode_of(opt_.settings.seal);
+    const bool seals = seal::seals_connection(mode, seal::same_host(socket.native_handle()));
     Handshake h{std::move(socket), endpoint_text(remote), {}, {}, 0,
-                Clock::now() + opt_.handshake_timeout, false, wire::sealing_field(seals, mode),
+                Clock::now() + opt_.handshake_timeout, false, seal::sealing_field(seals, mode),
                 nullptr};
     wire::Challenge challenge{wire::kProtocolVersion, h.sealing,
                               static_cast<std::uint32_t>(opt_.rank), wire::random_nonce(), {}};
@@ -185,7 +185,7 @@ void Listener::step(Handshake& h) {
                               hello.from, hello.to, opt_.rank),
                   true, "the ranks it names do not fit this connection");
   }
-  const bool both_seal = wire::seals(h.sealing) && wire::seals(hello.sealing);
+  const bool both_seal = seal::seals(h.sealing) && seal::seals(hello.sealing);
   seal::Key shared{};
   if (both_seal) {
     try {
@@ -205,11 +205,11 @@ void Listener::step(Handshake& h) {
                   true);
   }
   // Only a rank of the job learns how this one seals.
-  if (wire::seals(h.sealing) != wire::seals(hello.sealing)) {
+  if (seal::seals(h.sealing) != seal::seals(hello.sealing)) {
     return refuse(h,
                   fmt::format("rank {} {} and rank {} {}: set COLLIE_SEAL alike on every host",
-                              hello.from, wire::describe_sealing(hello.sealing), opt_.rank,
-                              wire::describe_sealing(h.sealing)),
+                              hello.from, seal::describe_sealing(hello.sealing), opt_.rank,
+                              seal::describe_sealing(h.sealing)),
                   true);
   }
   decide(h, hello, keys.acceptor_proof,

@@ -92,7 +92,19 @@ bool PeerStream::open_records() {
       return false;
     }
     if (avail < n + seal::kOverheadBytes) return true;
-    if (!s.opener.open(s.in.data() + s.in_begin, n, staging.data() + staged_end)) {
+    const std::uint8_t* record = s.in.data() + s.in_begin;
+    // A record wholly within the payload being read, bound for a buffer
+    // (a posted receive's or a queued message's, not a consumer), is
+    // opened straight into it: no copy more than the clear stream makes.
+    // AES-GCM writes the plaintext before the tag is checked, so a record
+    // that fails leaves zeros there, not its bytes.
+    auto* target = current_target();
+    const bool direct = rx == Rx::Payload && staged_begin == staged_end && target != nullptr &&
+                        current_remaining() >= n;
+    auto* out = direct ? reinterpret_cast<std::uint8_t*>(target + current_got)
+                       : staging.data() + staged_end;
+    if (!s.opener.open(record, n, out)) {
+      std::memset(out, 0, n);
       fail(ErrorKind::Protocol,
            fmt::format("{} sent a sealed record (number {}, {} bytes) that fails its "
                        "authentication: it was changed, forged, cut, replayed or reordered on "
@@ -101,8 +113,12 @@ bool PeerStream::open_records() {
       return false;
     }
     s.in_begin += n + seal::kOverheadBytes;
-    staged_end += n;
     if (s.in_begin == s.in_end) s.in_begin = s.in_end = 0;
+    if (direct) {
+      account(n);
+    } else {
+      staged_end += n;
+    }
   }
 }
 

@@ -8,9 +8,13 @@
 // when the kernel has taken the whole batch, as a clear send completes when
 // the kernel has taken its bytes (a send never completes with its bytes
 // still in this process). Receiving: bytes are read into `in`; each whole
-// record is opened (authenticated and decrypted) into the stream's staging
-// buffer and parsed there as the clear stream's bytes are, so that no byte
-// reaches a receive before its record proved whole and unchanged.
+// record is opened (authenticated and decrypted) and counted as received
+// only once its tag checked: a record wholly within the payload being read
+// is opened straight into the receive's buffer (or the queued message's),
+// others into the stream's staging buffer and parsed there as the clear
+// stream's bytes are. A record that fails is wiped where it was opened and
+// fails the stream: no receive completes, and no consumer is handed a byte,
+// from a record that did not prove whole and unchanged.
 //
 // Memory: two buffers of kBatchRecords records (256 KiB) per sealed
 // connection, beside the staging buffer; the mesh connects on first use, so

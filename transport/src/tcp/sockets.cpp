@@ -2,6 +2,8 @@
 // handshake (sockets.hpp).
 #include "sockets.hpp"
 
+#include <collie/seal.hpp>
+
 #include <collie/transport/tcp.hpp>
 
 #include <fcntl.h>
@@ -69,15 +71,6 @@ void avoid_pacing(int fd) {
 
 }  // namespace
 
-bool same_host(asio::ip::tcp::socket& socket) {
-  std::error_code ec;
-  const auto local = socket.local_endpoint(ec);
-  if (ec) return false;
-  const auto remote = socket.remote_endpoint(ec);
-  if (ec) return false;
-  return remote.address().is_loopback() || remote.address() == local.address();
-}
-
 void tune(asio::ip::tcp::socket& socket, bool avoid_pacing_here) {
   // Best effort: the options are optimisations, close-on-exec cannot fail on
   // an open descriptor, and the data path asks for non-blocking calls itself
@@ -88,7 +81,7 @@ void tune(asio::ip::tcp::socket& socket, bool avoid_pacing_here) {
   socket.set_option(TcpOption<TCP_KEEPIDLE>(kKeepIdleS), ignored);
   socket.set_option(TcpOption<TCP_KEEPINTVL>(kKeepIntervalS), ignored);
   socket.set_option(TcpOption<TCP_KEEPCNT>(kKeepCount), ignored);
-  if (same_host(socket)) {
+  if (seal::same_host(socket.native_handle())) {
     if (avoid_pacing_here) avoid_pacing(socket.native_handle());
     // A fixed send buffer (the kernel doubles it; autotuning grows it to
     // tcp_wmem's 4 MiB): on loopback the sender's copy into the socket

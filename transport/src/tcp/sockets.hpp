@@ -85,12 +85,6 @@ struct TcpHealth {
 };
 TcpHealth tcp_health(int fd);
 
-// Whether the socket's peer is a process of this host: its address is a
-// loopback address, or the socket's own (the kernel routes a connection to
-// one of the host's own addresses from that address). Both ends of a
-// connection answer alike.
-bool same_host(asio::ip::tcp::socket& socket);
-
 // Sets close-on-exec on a descriptor Asio opened (it sets none itself).
 void set_close_on_exec(int fd);
 

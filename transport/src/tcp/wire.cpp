@@ -21,23 +21,6 @@ seal::SessionKeys handshake_keys(std::string_view token,
                       transcript);
 }
 
-std::string describe_sealing(std::uint16_t field) {
-  const auto mode = seal_mode(field);
-  const char* word = mode == SealMode::On ? "on" : mode == SealMode::Off ? "off" : "auto";
-  const char* why = mode == SealMode::On    ? "every connection"
-                    : mode == SealMode::Off ? "no connection"
-                    : seals(field)          ? "between hosts, and this one is"
-                                            : "between hosts, and this one is not";
-  return fmt::format("{} (COLLIE_SEAL={}: {})", seals(field) ? "seals it" : "leaves it clear",
-                     word, why);
-}
-
-SealMode seal_mode_of(std::string_view word) {
-  if (word == "on") return SealMode::On;
-  if (word == "off") return SealMode::Off;
-  return SealMode::Auto;
-}
-
 Nonce random_nonce() {
   Nonce nonce{};
   crypto::random_bytes(nonce);

@@ -36,28 +36,7 @@ inline constexpr std::size_t kMaxReasonBytes = 1024;
 // message header: tag u64, sequence u64, length u64, fingerprint u64
 inline constexpr std::size_t kHeaderBytes = 32;
 
-// The sealing field of a challenge and a hello: whether this side seals
-// this connection (bit 0), and its COLLIE_SEAL (bits 4-5), so that a
-// refusal can name both sides' settings.
-inline constexpr std::uint16_t kSealsThis = 1;
-enum class SealMode : std::uint8_t { Auto = 0, On = 1, Off = 2 };
-inline std::uint16_t sealing_field(bool seals, SealMode mode) {
-  return static_cast<std::uint16_t>((seals ? kSealsThis : 0) | (static_cast<unsigned>(mode) << 4));
-}
-inline bool seals(std::uint16_t field) { return (field & kSealsThis) != 0; }
-inline SealMode seal_mode(std::uint16_t field) {
-  const auto m = (field >> 4) & 3;
-  return m <= 2 ? static_cast<SealMode>(m) : SealMode::Auto;
-}
-// Whether a side with COLLIE_SEAL `mode` seals a connection whose peer is
-// on this host (`same_host`) or not.
-inline bool seals_connection(SealMode mode, bool same_host) {
-  return mode == SealMode::On || (mode == SealMode::Auto && !same_host);
-}
-// "seals it (COLLIE_SEAL=auto: between hosts)", for refusals.
-std::string describe_sealing(std::uint16_t field);
-// COLLIE_SEAL's word ("auto", "on", "off") as a mode; Auto for another.
-SealMode seal_mode_of(std::string_view word);
+// The challenge's and hello's sealing field: seal::sealing_field.
 
 enum class Verdict : std::uint8_t { Accepted = 0, Duplicate = 1, Refused = 2 };
 

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include <collie/crypto.hpp>
@@ -83,6 +84,36 @@ struct SessionKeys {
 // no proof or key of one is ever valid in another.
 SessionKeys derive(std::string_view secret, std::string_view label,
                    std::span<const std::uint8_t> shared, std::span<const std::uint8_t> transcript);
+
+// The setting (COLLIE_SEAL) and the decision: a side seals a connection
+// when its setting is On, or Auto and the peer is on another host; both
+// sides decide, and a connection they decide differently is refused.
+enum class Mode : std::uint8_t { Auto = 0, On = 1, Off = 2 };
+// COLLIE_SEAL's word ("auto", "on", "off") as a mode; Auto for another.
+Mode mode_of(std::string_view word);
+inline bool seals_connection(Mode mode, bool same_host) {
+  return mode == Mode::On || (mode == Mode::Auto && !same_host);
+}
+// Whether a connected socket's peer is a process of this host: its address
+// is a loopback address, or the socket's own (the kernel routes a
+// connection to one of the host's own addresses from that address). Both
+// ends of a connection answer alike. False if the socket has no peer.
+bool same_host(int fd);
+// The sealing field of a handshake (the mesh's and the store's): whether
+// this side seals this connection (bit 0), and its setting (bits 4-5), so
+// that a refusal can name both sides' settings.
+inline constexpr std::uint16_t kSealsThis = 1;
+inline std::uint16_t sealing_field(bool seals, Mode mode) {
+  return static_cast<std::uint16_t>((seals ? kSealsThis : 0) | (static_cast<unsigned>(mode) << 4));
+}
+inline bool seals(std::uint16_t field) { return (field & kSealsThis) != 0; }
+inline Mode mode_of_field(std::uint16_t field) {
+  const auto m = (field >> 4) & 3;
+  return m <= 2 ? static_cast<Mode>(m) : Mode::Auto;
+}
+// "seals it (COLLIE_SEAL=auto: between hosts, and this one is)", for
+// refusals.
+std::string describe_sealing(std::uint16_t field);
 
 // Seals one direction's records.
 class Sealer {
