@@ -8,6 +8,7 @@
 #include <collie/error.hpp>
 
 #include "client_connection.hpp"
+#include "sealed_channel.hpp"
 
 namespace collie::store {
 
@@ -215,6 +216,10 @@ AsyncStoreClient::RequestId AsyncStoreClient::torch(Handler<Done> done) {
 
 int AsyncStoreClient::duplicate_socket() const {
   return impl_->duplicate_socket();
+}
+
+std::unique_ptr<SealedChannel> AsyncStoreClient::release_sealed() const {
+  return impl_->release_sealed();
 }
 
 void AsyncStoreClient::abandon(RequestId id) {

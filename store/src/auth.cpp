@@ -1,6 +1,8 @@
-// The store handshake's proofs of the shared token (auth.hpp).
+// The store handshake's proofs and keys (auth.hpp).
 #include "auth.hpp"
 
+#include <algorithm>
+#include <array>
 #include <vector>
 
 #include <collie/crypto.hpp>
@@ -13,26 +15,18 @@ wire::Nonce random_nonce() {
   return nonce;
 }
 
-namespace {
-
-wire::Proof hmac(std::string_view token, std::string_view label, const wire::Nonce& first,
-                 const wire::Nonce& second) {
-  std::vector<unsigned char> message(label.begin(), label.end());
-  message.insert(message.end(), first.begin(), first.end());
-  message.insert(message.end(), second.begin(), second.end());
-  return crypto::hmac_sha256(token, message);
-}
-
-}  // namespace
-
-wire::Proof server_proof(std::string_view token, const wire::Nonce& client_nonce,
-                         const wire::Nonce& server_nonce) {
-  return hmac(token, "collie-store v1 server", client_nonce, server_nonce);
-}
-
-wire::Proof client_proof(std::string_view token, const wire::Nonce& client_nonce,
-                         const wire::Nonce& server_nonce) {
-  return hmac(token, "collie-store v1 client", server_nonce, client_nonce);
+seal::SessionKeys handshake_keys(std::string_view token,
+                                 std::span<const std::uint8_t, wire::kClientHelloBytes> client_hello,
+                                 std::span<const std::uint8_t, wire::kServerHelloBytes> server_hello,
+                                 const seal::Key* shared) {
+  std::vector<std::uint8_t> transcript(client_hello.begin(), client_hello.end());
+  transcript.insert(transcript.end(), server_hello.begin(), server_hello.end());
+  auto proof = transcript.begin() + static_cast<long>(wire::kClientHelloBytes + wire::kServerProofAt);
+  std::fill(proof, proof + static_cast<long>(wire::kProofBytes), std::uint8_t{0});
+  return seal::derive(token, "collie-store v3",
+                      shared != nullptr ? std::span<const std::uint8_t>(*shared)
+                                        : std::span<const std::uint8_t>(),
+                      transcript);
 }
 
 }  // namespace collie::store::auth

@@ -13,6 +13,8 @@
 #include <collie/store/async_client.hpp>
 #include <collie/store/client.hpp>
 
+#include "sealed_channel.hpp"
+
 #include "describe.hpp"
 
 namespace collie::store {
@@ -77,14 +79,17 @@ class StoreClient::Impl {
     timeout_ = timeout;
   }
   const std::string& address() const { return client_.address(); }
-  // The connection's socket, for the caller to own; the client is closed.
-  int release_socket() {
+  // The connection's socket (and sealed channel), for the caller to own;
+  // the client is closed.
+  TorchTunnel release_socket() {
     std::lock_guard lock(mutex_);
-    const int fd = client_.duplicate_socket();
+    TorchTunnel tunnel;
+    tunnel.fd = client_.duplicate_socket();
+    tunnel.sealed = client_.release_sealed();
     client_.close();
     io_.poll();  // the handlers of what close() cancelled
-    if (fd < 0) throw ConnectionError(fmt::format("store at {}: torch tunnel: no connection", client_.address()));
-    return fd;
+    if (tunnel.fd < 0) throw ConnectionError(fmt::format("store at {}: torch tunnel: no connection", client_.address()));
+    return tunnel;
   }
   StoreLimits limits() const {
     std::lock_guard lock(mutex_);
@@ -258,7 +263,12 @@ std::chrono::nanoseconds StoreClient::ping(Timeout timeout) {
   return Clock::now() - start;
 }
 
-int StoreClient::into_torch_tunnel(Timeout timeout) {
+TorchTunnel::TorchTunnel() = default;
+TorchTunnel::TorchTunnel(TorchTunnel&&) noexcept = default;
+TorchTunnel& TorchTunnel::operator=(TorchTunnel&&) noexcept = default;
+TorchTunnel::~TorchTunnel() = default;
+
+TorchTunnel StoreClient::into_torch_tunnel(Timeout timeout) {
   impl_->call<Done>(
       timeout, [&](AsyncStoreClient& c, auto done) { return c.torch(std::move(done)); },
       [] { return std::string("torch tunnel"); });

@@ -239,38 +239,64 @@ void AsyncStoreClient::Impl::enqueue(std::vector<std::uint8_t> frame) {
 void AsyncStoreClient::Impl::write() {
   auto buffers = out_.start();
   if (buffers.empty()) return;
-  asio::async_write(
-      socket_, buffers,
-      [self = shared_from_this(), generation = generation_](std::error_code ec, std::size_t) {
-        if (generation != self->generation_) return;  // a connection replaced since
-        self->out_.finish();
-        self->last_io_ = Clock::now();
-        if (ec) {
-          return self->fail(
-              fmt::format("lost the connection to the store at {} while sending: {}",
-                          self->address_, ec.message()));
-        }
-        self->write();
-      });
+  auto written = [self = shared_from_this(), generation = generation_](std::error_code ec,
+                                                                       std::size_t) {
+    if (generation != self->generation_) return;  // a connection replaced since
+    self->out_.finish();
+    self->last_io_ = Clock::now();
+    if (ec) {
+      return self->fail(fmt::format("lost the connection to the store at {} while sending: {}",
+                                    self->address_, ec.message()));
+    }
+    self->write();
+  };
+  if (sealed_) return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+  asio::async_write(socket_, buffers, std::move(written));
 }
 
 void AsyncStoreClient::Impl::read() {
+  if (sealed_) return read_sealed();
   const auto space = in_.prepare();
   socket_.async_read_some(
       asio::buffer(space.data(), space.size()),
       [self = shared_from_this(), generation = generation_](std::error_code ec, std::size_t n) {
         if (self->state_ != State::Ready || generation != self->generation_) return;
         self->last_io_ = Clock::now();
-        if (ec) {
-          return self->fail(
-              ec == asio::error::eof
-                  ? fmt::format("the store at {} closed the connection", self->address_)
-                  : fmt::format("lost the connection to the store at {}: {}", self->address_,
-                                ec.message()));
-        }
+        if (ec) return self->read_failed(ec);
         self->in_.commit(n);
         if (self->dispatch()) self->read();
       });
+}
+
+void AsyncStoreClient::Impl::read_sealed() {
+  auto readable = [self = shared_from_this(), generation = generation_](std::error_code ec) {
+    if (self->state_ != State::Ready || generation != self->generation_) return;
+    if (ec) return self->read_failed(ec);
+    const auto space = self->in_.prepare();
+    const std::size_t n =
+        self->sealed_->read_some(self->socket_.native_handle(), space, ec);
+    if (ec == asio::error::would_block) return self->read_sealed();
+    self->last_io_ = Clock::now();
+    if (ec) return self->read_failed(ec);
+    self->in_.commit(n);
+    if (self->dispatch()) self->read();
+  };
+  if (sealed_->has_unread()) {
+    asio::post(io_, [readable = std::move(readable)] { readable(std::error_code()); });
+  } else {
+    socket_.async_wait(asio::ip::tcp::socket::wait_read, std::move(readable));
+  }
+}
+
+void AsyncStoreClient::Impl::read_failed(std::error_code ec) {
+  if (sealed_ && ec == std::errc::bad_message) {
+    return fail(fmt::format("the sealed stream from the store at {} broke on its way: {}",
+                            address_, sealed_->failure()),
+                Failure::Kind::Protocol);
+  }
+  fail(ec == asio::error::eof
+           ? fmt::format("the store at {} closed the connection", address_)
+           : fmt::format("lost the connection to the store at {}: {}", address_, ec.message()));
 }
 
 bool AsyncStoreClient::Impl::dispatch() {

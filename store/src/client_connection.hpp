@@ -26,6 +26,7 @@
 
 #include "frame_queue.hpp"
 #include "protocol.hpp"
+#include "sealed_channel.hpp"
 
 namespace collie::store {
 
@@ -45,6 +46,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void abandon(RequestId id);
   void close();
   int duplicate_socket();
+  std::unique_ptr<SealedChannel> release_sealed() { return std::move(sealed_); }
 
   const std::string& address() const { return address_; }
   const StoreLimits& limits() const { return limits_; }
@@ -75,6 +77,8 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   // ---- the handshake (client_handshake.cpp) ----
   void start_handshake();
   void handshake_io_failed(std::error_code ec);
+  // The hello's base (what every version shares), then its sealing part.
+  void on_server_hello_base();
   void on_server_hello();
   void on_auth_status();
 
@@ -82,6 +86,10 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void enqueue(std::vector<std::uint8_t> frame);
   void write();
   void read();
+  // read() on a sealed connection: plaintext through the channel.
+  void read_sealed();
+  // A read that ended the connection (eof, an error, a broken record).
+  void read_failed(std::error_code ec);
   // Handles every complete reply received; false if the connection broke
   // (or a handler closed it).
   bool dispatch();
@@ -111,13 +119,19 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   std::chrono::duration<double, std::milli> backoff_{10.0};
   std::minstd_rand random_{std::random_device{}()};
 
-  wire::Nonce client_nonce_{};
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_out_{};
   std::array<std::uint8_t, wire::kServerHelloBytes> hello_in_{};
   wire::Proof proof_out_{};
   std::uint8_t auth_status_ = 0;
   bool server_proof_ok_ = false;
   bool proof_sent_ = false;  // waiting for the store's verdict on it
+  // Sealing (auth.hpp): the ephemeral key until the store's hello, both
+  // sides' fields, the handshake's keys, and the channel once proved.
+  std::unique_ptr<seal::KeyExchange> exchange_;
+  std::uint16_t client_sealing_ = 0;
+  std::uint16_t server_sealing_ = 0;
+  seal::SessionKeys keys_{};
+  std::unique_ptr<SealedChannel> sealed_;
 
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, Pending> pending_;

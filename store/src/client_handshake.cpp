@@ -6,6 +6,7 @@
 #include "client_connection.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -14,6 +15,8 @@
 #include <collie/address.hpp>
 #include <collie/crypto.hpp>
 #include <collie/duration.hpp>
+#include <collie/error.hpp>
+#include <collie/seal.hpp>
 
 #include "auth.hpp"
 
@@ -55,20 +58,53 @@ void AsyncStoreClient::Impl::start_handshake() {
                           "handshake within {}; is a collie store listening there?",
                           self->address_, waited)});
   });
-  client_nonce_ = auth::random_nonce();
+  sealed_.reset();
   wire::ClientHello hello;
   hello.has_token = !options_.token.empty();
-  hello.nonce = client_nonce_;
+  hello.nonce = auth::random_nonce();
+  // A key whenever this side could seal: the store may ask (auth.hpp).
+  client_sealing_ = seal::sealing_field(
+      auth::wants_seal(hello.has_token, options_.seal, seal::same_host(socket_.native_handle())),
+      options_.seal);
+  hello.sealing = client_sealing_;
+  exchange_.reset();
+  if (hello.has_token && options_.seal != seal::Mode::Off) {
+    try {
+      exchange_ = std::make_unique<seal::KeyExchange>();
+      hello.key = exchange_->public_key();
+    } catch (const std::exception& e) {
+      return connect_failed(Failure{Failure::Kind::Connection,
+                                    fmt::format("cannot make this connection's key: {}", e.what())});
+    }
+  }
   hello_out_ = wire::encode(hello);
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(hello_out_), [self](std::error_code ec, std::size_t) {
     if (ec) return self->handshake_io_failed(ec);
-    asio::async_read(self->socket_, asio::buffer(self->hello_in_),
+    asio::async_read(self->socket_,
+                     asio::buffer(self->hello_in_.data(), wire::kServerHelloBaseBytes),
                      [self](std::error_code ec2, std::size_t) {
                        if (ec2) return self->handshake_io_failed(ec2);
-                       self->on_server_hello();
+                       self->on_server_hello_base();
                      });
   });
+}
+
+void AsyncStoreClient::Impl::on_server_hello_base() {
+  // The rest of the hello only from a store of this version that answers
+  // "ok": another's is reported from its base.
+  const auto hello = wire::decode_server_hello(hello_in_);
+  if (hello.magic != wire::kMagic || hello.version != wire::kVersion ||
+      hello.status != wire::HelloStatus::Ok)
+    return on_server_hello();
+  auto self = shared_from_this();
+  asio::async_read(socket_,
+                   asio::buffer(hello_in_.data() + wire::kServerHelloBaseBytes,
+                                wire::kServerHelloBytes - wire::kServerHelloBaseBytes),
+                   [self](std::error_code ec, std::size_t) {
+                     if (ec) return self->handshake_io_failed(ec);
+                     self->on_server_hello();
+                   });
 }
 
 void AsyncStoreClient::Impl::handshake_io_failed(std::error_code ec) {
@@ -128,12 +164,29 @@ void AsyncStoreClient::Impl::on_server_hello() {
     }
     return ready();
   }
-  server_proof_ok_ =
-      have_token &&
-      crypto::digests_equal(hello.proof,
-                            auth::server_proof(options_.token, client_nonce_, hello.nonce));
-  proof_out_ =
-      have_token ? auth::client_proof(options_.token, client_nonce_, hello.nonce) : wire::Proof{};
+  server_sealing_ = hello.sealing;
+  std::optional<seal::Key> shared;
+  if (have_token && auth::sealed(client_sealing_, server_sealing_) &&
+      !auth::sealing_differs(client_sealing_, server_sealing_)) {
+    try {
+      if (!exchange_) throw Error("this client made no key");
+      shared = exchange_->shared(hello.key);
+    } catch (const std::exception& e) {
+      return connect_failed(Failure{
+          Failure::Kind::Protocol,
+          fmt::format("the store at {} asked to seal the connection with no valid key ({})",
+                      address_, e.what())});
+    }
+  }
+  exchange_.reset();  // forgotten: a token that leaks later opens nothing recorded
+  server_proof_ok_ = false;
+  proof_out_ = wire::Proof{};
+  if (have_token) {
+    keys_ = auth::handshake_keys(options_.token, hello_out_, hello_in_,
+                                 shared ? &*shared : nullptr);
+    server_proof_ok_ = crypto::digests_equal(hello.proof, keys_.acceptor_proof);
+    proof_out_ = keys_.connector_proof;
+  }
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(proof_out_), [self](std::error_code ec, std::size_t) {
     if (ec) return self->handshake_io_failed(ec);
@@ -163,6 +216,14 @@ void AsyncStoreClient::Impl::on_auth_status() {
                     "retry in a minute",
                     address_)});
   }
+  if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)) {
+    return connect_failed(Failure{
+        Failure::Kind::Authentication,
+        fmt::format("the store at {} refused this client: it {} and this client {}: set "
+                    "COLLIE_SEAL alike on every host",
+                    address_, seal::describe_sealing(server_sealing_),
+                    seal::describe_sealing(client_sealing_))});
+  }
   if (auth_status_ != static_cast<std::uint8_t>(wire::AuthStatus::Ok)) {
     return connect_failed(
         Failure{Failure::Kind::Authentication,
@@ -177,6 +238,10 @@ void AsyncStoreClient::Impl::on_auth_status() {
                             "knows the token; refusing to use it",
                             address_)});
   }
+  // Everything after the status is sealed (or nothing is).
+  if (auth::sealed(client_sealing_, server_sealing_))
+    sealed_ = std::make_unique<SealedChannel>(keys_.connector_to_acceptor,
+                                              keys_.acceptor_to_connector);
   ready();
 }
 

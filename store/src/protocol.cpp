@@ -203,6 +203,8 @@ std::array<std::uint8_t, kClientHelloBytes> encode(const ClientHello& hello) {
   put_u16(out.data() + 4, hello.version);
   put_u16(out.data() + 6, hello.has_token ? 1 : 0);
   std::copy(hello.nonce.begin(), hello.nonce.end(), out.begin() + 8);
+  put_u16(out.data() + kClientHelloBaseBytes, hello.sealing);
+  std::copy(hello.key.begin(), hello.key.end(), out.begin() + kClientHelloBaseBytes + 2);
   return out;
 }
 
@@ -211,7 +213,9 @@ ClientHello decode_client_hello(std::span<const std::uint8_t, kClientHelloBytes>
   hello.magic = get_u32(bytes.data());
   hello.version = get_u16(bytes.data() + 4);
   hello.has_token = (get_u16(bytes.data() + 6) & 1) != 0;
-  std::copy(bytes.begin() + 8, bytes.end(), hello.nonce.begin());
+  std::copy(bytes.begin() + 8, bytes.begin() + 8 + kNonceBytes, hello.nonce.begin());
+  hello.sealing = get_u16(bytes.data() + kClientHelloBaseBytes);
+  std::copy(bytes.begin() + kClientHelloBaseBytes + 2, bytes.end(), hello.key.begin());
   return hello;
 }
 
@@ -228,7 +232,9 @@ std::array<std::uint8_t, kServerHelloBytes> encode(const ServerHello& hello) {
   put_u32(p + 20, hello.limits.max_message_bytes);
   put_u32(p + 24, hello.idle_timeout_ms);
   std::copy(hello.nonce.begin(), hello.nonce.end(), p + 28);
-  std::copy(hello.proof.begin(), hello.proof.end(), p + 28 + kNonceBytes);
+  std::copy(hello.proof.begin(), hello.proof.end(), p + kServerProofAt);
+  put_u16(p + kServerHelloBaseBytes, hello.sealing);
+  std::copy(hello.key.begin(), hello.key.end(), p + kServerHelloBaseBytes + 2);
   return out;
 }
 
@@ -245,7 +251,9 @@ ServerHello decode_server_hello(std::span<const std::uint8_t, kServerHelloBytes>
   hello.limits.max_message_bytes = get_u32(p + 20);
   hello.idle_timeout_ms = get_u32(p + 24);
   std::copy(p + 28, p + 28 + kNonceBytes, hello.nonce.begin());
-  std::copy(p + 28 + kNonceBytes, p + 28 + kNonceBytes + kProofBytes, hello.proof.begin());
+  std::copy(p + kServerProofAt, p + kServerProofAt + kProofBytes, hello.proof.begin());
+  hello.sealing = get_u16(p + kServerHelloBaseBytes);
+  std::copy(p + kServerHelloBaseBytes + 2, p + kServerHelloBytes, hello.key.begin());
   return hello;
 }
 

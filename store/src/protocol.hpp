@@ -14,16 +14,26 @@
 #include <vector>
 
 #include <collie/crypto.hpp>
+#include <collie/seal.hpp>
 #include <collie/store/store.hpp>
 
 namespace collie::store::wire {
 
 inline constexpr std::uint32_t kMagic = 0x434C5354;  // "CLST"
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
-inline constexpr std::size_t kClientHelloBytes = 4 + 2 + 2 + kNonceBytes;
-inline constexpr std::size_t kServerHelloBytes = 4 + 2 + 1 + 1 + 16 + 4 + kNonceBytes + kProofBytes;
+// A hello is the shape every version shares (its base: what a peer of
+// another version reads to find the version), then, from version 3, its
+// sealing field and X25519 public key (zeros when it does not seal).
+inline constexpr std::size_t kClientHelloBaseBytes = 4 + 2 + 2 + kNonceBytes;
+inline constexpr std::size_t kServerHelloBaseBytes =
+    4 + 2 + 1 + 1 + 16 + 4 + kNonceBytes + kProofBytes;
+inline constexpr std::size_t kSealingBytes = 2 + seal::kPublicKeyBytes;
+inline constexpr std::size_t kClientHelloBytes = kClientHelloBaseBytes + kSealingBytes;
+inline constexpr std::size_t kServerHelloBytes = kServerHelloBaseBytes + kSealingBytes;
+// Where the server's proof lies in its hello (zeroed in the transcript).
+inline constexpr std::size_t kServerProofAt = kServerHelloBaseBytes - kProofBytes;
 inline constexpr std::size_t kFrameHeaderBytes = 4;
 // Smallest limit a server may announce for a whole message: a reply with an
 // error text must always fit.
@@ -68,6 +78,7 @@ enum class AuthStatus : std::uint8_t {
   Ok = 0,
   Failed = 1,
   Throttled = 2,  // too many failed attempts from this address lately: not checked
+  SealingDiffers = 3,  // proved, but one side would seal and the other not (COLLIE_SEAL)
 };
 enum class ReplyStatus : std::uint8_t { Ok = 0, Error = 1 };
 
@@ -213,6 +224,8 @@ struct ClientHello {
   std::uint16_t version = kVersion;
   bool has_token = false;
   Nonce nonce{};
+  std::uint16_t sealing = 0;  // seal::sealing_field: does the client ask to seal?
+  seal::PublicKey key{};
 };
 std::array<std::uint8_t, kClientHelloBytes> encode(const ClientHello& hello);
 ClientHello decode_client_hello(std::span<const std::uint8_t, kClientHelloBytes> bytes);
@@ -227,7 +240,9 @@ struct ServerHello {
   // reconnects before it sends on a connection that has been idle nearly as long.
   std::uint32_t idle_timeout_ms = 0;
   Nonce nonce{};
-  Proof proof{};  // HMAC proving the server knows the token; zero without auth
+  Proof proof{};  // the server's proof of the token (auth.hpp); zero without auth
+  std::uint16_t sealing = 0;  // seal::sealing_field: does the server ask to seal?
+  seal::PublicKey key{};
 };
 std::array<std::uint8_t, kServerHelloBytes> encode(const ServerHello& hello);
 ServerHello decode_server_hello(std::span<const std::uint8_t, kServerHelloBytes> bytes);

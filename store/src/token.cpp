@@ -24,6 +24,12 @@ std::string token_from_environment(
   return std::string();
 }
 
+seal::Mode seal_from_environment(
+    const std::function<std::optional<std::string>(std::string_view)>& lookup) {
+  const auto word = lookup ? lookup(environment::kSeal.name) : environment::get(environment::kSeal);
+  return seal::mode_of(word.value_or("auto"));
+}
+
 std::string random_token() {
   std::uint8_t bytes[32];
   crypto::random_bytes(bytes);

@@ -30,6 +30,7 @@
 
 #include "peer_user.hpp"
 #include "protocol.hpp"
+#include "sealed_channel.hpp"
 
 namespace collie::store {
 
@@ -161,13 +162,13 @@ class TorchRelay::Impl {
 
   void carry(int client) {
     ++active_;
-    int tunnel = -1;
+    TorchTunnel tunnel;
     try {
-      // collie's own clients (the ranks' runtime) prove the token
+      // collie's own clients (the ranks' runtime) prove the token and seal
       // themselves: their bytes go through as they are.
       const int first = first_byte(client);
       if (first == static_cast<int>(wire::kMagic >> 24)) {
-        tunnel = connect_to_store();
+        tunnel.fd = connect_to_store();
       } else if (first >= 0) {
         tunnel = torch_tunnel();
       }
@@ -179,12 +180,12 @@ class TorchRelay::Impl {
         log().error("store relay: cannot reach the store at {}:{} for a client on loopback: {}",
                     host_, port_, e.what());
     }
-    if (tunnel >= 0) {
+    if (tunnel.fd >= 0) {
       const int on = 1;
       ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      ::setsockopt(tunnel, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      pump(client, tunnel);
-      ::close(tunnel);
+      ::setsockopt(tunnel.fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+      pump(client, tunnel.fd, tunnel.sealed.get());
+      ::close(tunnel.fd);
     }
     ::close(client);
     --active_;
@@ -211,7 +212,7 @@ class TorchRelay::Impl {
   // timeout in windows of at most a second: a relay that is stopped (the
   // launcher's next round, whose store is elsewhere) gives up within one,
   // whatever became of the store it was carrying clients to.
-  int torch_tunnel() {
+  TorchTunnel torch_tunnel() {
     const auto deadline = connect_deadline();
     for (;;) {
       auto window = options_;
@@ -278,23 +279,52 @@ class TorchRelay::Impl {
     }
   }
 
-  // Copies what either side sends to the other until one closes.
-  void pump(int a, int b) {
+  // Copies what either side sends to the other until one closes; the
+  // tunnel's (`b`'s) bytes through `sealed` where it is sealed.
+  void pump(int a, int b, SealedChannel* sealed) {
     std::vector<char> buffer(1 << 16);
     for (;;) {
       pollfd p[3] = {{a, POLLIN, 0}, {b, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-      if (::poll(p, 3, -1) < 0) {
+      // Plaintext already opened is copied before waiting for more.
+      const bool opened = sealed != nullptr && sealed->has_unread();
+      if (::poll(p, 3, opened ? 0 : -1) < 0) {
         if (errno == EINTR) continue;
         return;
       }
       if (p[2].revents != 0) return;
+      if (opened) p[1].revents |= POLLIN;
       for (int i = 0; i < 2; ++i) {
         if (p[i].revents == 0) continue;
         const int from = i == 0 ? a : b;
         const int to = i == 0 ? b : a;
+        if (i == 1 && sealed != nullptr) {
+          std::error_code ec;
+          const std::size_t got = sealed->read_some(
+              b, std::span(reinterpret_cast<std::uint8_t*>(buffer.data()), buffer.size()), ec);
+          if (ec == asio::error::would_block) continue;
+          if (ec) {
+            if (ec == std::errc::bad_message)
+              log().warn("store relay: the store's sealed stream broke: {}", sealed->failure());
+            return;
+          }
+          if (!write_all(a, stop_fd_, buffer.data(), got)) return;
+          continue;
+        }
         const ssize_t got = ::recv(from, buffer.data(), buffer.size(), MSG_DONTWAIT);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
         if (got <= 0) return;
+        if (i == 0 && sealed != nullptr) {
+          const asio::const_buffer plain(buffer.data(), static_cast<std::size_t>(got));
+          for (std::size_t done = 0; done < plain.size();) {
+            std::size_t n = 0;
+            const auto records = sealed->seal_next(std::span(&plain, 1), done, n);
+            if (!write_all(b, stop_fd_, reinterpret_cast<const char*>(records.data()),
+                           records.size()))
+              return;
+            done += n;
+          }
+          continue;
+        }
         if (!write_all(to, stop_fd_, buffer.data(), static_cast<std::size_t>(got))) return;
       }
     }

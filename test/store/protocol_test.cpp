@@ -273,11 +273,15 @@ TEST_CASE("handshake messages round-trip", "[protocol]") {
   client.has_token = true;
   for (std::size_t i = 0; i < kNonceBytes; ++i)
     client.nonce[i] = static_cast<std::uint8_t>(i);
+  client.sealing = 0x21;
+  client.key[31] = 3;
   const auto c = decode_client_hello(encode(client));
   CHECK(c.magic == kMagic);
   CHECK(c.version == kVersion);
   CHECK(c.has_token);
   CHECK(c.nonce == client.nonce);
+  CHECK(c.sealing == 0x21);
+  CHECK(c.key == client.key);
 
   ServerHello server;
   server.auth_required = true;
@@ -285,7 +289,11 @@ TEST_CASE("handshake messages round-trip", "[protocol]") {
   server.limits = {1, 2, 3, 4};
   server.nonce[5] = 9;
   server.proof[31] = 7;
+  server.sealing = 0x11;
+  server.key[0] = 4;
   const auto s = decode_server_hello(encode(server));
+  CHECK(s.sealing == 0x11);
+  CHECK(s.key == server.key);
   CHECK(s.magic == kMagic);
   CHECK(s.status == HelloStatus::UnsupportedVersion);
   CHECK(s.auth_required);
@@ -297,22 +305,45 @@ TEST_CASE("handshake messages round-trip", "[protocol]") {
   CHECK(s.proof == server.proof);
 }
 
-TEST_CASE("proofs are HMAC-SHA256 over label and nonces", "[protocol][auth]") {
-  // Expected values computed independently with Python's hmac module:
-  //   hmac.new(b"secret-token", b"collie-store v1 server" + cn + sn, sha256)
-  //   hmac.new(b"secret-token", b"collie-store v1 client" + sn + cn, sha256)
-  // with cn = bytes(range(32)), sn = bytes(range(32, 64)).
-  Nonce client_nonce{}, server_nonce{};
+TEST_CASE("proofs come from HKDF-SHA256 over the whole handshake, the server's proof left out",
+          "[protocol][auth]") {
+  // Expected values computed independently with Python's hmac and hashlib,
+  // the hellos packed with struct (big-endian), then
+  //   salt = hmac(b"secret-token", b"collie-store v3"); t = client + server
+  //   prk = hmac(salt, sha256(t)); proof = hmac(prk, name + b"\x01")
+  // with the client's nonce bytes(range(32)), the server's bytes(range(32, 64)),
+  // limits 1, 2, 3, 4, idle timeout 5, both sealing fields 0, keys and proof zero.
+  ClientHello client;
+  client.has_token = true;
+  ServerHello server;
+  server.auth_required = true;
+  server.limits = {1, 2, 3, 4};
+  server.idle_timeout_ms = 5;
   for (std::size_t i = 0; i < kNonceBytes; ++i) {
-    client_nonce[i] = static_cast<std::uint8_t>(i);
-    server_nonce[i] = static_cast<std::uint8_t>(32 + i);
+    client.nonce[i] = static_cast<std::uint8_t>(i);
+    server.nonce[i] = static_cast<std::uint8_t>(32 + i);
   }
-  const auto server = auth::server_proof("secret-token", client_nonce, server_nonce);
-  const auto client = auth::client_proof("secret-token", client_nonce, server_nonce);
-  CHECK(hex(server) == "4252acdefbed61af3d627a634ebc89a723746e2735210b51c0a2ab3e5cd708e3");
-  CHECK(hex(client) == "ab12f5b47559625bcf8da724faed182de24ffcff7f214842313c80de194d3e23");
-  CHECK(collie::crypto::digests_equal(server, server));
-  CHECK_FALSE(collie::crypto::digests_equal(server, client));
+  const auto c = encode(client);
+  const auto keys = auth::handshake_keys("secret-token", c, encode(server), nullptr);
+  CHECK(hex(keys.connector_proof) ==
+        "8009dc082a2b2dc4837e38159758857bd6d85d1dba84d86acc581175d0aa243b");
+  CHECK(hex(keys.acceptor_proof) ==
+        "432e7a077ee2c35216a21d57936f4f86b599c345446958b82566cde72b896eed");
+  // The proof the server's hello carries is not part of what it proves.
+  server.proof = keys.acceptor_proof;
+  CHECK(auth::handshake_keys("secret-token", c, encode(server), nullptr).acceptor_proof ==
+        keys.acceptor_proof);
+  // Every other byte is: a changed nonce, sealing field or token changes both.
+  server.nonce[0] ^= 1;
+  CHECK(auth::handshake_keys("secret-token", c, encode(server), nullptr).connector_proof !=
+        keys.connector_proof);
+  server.nonce[0] ^= 1;
+  client.sealing = collie::seal::sealing_field(false, collie::seal::Mode::Off);
+  CHECK(auth::handshake_keys("secret-token", encode(client), encode(server), nullptr)
+            .acceptor_proof != keys.acceptor_proof);
+  CHECK(auth::handshake_keys("other-token", c, encode(server), nullptr).connector_proof !=
+        keys.connector_proof);
+  CHECK_FALSE(collie::crypto::digests_equal(keys.connector_proof, keys.acceptor_proof));
   CHECK(auth::random_nonce() != auth::random_nonce());
 }
 

@@ -61,7 +61,11 @@ collie::store::ClientOptions with_token(const std::string& token) {
 
 TEST_CASE("torch relay: a torch client's queries reach a store that wants a token",
           "[store][torch]") {
-  collie::test::StoreFixture f(guarded());
+  // A store that seals every connection (as one on another host does) seals
+  // the relay's tunnel too.
+  auto options = guarded();
+  options.seal = GENERATE(collie::seal::Mode::Auto, collie::seal::Mode::On);
+  collie::test::StoreFixture f(options);
   collie::store::TorchRelay relay("127.0.0.1", f.server.port(), with_token(kToken));
   REQUIRE(relay.port() != 0);
   REQUIRE(relay.port() != f.server.port());
@@ -93,7 +97,9 @@ TEST_CASE("torch relay: a torch client's queries reach a store that wants a toke
 
 TEST_CASE("torch relay: collie's clients pass through and prove the token themselves",
           "[store][torch]") {
-  collie::test::StoreFixture f(guarded());
+  auto options = guarded();
+  options.seal = GENERATE(collie::seal::Mode::Auto, collie::seal::Mode::On);
+  collie::test::StoreFixture f(options);
   collie::store::TorchRelay relay("127.0.0.1", f.server.port(), with_token(kToken));
   collie::store::StoreClient through("127.0.0.1", relay.port(), with_token(kToken));
   through.set("k", "v");

@@ -2,6 +2,8 @@
 // (raw_connection.hpp).
 #include "raw_connection.hpp"
 
+#include <collie/seal.hpp>
+
 #include <netinet/in.h>
 #include <stdexcept>
 #include <sys/ioctl.h>
@@ -38,13 +40,17 @@ std::optional<store::wire::AuthStatus> RawConnection::authenticate(
   store::wire::ClientHello hello;
   hello.has_token = !token.empty();
   hello.nonce = store::auth::random_nonce();
-  send(store::wire::encode(hello));
+  // In the clear: a store that seals this connection refuses it (status 3).
+  hello.sealing = seal::sealing_field(false, seal::Mode::Off);
+  const auto sent = store::wire::encode(hello);
+  send(sent);
   auto reply = read_exactly(store::wire::kServerHelloBytes, timeout);
   if (!reply) return std::nullopt;
-  const auto server = store::wire::decode_server_hello(
-      std::span<const std::uint8_t, store::wire::kServerHelloBytes>(reply->data(), reply->size()));
-  const auto proof = token.empty() ? store::wire::Proof{}
-                                   : store::auth::client_proof(token, hello.nonce, server.nonce);
+  const std::span<const std::uint8_t, store::wire::kServerHelloBytes> server(reply->data(),
+                                                                            reply->size());
+  const auto proof = token.empty()
+                         ? store::wire::Proof{}
+                         : store::auth::handshake_keys(token, sent, server, nullptr).connector_proof;
   send(std::vector<std::uint8_t>(proof.begin(), proof.end()));
   auto status = read_exactly(1, timeout);
   if (!status) return std::nullopt;

@@ -84,11 +84,12 @@ int authenticate(int fd, const std::string& token) {
   wire::ClientHello hello;
   hello.has_token = true;
   hello.nonce = auth::random_nonce();
-  if (!send_all(fd, wire::encode(hello))) return -1;
+  hello.sealing = collie::seal::sealing_field(false, collie::seal::Mode::Off);  // in the clear
+  const auto sent = wire::encode(hello);
+  if (!send_all(fd, sent)) return -1;
   std::array<std::uint8_t, wire::kServerHelloBytes> reply{};
   if (!recv_all(fd, reply)) return -1;
-  const auto server = wire::decode_server_hello(reply);
-  const auto proof = auth::client_proof(token, hello.nonce, server.nonce);
+  const auto proof = auth::handshake_keys(token, sent, reply, nullptr).connector_proof;
   if (!send_all(fd, proof)) return -1;
   std::uint8_t status = 0xff;
   if (!recv_all(fd, std::span(&status, 1))) return -1;

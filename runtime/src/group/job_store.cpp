@@ -146,6 +146,7 @@ JobStore::JobStore(const JobConfig& config) {
       store::ServerOptions options;
       options.port = config.master_port;
       options.token = config.token;
+      options.seal = seal::mode_of(config.transport.seal);
       // Ranks that reach the master on loopback are all on this host: the
       // store need not listen beyond it.
       const bool loopback = is_loopback_host(config.master_addr);
@@ -173,6 +174,7 @@ JobStore::JobStore(const JobConfig& config) {
     store::ClientOptions options;
     options.timeout = config.timeout;
     options.token = config.token;
+    options.seal = seal::mode_of(config.transport.seal);
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
   run_ = std::make_shared<store::PrefixStore>(root, keys::run(config.restart_count, 0));

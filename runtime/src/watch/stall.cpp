@@ -154,6 +154,7 @@ class StallResponder::Impl {
     options.timeout = config.timeout;
     options.connect_timeout = config.timeout;
     options.token = config.token;
+    options.seal = seal::mode_of(config.transport.seal);
     options.spin = std::chrono::microseconds(0);
     client_.emplace(io_, options);
     const bool own_server = config.rank == 0 && !config.store_hosted_by_launcher;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 #include <fmt/format.h>
@@ -116,6 +117,14 @@ void Session::lost(std::error_code ec) {
                              "it may have rejected this server's token",
                              ec.message()));
   }
+  if (sealed_ && ec == std::errc::bad_message) {
+    // Changed on its way: the client is told (sealed, the other direction
+    // is whole), and the connection closed.
+    const auto reason = "the client's sealed stream broke on its way to the store: " +
+                        sealed_->failure();
+    if (phase_ == Phase::Ready) return refuse(0, reason);
+    return close(spdlog::level::warn, reason);
+  }
   close(phase_ == Phase::Ready ? spdlog::level::debug : spdlog::level::info,
         ec == asio::error::eof ? std::string("the client disconnected") : ec.message());
 }
@@ -148,7 +157,8 @@ void Session::on_idle_timer() {
     // server is behind (a loaded host), not the client. (A connection it
     // does not read, for its client's unread replies, is not excused.)
     std::error_code ec;
-    if (taking_requests() && socket_.available(ec) > 0 && !ec) {
+    if (taking_requests() && ((sealed_ && sealed_->has_unread()) ||
+                              (socket_.available(ec) > 0 && !ec))) {
       stall_armed_ = true;
       return arm_timer(stall);
     }
@@ -179,12 +189,25 @@ void Session::on_idle_timer() {
 
 void Session::read() {
   reading_ = true;
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](std::error_code ec) {
+  wait_readable([self = shared_from_this()](std::error_code ec) {
     self->reading_ = false;
     if (self->phase_ == Phase::Closed) return;
     if (ec) return self->lost(ec);
     self->receive();
   });
+}
+
+void Session::wait_readable(std::function<void(std::error_code)> then) {
+  if (sealed_ && sealed_->has_unread()) {
+    asio::post(socket_.get_executor(), [then = std::move(then)] { then(std::error_code()); });
+    return;
+  }
+  socket_.async_wait(tcp::socket::wait_read, std::move(then));
+}
+
+std::size_t Session::read_bytes(std::span<std::uint8_t> into, std::error_code& ec) {
+  if (sealed_) return sealed_->read_some(socket_.native_handle(), into, ec);
+  return socket_.read_some(asio::buffer(into.data(), into.size()), ec);
 }
 
 void Session::receive() {
@@ -193,12 +216,11 @@ void Session::receive() {
   if (skip_ > 0) {
     // The rest of a refused frame: read and dropped.
     std::array<std::uint8_t, 16384> scratch;
-    n = socket_.read_some(
-        asio::buffer(scratch.data(), std::min<std::size_t>(scratch.size(), skip_)), ec);
+    n = read_bytes(std::span(scratch.data(), std::min<std::size_t>(scratch.size(), skip_)), ec);
     if (!ec) skip_ -= n;
   } else {
     const auto space = in_.prepare();
-    n = socket_.read_some(asio::buffer(space.data(), space.size()), ec);
+    n = read_bytes(std::span(space.data(), space.size()), ec);
     if (!ec) in_.commit(n);
   }
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -317,20 +339,28 @@ void Session::refuse(std::uint32_t id, std::string reason) {
 void Session::write() {
   auto buffers = out_.start();
   if (buffers.empty()) return;
-  asio::async_write(socket_, buffers,
-                    [self = shared_from_this()](std::error_code ec, std::size_t) {
-                      if (self->phase_ == Phase::Closed) return;
-                      self->server_.budget().give(self->out_.finish());
-                      if (ec) return self->lost(ec);
-                      self->last_activity_ = Clock::now();
-                      if (!self->out_.empty()) return self->write();
-                      if (self->close_after_write_) {
-                        return self->close(self->close_level_, self->close_reason_);
-                      }
-                      // Replies drained: resume a paused reader.
-                      if (self->phase_ == Phase::Ready) self->process();
-                      if (self->phase_ == Phase::Torch) self->torch_process();
-                    });
+  auto written = [self = shared_from_this()](std::error_code ec, std::size_t) {
+    if (self->phase_ == Phase::Closed) return;
+    self->server_.budget().give(self->out_.finish());
+    if (ec) return self->lost(ec);
+    self->last_activity_ = Clock::now();
+    if (!self->out_.empty()) return self->write();
+    if (self->close_after_write_) {
+      return self->close(self->close_level_, self->close_reason_);
+    }
+    if (self->seal_when_written_) {
+      // The status went out clear; all that follows, both ways, is sealed.
+      self->seal_when_written_ = false;
+      self->sealed_ = std::make_unique<SealedChannel>(self->keys_.acceptor_to_connector,
+                                                      self->keys_.connector_to_acceptor);
+      return self->become_ready();
+    }
+    // Replies drained: resume a paused reader.
+    if (self->phase_ == Phase::Ready) self->process();
+    if (self->phase_ == Phase::Torch) self->torch_process();
+  };
+  if (sealed_) return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+  asio::async_write(socket_, buffers, std::move(written));
 }
 
 }  // namespace collie::store

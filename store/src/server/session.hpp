@@ -19,9 +19,11 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "../frame_queue.hpp"
 #include "../key_value_state.hpp"
 #include "../protocol.hpp"
+#include "../sealed_channel.hpp"
 #include "../torch_dialect.hpp"
 #include "server_core.hpp"
 
@@ -80,6 +83,8 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
 
   // ---- session_handshake.cpp ----
   void on_first_byte();
+  // The hello's base (what every version shares), then its sealing part.
+  void on_client_hello_base();
   void on_client_hello();
   // The proof is checked at this address's turn (at once unless it failed
   // recently), so guessing from one address goes no faster than the turns.
@@ -123,6 +128,12 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   // ---- session.cpp: requests ----
   // Waits for bytes without holding a buffer: an idle connection costs no memory.
   void read();
+  // Calls `then` once bytes can be read: when the socket has some, or at
+  // once (posted) when the sealed channel holds plaintext already opened.
+  void wait_readable(std::function<void(std::error_code)> then);
+  // Reads what is there, through the sealed channel if the connection has
+  // one (bad_message: a record failed, sealed_->failure() says how).
+  std::size_t read_bytes(std::span<std::uint8_t> into, std::error_code& ec);
   void receive();
   bool taking_requests() const;
   // Handles the complete requests received, then reads on, unless replies
@@ -152,9 +163,14 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   bool first_byte_ = false;  // the connection has said something
   std::array<std::uint8_t, wire::kClientHelloBytes> hello_in_{};
   wire::Proof proof_in_{};
-  wire::Nonce client_nonce_{};
-  wire::Nonce server_nonce_{};
   bool client_has_token_ = false;
+  // The handshake's proofs and keys (auth.hpp), both sides' sealing fields,
+  // and, once the status byte is out, the channel of a sealed connection.
+  seal::SessionKeys keys_{};
+  std::uint16_t client_sealing_ = 0;
+  std::uint16_t server_sealing_ = 0;
+  bool seal_when_written_ = false;  // the status is on its way clear: then seal
+  std::unique_ptr<SealedChannel> sealed_;
   wire::FrameBuffer in_;
   std::size_t in_counted_ = 0;  // bytes of the budget the receive buffer holds
   std::size_t skip_ = 0;        // bytes of a refused frame still to drop

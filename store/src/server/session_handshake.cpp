@@ -35,7 +35,22 @@ void Session::on_first_byte() {
                                        server_.options().torch_refusal_hint
                                  : std::string()));
   }
-  asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, hello_in_.size() - 1),
+  asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, wire::kClientHelloBaseBytes - 1),
+                   [self = shared_from_this()](std::error_code ec, std::size_t) {
+                     if (ec) return self->lost(ec);
+                     self->on_client_hello_base();
+                   });
+}
+
+void Session::on_client_hello_base() {
+  // The rest of the hello only where its version is this server's: another
+  // version's is answered with this server's version, as its base says.
+  const auto hello = wire::decode_client_hello(hello_in_);
+  if (hello.magic != wire::kMagic || hello.version != wire::kVersion || refusal_)
+    return on_client_hello();
+  asio::async_read(socket_,
+                   asio::buffer(hello_in_.data() + wire::kClientHelloBaseBytes,
+                                wire::kClientHelloBytes - wire::kClientHelloBaseBytes),
                    [self = shared_from_this()](std::error_code ec, std::size_t) {
                      if (ec) return self->lost(ec);
                      self->on_client_hello();
@@ -75,13 +90,41 @@ void Session::on_client_hello() {
     send_raw(wire::encode(reply));
     return;
   }
-  client_nonce_ = hello.nonce;
   client_has_token_ = hello.has_token;
   const std::string& token = server_.options().token;
   reply.auth_required = !token.empty();
   reply.nonce = auth::random_nonce();
-  server_nonce_ = reply.nonce;
-  if (reply.auth_required) reply.proof = auth::server_proof(token, client_nonce_, reply.nonce);
+  // Sealed when either side asks (auth.hpp); a side that is off makes it
+  // a refusal, after the proofs, so that a stranger learns nothing.
+  const auto mode = server_.options().seal;
+  client_sealing_ = hello.sealing;
+  server_sealing_ = seal::sealing_field(
+      auth::wants_seal(reply.auth_required, mode,
+                       seal::same_host(socket_.native_handle())),
+      mode);
+  reply.sealing = server_sealing_;
+  // (A client without a token fails its proof: nothing to seal then.)
+  const bool sealed = reply.auth_required && hello.has_token &&
+                      auth::sealed(client_sealing_, server_sealing_) &&
+                      !auth::sealing_differs(client_sealing_, server_sealing_);
+  std::optional<seal::Key> shared;
+  if (sealed) {
+    try {
+      const seal::KeyExchange exchange;
+      reply.key = exchange.public_key();
+      shared = exchange.shared(hello.key);
+    } catch (const std::exception& e) {
+      return close(spdlog::level::warn,
+                   fmt::format("refused: the connection is to be sealed, and its hello "
+                               "carries no valid X25519 key ({})",
+                               e.what()));
+    }
+  }
+  if (reply.auth_required) {
+    keys_ = auth::handshake_keys(token, hello_in_, wire::encode(reply),
+                                 shared ? &*shared : nullptr);
+    reply.proof = keys_.acceptor_proof;
+  }
   send_raw(wire::encode(reply));
   if (!reply.auth_required) return become_ready();
   phase_ = Phase::Proof;
@@ -112,7 +155,8 @@ void Session::on_client_proof() {
 }
 
 void Session::check_proof() {
-  const auto expected = auth::client_proof(server_.options().token, client_nonce_, server_nonce_);
+  seal_when_written_ = false;
+  const auto& expected = keys_.connector_proof;
   if (!client_has_token_ || !crypto::digests_equal(proof_in_, expected)) {
     server_.count_auth_failure();
     server_.throttle().failed(address_, Clock::now());
@@ -122,8 +166,19 @@ void Session::check_proof() {
     send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Failed)});
     return;
   }
+  if (auth::sealing_differs(client_sealing_, server_sealing_)) {
+    close_after_write_ = true;
+    close_reason_ = fmt::format(
+        "refused: it {} and this store {}: set COLLIE_SEAL alike on every host",
+        seal::describe_sealing(client_sealing_), seal::describe_sealing(server_sealing_));
+    send_raw(std::array<std::uint8_t, 1>{
+        static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)});
+    return;
+  }
   send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Ok)});
-  become_ready();
+  // A sealed connection is ready once the status is out (write()).
+  seal_when_written_ = auth::sealed(client_sealing_, server_sealing_);
+  if (!seal_when_written_) become_ready();
 }
 
 void Session::become_ready() {

@@ -112,7 +112,7 @@ void Session::become_torch_tunnel(std::uint32_t id) {
 void Session::torch_read() {
   if (reading_ || phase_ != Phase::Torch) return;
   reading_ = true;
-  socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](std::error_code ec) {
+  wait_readable([self = shared_from_this()](std::error_code ec) {
     self->reading_ = false;
     if (self->phase_ != Phase::Torch) return;
     if (ec) return self->lost(ec);
@@ -123,7 +123,7 @@ void Session::torch_read() {
 void Session::torch_receive() {
   std::array<std::uint8_t, 65536> chunk;
   std::error_code ec;
-  const std::size_t n = socket_.read_some(asio::buffer(chunk), ec);
+  const std::size_t n = read_bytes(chunk, ec);
   if (ec == asio::error::would_block || ec == asio::error::try_again) return torch_read();
   if (ec) return lost(ec);
   // A query being received holds memory: past a small free amount, only

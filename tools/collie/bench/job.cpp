@@ -139,6 +139,7 @@ int run_standalone(int ranks, const Placement& placement, const std::function<in
     store::ServerOptions options;
     options.host = "127.0.0.1";
     options.token = token;
+    options.seal = store::seal_from_environment();
     store::StoreServer server(options);
     const std::uint16_t port = server.port();
     for (std::size_t i = 0; i < children.size(); ++i) {

@@ -29,6 +29,7 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
       heartbeats_(static_cast<std::size_t>(nodes)) {
   store::ClientOptions options;
   options.token = token;
+  options.seal = store::seal_from_environment();
   options.timeout = std::chrono::seconds(300);
   // The store's node may start it after this one: wait for it as for a
   // node that has not joined yet.

@@ -140,10 +140,10 @@ inline constexpr Variable kTransport{
 inline constexpr Variable kSeal{
     "COLLIE_SEAL", Kind::Choice, "choice", "auto", "auto, on, off",
     0, -1, false,
-    "whether TCP connections between ranks are encrypted and authenticated: `auto` (between "
-    "hosts; loopback stays clear), `on` (every one, loopback too) or `off` (none: for a network you "
-    "trust; rank 0 says so on standard error). Every rank must say alike; "
-    "[security.md](security.md)"};
+    "whether TCP connections between ranks, and to the store, are encrypted and authenticated: "
+    "`auto` (between hosts; loopback stays clear), `on` (every one, loopback too) or `off` (none: "
+    "for a network you trust; rank 0 says so on standard error). Every rank and the store must "
+    "say alike; [security.md](security.md)"};
 inline constexpr Variable kShmSingleCopy{
     "COLLIE_SHM_SINGLE_COPY", Kind::Bytes, "bytes", "0", "",
     0, -1, false,

@@ -45,6 +45,8 @@ struct Failure {
 // The result of an operation that returns nothing.
 struct Done {};
 
+class SealedChannel;  // a sealed connection's records (store/src/sealed_channel.hpp)
+
 class AsyncStoreClient {
  public:
   using RequestId = std::uint32_t;
@@ -89,6 +91,9 @@ class AsyncStoreClient {
   // A duplicate of the connection's socket, which the caller owns (-1 when
   // not connected): after torch(), the tunnel; close() this client then.
   int duplicate_socket() const;
+  // After torch(), on a sealed connection: its channel, which the tunnel's
+  // bytes go through from then on; null on a clear one.
+  std::unique_ptr<SealedChannel> release_sealed() const;
 
   // Stops waiting for request `id`: its handler is dropped, never called.
   // A blocked request (get, wait, multi_get, barrier) is cancelled on the server.

@@ -22,6 +22,20 @@
 
 namespace collie::store {
 
+class SealedChannel;  // a sealed connection's records (store/src/sealed_channel.hpp)
+
+// A torch client's tunnel (StoreClient::into_torch_tunnel): the socket, which
+// its holder closes, and, where the connection is sealed, the channel that
+// every byte written to or read from it goes through (null where clear).
+struct TorchTunnel {
+  TorchTunnel();
+  TorchTunnel(TorchTunnel&&) noexcept;
+  TorchTunnel& operator=(TorchTunnel&&) noexcept;
+  ~TorchTunnel();
+  int fd = -1;
+  std::unique_ptr<SealedChannel> sealed;
+};
+
 class StoreClient final : public Store {
  public:
   // Connects to the server at host:port, retrying with exponential backoff
@@ -44,7 +58,8 @@ class StoreClient final : public Store {
   // now on, under this client's proof of the token, as if a torch client
   // ran there; this client is closed. For relays of torch clients, which
   // cannot prove a token (collie launch on nodes other than the store's).
-  int into_torch_tunnel(Timeout timeout = {});
+  // A sealed connection's bytes go through its channel (TorchTunnel).
+  TorchTunnel into_torch_tunnel(Timeout timeout = {});
 
   // Changes the default timeout of later calls.
   void set_timeout(std::chrono::milliseconds timeout);

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <functional>
 
+#include <collie/seal.hpp>
+
 namespace collie::store {
 
 struct ClientOptions {
@@ -18,6 +20,10 @@ struct ClientOptions {
   // Shared secret. Empty: no authentication. When set, the client refuses a
   // server that does not prove it knows the same token.
   std::string token;
+  // COLLIE_SEAL (docs/security.md, "The sealed wire"): Auto asks to seal a
+  // connection to a store on another host (the store may ask too), On
+  // every one, Off none (refused by a store that asks). Needs a token.
+  seal::Mode seal = seal::Mode::Auto;
   // How long a blocking call polls for its reply before its thread sleeps.
   // A reply that comes within this time costs no wake-up (tens of
   // microseconds on a virtual machine); one that comes later costs this much
@@ -29,6 +35,11 @@ struct ClientOptions {
 // names (read_token_file), else empty; `lookup` reads a variable (getenv's
 // view by default: tests pass their own).
 std::string token_from_environment(
+    const std::function<std::optional<std::string>(std::string_view)>& lookup = {});
+
+// COLLIE_SEAL's setting (auto when unset or another word: the runtime's
+// settings check the word itself); `lookup` as above.
+seal::Mode seal_from_environment(
     const std::function<std::optional<std::string>(std::string_view)>& lookup = {});
 
 // A fresh secret for one job: 256 random bits, as 64 hex digits.

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <collie/seal.hpp>
 #include <collie/store/store.hpp>
 
 namespace collie::store {
@@ -42,6 +43,10 @@ struct ServerOptions {
   std::uint16_t port = 0;
   // Shared secret; empty means no authentication. See PROTOCOL.md.
   std::string token;
+  // COLLIE_SEAL (docs/security.md, "The sealed wire"): Auto seals the
+  // connections of clients on other hosts, On every one, Off none (a
+  // connection its client asks to seal is then refused). Needs a token.
+  seal::Mode seal = seal::Mode::Auto;
   StoreLimits limits;
   // A connection that has not finished the handshake by then is closed.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};

@@ -1,0 +1,115 @@
+// A sealed store connection's records (docs/security.md, "The sealed
+// wire"; collie/seal.hpp): below the frames, both ways. After a handshake
+// that keyed it, every byte the client and the server send each other
+// (requests, replies, a torch tunnel's bytes) travels in records; this
+// class turns plaintext into records for writing, and records read from
+// the socket back into plaintext, opened and checked before any of it is
+// handed on.
+//
+// Reading: read_some() gives plaintext already opened, else reads what the
+// socket has (never blocking) and opens every whole record; a record that
+// fails its tag, or a length no sender uses, or a connection that ends in
+// the middle of one, is reported as an error (std::errc::bad_message) with
+// failure() saying what was wrong, and the channel is then beyond repair.
+// Writing: seal_next() seals the next bytes of a gathered write, up to
+// kBatchBytes, into a buffer the caller writes whole before the next call
+// (async_write_sealed does both for Asio's callers).
+//
+// Memory: a record's room in each direction's buffer, twice over for
+// reading, kBatchBytes for writing (about 400 KiB a connection), only
+// once the handshake has proved the peer knows the token.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/buffer.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/write.hpp>
+
+#include <collie/seal.hpp>
+
+namespace collie::store {
+
+class SealedChannel {
+ public:
+  // The plaintext one write seals at most: four records.
+  static constexpr std::size_t kBatchBytes = 4 * seal::kMaxRecordBytes;
+
+  SealedChannel(const seal::Key& send, const seal::Key& receive);
+
+  // Bytes wait here: plaintext opened and not yet taken, or a whole record
+  // read and not yet opened (or one whose length says it is broken).
+  // read_some() then answers without the socket: a caller that waited for
+  // the socket first would wait for bytes it already has.
+  bool has_unread() const;
+  // Up to out.size() bytes of plaintext (at least 1), or 0 with `ec`:
+  // would_block (nothing whole to open yet), eof (closed between records),
+  // bad_message (see failure()), or the socket's error.
+  std::size_t read_some(int fd, std::span<std::uint8_t> out, std::error_code& ec);
+  // What was wrong, after bad_message.
+  const std::string& failure() const { return failure_; }
+
+  // Seals the bytes of `buffers` from plaintext offset `offset`, up to
+  // kBatchBytes of them: `plain` is how many; the records are returned,
+  // valid until the next call.
+  std::span<const std::uint8_t> seal_next(std::span<const asio::const_buffer> buffers,
+                                          std::size_t offset, std::size_t& plain);
+
+ private:
+  // Opens the record at the front of in_ into plain_ if it is whole: true
+  // if it did; false if it is not whole yet, or failed (ec set).
+  bool open_next(std::error_code& ec);
+
+  seal::Sealer sealer_;
+  seal::Opener opener_;
+  std::vector<std::uint8_t> in_;  // records [in_begin_, in_end_) read, not opened
+  std::size_t in_begin_ = 0;
+  std::size_t in_end_ = 0;
+  std::vector<std::uint8_t> plain_;  // [plain_begin_, plain_end_) opened, not taken
+  std::size_t plain_begin_ = 0;
+  std::size_t plain_end_ = 0;
+  std::vector<std::uint8_t> out_;
+  std::string failure_;
+};
+
+// asio::async_write of `buffers` through `channel`: sealed a batch at a
+// time, each written whole before the next is sealed; then
+// handler(error_code, plaintext bytes written). `buffers`' memory and the
+// channel must live until then (the caller's handler keeps its owner).
+template <class Handler>
+void async_write_sealed(asio::ip::tcp::socket& socket, SealedChannel& channel,
+                        std::vector<asio::const_buffer> buffers, Handler handler) {
+  struct Write {
+    asio::ip::tcp::socket& socket;
+    SealedChannel& channel;
+    std::vector<asio::const_buffer> buffers;
+    Handler handler;
+    std::size_t total = 0;
+    std::size_t done = 0;
+
+    static void next(std::shared_ptr<Write> w) {
+      if (w->done == w->total) return w->handler(std::error_code(), w->done);
+      std::size_t plain = 0;
+      const auto sealed = w->channel.seal_next(w->buffers, w->done, plain);
+      auto& socket = w->socket;
+      asio::async_write(socket, asio::buffer(sealed.data(), sealed.size()),
+                        [w = std::move(w), plain](std::error_code ec, std::size_t) mutable {
+                          if (ec) return w->handler(ec, w->done);
+                          w->done += plain;
+                          next(std::move(w));
+                        });
+    }
+  };
+  auto w = std::make_shared<Write>(
+      Write{socket, channel, std::move(buffers), std::move(handler), 0, 0});
+  w->total = asio::buffer_size(w->buffers);
+  Write::next(std::move(w));
+}
+
+}  // namespace collie::store
