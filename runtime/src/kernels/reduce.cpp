@@ -18,6 +18,7 @@
 #include <collie/reduce.hpp>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -341,10 +342,19 @@ __attribute__((target("avx2,f16c"), flatten)) void reduce_avx2(DataType type, Re
 
 using Kernel = void (*)(DataType, ReduceOp, void*, const void*, std::size_t);
 
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+// does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 Kernel choose_kernel() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return reduce_avx2;
+  if (__builtin_cpu_supports("avx2") && has_f16c()) return reduce_avx2;
 #endif
   return reduce_baseline;
 }
