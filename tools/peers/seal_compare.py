@@ -14,16 +14,7 @@ broadcast), else out of place.
 import argparse, csv, glob, os, statistics
 from collections import defaultdict
 
-
-def label(n):
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k} {unit}"
-    return f"{n} B"
-
-
-def ms(us):
-    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.0f} us"
+from cluster_compare import label, ms  # the same units as the cluster tables
 
 
 def main():
