@@ -132,6 +132,25 @@ TEST_CASE("bench under a COLLIE_ALGO it cannot read: refused, naming the token")
         std::string::npos);
 }
 
+TEST_CASE("COLLIE_SEAL=off is said once on standard error, the default not at all, and a word "
+          "it cannot read is refused by name") {
+  const std::vector<std::string> args = {"all_reduce", "--ranks", "3", "-b", "8", "-e", "8",
+                                         "-n", "1"};
+  const std::string said = "COLLIE_SEAL=off: messages between hosts travel in the clear";
+  const auto off = bench(args, {"COLLIE_SEAL=off"});
+  INFO(off.out << off.err);
+  CHECK(off.exit_code == 0);
+  const auto first = off.err.find(said);
+  CHECK(first != std::string::npos);
+  CHECK(off.err.find(said, first + 1) == std::string::npos);  // once, not once a rank
+  const auto plain = bench(args, {});
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.err.find("COLLIE_SEAL") == std::string::npos);
+  const auto wrong = bench(args, {"COLLIE_SEAL=maybe"});
+  CHECK(wrong.exit_code != 0);
+  CHECK_THAT(wrong.err, ContainsSubstring("COLLIE_SEAL") && ContainsSubstring("maybe"));
+}
+
 TEST_CASE("bench all: every collective and every algorithm, in the table, with a footer") {
   const auto r = bench({"all", "--ranks", "3", "-b", "8", "-e", "64", "-f", "8", "-n", "1", "-w",
                         "0", "--algo", "all", "-r", "2"});
