@@ -52,6 +52,8 @@ class SealedChannel {
   // would_block (nothing whole to open yet), eof (closed between records),
   // bad_message (see failure()), or the socket's error.
   std::size_t read_some(int fd, std::span<std::uint8_t> out, std::error_code& ec);
+  // Bytes of a record read and not yet opened: a record under way.
+  bool holds_part() const { return in_end_ > in_begin_; }
   // What was wrong, after bad_message.
   const std::string& failure() const { return failure_; }
 

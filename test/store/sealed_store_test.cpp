@@ -157,3 +157,18 @@ TEST_CASE("sealed store: a wrong token or none still gets nothing but a refusal"
   CHECK_THROWS_AS(f.client(client_options(collie::seal::Mode::Auto, "")),
                   collie::AuthenticationError);
 }
+
+TEST_CASE("sealed store: a client that stops in the middle of a record is closed, not waited for",
+          "[store][seal]") {
+  // The store's watch on a request under way covers a sealed record under
+  // way: the client is told at the handshake timeout, not at its own.
+  auto options = sealing_store();
+  options.handshake_timeout = 300ms;
+  StoreFixture f(options);
+  Relay relay(f.server.port(), Change::Stall, kPastHandshake);
+  auto slow = client_options();
+  slow.timeout = 60s;
+  collie::store::StoreClient client("127.0.0.1", relay.port(), slow);
+  CHECK_THROWS_AS(client.set("k", value_of(1000, 1)), collie::ConnectionError);
+  CHECK_FALSE(f.client(client_options())->check({"k"}));
+}

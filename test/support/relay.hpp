@@ -22,7 +22,9 @@
 namespace collie::test {
 
 // What a relay does to the bytes from the connector to the acceptor.
-enum class Change { None, Flip, Drop, Duplicate, Reorder };
+// Stall: the first half of the chunk goes on, then nothing more of the
+// connector's (its connection stays open).
+enum class Change { None, Flip, Drop, Duplicate, Reorder, Stall };
 
 // A man in the middle on loopback: accepts one connection on a port of its
 // own, connects to `target`, and copies bytes both ways, recording them and
@@ -72,6 +74,7 @@ class Relay {
     }
     std::size_t forward = 0;  // connector's bytes seen
     bool changed = false;
+    bool stalled = false;
     while (!stop_) {
       pollfd fds[2] = {{in, POLLIN, 0}, {out, POLLIN, 0}};
       if (::poll(fds, 2, 50) <= 0) continue;
@@ -89,10 +92,10 @@ class Relay {
           std::lock_guard lock(mu_);
           captured_.insert(captured_.end(), bytes.begin(), bytes.end());
         }
+        if (i == 0 && stalled) continue;
         if (i == 0) {
           const std::size_t start = forward;
           forward += bytes.size();
-          // The first chunk wholly past the handshake and the first record.
           if (!changed && change_ != Change::None && start >= at_ &&
               bytes.size() >= 200) {
             const std::size_t at = 0;
@@ -110,6 +113,9 @@ class Relay {
               std::rotate(bytes.begin() + static_cast<long>(at),
                           bytes.begin() + static_cast<long>(at + 50),
                           bytes.begin() + static_cast<long>(at + 100));
+            } else if (change_ == Change::Stall) {
+              bytes.resize(bytes.size() / 2);
+              stalled = true;
             }
           }
         }

@@ -145,7 +145,7 @@ void Session::on_idle_timer() {
   stall_armed_ = false;
   if (phase_ != Phase::Ready || close_after_write_) return;
   const auto idle = Clock::now() - last_activity_;
-  if (in_.buffered() > 0 || skip_ > 0) {
+  if (request_under_way() || skip_ > 0) {
     // Part of a request, then silence: it holds memory (perhaps a large
     // reservation) that nobody else may use.
     const Clock::duration stall = server_.options().handshake_timeout;
@@ -225,12 +225,24 @@ void Session::receive() {
   }
   if (ec == asio::error::would_block || ec == asio::error::try_again) {
     account_input();
+    watch_stall();  // part of a sealed record: no plaintext yet, but under way
     return read();
   }
   if (ec) return lost(ec);
   last_activity_ = Clock::now();
   account_input();
   process();
+}
+
+bool Session::request_under_way() const {
+  return in_.buffered() > 0 || (sealed_ && sealed_->holds_part());
+}
+
+void Session::watch_stall() {
+  // A request under way must keep coming (see on_idle_timer).
+  if (!request_under_way() || stall_armed_) return;
+  stall_armed_ = true;
+  arm_timer(server_.options().handshake_timeout);
 }
 
 bool Session::taking_requests() const {
@@ -277,13 +289,8 @@ void Session::process() {
         return refuse(parsed.request.id, "malformed request: " + parsed.error);
     }
   }
-  if (in_.buffered() == 0) {
-    in_.release();
-  } else if (!stall_armed_) {
-    // A request under way must keep coming (see on_idle_timer).
-    stall_armed_ = true;
-    arm_timer(server_.options().handshake_timeout);
-  }
+  if (in_.buffered() == 0) in_.release();
+  watch_stall();
   account_input();
   server_.maybe_trim();
   if (phase_ == Phase::Ready && !close_after_write_ && !reading_ &&

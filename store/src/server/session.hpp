@@ -135,6 +135,10 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   // one (bad_message: a record failed, sealed_->failure() says how).
   std::size_t read_bytes(std::span<std::uint8_t> into, std::error_code& ec);
   void receive();
+  // Part of a request is here (or part of a sealed record).
+  bool request_under_way() const;
+  // Arms the timer that closes a request under way that stops coming.
+  void watch_stall();
   bool taking_requests() const;
   // Handles the complete requests received, then reads on, unless replies
   // have piled up or memory is short (see taking_requests); then reading
