@@ -242,6 +242,7 @@ void AsyncStoreClient::Impl::on_auth_status() {
   if (auth::sealed(client_sealing_, server_sealing_))
     sealed_ = std::make_unique<SealedChannel>(keys_.connector_to_acceptor,
                                               keys_.acceptor_to_connector);
+  keys_ = {};  // the channel holds what it needs; no copy outlives the handshake
   ready();
 }
 

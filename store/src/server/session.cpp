@@ -360,6 +360,7 @@ void Session::write() {
       self->seal_when_written_ = false;
       self->sealed_ = std::make_unique<SealedChannel>(self->keys_.acceptor_to_connector,
                                                       self->keys_.connector_to_acceptor);
+      self->keys_ = {};  // the channel holds what it needs; no copy outlives the handshake
       return self->become_ready();
     }
     // Replies drained: resume a paused reader.
