@@ -14,27 +14,25 @@ namespace collie::store {
 
 namespace {
 
-constexpr std::size_t kRecordRoom = seal::kMaxRecordBytes + seal::kOverheadBytes;
 constexpr std::size_t kMaxPieces = 64;
 
 }  // namespace
 
 SealedChannel::SealedChannel(const seal::Key& send, const seal::Key& receive)
-    : sealer_(send), opener_(receive), in_(2 * kRecordRoom), plain_(seal::kMaxRecordBytes),
-      out_(kBatchBytes + (kBatchBytes / seal::kMaxRecordBytes) * seal::kOverheadBytes) {}
+    : sealer_(send), opener_(receive) {}
 
 bool SealedChannel::has_unread() const {
   if (plain_begin_ < plain_end_) return true;
   const std::size_t avail = in_end_ - in_begin_;
   if (avail < seal::kLengthBytes) return false;
-  const std::size_t n = seal::Opener::announced(in_.data() + in_begin_);
+  const std::size_t n = seal::Opener::announced(in_.get() + in_begin_);
   return n == 0 || n > seal::kMaxRecordBytes || avail >= n + seal::kOverheadBytes;
 }
 
 bool SealedChannel::open_next(std::error_code& ec) {
   const std::size_t avail = in_end_ - in_begin_;
   if (avail < seal::kLengthBytes) return false;
-  const std::uint8_t* record = in_.data() + in_begin_;
+  std::uint8_t* record = in_.get() + in_begin_;
   const std::size_t n = seal::Opener::announced(record);
   if (n == 0 || n > seal::kMaxRecordBytes) {
     failure_ = fmt::format("sealed record number {} says it holds {} bytes (1 to {} may): "
@@ -44,8 +42,8 @@ bool SealedChannel::open_next(std::error_code& ec) {
     return false;
   }
   if (avail < n + seal::kOverheadBytes) return false;
-  if (!opener_.open(record, n, plain_.data())) {
-    std::memset(plain_.data(), 0, n);
+  if (!opener_.open(record, n, record + seal::kLengthBytes)) {
+    std::memset(record + seal::kLengthBytes, 0, n);
     failure_ = fmt::format("sealed record number {} ({} bytes) fails its authentication: "
                            "it was changed, forged, cut, replayed or reordered on its way; "
                            "none of it was used",
@@ -53,11 +51,32 @@ bool SealedChannel::open_next(std::error_code& ec) {
     ec = std::make_error_code(std::errc::bad_message);
     return false;
   }
+  plain_begin_ = in_begin_ + seal::kLengthBytes;
+  plain_end_ = plain_begin_ + n;
   in_begin_ += n + seal::kOverheadBytes;
-  if (in_begin_ == in_end_) in_begin_ = in_end_ = 0;
-  plain_begin_ = 0;
-  plain_end_ = n;
   return true;
+}
+
+void SealedChannel::make_room() {
+  // Only a record's first bytes are here (read_some opens every whole one
+  // and hands out their plaintext first): they go to the front.
+  const std::size_t part = in_end_ - in_begin_;
+  std::size_t rest = seal::kLengthBytes;
+  if (part >= seal::kLengthBytes) {
+    rest = seal::Opener::announced(in_.get() + in_begin_) + seal::kOverheadBytes - part;
+  }
+  const std::size_t need = part + rest + kReadAhead;
+  if (in_size_ < need) {
+    auto bigger = std::make_unique_for_overwrite<std::uint8_t[]>(need);
+    if (part > 0) std::memcpy(bigger.get(), in_.get() + in_begin_, part);
+    in_ = std::move(bigger);
+    in_size_ = need;
+  } else if (in_begin_ > 0 && part > 0) {
+    std::memmove(in_.get(), in_.get() + in_begin_, part);
+  }
+  plain_begin_ = plain_end_ = 0;
+  in_begin_ = 0;
+  in_end_ = part;
 }
 
 std::size_t SealedChannel::read_some(int fd, std::span<std::uint8_t> out, std::error_code& ec) {
@@ -69,21 +88,27 @@ std::size_t SealedChannel::read_some(int fd, std::span<std::uint8_t> out, std::e
   for (;;) {
     if (plain_begin_ < plain_end_) {
       const std::size_t n = std::min(out.size(), plain_end_ - plain_begin_);
-      std::memcpy(out.data(), plain_.data() + plain_begin_, n);
+      std::memcpy(out.data(), in_.get() + plain_begin_, n);
       plain_begin_ += n;
+      if (plain_begin_ == plain_end_ && in_begin_ == in_end_) {
+        // All taken: the buffer goes until bytes come again.
+        in_.reset();
+        in_size_ = plain_begin_ = plain_end_ = in_begin_ = in_end_ = 0;
+      }
       return n;
     }
     if (open_next(ec)) continue;
     if (ec) return 0;
-    if (in_begin_ > 0) {  // a record's first bytes go to the front
-      std::memmove(in_.data(), in_.data() + in_begin_, in_end_ - in_begin_);
-      in_end_ -= in_begin_;
-      in_begin_ = 0;
-    }
-    const ssize_t got = ::recv(fd, in_.data() + in_end_, in_.size() - in_end_, MSG_DONTWAIT);
+    make_room();
+    const ssize_t got = ::recv(fd, in_.get() + in_end_, in_size_ - in_end_, MSG_DONTWAIT);
     if (got > 0) {
       in_end_ += static_cast<std::size_t>(got);
       continue;
+    }
+    const int error = errno;
+    if (in_end_ == 0) {  // nothing under way: nothing held while waiting
+      in_.reset();
+      in_size_ = 0;
     }
     if (got == 0) {
       if (in_end_ > in_begin_) {
@@ -96,9 +121,9 @@ std::size_t SealedChannel::read_some(int fd, std::span<std::uint8_t> out, std::e
       }
       return 0;
     }
-    if (errno == EINTR) continue;
-    ec = errno == EAGAIN || errno == EWOULDBLOCK ? make_error_code(asio::error::would_block)
-                                                 : std::error_code(errno, std::system_category());
+    if (error == EINTR) continue;
+    ec = error == EAGAIN || error == EWOULDBLOCK ? make_error_code(asio::error::would_block)
+                                                 : std::error_code(error, std::system_category());
     return 0;
   }
 }
@@ -122,31 +147,18 @@ std::span<const std::uint8_t> SealedChannel::seal_next(
     skip = 0;
   }
   plain = kBatchBytes - room;
-  // Cut into records.
-  std::size_t at = 0;  // bytes of out_ written
-  std::size_t piece = 0;
-  std::size_t within = 0;
-  std::size_t left = plain;
-  while (left > 0) {
-    const std::size_t record = std::min(left, seal::kMaxRecordBytes);
-    std::array<std::span<const std::byte>, kMaxPieces> parts;
-    std::size_t n = 0;
-    for (std::size_t filled = 0; filled < record;) {
-      const auto& p = pieces[piece];
-      const std::size_t take = std::min(p.size() - within, record - filled);
-      parts[n++] = p.subspan(within, take);
-      filled += take;
-      within += take;
-      if (within == p.size()) {
-        ++piece;
-        within = 0;
-      }
-    }
-    sealer_.seal(std::span(parts.data(), n), out_.data() + at);
-    at += record + seal::kOverheadBytes;
-    left -= record;
+  const std::size_t need = seal::sealed_size(plain);
+  if (out_size_ < need) {
+    out_ = std::make_unique_for_overwrite<std::uint8_t[]>(need);
+    out_size_ = need;
   }
-  return {out_.data(), at};
+  const std::size_t size = sealer_.seal_records(std::span(pieces.data(), count), plain, out_.get());
+  return {out_.get(), size};
+}
+
+void SealedChannel::written() {
+  out_.reset();
+  out_size_ = 0;
 }
 
 }  // namespace collie::store

@@ -15,9 +15,11 @@
 // kBatchBytes, into a buffer the caller writes whole before the next call
 // (async_write_sealed does both for Asio's callers).
 //
-// Memory: a record's room in each direction's buffer, twice over for
-// reading, kBatchBytes for writing (about 400 KiB a connection), only
-// once the handshake has proved the peer knows the token.
+// Memory: only while bytes are under way. Reading holds the record it is
+// in (up to kMaxRecordBytes) and what the socket had after it (up to
+// kReadAhead), opened in place; writing holds the records of one batch
+// until written() (up to kBatchBytes). Between requests a channel holds
+// nothing; held() says what it holds, for the store's memory budget.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +42,9 @@ class SealedChannel {
  public:
   // The plaintext one write seals at most: four records.
   static constexpr std::size_t kBatchBytes = 4 * seal::kMaxRecordBytes;
+  // The bytes a read asks the socket for beyond the record it is in (the
+  // next records of a stream, in the same call).
+  static constexpr std::size_t kReadAhead = 16 * 1024;
 
   SealedChannel(const seal::Key& send, const seal::Key& receive);
 
@@ -59,24 +64,36 @@ class SealedChannel {
 
   // Seals the bytes of `buffers` from plaintext offset `offset`, up to
   // kBatchBytes of them: `plain` is how many; the records are returned,
-  // valid until the next call.
+  // valid until the next call or written().
   std::span<const std::uint8_t> seal_next(std::span<const asio::const_buffer> buffers,
                                           std::size_t offset, std::size_t& plain);
+  // The records of the last seal_next() are written: their memory goes.
+  void written();
+
+  // The bytes of memory the channel's buffers hold now.
+  std::size_t held() const { return in_size_ + out_size_; }
 
  private:
-  // Opens the record at the front of in_ into plain_ if it is whole: true
-  // if it did; false if it is not whole yet, or failed (ec set).
+  // Opens the record at in_begin_ in place if it is whole: true if it did
+  // (its plaintext is then [plain_begin_, plain_end_)); false if it is not
+  // whole yet, or failed (ec set).
   bool open_next(std::error_code& ec);
+  // Room in in_ for the rest of the record under way and kReadAhead more.
+  void make_room();
 
   seal::Sealer sealer_;
   seal::Opener opener_;
-  std::vector<std::uint8_t> in_;  // records [in_begin_, in_end_) read, not opened
-  std::size_t in_begin_ = 0;
-  std::size_t in_end_ = 0;
-  std::vector<std::uint8_t> plain_;  // [plain_begin_, plain_end_) opened, not taken
+  // Read from the socket: plaintext opened in place and not yet taken
+  // [plain_begin_, plain_end_), then records not yet opened [in_begin_,
+  // in_end_); allocated while either holds bytes.
+  std::unique_ptr<std::uint8_t[]> in_;
+  std::size_t in_size_ = 0;
   std::size_t plain_begin_ = 0;
   std::size_t plain_end_ = 0;
-  std::vector<std::uint8_t> out_;
+  std::size_t in_begin_ = 0;
+  std::size_t in_end_ = 0;
+  std::unique_ptr<std::uint8_t[]> out_;  // sealed records being written
+  std::size_t out_size_ = 0;
   std::string failure_;
 };
 
@@ -96,13 +113,19 @@ void async_write_sealed(asio::ip::tcp::socket& socket, SealedChannel& channel,
     std::size_t done = 0;
 
     static void next(std::shared_ptr<Write> w) {
-      if (w->done == w->total) return w->handler(std::error_code(), w->done);
+      if (w->done == w->total) {
+        w->channel.written();
+        return w->handler(std::error_code(), w->done);
+      }
       std::size_t plain = 0;
       const auto sealed = w->channel.seal_next(w->buffers, w->done, plain);
       auto& socket = w->socket;
       asio::async_write(socket, asio::buffer(sealed.data(), sealed.size()),
                         [w = std::move(w), plain](std::error_code ec, std::size_t) mutable {
-                          if (ec) return w->handler(ec, w->done);
+                          if (ec) {
+                            w->channel.written();
+                            return w->handler(ec, w->done);
+                          }
                           w->done += plain;
                           next(std::move(w));
                         });

@@ -323,6 +323,7 @@ class TorchRelay::Impl {
               return;
             done += n;
           }
+          sealed->written();
           continue;
         }
         if (!write_all(to, stop_fd_, buffer.data(), static_cast<std::size_t>(got))) return;

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "support/catch.hpp"
@@ -199,4 +200,58 @@ TEST_CASE("sealed channel: a connection closed between records is the end, not a
   std::error_code ec;
   CHECK(drain(b, pair.fds[1], 64, ec) == bytes(5, 1));
   CHECK(ec == asio::error::eof);
+}
+
+TEST_CASE("sealed channel: memory is held only while bytes are under way, and bounded",
+          "[store][seal]") {
+  Pair pair;
+  SealedChannel a(key(1), key(2));
+  SealedChannel b(key(2), key(1));
+  CHECK(a.held() == 0);
+  CHECK(b.held() == 0);
+  // Writing: one batch's records at a time, given back once written.
+  const auto value = bytes(3 * SealedChannel::kBatchBytes + 11, 3);
+  const asio::const_buffer plain(value.data(), value.size());
+  std::size_t n = 0;
+  SealedChannel writer(key(1), key(2));
+  const auto records = writer.seal_next(std::span(&plain, 1), 0, n);
+  CHECK(n == SealedChannel::kBatchBytes);
+  CHECK(records.size() == collie::seal::sealed_size(n));
+  CHECK(writer.held() == records.size());
+  writer.written();
+  CHECK(writer.held() == 0);
+  // Reading: a record's first bytes are held while the rest is on its
+  // way, never more than a record and the read-ahead.
+  const std::size_t bound = collie::seal::kMaxRecordBytes + collie::seal::kOverheadBytes +
+                            SealedChannel::kReadAhead;
+  const auto wire = sealed(a, {value});
+  std::vector<std::uint8_t> got;
+  std::vector<std::uint8_t> buffer(7000);
+  std::size_t most = 0;
+  std::size_t sent = 0;
+  while (got.size() < value.size()) {
+    if (sent < wire.size()) {  // the wire in uneven pieces
+      const std::size_t piece = std::min<std::size_t>(wire.size() - sent, 30001);
+      write_all(pair.fds[0], std::vector<std::uint8_t>(wire.begin() + static_cast<long>(sent),
+                                                       wire.begin() +
+                                                           static_cast<long>(sent + piece)));
+      sent += piece;
+    }
+    for (;;) {
+      std::error_code ec;
+      const std::size_t r = b.read_some(pair.fds[1], buffer, ec);
+      most = std::max(most, b.held());
+      if (ec == asio::error::would_block) {
+        // Waiting for the socket: held only if a record is under way.
+        CHECK((b.held() > 0) == b.holds_part());
+        break;
+      }
+      REQUIRE_FALSE(ec);
+      got.insert(got.end(), buffer.begin(), buffer.begin() + static_cast<long>(r));
+    }
+  }
+  CHECK(got == value);
+  CHECK(most > 0);
+  CHECK(most <= bound);
+  CHECK(b.held() == 0);  // everything taken: nothing held
 }

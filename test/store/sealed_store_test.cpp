@@ -6,7 +6,9 @@
 // names the store and what was wrong; the store serves everyone else);
 // settings that cannot agree are refused with both named; a wrong token
 // still gets nothing but a refusal.
+#include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -171,4 +173,24 @@ TEST_CASE("sealed store: a client that stops in the middle of a record is closed
   collie::store::StoreClient client("127.0.0.1", relay.port(), slow);
   CHECK_THROWS_AS(client.set("k", value_of(1000, 1)), collie::ConnectionError);
   CHECK_FALSE(f.client(client_options())->check({"k"}));
+}
+
+TEST_CASE("sealed store: what a sealed connection holds is counted, and given back when idle",
+          "[store][seal]") {
+  StoreFixture f(sealing_store());
+  const auto before = f.server.stats().memory_bytes;
+  std::vector<std::unique_ptr<collie::store::StoreClient>> clients;
+  for (unsigned i = 0; i < 8; ++i) {
+    clients.push_back(f.client(client_options(collie::seal::Mode::On)));
+    // Several records and batches each way.
+    clients.back()->set(fmt::format("k{}", i), value_of((600 << 10) + i, i));
+    CHECK(clients.back()->get(fmt::format("k{}", i)) == value_of((600 << 10) + i, i));
+  }
+  for (unsigned i = 0; i < 8; ++i)
+    CHECK(clients[i]->delete_key(fmt::format("k{}", i)));
+  // Every value gone, eight sealed connections open and idle: the budget
+  // is where it was (their buffers, counted while they held bytes, are
+  // given back; the store's bookkeeping holds nothing more for them).
+  CHECK(f.server.stats().connections == 8);
+  CHECK(f.server.stats().memory_bytes == before);
 }

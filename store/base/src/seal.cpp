@@ -2,6 +2,7 @@
 // (seal.hpp).
 #include <collie/seal.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -171,24 +172,50 @@ void Sealer::seal(std::span<const std::span<const std::byte>> pieces, std::uint8
     n += p.size();
   if (n == 0 || n > kMaxRecordBytes)
     throw Error(fmt::format("a sealed record must hold 1 to {} bytes, not {}", kMaxRecordBytes, n));
-  if (sequence_ == UINT64_MAX) throw Error("a sealed connection ran out of record numbers");
-  const auto nonce = nonce_of(sequence_++);
-  put_length(out, n);
-  int length = 0;
-  bool ok = EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce.data()) == 1 &&
-            EVP_EncryptUpdate(ctx_, nullptr, &length, out, kLengthBytes) == 1;
-  std::uint8_t* at = out + kLengthBytes;
-  for (const auto& p : pieces) {
-    if (!ok || p.empty()) continue;
-    ok = EVP_EncryptUpdate(ctx_, at, &length, reinterpret_cast<const std::uint8_t*>(p.data()),
-                           static_cast<int>(p.size())) == 1;
-    at += length;
+  seal_records(pieces, n, out);
+}
+
+std::size_t Sealer::seal_records(std::span<const std::span<const std::byte>> pieces,
+                                 std::size_t bytes, std::uint8_t* out) {
+  std::size_t piece = 0;
+  std::size_t within = 0;  // bytes of pieces[piece] already sealed
+  std::uint8_t* at = out;
+  while (bytes > 0) {
+    const std::size_t n = std::min(bytes, kMaxRecordBytes);
+    if (sequence_ == UINT64_MAX) throw Error("a sealed connection ran out of record numbers");
+    const auto nonce = nonce_of(sequence_++);
+    put_length(at, n);
+    int length = 0;
+    bool ok = EVP_EncryptInit_ex(ctx_, nullptr, nullptr, nullptr, nonce.data()) == 1 &&
+              EVP_EncryptUpdate(ctx_, nullptr, &length, at, kLengthBytes) == 1;
+    std::uint8_t* text = at + kLengthBytes;
+    for (std::size_t filled = 0; ok && filled < n;) {
+      if (piece == pieces.size())
+        throw Error(fmt::format("sealing asked for {} more bytes than its pieces hold", n - filled));
+      const auto& p = pieces[piece];
+      const std::size_t take = std::min(p.size() - within, n - filled);
+      if (take > 0) {
+        ok = EVP_EncryptUpdate(ctx_, text, &length,
+                               reinterpret_cast<const std::uint8_t*>(p.data()) + within,
+                               static_cast<int>(take)) == 1;
+        text += length;
+      }
+      filled += take;
+      within += take;
+      if (within == p.size()) {
+        ++piece;
+        within = 0;
+      }
+    }
+    ok = ok && EVP_EncryptFinal_ex(ctx_, text, &length) == 1;
+    text += length;
+    ok = ok && text == at + kLengthBytes + n &&
+         EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes), text) == 1;
+    if (!ok) throw Error("sealing a record failed (OpenSSL AES-256-GCM)");
+    at = text + kTagBytes;
+    bytes -= n;
   }
-  ok = ok && EVP_EncryptFinal_ex(ctx_, at, &length) == 1;
-  at += length;
-  ok = ok && at == out + kLengthBytes + n &&
-       EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTagBytes), at) == 1;
-  if (!ok) throw Error("sealing a record failed (OpenSSL AES-256-GCM)");
+  return static_cast<std::size_t>(at - out);
 }
 
 Opener::Opener(const Key& key) : ctx_(new_context(key, false)) {}

@@ -4,6 +4,7 @@
 #include "session.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <asio/post.hpp>
 #include <asio/read.hpp>
@@ -102,6 +103,9 @@ void Session::close(spdlog::level::level_enum level, std::string_view reason) {
   in_.drop();
   in_.release();
   account_input();
+  // The channel lives while a write may still use it; its bytes are no
+  // longer this connection's to count.
+  server_.budget().give(std::exchange(sealed_counted_, 0));
   server_.budget().give(torch_counted_);
   torch_counted_ = 0;
   torch_in_ = {};
@@ -327,6 +331,7 @@ bool Session::admit_frame() {
 }
 
 void Session::account_input() {
+  account_sealed();
   std::size_t hold = in_.capacity();
   if (in_counted_ > hold && in_.buffered() > 0) hold = in_counted_;  // an admitted frame
   if (hold > in_counted_) {
@@ -335,6 +340,16 @@ void Session::account_input() {
     server_.budget().give(in_counted_ - hold);
   }
   in_counted_ = hold;
+}
+
+void Session::account_sealed() {
+  const std::size_t hold = sealed_ ? sealed_->held() : 0;
+  if (hold > sealed_counted_) {
+    server_.budget().take(hold - sealed_counted_);
+  } else {
+    server_.budget().give(sealed_counted_ - hold);
+  }
+  sealed_counted_ = hold;
 }
 
 void Session::refuse(std::uint32_t id, std::string reason) {
@@ -349,6 +364,7 @@ void Session::write() {
   auto written = [self = shared_from_this()](std::error_code ec, std::size_t) {
     if (self->phase_ == Phase::Closed) return;
     self->server_.budget().give(self->out_.finish());
+    self->account_sealed();
     if (ec) return self->lost(ec);
     self->last_activity_ = Clock::now();
     if (!self->out_.empty()) return self->write();
@@ -367,7 +383,10 @@ void Session::write() {
     if (self->phase_ == Phase::Ready) self->process();
     if (self->phase_ == Phase::Torch) self->torch_process();
   };
-  if (sealed_) return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+  if (sealed_) {
+    async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+    return account_sealed();  // the first batch's records
+  }
   asio::async_write(socket_, buffers, std::move(written));
 }
 

@@ -149,8 +149,11 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   // full" and its bytes are dropped as they come. True if it was refused
   // (the caller goes on with what follows it).
   bool admit_frame();
-  // Keeps the memory budget up to date with what the receive buffer holds.
+  // Keeps the memory budget up to date with what the receive buffer (and
+  // the sealed channel) holds.
   void account_input();
+  // Keeps the memory budget up to date with what the sealed channel holds.
+  void account_sealed();
   // Replies with an error, then closes once it is sent.
   void refuse(std::uint32_t id, std::string reason);
   void write();
@@ -175,6 +178,7 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   std::uint16_t server_sealing_ = 0;
   bool seal_when_written_ = false;  // the status is on its way clear: then seal
   std::unique_ptr<SealedChannel> sealed_;
+  std::size_t sealed_counted_ = 0;  // bytes of the budget the channel holds
   wire::FrameBuffer in_;
   std::size_t in_counted_ = 0;  // bytes of the budget the receive buffer holds
   std::size_t skip_ = 0;        // bytes of a refused frame still to drop

@@ -124,6 +124,7 @@ void Session::torch_receive() {
   std::array<std::uint8_t, 65536> chunk;
   std::error_code ec;
   const std::size_t n = read_bytes(chunk, ec);
+  account_sealed();
   if (ec == asio::error::would_block || ec == asio::error::try_again) return torch_read();
   if (ec) return lost(ec);
   // A query being received holds memory: past a small free amount, only

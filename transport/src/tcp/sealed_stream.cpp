@@ -39,29 +39,11 @@ void PeerStream::flush_sealed(std::size_t budget) {
     // gather() limits payload bytes; headers may take a batch past its
     // records, so it is cut where the records end.
     total = std::min(total, SealedState::kBatchRecords * seal::kMaxRecordBytes);
-    std::size_t piece = 0;
-    std::size_t within = 0;  // bytes of pieces[piece] already sealed
-    std::size_t left = total;
-    std::array<std::span<const std::byte>, kMaxPieces> parts;
-    while (left > 0) {
-      const std::size_t record = std::min(left, seal::kMaxRecordBytes);
-      std::size_t n = 0;
-      std::size_t filled = 0;
-      while (filled < record) {
-        const auto& p = pieces[piece];
-        const std::size_t take = std::min(p.iov_len - within, record - filled);
-        parts[n++] = {static_cast<const std::byte*>(p.iov_base) + within, take};
-        filled += take;
-        within += take;
-        if (within == p.iov_len) {
-          ++piece;
-          within = 0;
-        }
-      }
-      s.sealer.seal(std::span(parts.data(), n), s.out.data() + s.out_end);
-      s.out_end += record + seal::kOverheadBytes;
-      left -= record;
-    }
+    std::array<std::span<const std::byte>, kMaxPieces> spans;
+    for (std::size_t i = 0; i < count; ++i)
+      spans[i] = {static_cast<const std::byte*>(pieces[i].iov_base), pieces[i].iov_len};
+    s.out_end += s.sealer.seal_records(std::span(spans.data(), count), total,
+                                       s.out.data() + s.out_end);
     s.out_plain = total;
     budget -= std::min(budget, total);
   }

@@ -46,6 +46,11 @@ inline constexpr std::size_t kOverheadBytes = kLengthBytes + kTagBytes;
 // a receiver holds a few whole ones in a buffer of a few hundred KiB.
 inline constexpr std::size_t kMaxRecordBytes = 64 * 1024;
 
+// The bytes `plain` bytes take as records (Sealer::seal_records).
+constexpr std::size_t sealed_size(std::size_t plain) {
+  return plain + (plain + kMaxRecordBytes - 1) / kMaxRecordBytes * kOverheadBytes;
+}
+
 using PublicKey = std::array<std::uint8_t, kPublicKeyBytes>;
 using Key = std::array<std::uint8_t, kKeyBytes>;
 
@@ -127,6 +132,11 @@ class Sealer {
   // as the next record, into `out` (room for their size + kOverheadBytes).
   // Throws collie::Error if OpenSSL fails, or past 2^64 - 1 records.
   void seal(std::span<const std::span<const std::byte>> pieces, std::uint8_t* out);
+  // Seals the first `bytes` bytes of the concatenation of `pieces` as
+  // records of kMaxRecordBytes (the last one shorter), one after another
+  // into `out` (room for sealed_size(bytes)); returns their size.
+  std::size_t seal_records(std::span<const std::span<const std::byte>> pieces, std::size_t bytes,
+                           std::uint8_t* out);
   std::uint64_t records() const { return sequence_; }
 
  private:
