@@ -15,10 +15,19 @@
 // ok() is false and why() says what is missing.
 #pragma once
 
-#include <csignal>
-#include <memory>
-#include <string>
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "subprocess.hpp"
@@ -104,6 +113,40 @@ class NetworkNamespaces {
         "--net=/proc/" + std::to_string(holders_[static_cast<std::size_t>(i)]->pid()) + "/ns/net"};
     argv.insert(argv.end(), command.begin(), command.end());
     return argv;
+  }
+
+  // Runs fn() on a thread of its own inside host i's network namespace and
+  // returns what it returns: sockets it makes, and threads it starts, stay
+  // in that namespace (whichever thread uses them later).
+  template <class F>
+  auto on_host(int i, F fn) const {
+    using R = decltype(fn());
+    std::optional<R> result;
+    std::exception_ptr error;
+    std::thread t([&] {
+      try {
+        enter(i);
+        result.emplace(fn());
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    t.join();
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+  }
+  // Moves the calling thread into host i's network namespace (setns):
+  // sockets it makes from now on are host i's. Throws if it cannot.
+  void enter(int i) const {
+    const auto path =
+        "/proc/" + std::to_string(holders_[static_cast<std::size_t>(i)]->pid()) + "/ns/net";
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+      const std::string why = std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      throw std::runtime_error("cannot enter host " + std::to_string(i) + "'s namespace: " + why);
+    }
+    ::close(fd);
   }
 
   // Host i's link goes silent: its end leaves the bridge, so what it sends

@@ -1,5 +1,5 @@
-// A man in the middle on loopback, for the sealed wire's tests (the mesh's
-// and the store's): it accepts one connection on a port of its own,
+// A man in the middle, for the sealed wire's tests (the mesh's and the
+// store's; on loopback, or on a namespace host): it accepts one connection on a port of its own,
 // connects to the target, and copies bytes both ways, recording them all
 // and changing the connector's bytes once as told.
 #pragma once
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,23 +27,35 @@ namespace collie::test {
 // connector's (its connection stays open).
 enum class Change { None, Flip, Drop, Duplicate, Reorder, Stall };
 
-// A man in the middle on loopback: accepts one connection on a port of its
+// A man in the middle: accepts one connection on a port of its
 // own, connects to `target`, and copies bytes both ways, recording them and
 // changing the connector's bytes as told: the first chunk read (of 200
 // bytes or more) that begins `at` bytes or more into its stream.
 class Relay {
  public:
-  Relay(std::uint16_t target, Change change, std::size_t at = 0) : change_(change), at_(at) {
+  Relay(std::uint16_t target, Change change, std::size_t at = 0)
+      : Relay("127.0.0.1", "127.0.0.1", target, change, at) {}
+  // Listens on `listen` (an IPv4 address of this thread's network
+  // namespace, port 0) and connects to `target`:`port`; the relay's thread
+  // is in the namespace of the thread that made it (a man in the middle on
+  // a namespace host: support/netns.hpp).
+  Relay(const std::string& listen, const std::string& target, std::uint16_t port, Change change,
+        std::size_t at = 0)
+      : change_(change), at_(at) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::inet_pton(AF_INET, listen.c_str(), &a.sin_addr) == 1);
     REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
     REQUIRE(::listen(listener_, 4) == 0);
     socklen_t length = sizeof a;
     ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &length);
     port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this, target] { run(target); });
+    sockaddr_in t{};
+    t.sin_family = AF_INET;
+    t.sin_port = htons(port);
+    REQUIRE(::inet_pton(AF_INET, target.c_str(), &t.sin_addr) == 1);
+    thread_ = std::thread([this, t] { run(t); });
   }
   ~Relay() {
     stop_ = true;
@@ -56,18 +69,14 @@ class Relay {
   }
 
  private:
-  void run(std::uint16_t target) {
+  void run(sockaddr_in target) {
     pollfd l{listener_, POLLIN, 0};
     while (!stop_ && ::poll(&l, 1, 50) == 0) {
     }
     if (stop_) return;
     const int in = ::accept(listener_, nullptr, nullptr);
     const int out = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(target);
-    if (in < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (in < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
       ::close(in);
       ::close(out);
       return;

@@ -1,0 +1,221 @@
+// The sealed wire between hosts, as a job gets it by default (COLLIE_SEAL
+// unset: auto): two ranks on namespace hosts 0 and 1 (support/netns.hpp),
+// and a man in the middle on host 2 (support/relay.hpp) through which
+// rank 1 reaches rank 0, or a store client on host 1 reaches a store on
+// host 0. Both ends see a peer on another host, so both seal: the relay's
+// capture holds none of a message's or a value's bytes, and a byte it
+// flips, drops, duplicates or reorders ends in a ProtocolError that names
+// the peer, never a wrong result or a hang. Skipped where namespaces
+// cannot be made (not root, no iproute2).
+#include <atomic>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "support/catch.hpp"
+
+#include <collie/error.hpp>
+#include <collie/store/client.hpp>
+#include <collie/store/server.hpp>
+#include <collie/transport/keys.hpp>
+#include <collie/transport/tcp.hpp>
+
+#include "support/netns.hpp"
+#include "support/relay.hpp"
+#include "support/thread_ranks.hpp"
+#include "support/transport_cluster.hpp"
+#include "tcp/wire.hpp"
+
+using namespace collie::test;
+
+namespace {
+
+const std::string kToken = "sealed-hosts-test";
+// The connector's bytes before any change: its hello and the first
+// message's record.
+constexpr std::size_t kPastFirst = collie::transport::tcp::wire::kHelloBytes + 24;
+constexpr std::uint64_t kFirst = 1u << 30;
+
+bool contains(const std::vector<std::uint8_t>& haystack, const std::vector<std::uint8_t>& needle) {
+  return std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end()) !=
+         haystack.end();
+}
+
+// Ranks 0 and 1 on hosts 0 and 1, their store on this process's loopback
+// (each rank's client connected from here: a connected socket works from
+// any namespace), rank 1 pointed at the relay on host 2 for rank 0.
+struct TwoHosts {
+  explicit TwoHosts(NetworkNamespaces& h) : hosts(h) {}
+
+  bool start(Change change, std::size_t at) {
+    const auto group = collie::crypto::random_u64();
+    for (int r = 0; r < 2; ++r) {
+      MeshOptions o;
+      o.rank = r;
+      o.world_size = 2;
+      o.group_id = group;
+      o.token = kToken;
+      o.timeout = 20s;
+      o.listen_address = NetworkNamespaces::address(r);
+      auto client = fixture.shared_client();
+      meshes.push_back(
+          hosts.on_host(r, [&] { return std::make_shared<Mesh>(std::move(client), o); }));
+    }
+    const auto target = port_of(*meshes[0]);
+    relay = hosts.on_host(2, [&] {
+      return std::make_unique<Relay>(NetworkNamespaces::address(2), NetworkNamespaces::address(0),
+                                     target, change, at);
+    });
+    fixture.shared_client()->set(
+        collie::keys::tcp_address("world", 0),
+        NetworkNamespaces::address(2) + ":" + std::to_string(relay->port()));
+    // Rank 1 connects first (through the relay; rank 0, connecting at
+    // once, would win: the lower rank's connection is kept), with a message
+    // rank 0 receives whole before anything is changed.
+    hosts.on_host(1, [&] {
+      send(*meshes[1], 0, kFirst, pattern(1, 1, kFirst));
+      return true;
+    });
+    return hosts.on_host(0, [&] { return recv(*meshes[0], 1, kFirst, 1) == pattern(1, 1, kFirst); });
+  }
+
+  // body(rank) on a thread per rank, each in its rank's host.
+  void run(const std::function<void(int)>& body) {
+    std::vector<std::future<void>> done;
+    for (int r = 0; r < 2; ++r)
+      done.push_back(std::async(std::launch::async, [&, r] {
+        hosts.enter(r);
+        body(r);
+      }));
+    for (auto& f : done)
+      f.get();
+  }
+
+  NetworkNamespaces& hosts;
+  StoreFixture fixture;
+  std::vector<std::shared_ptr<Mesh>> meshes;
+  std::unique_ptr<Relay> relay;
+};
+
+}  // namespace
+
+TEST_CASE("sealed between hosts by default: a capture on the link holds none of the messages",
+          "[mesh][seal][multihost]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  TwoHosts job(hosts);
+  REQUIRE(job.start(Change::None, 0));
+  const std::vector<std::size_t> sizes = {1, 4096, 65537, (1 << 20) + 5};
+  job.run([&](int r) {
+    auto& m = *job.meshes[static_cast<std::size_t>(r)];
+    for (std::size_t n : sizes) {
+      if (r == 1) {
+        send(m, 0, n, pattern(n, 1, n));
+        expect(recv(m, 0, n, n) == pattern(n, 0, n), "reply differs at size " + std::to_string(n));
+      } else {
+        expect(recv(m, 1, n, n) == pattern(n, 1, n), "message differs at size " + std::to_string(n));
+        send(m, 1, n, pattern(n, 0, n));
+      }
+    }
+  });
+  const auto wire = job.relay->captured();
+  std::size_t payload = 0;
+  for (auto n : sizes)
+    payload += 2 * n;
+  CHECK(wire.size() > payload);  // everything crossed host 2
+  for (int from : {0, 1})
+    for (std::uint64_t tag : {std::uint64_t{4096}, std::uint64_t{(1 << 20) + 5}})
+      CHECK_FALSE(contains(wire, pattern(48, from, tag)));
+}
+
+TEST_CASE("sealed between hosts by default: a man in the middle's change fails the pair by name",
+          "[mesh][seal][multihost]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  const auto change = GENERATE(Change::Flip, Change::Drop, Change::Duplicate, Change::Reorder);
+  INFO("change " << static_cast<int>(change));
+  TwoHosts job(hosts);
+  REQUIRE(job.start(change, kPastFirst));
+  constexpr int kMessages = 8;
+  std::string error;
+  std::atomic<int> good{0};
+  job.run([&](int r) {
+    auto& m = *job.meshes[static_cast<std::size_t>(r)];
+    for (int i = 0; i < kMessages; ++i) {
+      const auto tag = static_cast<std::uint64_t>(i);
+      try {
+        if (r == 1) {
+          send(m, 0, tag, pattern(1000, 1, tag));
+        } else {
+          expect(recv(m, 1, tag, 1000) == pattern(1000, 1, tag), "a wrong result");
+          ++good;
+        }
+      } catch (const collie::ProtocolError& e) {
+        if (r == 0) error = e.what();
+        return;
+      } catch (const collie::Error&) {
+        return;  // rank 1: rank 0 gave up on the pair
+      }
+    }
+  });
+  CHECK(good == 0);  // the change lands in the first record after the first message
+  CHECK_THAT(error, ContainsSubstring("rank 1") &&
+                        (ContainsSubstring("fails its authentication") ||
+                         ContainsSubstring("broke the sealed protocol")));
+}
+
+TEST_CASE("sealed between hosts by default: a store client through a man in the middle",
+          "[store][seal][multihost]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  const auto change = GENERATE(Change::None, Change::Flip, Change::Drop, Change::Reorder);
+  INFO("change " << static_cast<int>(change));
+  collie::store::ServerOptions options;
+  options.host = NetworkNamespaces::address(0);
+  options.token = kToken;
+  auto server = hosts.on_host(
+      0, [&] { return std::make_unique<collie::store::StoreServer>(options); });
+  const auto port = server->port();
+  // The client's hello and proof cross untouched; the change lands in
+  // its first sealed record.
+  auto relay = hosts.on_host(2, [&] {
+    return std::make_unique<Relay>(NetworkNamespaces::address(2), NetworkNamespaces::address(0),
+                                   port, change, 200);
+  });
+  std::string value(300 << 10, '\0');
+  for (std::size_t i = 0; i < value.size(); ++i)
+    value[i] = static_cast<char>((i * 131 + 5) % 251);
+  const auto outcome = hosts.on_host(1, [&]() -> std::string {
+    collie::store::ClientOptions o;
+    o.token = kToken;
+    o.timeout = 20s;
+    o.connect_timeout = 10s;
+    try {
+      collie::store::StoreClient client(NetworkNamespaces::address(2), relay->port(), o);
+      client.set("the-sealed-key", value);
+      return client.get("the-sealed-key") == value ? "same" : "a wrong value";
+    } catch (const collie::ProtocolError& e) {
+      return std::string("ProtocolError: ") + e.what();
+    } catch (const collie::Error& e) {
+      return std::string("another error: ") + e.what();
+    }
+  });
+  const auto wire = relay->captured();
+  CHECK_FALSE(contains(wire, std::vector<std::uint8_t>(value.begin(), value.begin() + 48)));
+  if (change == Change::None) {
+    CHECK(outcome == "same");
+    CHECK(wire.size() > 2 * value.size());
+  } else {
+    CHECK_THAT(outcome, StartsWith("ProtocolError: ") &&
+                            ContainsSubstring(NetworkNamespaces::address(2)));
+  }
+}
