@@ -1,0 +1,72 @@
+// Certificates for the sealed wire (docs/security.md, "Certificates"): for
+// sites that run a certificate authority, a host proves who it is with a
+// certificate the authority signed for its name, instead of (or beside)
+// the job's secret.
+//
+// In a handshake each side sends a certificate proof: its certificate (and
+// any intermediate ones) and its signature, made with the certificate's
+// private key, over the handshake's transcript, which holds both sides'
+// ephemeral X25519 keys. The other side checks that the chain leads to an
+// authority it trusts, that the certificate names the host it reached (or
+// the address it was reached from), that it is valid now, and that the
+// signature is right: a man in the middle has no key to sign with, and a
+// proof recorded from another handshake signs another transcript.
+//
+// A proof on the wire:
+//   certificates u8 (1 to kMaxChain), then each: length u16, DER;
+//   signature length u16, signature
+// at most kMaxProofBytes in all. Thread-safe once loaded.
+//
+// Not yet used by the handshakes: the mesh's and the store's take it next
+// (issue 70); until then the job's secret is the only proof.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace collie::seal {
+
+inline constexpr std::size_t kMaxProofBytes = 16 * 1024;
+inline constexpr std::size_t kMaxChain = 4;
+
+class Certificates {
+ public:
+  // Loads this host's certificate (`cert_file`, PEM: its certificate, then
+  // any intermediate ones), its private key (`key_file`, PEM; may be the
+  // same file) and the authorities it trusts (`ca_file`, PEM). Throws
+  // collie::Error naming the file and what is wrong with it: unreadable,
+  // no certificate or key in it, a key that is not the certificate's, a
+  // certificate its own authorities do not accept.
+  static std::shared_ptr<const Certificates> load(const std::string& cert_file,
+                                                  const std::string& key_file,
+                                                  const std::string& ca_file);
+  ~Certificates();
+  Certificates(const Certificates&) = delete;
+  Certificates& operator=(const Certificates&) = delete;
+
+  // This side's proof for a handshake whose transcript is `transcript`.
+  // Throws collie::Error if signing fails.
+  std::vector<std::uint8_t> prove(std::span<const std::uint8_t> transcript) const;
+
+  // Checks a peer's proof for `transcript`: empty if its chain leads to a
+  // trusted authority, its certificate names `host` (an IP address, or a
+  // DNS name) and is valid now, and it signed the transcript; otherwise
+  // what was wrong, in words.
+  std::string check(std::span<const std::uint8_t> proof, std::span<const std::uint8_t> transcript,
+                    const std::string& host) const;
+
+  // "CN=node3.example (from /etc/collie/node3.pem)", for messages.
+  const std::string& describe() const { return description_; }
+
+ private:
+  struct Impl;
+  explicit Certificates(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string description_;
+};
+
+}  // namespace collie::seal
