@@ -1,6 +1,7 @@
 // Resolving a job from init method and environment: every launcher's
 // variables, and a clear error for everything missing or contradictory.
 #include <map>
+#include <vector>
 
 #include "support/catch.hpp"
 
@@ -190,6 +191,37 @@ TEST_CASE("contradictory or malformed values are refused, naming them", "[init]"
                     ContainsSubstring("COLLIE_TIMEOUT='soon'"));
   CHECK_THROWS_WITH(resolve(with({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"COLLIE_TIMEOUT", "-3"}})),
                     ContainsSubstring("COLLIE_TIMEOUT='-3': takes seconds, more than 0; default 300"));
+  // Certificates: the certificate and the authorities go together.
+  for (const auto& half : std::vector<std::map<std::string, std::string>>{
+           {{"COLLIE_SEAL_CERT", "/c.pem"}},
+           {{"COLLIE_SEAL_CA", "/ca.pem"}},
+           {{"COLLIE_SEAL_KEY", "/k.pem"}},
+           {{"COLLIE_SEAL_KEY", "/k.pem"}, {"COLLIE_SEAL_CA", "/ca.pem"}}}) {
+    auto vars = with({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
+    vars.insert(half.begin(), half.end());
+    CHECK_THROWS_WITH(resolve(vars), ContainsSubstring("COLLIE_SEAL_CERT and COLLIE_SEAL_CA go "
+                                                       "together"));
+  }
+}
+
+TEST_CASE("certificates: the paths reach the transport's settings, the key from the "
+          "certificate's file unless given",
+          "[init]") {
+  const std::map<std::string, std::string> base = {{"MASTER_ADDR", "h"},
+                                                   {"MASTER_PORT", "1"},
+                                                   {"RANK", "0"},
+                                                   {"WORLD_SIZE", "1"},
+                                                   {"COLLIE_SEAL_CERT", "/etc/c.pem"},
+                                                   {"COLLIE_SEAL_CA", "/etc/ca.pem"}};
+  auto c = resolve(base);
+  CHECK(c.transport.seal_cert == "/etc/c.pem");
+  CHECK(c.transport.seal_key == "/etc/c.pem");
+  CHECK(c.transport.seal_ca == "/etc/ca.pem");
+  auto with_key = base;
+  with_key["COLLIE_SEAL_KEY"] = "/etc/k.pem";
+  CHECK(resolve(with_key).transport.seal_key == "/etc/k.pem");
+  CHECK(resolve({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}})
+            .transport.seal_cert.empty());
 }
 
 TEST_CASE("tcp:// and file:// init methods", "[init]") {

@@ -52,6 +52,11 @@ TEST_CASE("certificates: a proof is accepted for the names its certificate holds
              ContainsSubstring("CN=node-a") && ContainsSubstring("does not name 10.77.0.2"));
   CHECK_THAT(theirs->check(proof, transcript(1), "node-b.example"),
              ContainsSubstring("does not name node-b.example"));
+  // A certificate with a DNS name only names no address.
+  const auto named = Certificates::load(
+      pki.issue("named", {"DNS:elsewhere.example"}).cert, dir.file("named.key"), pki.ca_file);
+  CHECK_THAT(theirs->check(named->prove(transcript(1)), transcript(1), "10.77.0.2"),
+             ContainsSubstring("does not name 10.77.0.2"));
   // Another handshake: the same proof signs another transcript.
   CHECK_THAT(theirs->check(proof, transcript(2), "10.77.0.1"),
              ContainsSubstring("signature does not cover this handshake"));

@@ -14,6 +14,7 @@
 
 #include "support/catch.hpp"
 
+#include <collie/certificates.hpp>
 #include <collie/error.hpp>
 #include <collie/store/client.hpp>
 #include <collie/store/server.hpp>
@@ -22,6 +23,8 @@
 
 #include "support/netns.hpp"
 #include "support/relay.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/test_pki.hpp"
 #include "support/thread_ranks.hpp"
 #include "support/transport_cluster.hpp"
 #include "tcp/wire.hpp"
@@ -47,7 +50,12 @@ bool contains(const std::vector<std::uint8_t>& haystack, const std::vector<std::
 struct TwoHosts {
   explicit TwoHosts(NetworkNamespaces& h) : hosts(h) {}
 
-  bool start(Change change, std::size_t at) {
+  // The ranks, each with its certificates (null: none), or `files` for
+  // rank 1: its settings name the files (as COLLIE_SEAL_CERT, _KEY and
+  // _CA do) and the transport loads them.
+  void make(std::shared_ptr<const collie::seal::Certificates> c0 = nullptr,
+            std::shared_ptr<const collie::seal::Certificates> c1 = nullptr,
+            const std::vector<std::string>& files = {}) {
     const auto group = collie::crypto::random_u64();
     for (int r = 0; r < 2; ++r) {
       MeshOptions o;
@@ -55,12 +63,40 @@ struct TwoHosts {
       o.world_size = 2;
       o.group_id = group;
       o.token = kToken;
-      o.timeout = 20s;
+      o.timeout = c0 || c1 ? 10s : 20s;  // a refused pair: rank 0 waits this long at most
       o.listen_address = NetworkNamespaces::address(r);
+      o.certificates = r == 0 ? c0 : c1;
+      if (r == 1 && files.size() == 3) {
+        o.settings.seal_cert = files[0];
+        o.settings.seal_key = files[1];
+        o.settings.seal_ca = files[2];
+      }
       auto client = fixture.shared_client();
       meshes.push_back(
           hosts.on_host(r, [&] { return std::make_shared<Mesh>(std::move(client), o); }));
     }
+  }
+
+  // Rank 1 sends rank 0 a message (either may connect first): "" if it
+  // arrived intact, else what went wrong on each rank.
+  std::string first_message() {
+    std::string errors[2];
+    run([&](int r) {
+      try {
+        if (r == 1) send(*meshes[1], 0, kFirst, pattern(100, 1, kFirst));
+        if (r == 0 && recv(*meshes[0], 1, kFirst, 100) != pattern(100, 1, kFirst))
+          errors[0] = "a wrong result";
+      } catch (const collie::Error& e) {
+        errors[r] = e.what();
+      }
+    });
+    return errors[0].empty() && errors[1].empty()
+               ? ""
+               : "rank 0: " + errors[0] + " | rank 1: " + errors[1];
+  }
+
+  bool start(Change change, std::size_t at) {
+    make();
     const auto target = port_of(*meshes[0]);
     relay = hosts.on_host(2, [&] {
       return std::make_unique<Relay>(NetworkNamespaces::address(2), NetworkNamespaces::address(0),
@@ -217,5 +253,132 @@ TEST_CASE("sealed between hosts by default: a store client through a man in the 
   } else {
     CHECK_THAT(outcome, StartsWith("ProtocolError: ") &&
                             ContainsSubstring(NetworkNamespaces::address(2)));
+  }
+}
+
+namespace {
+
+// Two hosts' certificates from one authority (for their addresses, or the
+// names given), loaded.
+struct Certified {
+  explicit Certified(const std::string& name0 = "IP:" + NetworkNamespaces::address(0),
+                     const std::string& name1 = "IP:" + NetworkNamespaces::address(1))
+      : pki(dir.path(), "site") {
+    const auto a = pki.issue("host0", {name0});
+    const auto b = pki.issue("host1", {name1});
+    c0 = collie::seal::Certificates::load(a.cert, a.key, pki.ca_file);
+    c1 = collie::seal::Certificates::load(b.cert, b.key, pki.ca_file);
+  }
+  ScratchDir dir;
+  TestPki pki;
+  std::shared_ptr<const collie::seal::Certificates> c0, c1;
+};
+
+}  // namespace
+
+TEST_CASE("certificates between hosts: ranks whose certificates name their hosts connect sealed",
+          "[mesh][seal][certificates][multihost]") {
+  NetworkNamespaces hosts(2);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  Certified certs;
+  TwoHosts job(hosts);
+  const bool from_files = GENERATE(false, true);
+  if (from_files) {
+    const auto b = certs.pki.issue("host1-files", {"IP:" + NetworkNamespaces::address(1)});
+    job.make(certs.c0, nullptr, {b.cert, b.key, certs.pki.ca_file});
+  } else {
+    job.make(certs.c0, certs.c1);
+  }
+  CHECK(job.first_message() == "");
+  // Both ways, every size, on the connection the certificates proved.
+  job.run([&](int r) {
+    auto& m = *job.meshes[static_cast<std::size_t>(r)];
+    for (std::size_t n : {std::size_t{1}, std::size_t{70000}}) {
+      if (r == 0) send(m, 1, n, pattern(n, 0, n));
+      if (r == 1) expect(recv(m, 0, n, n) == pattern(n, 0, n), "a wrong result");
+    }
+  });
+}
+
+TEST_CASE("certificates between hosts: a wrong name, another authority, a relay or a host "
+          "without one is refused, saying why",
+          "[mesh][seal][certificates][multihost]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  std::string error;
+  SECTION("rank 0's certificate names another host") {
+    Certified certs("IP:10.77.0.9");
+    TwoHosts job(hosts);
+    job.make(certs.c0, certs.c1);
+    error = job.first_message();
+    CHECK_THAT(error, ContainsSubstring("certificate proof fails") &&
+                          ContainsSubstring("does not name " + NetworkNamespaces::address(0)));
+  }
+  SECTION("rank 1's certificate names another host") {
+    Certified certs("IP:" + NetworkNamespaces::address(0), "DNS:elsewhere.example");
+    TwoHosts job(hosts);
+    job.make(certs.c0, certs.c1);
+    error = job.first_message();
+    CHECK_THAT(error, ContainsSubstring("certificate proof fails") &&
+                          ContainsSubstring("does not name " + NetworkNamespaces::address(1)));
+  }
+  SECTION("rank 1's certificate is another authority's") {
+    Certified certs;
+    Certified other;
+    TwoHosts job(hosts);
+    job.make(certs.c0, other.c1);
+    error = job.first_message();
+    CHECK_THAT(error, ContainsSubstring("certificate proof fails") &&
+                          ContainsSubstring("is not accepted"));
+  }
+  SECTION("rank 1 has none") {
+    Certified certs;
+    TwoHosts job(hosts);
+    job.make(certs.c0, nullptr);
+    error = job.first_message();
+    CHECK_THAT(error, ContainsSubstring("refused") &&
+                          ContainsSubstring("rank 1 has none (COLLIE_SEAL_CERT is not set there)") &&
+                          ContainsSubstring("rank 0 proves itself with a certificate"));
+  }
+  SECTION("rank 0 has none") {
+    Certified certs;
+    TwoHosts job(hosts);
+    job.make(nullptr, certs.c1);
+    error = job.first_message();
+    CHECK_THAT(error, ContainsSubstring("refused") &&
+                          ContainsSubstring("rank 1 proves itself with a certificate") &&
+                          ContainsSubstring("rank 0 has none"));
+  }
+  SECTION("a relay forwards every byte unchanged") {
+    // The bytes are whole, but rank 1 reaches rank 0 at the relay's
+    // address and rank 0 sees rank 1 come from it: neither certificate
+    // names it.
+    Certified certs;
+    TwoHosts job(hosts);
+    job.make(certs.c0, certs.c1);
+    const auto target = port_of(*job.meshes[0]);
+    auto relay = hosts.on_host(2, [&] {
+      return std::make_unique<Relay>(NetworkNamespaces::address(2), NetworkNamespaces::address(0),
+                                     target, Change::None, 0);
+    });
+    job.fixture.shared_client()->set(
+        collie::keys::tcp_address("world", 0),
+        NetworkNamespaces::address(2) + ":" + std::to_string(relay->port()));
+    error = hosts.on_host(1, [&]() -> std::string {
+      try {
+        send(*job.meshes[1], 0, kFirst, pattern(100, 1, kFirst));
+        return "";
+      } catch (const collie::Error& e) {
+        return e.what();
+      }
+    });
+    CHECK_THAT(error, ContainsSubstring("certificate proof fails") &&
+                          ContainsSubstring("does not name " + NetworkNamespaces::address(2)));
   }
 }

@@ -216,6 +216,14 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
       env::bytes(env::kShmSingleCopy, text_of(env::kShmSingleCopy, lookup), kWho);
   t.shm_stores = env::choice(env::kShmStores, text_of(env::kShmStores, lookup), kWho);
   t.seal = env::choice(env::kSeal, text_of(env::kSeal, lookup), kWho);
+  t.seal_cert = text_of(env::kSealCert, lookup);
+  t.seal_key = text_of(env::kSealKey, lookup);
+  t.seal_ca = text_of(env::kSealCa, lookup);
+  if (t.seal_cert.empty() != t.seal_ca.empty() || (t.seal_cert.empty() && !t.seal_key.empty()))
+    throw Error(fmt::format("{}: {} and {} go together ({} too, unless the key is in the "
+                            "certificate's file): set them all, or none",
+                            kWho, env::kSealCert.name, env::kSealCa.name, env::kSealKey.name));
+  if (t.seal_key.empty()) t.seal_key = t.seal_cert;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include <asio/connect.hpp>
 #include <asio/error.hpp>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/certificates.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
 #include <collie/seal.hpp>
@@ -115,7 +117,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   const bool seals = seal::seals_connection(mode, seal::same_host(socket.native_handle()));
   wire::Hello hello;
   hello.version = wire::kProtocolVersion;
-  hello.sealing = seal::sealing_field(seals, mode);
+  hello.sealing = seal::sealing_field(seals, mode, seals && opt.certificates != nullptr);
   hello.group_id = opt.group_id;
   hello.from = static_cast<std::uint32_t>(opt.rank);
   hello.to = static_cast<std::uint32_t>(peer);
@@ -145,6 +147,22 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   if (auto e = transfer(false, out.data(), out.size(), "the handshake could not be sent in time");
       !e.empty())
     return fail_with(e);
+  // Both prove themselves with certificates: this side's proof follows the
+  // hello, over the challenge and the hello (its proof included).
+  const bool certified = both_seal && opt.certificates != nullptr;
+  const bool both_certified = certified && seal::certified(challenge.sealing);
+  std::vector<std::uint8_t> transcript;
+  if (both_certified) {
+    const auto mine = opt.certificates->prove(wire::certificate_transcript(challenge_bytes, out));
+    std::vector<std::uint8_t> block(2 + mine.size());
+    wire::put16(block.data(), static_cast<std::uint16_t>(mine.size()));
+    std::memcpy(block.data() + 2, mine.data(), mine.size());
+    if (auto e = transfer(false, block.data(), block.size(),
+                          "the handshake could not be sent in time");
+        !e.empty())
+      return fail_with(e);
+    transcript = wire::certificate_transcript(challenge_bytes, out, mine);
+  }
 
   std::array<std::uint8_t, wire::kVerdictBytes> verdict{};
   if (auto e = transfer(true, verdict.data(), verdict.size(), "no handshake reply in time");
@@ -176,6 +194,29 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
           "its answer does not prove the job's secret: it holds another token "
           "(COLLIE_STORE_TOKEN differs), or the handshake was changed on its way",
           ErrorKind::Protocol);
+    if (certified) {
+      // This side proves itself with a certificate: so must the acceptor,
+      // a certificate that names the host this side dialled.
+      if (!both_certified || (verdict[1] & wire::kVerdictCertificate) == 0)
+        return fail_with("it did not prove itself with a certificate, and this rank requires "
+                         "one (COLLIE_SEAL_CERT is set here)",
+                         ErrorKind::Protocol);
+      std::array<std::uint8_t, 2> length{};
+      if (auto e = transfer(true, length.data(), length.size(), "no handshake reply in time");
+          !e.empty())
+        return fail_with(e);
+      const std::size_t n = wire::get16(length.data());
+      if (n == 0 || n > seal::kMaxProofBytes)
+        return fail_with(fmt::format("its certificate proof says it holds {} bytes (1 to {} may)",
+                                     n, seal::kMaxProofBytes),
+                         ErrorKind::Protocol);
+      std::vector<std::uint8_t> theirs(n);
+      if (auto e = transfer(true, theirs.data(), theirs.size(), "no handshake reply in time");
+          !e.empty())
+        return fail_with(e);
+      if (auto why = opt.certificates->check(theirs, transcript, split->host); !why.empty())
+        return fail_with("its certificate proof fails: " + why, ErrorKind::Protocol);
+    }
     if (both_seal)
       a.seal = std::make_unique<SealedState>(keys.connector_to_acceptor,
                                              keys.acceptor_to_connector);

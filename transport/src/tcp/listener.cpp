@@ -7,9 +7,11 @@
 #include <span>
 
 #include <asio/error.hpp>
+#include <asio/write.hpp>
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/certificates.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
@@ -96,8 +98,9 @@ void Listener::accept_all() {
     const auto mode = seal::mode_of(opt_.settings.seal);
     const bool seals = seal::seals_connection(mode, seal::same_host(socket.native_handle()));
     Handshake h{std::move(socket), endpoint_text(remote), {}, {}, 0,
-                Clock::now() + opt_.handshake_timeout, false, seal::sealing_field(seals, mode),
-                nullptr};
+                Clock::now() + opt_.handshake_timeout, false,
+                seal::sealing_field(seals, mode, seals && opt_.certificates != nullptr), nullptr,
+                {}, 0, false, {}, {}};
     wire::Challenge challenge{wire::kProtocolVersion, h.sealing,
                               static_cast<std::uint32_t>(opt_.rank), wire::random_nonce(), {}};
     if (seals) {
@@ -118,19 +121,41 @@ void Listener::accept_all() {
 
 namespace {
 
-// `proof`: the acceptor's, sent with an acceptance.
+// `proof`: the acceptor's, sent with an acceptance; `certificate`: its
+// certificate proof, after the reason.
 void send_verdict(asio::ip::tcp::socket& socket, wire::Verdict verdict, std::string_view reason,
-                  const wire::Proof* proof = nullptr) {
+                  const wire::Proof* proof = nullptr,
+                  const std::vector<std::uint8_t>* certificate = nullptr) {
   reason = reason.substr(0, wire::kMaxReasonBytes);
   const std::size_t proof_bytes = proof != nullptr ? wire::kProofBytes : 0;
-  std::vector<std::uint8_t> out(wire::kVerdictBytes + proof_bytes + reason.size());
+  const std::size_t certificate_bytes = certificate != nullptr ? 2 + certificate->size() : 0;
+  std::vector<std::uint8_t> out(wire::kVerdictBytes + proof_bytes + reason.size() +
+                                certificate_bytes);
   out[0] = static_cast<std::uint8_t>(verdict);
-  out[1] = proof != nullptr ? wire::kVerdictProof : 0;
+  out[1] = static_cast<std::uint8_t>((proof != nullptr ? wire::kVerdictProof : 0) |
+                                     (certificate != nullptr ? wire::kVerdictCertificate : 0));
   wire::put16(out.data() + 2, static_cast<std::uint16_t>(reason.size()));
-  if (proof != nullptr) std::memcpy(out.data() + wire::kVerdictBytes, proof->data(), proof_bytes);
-  std::memcpy(out.data() + wire::kVerdictBytes + proof_bytes, reason.data(), reason.size());
-  std::error_code ignored;  // a verdict is a courtesy: the socket closes next
-  socket.write_some(asio::buffer(out), ignored);
+  std::uint8_t* at = out.data() + wire::kVerdictBytes;
+  if (proof != nullptr) std::memcpy(at, proof->data(), proof_bytes);
+  at += proof_bytes;
+  std::memcpy(at, reason.data(), reason.size());
+  at += reason.size();
+  if (certificate != nullptr) {
+    wire::put16(at, static_cast<std::uint16_t>(certificate->size()));
+    std::memcpy(at + 2, certificate->data(), certificate->size());
+  }
+  // A fresh connection's buffer takes it whole; a verdict cut short ends
+  // the peer's handshake with an error, and the socket closes next.
+  std::error_code ignored;
+  asio::write(socket, asio::buffer(out), ignored);
+}
+
+// The address part of "host:port" ("[::1]:5" -> "::1").
+std::string host_of(const std::string& remote) {
+  std::string host = remote.substr(0, remote.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return host;
 }
 
 }  // namespace
@@ -148,6 +173,10 @@ void Listener::refuse(Handshake& h, std::string_view reason, bool answer, std::s
 }
 
 void Listener::step(Handshake& h) {
+  if (h.hello_done) {
+    read_certificate(h);
+    return;
+  }
   std::error_code ec;
   const std::size_t n =
       h.socket.read_some(asio::buffer(h.buffer.data() + h.got, h.buffer.size() - h.got), ec);
@@ -212,14 +241,88 @@ void Listener::step(Handshake& h) {
                               seal::describe_sealing(h.sealing)),
                   true);
   }
+  if (both_seal && seal::certified(h.sealing) != seal::certified(hello.sealing)) {
+    const auto says = [](std::uint16_t field) {
+      return seal::certified(field) ? "proves itself with a certificate"
+                                    : "has none (COLLIE_SEAL_CERT is not set there)";
+    };
+    return refuse(h,
+                  fmt::format("rank {} {} and rank {} {}: give every host a certificate, or none",
+                              hello.from, says(hello.sealing), opt_.rank, says(h.sealing)),
+                  true);
+  }
+  if (both_seal && seal::certified(h.sealing)) {
+    // The connector's certificate proof follows its hello.
+    h.hello_done = true;
+    h.hello = hello;
+    h.keys = keys;
+    read_certificate(h);
+    return;
+  }
   decide(h, hello, keys.acceptor_proof,
          both_seal ? std::make_unique<SealedState>(keys.acceptor_to_connector,
                                                    keys.connector_to_acceptor)
-                   : nullptr);
+                   : nullptr,
+         nullptr);
+}
+
+bool Listener::read_certificate(Handshake& h) {
+  for (;;) {
+    // Its length first, then the proof.
+    const std::size_t need = h.certificate_got < 2 ? 2 : h.certificate.size();
+    if (h.certificate.size() < need) h.certificate.resize(need);
+    std::error_code ec;
+    const std::size_t n = h.socket.read_some(
+        asio::buffer(h.certificate.data() + h.certificate_got, need - h.certificate_got), ec);
+    if (ec == asio::error::eof) {
+      refuse(h, "it closed the connection during the handshake", false);
+      return true;
+    }
+    if (ec) {
+      if (ec == asio::error::would_block || ec == asio::error::try_again ||
+          ec == asio::error::interrupted)
+        return false;
+      refuse(h, ec.message(), false);
+      return true;
+    }
+    h.certificate_got += n;
+    if (h.certificate_got < need) return false;
+    if (need == 2) {
+      const std::size_t length = wire::get16(h.certificate.data());
+      if (length == 0 || length > seal::kMaxProofBytes) {
+        refuse(h, fmt::format("its certificate proof says it holds {} bytes (1 to {} may)", length,
+                              seal::kMaxProofBytes),
+               true);
+        return true;
+      }
+      h.certificate.resize(2 + length);
+      continue;
+    }
+    break;
+  }
+  // Checked against the address it connected from, over the challenge and
+  // its hello (proof included).
+  const auto proof = std::span<const std::uint8_t>(h.certificate).subspan(2);
+  if (auto why = opt_.certificates->check(proof, wire::certificate_transcript(h.challenge, h.buffer),
+                                          host_of(h.remote));
+      !why.empty()) {
+    refuse(h, fmt::format("rank {}'s certificate proof fails: {}", h.hello.from, why), true,
+           fmt::format("its certificate proof fails: {}", why));
+    return true;
+  }
+  // This side's proof covers the connector's too.
+  const auto mine =
+      opt_.certificates->prove(wire::certificate_transcript(h.challenge, h.buffer, proof));
+  decide(h, h.hello, h.keys.acceptor_proof,
+         std::make_unique<SealedState>(h.keys.acceptor_to_connector, h.keys.connector_to_acceptor),
+         &mine);
+  h.keys = {};
+  return true;
 }
 
 void Listener::decide(Handshake& h, const wire::Hello& hello, const wire::Proof& proof,
-                      std::unique_ptr<SealedState> seal) {
+                      std::unique_ptr<SealedState> seal,
+                      const std::vector<std::uint8_t>* certificate) {
   std::lock_guard lock(table_.mu);
   auto& p = table_.peer(static_cast<int>(hello.from));
   const bool theirs_wins =
@@ -231,7 +334,7 @@ void Listener::decide(Handshake& h, const wire::Hello& hello, const wire::Proof&
         fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from, p.failure));
   } else if (theirs_wins) {
     p.address = h.remote;
-    send_verdict(h.socket, wire::Verdict::Accepted, "", &proof);
+    send_verdict(h.socket, wire::Verdict::Accepted, "", &proof, certificate);
     table_.install(p, release(h.socket), std::move(seal));
     collie::log().debug("rank {}: accepted rank {} from {}", opt_.rank, hello.from, h.remote);
   } else {

@@ -63,13 +63,26 @@ class Listener {
     bool over = false;
     std::uint16_t sealing = 0;  // this side's, as the challenge says
     std::unique_ptr<seal::KeyExchange> exchange;  // when this side seals it
+    // Both prove themselves with certificates: after the hello, the
+    // connector's proof (length u16, then the proof) is read here, and the
+    // hello's outcome waits for it.
+    std::vector<std::uint8_t> certificate;
+    std::size_t certificate_got = 0;
+    bool hello_done = false;
+    wire::Hello hello{};
+    seal::SessionKeys keys{};
   };
 
   void accept_all();
   void step(Handshake& h);  // reads what came; decides once the hello is whole
-  // `seal`: the connection's records, when both sides seal it.
+  // The connector's certificate proof, read after its hello: true once it
+  // is whole (or the handshake was refused).
+  bool read_certificate(Handshake& h);
+  // `seal`: the connection's records, when both sides seal it;
+  // `certificate`: this side's proof, sent after the verdict, when both
+  // prove themselves with certificates.
   void decide(Handshake& h, const wire::Hello& hello, const wire::Proof& proof,
-              std::unique_ptr<SealedState> seal);
+              std::unique_ptr<SealedState> seal, const std::vector<std::uint8_t>* certificate);
   // Logs `reason` and closes; `answer`: tells the peer `told` (or `reason`
   // when `told` is empty) first.
   void refuse(Handshake& h, std::string_view reason, bool answer, std::string_view told = {});

@@ -12,6 +12,7 @@
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
 
+#include <collie/certificates.hpp>
 #include <collie/deadline.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
@@ -168,6 +169,12 @@ TcpTransport::TcpTransport(std::shared_ptr<store::Store> store, TransportOptions
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw Error(fmt::format("transport: rank {} is outside a world of size {}", options.rank,
                             options.world_size));
+  }
+  if (!options.certificates && !options.settings.seal_cert.empty()) {
+    const auto& t = options.settings;
+    options.certificates =
+        seal::Certificates::load(t.seal_cert, t.seal_key.empty() ? t.seal_cert : t.seal_key,
+                                 t.seal_ca);
   }
   impl_ = std::make_unique<Impl>(std::move(store), std::move(options));
   auto& m = *impl_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include <span>
 #include <string>
@@ -29,9 +30,14 @@ inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes + kPu
 // world size u32, X25519 public key (zeros when unsealed), proof
 inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4 + kPublicKeyBytes + kProofBytes;
 // verdict: code u8, flags u8 (kVerdictProof: the acceptor's proof follows),
-// reason length u16, [proof], then the reason (UTF-8)
+// reason length u16, [proof], then the reason (UTF-8), [certificate proof]
 inline constexpr std::size_t kVerdictBytes = 4;
 inline constexpr std::uint8_t kVerdictProof = 1;
+// ... kVerdictCertificate: the acceptor's certificate proof (length u16,
+// then the proof) follows the reason: both sides prove themselves with
+// certificates (collie/certificates.hpp). The connector's follows its
+// hello, when both hellos' sealing fields say so (seal::kCertified).
+inline constexpr std::uint8_t kVerdictCertificate = 2;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
 // message header: tag u64, sequence u64, length u64, fingerprint u64
 inline constexpr std::size_t kHeaderBytes = 32;
@@ -165,6 +171,13 @@ seal::SessionKeys handshake_keys(std::string_view token,
                                  std::span<const std::uint8_t, kChallengeBytes> challenge,
                                  std::span<const std::uint8_t> hello_before_proof,
                                  const seal::Key* shared);
+// What the certificate proofs sign (collie/certificates.hpp): the
+// challenge and the whole hello (the connector's), and then the
+// connector's certificate proof too (the acceptor's).
+std::vector<std::uint8_t> certificate_transcript(
+    std::span<const std::uint8_t, kChallengeBytes> challenge,
+    std::span<const std::uint8_t, kHelloBytes> hello,
+    std::span<const std::uint8_t> connector = {});
 Nonce random_nonce();
 
 }  // namespace collie::transport::tcp::wire

@@ -17,8 +17,9 @@
 //   signature length u16, signature
 // at most kMaxProofBytes in all. Thread-safe once loaded.
 //
-// Not yet used by the handshakes: the mesh's and the store's take it next
-// (issue 70); until then the job's secret is the only proof.
+// The mesh's handshake uses it (transport/src/tcp: connector.cpp,
+// listener.cpp); the store's does not yet, and proves the job's secret
+// alone.
 #pragma once
 
 #include <cstddef>

@@ -144,6 +144,21 @@ inline constexpr Variable kSeal{
     "`auto` (between hosts; loopback stays clear), `on` (every one, loopback too) or `off` (none: "
     "for a network you trust; rank 0 says so on standard error). Every rank and the store must "
     "say alike; [security.md](security.md)"};
+inline constexpr Variable kSealCert{
+    "COLLIE_SEAL_CERT", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "this host's certificate (then any intermediate ones), signed by the site's authority for "
+    "the address its ranks listen on: sealed connections between ranks then prove each end "
+    "with it, beside the job's secret (every host needs one; the store's connections do not "
+    "use it yet); [security.md](security.md)"};
+inline constexpr Variable kSealKey{
+    "COLLIE_SEAL_KEY", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "the private key of `COLLIE_SEAL_CERT` (unset: in that file)"};
+inline constexpr Variable kSealCa{
+    "COLLIE_SEAL_CA", Kind::Text, "path", "", "a readable PEM file",
+    0, -1, false,
+    "the authorities that sign the hosts' certificates (set with `COLLIE_SEAL_CERT`)"};
 inline constexpr Variable kShmSingleCopy{
     "COLLIE_SHM_SINGLE_COPY", Kind::Bytes, "bytes", "0", "",
     0, -1, false,
@@ -200,7 +215,8 @@ inline constexpr const Variable* kVariables[] = {
     &kStoreToken,    &kStoreTokenFile,  &kInitMethod,      &kEtcdCacert,      &kEtcdCert,      &kEtcdKey,
     &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
-    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kShmSingleCopy, &kShmStores,
+    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kSealCert,      &kSealKey,
+    &kSealCa,        &kShmSingleCopy, &kShmStores,
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
     &kRestartCount,  &kJoin};
 

@@ -107,11 +107,16 @@ bool same_host(int fd);
 // The sealing field of a handshake (the mesh's and the store's): whether
 // this side seals this connection (bit 0), and its setting (bits 4-5), so
 // that a refusal can name both sides' settings.
+// Bit 1: this side proves itself with a certificate on the connections it
+// seals (collie/certificates.hpp; the mesh's handshake).
 inline constexpr std::uint16_t kSealsThis = 1;
-inline std::uint16_t sealing_field(bool seals, Mode mode) {
-  return static_cast<std::uint16_t>((seals ? kSealsThis : 0) | (static_cast<unsigned>(mode) << 4));
+inline constexpr std::uint16_t kCertified = 2;
+inline std::uint16_t sealing_field(bool seals, Mode mode, bool certified = false) {
+  return static_cast<std::uint16_t>((seals ? kSealsThis : 0) | (certified ? kCertified : 0) |
+                                    (static_cast<unsigned>(mode) << 4));
 }
 inline bool seals(std::uint16_t field) { return (field & kSealsThis) != 0; }
+inline bool certified(std::uint16_t field) { return (field & kCertified) != 0; }
 inline Mode mode_of_field(std::uint16_t field) {
   const auto m = (field >> 4) & 3;
   return m <= 2 ? static_cast<Mode>(m) : Mode::Auto;

@@ -41,6 +41,13 @@ struct TransportSettings {
   // ends are not one address, or not loopback), "on" (every one) or "off"
   // (none). Both ends of a connection must choose alike, else it is refused.
   std::string seal{environment::kSeal.fallback};
+  // Certificates (docs/security.md, "Certificates"): this host's
+  // certificate, its key and the site's authorities (PEM files); when set,
+  // each end of a sealed connection between ranks proves itself with its
+  // certificate too. Empty: the job's secret alone.
+  std::string seal_cert;
+  std::string seal_key;
+  std::string seal_ca;
 };
 
 }  // namespace collie::transport

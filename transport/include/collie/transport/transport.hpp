@@ -64,6 +64,10 @@
 #include <collie/transport/board.hpp>
 #include <collie/transport/settings.hpp>
 
+namespace collie::seal {
+class Certificates;
+}
+
 namespace collie::transport {
 
 using Tag = std::uint64_t;
@@ -81,6 +85,9 @@ struct TransportOptions {
   std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
   std::string host_id;  // this host as ranks tell hosts apart; empty: host_identity() (shm.hpp)
   TransportSettings settings;  // the user's choices (settings.hpp)
+  // TCP: this host's certificate proof for sealed connections, loaded; null:
+  // loaded from settings.seal_cert etc. when those are set, else none.
+  std::shared_ptr<const seal::Certificates> certificates;
 };
 
 // One send or receive in flight. A backend derives its own; callers hold it
