@@ -198,6 +198,7 @@ std::shared_ptr<collie::store::Store> collie_served(const StoreIdentity& id,
   collie::store::ClientOptions options;
   options.token = collie::store::token_from_environment();
   options.seal = collie::store::seal_from_environment();
+  options.certificates = collie::store::certificates_from_environment();
   if (timeout.count() > 0) options.timeout = timeout;
   std::shared_ptr<collie::store::Store> client = std::make_shared<collie::store::StoreClient>(
       id.host, static_cast<std::uint16_t>(id.port), options);

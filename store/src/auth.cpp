@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include <collie/crypto.hpp>
@@ -27,6 +28,15 @@ seal::SessionKeys handshake_keys(std::string_view token,
                       shared != nullptr ? std::span<const std::uint8_t>(*shared)
                                         : std::span<const std::uint8_t>(),
                       transcript);
+}
+
+std::vector<std::uint8_t> certificate_transcript(
+    std::span<const std::uint8_t, wire::kClientHelloBytes> client_hello,
+    std::span<const std::uint8_t, wire::kServerHelloBytes> server_hello) {
+  std::vector<std::uint8_t> t(wire::kClientHelloBytes + wire::kServerHelloBytes);
+  std::memcpy(t.data(), client_hello.data(), wire::kClientHelloBytes);
+  std::memcpy(t.data() + wire::kClientHelloBytes, server_hello.data(), wire::kServerHelloBytes);
+  return t;
 }
 
 }  // namespace collie::store::auth

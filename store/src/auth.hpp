@@ -13,6 +13,7 @@
 
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <collie/seal.hpp>
 
@@ -31,6 +32,13 @@ seal::SessionKeys handshake_keys(std::string_view token,
                                  std::span<const std::uint8_t, wire::kClientHelloBytes> client_hello,
                                  std::span<const std::uint8_t, wire::kServerHelloBytes> server_hello,
                                  const seal::Key* shared);
+
+// What the certificate proofs sign (collie/certificates.hpp): both hellos
+// as sent (the server's with its proof); the store's proof signs the
+// client's certificate proof after them too.
+std::vector<std::uint8_t> certificate_transcript(
+    std::span<const std::uint8_t, wire::kClientHelloBytes> client_hello,
+    std::span<const std::uint8_t, wire::kServerHelloBytes> server_hello);
 
 // Whether a side seals the connection: it has a token (the records' keys
 // need one) and its setting asks for it with a peer on this host or not.

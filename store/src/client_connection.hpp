@@ -81,6 +81,9 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void on_server_hello_base();
   void on_server_hello();
   void on_auth_status();
+  // Both prove themselves with certificates: the store's proof follows
+  // its status byte; checked, then the connection is ready.
+  void on_store_certificate();
 
   // ---- requests and replies (client_connection.cpp) ----
   void enqueue(std::vector<std::uint8_t> frame);
@@ -132,6 +135,14 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   std::uint16_t server_sealing_ = 0;
   seal::SessionKeys keys_{};
   std::unique_ptr<SealedChannel> sealed_;
+  // Certificates (both sides have one, on a sealed connection): this
+  // client's proof as sent (length u16, then the proof), the transcript
+  // the store's proof signs, and the store's proof as it comes.
+  bool both_certified_ = false;
+  std::vector<std::uint8_t> certificate_out_;
+  std::vector<std::uint8_t> certificate_transcript_;
+  std::array<std::uint8_t, 2> certificate_length_{};
+  std::vector<std::uint8_t> certificate_in_;
 
   RequestId next_id_ = 1;
   std::unordered_map<RequestId, Pending> pending_;

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <optional>
+#include <vector>
 
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 #include <fmt/format.h>
 
 #include <collie/address.hpp>
+#include <collie/certificates.hpp>
 #include <collie/crypto.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
@@ -65,7 +67,7 @@ void AsyncStoreClient::Impl::start_handshake() {
   // A key whenever this side could seal: the store may ask (auth.hpp).
   client_sealing_ = seal::sealing_field(
       auth::wants_seal(hello.has_token, options_.seal, seal::same_host(socket_.native_handle())),
-      options_.seal);
+      options_.seal, options_.certificates != nullptr);
   hello.sealing = client_sealing_;
   exchange_.reset();
   if (hello.has_token && options_.seal != seal::Mode::Off) {
@@ -187,8 +189,28 @@ void AsyncStoreClient::Impl::on_server_hello() {
     server_proof_ok_ = crypto::digests_equal(hello.proof, keys_.acceptor_proof);
     proof_out_ = keys_.connector_proof;
   }
+  // Both prove themselves with certificates (sealed): this client's proof
+  // follows its token proof, over both hellos.
+  both_certified_ = shared.has_value() && seal::certified(client_sealing_) &&
+                    seal::certified(server_sealing_);
+  std::vector<asio::const_buffer> out{asio::buffer(proof_out_)};
+  if (both_certified_) {
+    certificate_transcript_ = auth::certificate_transcript(hello_out_, hello_in_);
+    std::vector<std::uint8_t> mine;
+    try {
+      mine = options_.certificates->prove(certificate_transcript_);
+    } catch (const std::exception& e) {
+      return connect_failed(Failure{Failure::Kind::Connection, e.what()});
+    }
+    certificate_out_.assign(2, 0);
+    certificate_out_[0] = static_cast<std::uint8_t>(mine.size());
+    certificate_out_[1] = static_cast<std::uint8_t>(mine.size() >> 8);
+    certificate_out_.insert(certificate_out_.end(), mine.begin(), mine.end());
+    certificate_transcript_.insert(certificate_transcript_.end(), mine.begin(), mine.end());
+    out.push_back(asio::buffer(certificate_out_));
+  }
   auto self = shared_from_this();
-  asio::async_write(socket_, asio::buffer(proof_out_), [self](std::error_code ec, std::size_t) {
+  asio::async_write(socket_, out, [self](std::error_code ec, std::size_t) {
     if (ec) return self->handshake_io_failed(ec);
     self->proof_sent_ = true;
     asio::async_read(self->socket_, asio::buffer(&self->auth_status_, 1),
@@ -224,6 +246,24 @@ void AsyncStoreClient::Impl::on_auth_status() {
                     address_, seal::describe_sealing(server_sealing_),
                     seal::describe_sealing(client_sealing_))});
   }
+  if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::CertificatesDiffer)) {
+    const auto says = [](std::uint16_t field) {
+      return seal::certified(field) ? "proves itself with a certificate"
+                                    : "has none (COLLIE_SEAL_CERT is not set there)";
+    };
+    return connect_failed(Failure{
+        Failure::Kind::Authentication,
+        fmt::format("the store at {} refused this client: the store {} and this client {}: give "
+                    "every host a certificate, or none",
+                    address_, says(server_sealing_), says(client_sealing_))});
+  }
+  if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::CertificateRefused)) {
+    return connect_failed(Failure{
+        Failure::Kind::Authentication,
+        fmt::format("the store at {} refused this client's certificate ({}); the store's log "
+                    "says why",
+                    address_, options_.certificates ? options_.certificates->describe() : "")});
+  }
   if (auth_status_ != static_cast<std::uint8_t>(wire::AuthStatus::Ok)) {
     return connect_failed(
         Failure{Failure::Kind::Authentication,
@@ -237,6 +277,54 @@ void AsyncStoreClient::Impl::on_auth_status() {
                 fmt::format("authentication failed: the store at {} could not prove that it "
                             "knows the token; refusing to use it",
                             address_)});
+  }
+  if (auth::sealed(client_sealing_, server_sealing_) && options_.certificates &&
+      !both_certified_) {
+    return connect_failed(Failure{
+        Failure::Kind::Protocol,
+        fmt::format("the store at {} did not prove itself with a certificate, and this client "
+                    "requires one (COLLIE_SEAL_CERT is set here)",
+                    address_)});
+  }
+  if (both_certified_) {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(certificate_length_),
+                     [self](std::error_code ec, std::size_t) {
+                       if (ec) return self->handshake_io_failed(ec);
+                       const std::size_t n = self->certificate_length_[0] |
+                                             (self->certificate_length_[1] << 8);
+                       if (n == 0 || n > seal::kMaxProofBytes) {
+                         return self->connect_failed(Failure{
+                             Failure::Kind::Protocol,
+                             fmt::format("the store at {} sent a certificate proof of {} bytes "
+                                         "(1 to {} may)",
+                                         self->address_, n, seal::kMaxProofBytes)});
+                       }
+                       self->certificate_in_.resize(n);
+                       asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
+                                        [self](std::error_code ec2, std::size_t) {
+                                          if (ec2) return self->handshake_io_failed(ec2);
+                                          self->on_store_certificate();
+                                        });
+                     });
+    return;
+  }
+  on_store_certificate();
+}
+
+void AsyncStoreClient::Impl::on_store_certificate() {
+  if (both_certified_) {
+    // The store's certificate must name the host this client dialled.
+    const auto host = split_host_port(address_);
+    const auto why = options_.certificates->check(certificate_in_, certificate_transcript_,
+                                                  host ? host->host : address_);
+    certificate_in_ = {};
+    certificate_transcript_ = {};
+    if (!why.empty()) {
+      return connect_failed(Failure{
+          Failure::Kind::Protocol,
+          fmt::format("the store at {}: its certificate proof fails: {}", address_, why)});
+    }
   }
   // Everything after the status is sealed (or nothing is).
   if (auth::sealed(client_sealing_, server_sealing_))

@@ -79,6 +79,8 @@ enum class AuthStatus : std::uint8_t {
   Failed = 1,
   Throttled = 2,  // too many failed attempts from this address lately: not checked
   SealingDiffers = 3,  // proved, but one side would seal and the other not (COLLIE_SEAL)
+  CertificatesDiffer = 4,  // sealed, and one side proves itself with a certificate, the other not
+  CertificateRefused = 5,  // the client's certificate proof fails (the store's log says why)
 };
 enum class ReplyStatus : std::uint8_t { Ok = 0, Error = 1 };
 

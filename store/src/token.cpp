@@ -2,6 +2,7 @@
 // (client_options.hpp).
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -28,6 +29,33 @@ seal::Mode seal_from_environment(
     const std::function<std::optional<std::string>(std::string_view)>& lookup) {
   const auto word = lookup ? lookup(environment::kSeal.name) : environment::get(environment::kSeal);
   return seal::mode_of(word.value_or("auto"));
+}
+
+std::shared_ptr<const seal::Certificates> certificates_from_environment() {
+  const auto get = [](const environment::Variable& v) {
+    return environment::get(v).value_or("");
+  };
+  const auto cert = get(environment::kSealCert);
+  auto key = get(environment::kSealKey);
+  const auto ca = get(environment::kSealCa);
+  if (cert.empty() && key.empty() && ca.empty()) return nullptr;
+  if (cert.empty() || ca.empty())
+    throw Error(fmt::format("{} and {} go together ({} too, unless the key is in the "
+                            "certificate's file): set them all, or none",
+                            environment::kSealCert.name, environment::kSealCa.name,
+                            environment::kSealKey.name));
+  if (key.empty()) key = cert;
+  // Loaded once for the same files: a launcher makes many clients.
+  static std::mutex mu;
+  static std::string loaded_from;
+  static std::shared_ptr<const seal::Certificates> loaded;
+  const auto files = cert + '\n' + key + '\n' + ca;
+  std::lock_guard lock(mu);
+  if (!loaded || loaded_from != files) {
+    loaded = seal::Certificates::load(cert, key, ca);
+    loaded_from = files;
+  }
+  return loaded;
 }
 
 std::string random_token() {

@@ -382,3 +382,88 @@ TEST_CASE("certificates between hosts: a wrong name, another authority, a relay 
                           ContainsSubstring("does not name " + NetworkNamespaces::address(2)));
   }
 }
+
+TEST_CASE("certificates between hosts: the store and its clients prove themselves too",
+          "[store][seal][certificates][multihost]") {
+  NetworkNamespaces hosts(3);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  ScratchDir dir;
+  TestPki site(dir.path(), "site");
+  TestPki other(dir.path(), "other");
+  const auto load = [](const TestPki::Issued& i, const TestPki& pki) {
+    return collie::seal::Certificates::load(i.cert, i.key, pki.ca_file);
+  };
+  const auto store_host = "IP:" + NetworkNamespaces::address(0);
+  const auto client_host = "IP:" + NetworkNamespaces::address(1);
+  std::shared_ptr<const collie::seal::Certificates> store_certs, client_certs;
+  bool through_relay = false;
+  std::string expected;  // in the client's error; empty: it works
+  SECTION("both name their hosts") {
+    store_certs = load(site.issue("store", {store_host}), site);
+    client_certs = load(site.issue("client", {client_host}), site);
+  }
+  SECTION("the client has none") {
+    store_certs = load(site.issue("store", {store_host}), site);
+    expected = "the store proves itself with a certificate and this client has none";
+  }
+  SECTION("the store has none") {
+    client_certs = load(site.issue("client", {client_host}), site);
+    expected = "the store has none (COLLIE_SEAL_CERT is not set there) and this client proves "
+               "itself with a certificate";
+  }
+  SECTION("the client's is another authority's") {
+    store_certs = load(site.issue("store", {store_host}), site);
+    client_certs = load(other.issue("client", {client_host}), other);
+    expected = "refused this client's certificate";
+  }
+  SECTION("the store's names another host") {
+    store_certs = load(site.issue("store", {"IP:10.77.0.9"}), site);
+    client_certs = load(site.issue("client", {client_host}), site);
+    expected = "its certificate proof fails: its certificate (/CN=store) does not name " +
+               NetworkNamespaces::address(0);
+  }
+  SECTION("a relay forwards every byte unchanged") {
+    store_certs = load(site.issue("store", {store_host}), site);
+    client_certs = load(site.issue("client", {client_host}), site);
+    through_relay = true;
+    expected = "refused this client's certificate";
+  }
+  collie::store::ServerOptions options;
+  options.host = NetworkNamespaces::address(0);
+  options.token = kToken;
+  options.certificates = store_certs;
+  auto server = hosts.on_host(
+      0, [&] { return std::make_unique<collie::store::StoreServer>(options); });
+  const auto port = server->port();
+  std::unique_ptr<Relay> relay;
+  if (through_relay) {
+    relay = hosts.on_host(2, [&] {
+      return std::make_unique<Relay>(NetworkNamespaces::address(2), NetworkNamespaces::address(0),
+                                     port, Change::None, 0);
+    });
+  }
+  const auto outcome = hosts.on_host(1, [&]() -> std::string {
+    collie::store::ClientOptions o;
+    o.token = kToken;
+    o.timeout = 10s;
+    o.connect_timeout = 5s;
+    o.certificates = client_certs;
+    try {
+      collie::store::StoreClient client(
+          relay ? NetworkNamespaces::address(2) : NetworkNamespaces::address(0),
+          relay ? relay->port() : port, o);
+      client.set("k", "a value");
+      return client.get("k") == "a value" ? "" : "a wrong value";
+    } catch (const collie::Error& e) {
+      return e.what();
+    }
+  });
+  if (expected.empty()) {
+    CHECK(outcome == "");
+  } else {
+    CHECK_THAT(outcome, ContainsSubstring(expected));
+  }
+}

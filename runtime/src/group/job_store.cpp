@@ -147,6 +147,7 @@ JobStore::JobStore(const JobConfig& config) {
       options.port = config.master_port;
       options.token = config.token;
       options.seal = seal::mode_of(config.transport.seal);
+      options.certificates = transport::load_certificates(config.transport);
       // Ranks that reach the master on loopback are all on this host: the
       // store need not listen beyond it.
       const bool loopback = is_loopback_host(config.master_addr);
@@ -175,6 +176,7 @@ JobStore::JobStore(const JobConfig& config) {
     options.timeout = config.timeout;
     options.token = config.token;
     options.seal = seal::mode_of(config.transport.seal);
+    options.certificates = transport::load_certificates(config.transport);
     root = std::make_shared<store::StoreClient>(host, config.master_port, options);
   }
   run_ = std::make_shared<store::PrefixStore>(root, keys::run(config.restart_count, 0));

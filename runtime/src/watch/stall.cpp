@@ -155,6 +155,7 @@ class StallResponder::Impl {
     options.connect_timeout = config.timeout;
     options.token = config.token;
     options.seal = seal::mode_of(config.transport.seal);
+    options.certificates = transport::load_certificates(config.transport);
     options.spin = std::chrono::microseconds(0);
     client_.emplace(io_, options);
     const bool own_server = config.rank == 0 && !config.store_hosted_by_launcher;

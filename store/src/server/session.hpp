@@ -89,6 +89,9 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   // The proof is checked at this address's turn (at once unless it failed
   // recently), so guessing from one address goes no faster than the turns.
   void on_client_proof();
+  // Both prove themselves with certificates: the client's proof follows
+  // its token proof (length u16, then the proof).
+  void read_client_certificate();
   void check_proof();
   template <std::size_t N>
   void send_raw(const std::array<std::uint8_t, N>& bytes) {
@@ -177,6 +180,13 @@ class Session final : public ReplyTarget, public std::enable_shared_from_this<Se
   std::uint16_t client_sealing_ = 0;
   std::uint16_t server_sealing_ = 0;
   bool seal_when_written_ = false;  // the status is on its way clear: then seal
+  // Certificates (both sides have one, on a sealed connection): the
+  // ServerHello as sent (with the client's, what the proofs sign) and the
+  // client's certificate proof as it comes.
+  bool both_certified_ = false;
+  std::array<std::uint8_t, wire::kServerHelloBytes> hello_out_{};
+  std::array<std::uint8_t, 2> certificate_length_{};
+  std::vector<std::uint8_t> certificate_in_;
   std::unique_ptr<SealedChannel> sealed_;
   std::size_t sealed_counted_ = 0;  // bytes of the budget the channel holds
   wire::FrameBuffer in_;

@@ -5,10 +5,12 @@
 #include "session.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include <asio/read.hpp>
 #include <fmt/format.h>
 
+#include <collie/certificates.hpp>
 #include <collie/crypto.hpp>
 
 #include "../auth.hpp"
@@ -99,9 +101,8 @@ void Session::on_client_hello() {
   const auto mode = server_.options().seal;
   client_sealing_ = hello.sealing;
   server_sealing_ = seal::sealing_field(
-      auth::wants_seal(reply.auth_required, mode,
-                       seal::same_host(socket_.native_handle())),
-      mode);
+      auth::wants_seal(reply.auth_required, mode, seal::same_host(socket_.native_handle())), mode,
+      server_.options().certificates != nullptr);
   reply.sealing = server_sealing_;
   // (A client without a token fails its proof: nothing to seal then.)
   const bool sealed = reply.auth_required && hello.has_token &&
@@ -125,14 +126,38 @@ void Session::on_client_hello() {
                                  shared ? &*shared : nullptr);
     reply.proof = keys_.acceptor_proof;
   }
-  send_raw(wire::encode(reply));
+  hello_out_ = wire::encode(reply);
+  send_raw(hello_out_);
   if (!reply.auth_required) return become_ready();
   phase_ = Phase::Proof;
+  both_certified_ = sealed && seal::certified(client_sealing_) && seal::certified(server_sealing_);
   asio::async_read(socket_, asio::buffer(proof_in_),
                    [self = shared_from_this()](std::error_code ec, std::size_t) {
                      if (ec) return self->lost(ec);
+                     if (self->both_certified_) return self->read_client_certificate();
                      self->on_client_proof();
                    });
+}
+
+void Session::read_client_certificate() {
+  asio::async_read(
+      socket_, asio::buffer(certificate_length_),
+      [self = shared_from_this()](std::error_code ec, std::size_t) {
+        if (ec) return self->lost(ec);
+        const std::size_t n = self->certificate_length_[0] | (self->certificate_length_[1] << 8);
+        if (n == 0 || n > seal::kMaxProofBytes) {
+          return self->close(spdlog::level::warn,
+                             fmt::format("refused: its certificate proof says it holds {} bytes "
+                                         "(1 to {} may)",
+                                         n, seal::kMaxProofBytes));
+        }
+        self->certificate_in_.resize(n);
+        asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
+                         [self](std::error_code ec2, std::size_t) {
+                           if (ec2) return self->lost(ec2);
+                           self->on_client_proof();
+                         });
+      });
 }
 
 void Session::on_client_proof() {
@@ -175,9 +200,46 @@ void Session::check_proof() {
         static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)});
     return;
   }
-  send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Ok)});
+  const bool sealed = auth::sealed(client_sealing_, server_sealing_);
+  if (sealed && seal::certified(client_sealing_) != seal::certified(server_sealing_)) {
+    const auto says = [](std::uint16_t field) {
+      return seal::certified(field) ? "proves itself with a certificate"
+                                    : "has none (COLLIE_SEAL_CERT is not set there)";
+    };
+    close_after_write_ = true;
+    close_reason_ = fmt::format("refused: it {} and this store {}: give every host a "
+                                "certificate, or none",
+                                says(client_sealing_), says(server_sealing_));
+    send_raw(std::array<std::uint8_t, 1>{
+        static_cast<std::uint8_t>(wire::AuthStatus::CertificatesDiffer)});
+    return;
+  }
+  if (both_certified_) {
+    // The client's certificate must name the address it comes from; the
+    // store's proof, after the status, covers the client's too.
+    auto transcript = auth::certificate_transcript(hello_in_, hello_out_);
+    const auto why = server_.options().certificates->check(certificate_in_, transcript, address_);
+    if (!why.empty()) {
+      server_.count_auth_failure();
+      close_after_write_ = true;
+      close_reason_ = "refused: its certificate proof fails: " + why;
+      send_raw(std::array<std::uint8_t, 1>{
+          static_cast<std::uint8_t>(wire::AuthStatus::CertificateRefused)});
+      return;
+    }
+    transcript.insert(transcript.end(), certificate_in_.begin(), certificate_in_.end());
+    const auto mine = server_.options().certificates->prove(transcript);
+    std::vector<std::uint8_t> out{static_cast<std::uint8_t>(wire::AuthStatus::Ok),
+                                  static_cast<std::uint8_t>(mine.size()),
+                                  static_cast<std::uint8_t>(mine.size() >> 8)};
+    out.insert(out.end(), mine.begin(), mine.end());
+    certificate_in_ = {};
+    deliver(std::move(out));
+  } else {
+    send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Ok)});
+  }
   // A sealed connection is ready once the status is out (write()).
-  seal_when_written_ = auth::sealed(client_sealing_, server_sealing_);
+  seal_when_written_ = sealed;
   if (!seal_when_written_) become_ready();
 }
 

@@ -140,6 +140,7 @@ int run_standalone(int ranks, const Placement& placement, const std::function<in
     options.host = "127.0.0.1";
     options.token = token;
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     store::StoreServer server(options);
     const std::uint16_t port = server.port();
     for (std::size_t i = 0; i < children.size(); ++i) {

@@ -74,6 +74,7 @@ OpsResult measure_ops(const std::string& op, int clients, const BenchArgs& args,
   options.timeout = std::chrono::seconds(60);
   options.token = token;
   options.seal = store::seal_from_environment();
+  options.certificates = store::certificates_from_environment();
   options.spin = std::chrono::microseconds(args.client_spin_us);
   std::vector<std::unique_ptr<store::StoreClient>> connections;
   for (int c = 0; c < clients; ++c) {
@@ -151,6 +152,7 @@ RendezvousResult measure_rendezvous(int n, const HostPort& server, const std::st
   options.timeout = std::chrono::seconds(60);
   options.token = token;
   options.seal = store::seal_from_environment();
+  options.certificates = store::certificates_from_environment();
   const std::string barrier = keys::bench_rendezvous(run, n);
   const std::string counter = barrier + "/count";
   std::vector<std::unique_ptr<store::AsyncStoreClient>> clients;
@@ -220,6 +222,7 @@ void run_bench(const BenchArgs& args) {
     options.host = "127.0.0.1";
     options.token = token;
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     options.spin = std::chrono::microseconds(args.server_spin_us);
     // Every client of the benchmark comes from 127.0.0.1: let the largest
     // rendezvous in, whatever the per-address default.

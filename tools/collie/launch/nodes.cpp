@@ -30,6 +30,7 @@ NodeTeam::NodeTeam(const std::string& host, std::uint16_t port, const std::strin
   store::ClientOptions options;
   options.token = token;
   options.seal = store::seal_from_environment();
+  options.certificates = store::certificates_from_environment();
   options.timeout = std::chrono::seconds(300);
   // The store's node may start it after this one: wait for it as for a
   // node that has not joined yet.

@@ -88,6 +88,7 @@ bool StoreRoute::host(const std::function<void(const std::string&)>& say) {
   options.port = static_cast<std::uint16_t>(port_);
   options.token = token_;
   options.seal = store::seal_from_environment();
+  options.certificates = store::certificates_from_environment();
   // torch programs rendezvous in this store too (TORCHELASTIC_USE_AGENT_STORE):
   // on one node its clients are on loopback and must run as this user;
   // across nodes torch's protocol cannot prove the job's secret, so only
@@ -158,6 +159,7 @@ void StoreRoute::route_ranks(const std::string& host, bool hosting) {
     store::ClientOptions options;
     options.token = token_;
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     options.connect_timeout = timeouts().join;
     relay_ = std::make_unique<store::TorchRelay>(host, static_cast<std::uint16_t>(port_), options);
   }
@@ -202,6 +204,7 @@ store::Store* StoreRoute::reader() {
     store::ClientOptions options;
     options.token = token_;
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     options.timeout = 2s;
     // The round's store is up until every node has read it, unless its
     // node is gone: a store that refuses is not waited for (the next
@@ -217,6 +220,7 @@ store::Store* StoreRoute::reader() {
     store::ClientOptions options;
     options.token = token_;
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     options.timeout = 2s;
     options.connect_timeout = 2s;
     local_ = std::make_unique<store::StoreClient>("127.0.0.1", static_cast<std::uint16_t>(port_),

@@ -60,6 +60,7 @@ void serve(const ServeArgs& args) {
   options.port = parse_port(args.port, "--port");
   options.token = store_token(args.token_file);
   options.seal = store::seal_from_environment();
+  options.certificates = store::certificates_from_environment();
   if (!(args.max_memory_mib >= 1) || !std::isfinite(args.max_memory_mib)) {
     throw Error(fmt::format("--max-memory must be at least 1 (MiB), not {}", args.max_memory_mib));
   }
@@ -160,6 +161,7 @@ struct ClientArgs {
     options.connect_timeout = seconds_option(connect_timeout_s, "--connect-timeout");
     options.token = store_token(token_file);
     options.seal = store::seal_from_environment();
+    options.certificates = store::certificates_from_environment();
     return std::make_unique<store::StoreClient>(address.host, address.port, options);
   }
 };

@@ -165,17 +165,18 @@ struct TcpTransport::Impl {
   }
 };
 
+std::shared_ptr<const seal::Certificates> load_certificates(const TransportSettings& t) {
+  if (t.seal_cert.empty()) return nullptr;
+  return seal::Certificates::load(t.seal_cert, t.seal_key.empty() ? t.seal_cert : t.seal_key,
+                                  t.seal_ca);
+}
+
 TcpTransport::TcpTransport(std::shared_ptr<store::Store> store, TransportOptions options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     throw Error(fmt::format("transport: rank {} is outside a world of size {}", options.rank,
                             options.world_size));
   }
-  if (!options.certificates && !options.settings.seal_cert.empty()) {
-    const auto& t = options.settings;
-    options.certificates =
-        seal::Certificates::load(t.seal_cert, t.seal_key.empty() ? t.seal_cert : t.seal_key,
-                                 t.seal_ca);
-  }
+  if (!options.certificates) options.certificates = load_certificates(options.settings);
   impl_ = std::make_unique<Impl>(std::move(store), std::move(options));
   auto& m = *impl_;
   const int rank = m.options.rank;

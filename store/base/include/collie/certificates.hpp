@@ -17,9 +17,9 @@
 //   signature length u16, signature
 // at most kMaxProofBytes in all. Thread-safe once loaded.
 //
-// The mesh's handshake uses it (transport/src/tcp: connector.cpp,
-// listener.cpp); the store's does not yet, and proves the job's secret
-// alone.
+// The mesh's handshake (transport/src/tcp: connector.cpp, listener.cpp)
+// and the store's (store/src: client_handshake.cpp,
+// server/session_handshake.cpp) use it.
 #pragma once
 
 #include <cstddef>

@@ -148,9 +148,9 @@ inline constexpr Variable kSealCert{
     "COLLIE_SEAL_CERT", Kind::Text, "path", "", "a readable PEM file",
     0, -1, false,
     "this host's certificate (then any intermediate ones), signed by the site's authority for "
-    "the address its ranks listen on: sealed connections between ranks then prove each end "
-    "with it, beside the job's secret (every host needs one; the store's connections do not "
-    "use it yet); [security.md](security.md)"};
+    "the address its ranks and store listen on: sealed connections between ranks, and to the "
+    "store, then prove each end with it, beside the job's secret (every host needs one); "
+    "[security.md](security.md)"};
 inline constexpr Variable kSealKey{
     "COLLIE_SEAL_KEY", Kind::Text, "path", "", "a readable PEM file",
     0, -1, false,

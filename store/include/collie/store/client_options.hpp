@@ -6,7 +6,9 @@
 #include <string>
 #include <string_view>
 #include <functional>
+#include <memory>
 
+#include <collie/certificates.hpp>
 #include <collie/seal.hpp>
 
 namespace collie::store {
@@ -24,6 +26,10 @@ struct ClientOptions {
   // connection to a store on another host (the store may ask too), On
   // every one, Off none (refused by a store that asks). Needs a token.
   seal::Mode seal = seal::Mode::Auto;
+  // Certificates (docs/security.md, "Certificates"): where the connection
+  // is sealed, this client proves itself with its certificate and requires
+  // the store's, which must name the host it dials. Null: the token alone.
+  std::shared_ptr<const seal::Certificates> certificates;
   // How long a blocking call polls for its reply before its thread sleeps.
   // A reply that comes within this time costs no wake-up (tens of
   // microseconds on a virtual machine); one that comes later costs this much
@@ -41,6 +47,11 @@ std::string token_from_environment(
 // settings check the word itself); `lookup` as above.
 seal::Mode seal_from_environment(
     const std::function<std::optional<std::string>(std::string_view)>& lookup = {});
+
+// The certificates COLLIE_SEAL_CERT, COLLIE_SEAL_KEY and COLLIE_SEAL_CA
+// name, loaded (once per process for the same files); null where none is
+// set. Throws collie::Error if only some are set, or a file is wrong.
+std::shared_ptr<const seal::Certificates> certificates_from_environment();
 
 // A fresh secret for one job: 256 random bits, as 64 hex digits.
 std::string random_token();

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <collie/certificates.hpp>
 #include <collie/seal.hpp>
 #include <collie/store/store.hpp>
 
@@ -47,6 +48,11 @@ struct ServerOptions {
   // connections of clients on other hosts, On every one, Off none (a
   // connection its client asks to seal is then refused). Needs a token.
   seal::Mode seal = seal::Mode::Auto;
+  // Certificates (docs/security.md, "Certificates"): on a sealed
+  // connection the store proves itself with its certificate and requires
+  // the client's, which must name the address it comes from. Null: the
+  // token alone.
+  std::shared_ptr<const seal::Certificates> certificates;
   StoreLimits limits;
   // A connection that has not finished the handshake by then is closed.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};

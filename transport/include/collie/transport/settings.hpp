@@ -9,9 +9,14 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include <collie/environment.hpp>
+
+namespace collie::seal {
+class Certificates;
+}
 
 namespace collie::transport {
 
@@ -49,5 +54,10 @@ struct TransportSettings {
   std::string seal_key;
   std::string seal_ca;
 };
+
+// The certificates `settings` name (seal_cert, seal_key, seal_ca), loaded;
+// null where none is named. Throws collie::Error naming a file that is
+// wrong (collie/certificates.hpp).
+std::shared_ptr<const seal::Certificates> load_certificates(const TransportSettings& settings);
 
 }  // namespace collie::transport
