@@ -3,8 +3,6 @@
 // proof of it both ways (auth.hpp). A store at a connection limit is
 // retried like a refusal; anything else that fails it fails the connect,
 // saying why.
-#include "client_connection.hpp"
-
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -21,6 +19,7 @@
 #include <collie/seal.hpp>
 
 #include "auth.hpp"
+#include "client_connection.hpp"
 
 namespace collie::store {
 
@@ -75,8 +74,9 @@ void AsyncStoreClient::Impl::start_handshake() {
       exchange_ = std::make_unique<seal::KeyExchange>();
       hello.key = exchange_->public_key();
     } catch (const std::exception& e) {
-      return connect_failed(Failure{Failure::Kind::Connection,
-                                    fmt::format("cannot make this connection's key: {}", e.what())});
+      return connect_failed(
+          Failure{Failure::Kind::Connection,
+                  fmt::format("cannot make this connection's key: {}", e.what())});
     }
   }
   hello_out_ = wire::encode(hello);
@@ -174,25 +174,25 @@ void AsyncStoreClient::Impl::on_server_hello() {
       if (!exchange_) throw Error("this client made no key");
       shared = exchange_->shared(hello.key);
     } catch (const std::exception& e) {
-      return connect_failed(Failure{
-          Failure::Kind::Protocol,
-          fmt::format("the store at {} asked to seal the connection with no valid key ({})",
-                      address_, e.what())});
+      return connect_failed(
+          Failure{Failure::Kind::Protocol,
+                  fmt::format("the store at {} asked to seal the connection with no valid key ({})",
+                              address_, e.what())});
     }
   }
   exchange_.reset();  // forgotten: a token that leaks later opens nothing recorded
   server_proof_ok_ = false;
   proof_out_ = wire::Proof{};
   if (have_token) {
-    keys_ = auth::handshake_keys(options_.token, hello_out_, hello_in_,
-                                 shared ? &*shared : nullptr);
+    keys_ =
+        auth::handshake_keys(options_.token, hello_out_, hello_in_, shared ? &*shared : nullptr);
     server_proof_ok_ = crypto::digests_equal(hello.proof, keys_.acceptor_proof);
     proof_out_ = keys_.connector_proof;
   }
   // Both prove themselves with certificates (sealed): this client's proof
   // follows its token proof, over both hellos.
-  both_certified_ = shared.has_value() && seal::certified(client_sealing_) &&
-                    seal::certified(server_sealing_);
+  both_certified_ =
+      shared.has_value() && seal::certified(client_sealing_) && seal::certified(server_sealing_);
   std::vector<asio::const_buffer> out{asio::buffer(proof_out_)};
   if (both_certified_) {
     certificate_transcript_ = auth::certificate_transcript(hello_out_, hello_in_);
@@ -239,23 +239,20 @@ void AsyncStoreClient::Impl::on_auth_status() {
                     address_)});
   }
   if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)) {
-    return connect_failed(Failure{
-        Failure::Kind::Authentication,
-        fmt::format("the store at {} refused this client: it {} and this client {}: set "
-                    "COLLIE_SEAL alike on every host",
-                    address_, seal::describe_sealing(server_sealing_),
-                    seal::describe_sealing(client_sealing_))});
+    return connect_failed(
+        Failure{Failure::Kind::Authentication,
+                fmt::format("the store at {} refused this client: it {} and this client {}: set "
+                            "COLLIE_SEAL alike on every host",
+                            address_, seal::describe_sealing(server_sealing_),
+                            seal::describe_sealing(client_sealing_))});
   }
   if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::CertificatesDiffer)) {
-    const auto says = [](std::uint16_t field) {
-      return seal::certified(field) ? "proves itself with a certificate"
-                                    : "has none (COLLIE_SEAL_CERT is not set there)";
-    };
     return connect_failed(Failure{
         Failure::Kind::Authentication,
         fmt::format("the store at {} refused this client: the store {} and this client {}: give "
                     "every host a certificate, or none",
-                    address_, says(server_sealing_), says(client_sealing_))});
+                    address_, seal::describe_certified(server_sealing_),
+                    seal::describe_certified(client_sealing_))});
   }
   if (auth_status_ == static_cast<std::uint8_t>(wire::AuthStatus::CertificateRefused)) {
     return connect_failed(Failure{
@@ -278,8 +275,7 @@ void AsyncStoreClient::Impl::on_auth_status() {
                             "knows the token; refusing to use it",
                             address_)});
   }
-  if (auth::sealed(client_sealing_, server_sealing_) && options_.certificates &&
-      !both_certified_) {
+  if (auth::sealed(client_sealing_, server_sealing_) && options_.certificates && !both_certified_) {
     return connect_failed(Failure{
         Failure::Kind::Protocol,
         fmt::format("the store at {} did not prove itself with a certificate, and this client "
@@ -288,25 +284,24 @@ void AsyncStoreClient::Impl::on_auth_status() {
   }
   if (both_certified_) {
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(certificate_length_),
-                     [self](std::error_code ec, std::size_t) {
-                       if (ec) return self->handshake_io_failed(ec);
-                       const std::size_t n = self->certificate_length_[0] |
-                                             (self->certificate_length_[1] << 8);
-                       if (n == 0 || n > seal::kMaxProofBytes) {
-                         return self->connect_failed(Failure{
-                             Failure::Kind::Protocol,
-                             fmt::format("the store at {} sent a certificate proof of {} bytes "
-                                         "(1 to {} may)",
-                                         self->address_, n, seal::kMaxProofBytes)});
-                       }
-                       self->certificate_in_.resize(n);
-                       asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
-                                        [self](std::error_code ec2, std::size_t) {
-                                          if (ec2) return self->handshake_io_failed(ec2);
-                                          self->on_store_certificate();
-                                        });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(certificate_length_), [self](std::error_code ec, std::size_t) {
+          if (ec) return self->handshake_io_failed(ec);
+          const std::size_t n = self->certificate_length_[0] | (self->certificate_length_[1] << 8);
+          if (n == 0 || n > seal::kMaxProofBytes) {
+            return self->connect_failed(
+                Failure{Failure::Kind::Protocol,
+                        fmt::format("the store at {} sent a certificate proof of {} bytes "
+                                    "(1 to {} may)",
+                                    self->address_, n, seal::kMaxProofBytes)});
+          }
+          self->certificate_in_.resize(n);
+          asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
+                           [self](std::error_code ec2, std::size_t) {
+                             if (ec2) return self->handshake_io_failed(ec2);
+                             self->on_store_certificate();
+                           });
+        });
     return;
   }
   on_store_certificate();
@@ -321,15 +316,15 @@ void AsyncStoreClient::Impl::on_store_certificate() {
     certificate_in_ = {};
     certificate_transcript_ = {};
     if (!why.empty()) {
-      return connect_failed(Failure{
-          Failure::Kind::Protocol,
-          fmt::format("the store at {}: its certificate proof fails: {}", address_, why)});
+      return connect_failed(
+          Failure{Failure::Kind::Protocol,
+                  fmt::format("the store at {}: its certificate proof fails: {}", address_, why)});
     }
   }
   // Everything after the status is sealed (or nothing is).
   if (auth::sealed(client_sealing_, server_sealing_))
-    sealed_ = std::make_unique<SealedChannel>(keys_.connector_to_acceptor,
-                                              keys_.acceptor_to_connector);
+    sealed_ =
+        std::make_unique<SealedChannel>(keys_.connector_to_acceptor, keys_.acceptor_to_connector);
   keys_ = {};  // the channel holds what it needs; no copy outlives the handshake
   ready();
 }

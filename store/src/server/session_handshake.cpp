@@ -2,8 +2,6 @@
 // hello from a torch client's query; the hello's version and the
 // connection limits; then, where the server has a token, the proof of it
 // both ways, checked at the client address's turn (auth_throttle.hpp).
-#include "session.hpp"
-
 #include <algorithm>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include <collie/crypto.hpp>
 
 #include "../auth.hpp"
+#include "session.hpp"
 
 namespace collie::store {
 
@@ -32,10 +31,9 @@ void Session::on_first_byte() {
                  fmt::format("refused: not a collie store client (its first byte is 0x{:02x}, "
                              "not 0x{:02x} as collie's magic){}",
                              hello_in_[0], wire::kMagic >> 24,
-                             hello_in_[0] <= 13
-                                 ? "; a torch TCPStore client? " +
-                                       server_.options().torch_refusal_hint
-                                 : std::string()));
+                             hello_in_[0] <= 13 ? "; a torch TCPStore client? " +
+                                                      server_.options().torch_refusal_hint
+                                                : std::string()));
   }
   asio::async_read(socket_, asio::buffer(hello_in_.data() + 1, wire::kClientHelloBaseBytes - 1),
                    [self = shared_from_this()](std::error_code ec, std::size_t) {
@@ -122,8 +120,8 @@ void Session::on_client_hello() {
     }
   }
   if (reply.auth_required) {
-    keys_ = auth::handshake_keys(token, hello_in_, wire::encode(reply),
-                                 shared ? &*shared : nullptr);
+    keys_ =
+        auth::handshake_keys(token, hello_in_, wire::encode(reply), shared ? &*shared : nullptr);
     reply.proof = keys_.acceptor_proof;
   }
   hello_out_ = wire::encode(reply);
@@ -167,8 +165,7 @@ void Session::on_client_proof() {
     server_.count_auth_failure();
     close_after_write_ = true;
     close_reason_ = fmt::format(
-        "refused unchecked: too many failed authentications from {} in the last minutes",
-        address_);
+        "refused unchecked: too many failed authentications from {} in the last minutes", address_);
     send_raw(std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::Throttled)});
     return;
   }
@@ -196,20 +193,17 @@ void Session::check_proof() {
     close_reason_ = fmt::format(
         "refused: it {} and this store {}: set COLLIE_SEAL alike on every host",
         seal::describe_sealing(client_sealing_), seal::describe_sealing(server_sealing_));
-    send_raw(std::array<std::uint8_t, 1>{
-        static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)});
+    send_raw(
+        std::array<std::uint8_t, 1>{static_cast<std::uint8_t>(wire::AuthStatus::SealingDiffers)});
     return;
   }
   const bool sealed = auth::sealed(client_sealing_, server_sealing_);
   if (sealed && seal::certified(client_sealing_) != seal::certified(server_sealing_)) {
-    const auto says = [](std::uint16_t field) {
-      return seal::certified(field) ? "proves itself with a certificate"
-                                    : "has none (COLLIE_SEAL_CERT is not set there)";
-    };
     close_after_write_ = true;
-    close_reason_ = fmt::format("refused: it {} and this store {}: give every host a "
-                                "certificate, or none",
-                                says(client_sealing_), says(server_sealing_));
+    close_reason_ = fmt::format(
+        "refused: it {} and this store {}: give every host a "
+        "certificate, or none",
+        seal::describe_certified(client_sealing_), seal::describe_certified(server_sealing_));
     send_raw(std::array<std::uint8_t, 1>{
         static_cast<std::uint8_t>(wire::AuthStatus::CertificatesDiffer)});
     return;

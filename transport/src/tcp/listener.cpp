@@ -97,12 +97,25 @@ void Listener::accept_all() {
     tune(socket, table_.avoid_pacing.load(std::memory_order_relaxed));
     const auto mode = seal::mode_of(opt_.settings.seal);
     const bool seals = seal::seals_connection(mode, seal::same_host(socket.native_handle()));
-    Handshake h{std::move(socket), endpoint_text(remote), {}, {}, 0,
-                Clock::now() + opt_.handshake_timeout, false,
-                seal::sealing_field(seals, mode, seals && opt_.certificates != nullptr), nullptr,
-                {}, 0, false, {}, {}};
-    wire::Challenge challenge{wire::kProtocolVersion, h.sealing,
-                              static_cast<std::uint32_t>(opt_.rank), wire::random_nonce(), {}};
+    Handshake h{std::move(socket),
+                endpoint_text(remote),
+                {},
+                {},
+                0,
+                Clock::now() + opt_.handshake_timeout,
+                false,
+                seal::sealing_field(seals, mode, seals && opt_.certificates != nullptr),
+                nullptr,
+                {},
+                0,
+                false,
+                {},
+                {}};
+    wire::Challenge challenge{wire::kProtocolVersion,
+                              h.sealing,
+                              static_cast<std::uint32_t>(opt_.rank),
+                              wire::random_nonce(),
+                              {}};
     if (seals) {
       h.exchange = std::make_unique<seal::KeyExchange>();
       challenge.key = h.exchange->public_key();
@@ -223,9 +236,9 @@ void Listener::step(Handshake& h) {
       return refuse(h, fmt::format("its handshake is not valid: {}", e.what()), true);
     }
   }
-  const auto keys = wire::handshake_keys(
-      opt_.token, h.challenge, std::span(h.buffer.data(), wire::kHelloProofAt),
-      both_seal ? &shared : nullptr);
+  const auto keys =
+      wire::handshake_keys(opt_.token, h.challenge, std::span(h.buffer.data(), wire::kHelloProofAt),
+                           both_seal ? &shared : nullptr);
   h.exchange.reset();  // forgotten: the keys are all it was for
   if (!crypto::digests_equal(hello.proof, keys.connector_proof)) {
     return refuse(h,
@@ -242,13 +255,10 @@ void Listener::step(Handshake& h) {
                   true);
   }
   if (both_seal && seal::certified(h.sealing) != seal::certified(hello.sealing)) {
-    const auto says = [](std::uint16_t field) {
-      return seal::certified(field) ? "proves itself with a certificate"
-                                    : "has none (COLLIE_SEAL_CERT is not set there)";
-    };
     return refuse(h,
                   fmt::format("rank {} {} and rank {} {}: give every host a certificate, or none",
-                              hello.from, says(hello.sealing), opt_.rank, says(h.sealing)),
+                              hello.from, seal::describe_certified(hello.sealing), opt_.rank,
+                              seal::describe_certified(h.sealing)),
                   true);
   }
   if (both_seal && seal::certified(h.sealing)) {
@@ -260,9 +270,9 @@ void Listener::step(Handshake& h) {
     return;
   }
   decide(h, hello, keys.acceptor_proof,
-         both_seal ? std::make_unique<SealedState>(keys.acceptor_to_connector,
-                                                   keys.connector_to_acceptor)
-                   : nullptr,
+         both_seal
+             ? std::make_unique<SealedState>(keys.acceptor_to_connector, keys.connector_to_acceptor)
+             : nullptr,
          nullptr);
 }
 
@@ -290,8 +300,9 @@ bool Listener::read_certificate(Handshake& h) {
     if (need == 2) {
       const std::size_t length = wire::get16(h.certificate.data());
       if (length == 0 || length > seal::kMaxProofBytes) {
-        refuse(h, fmt::format("its certificate proof says it holds {} bytes (1 to {} may)", length,
-                              seal::kMaxProofBytes),
+        refuse(h,
+               fmt::format("its certificate proof says it holds {} bytes (1 to {} may)", length,
+                           seal::kMaxProofBytes),
                true);
         return true;
       }
@@ -303,8 +314,8 @@ bool Listener::read_certificate(Handshake& h) {
   // Checked against the address it connected from, over the challenge and
   // its hello (proof included).
   const auto proof = std::span<const std::uint8_t>(h.certificate).subspan(2);
-  if (auto why = opt_.certificates->check(proof, wire::certificate_transcript(h.challenge, h.buffer),
-                                          host_of(h.remote));
+  if (auto why = opt_.certificates->check(
+          proof, wire::certificate_transcript(h.challenge, h.buffer), host_of(h.remote));
       !why.empty()) {
     refuse(h, fmt::format("rank {}'s certificate proof fails: {}", h.hello.from, why), true,
            fmt::format("its certificate proof fails: {}", why));

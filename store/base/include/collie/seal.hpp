@@ -117,6 +117,11 @@ inline std::uint16_t sealing_field(bool seals, Mode mode, bool certified = false
 }
 inline bool seals(std::uint16_t field) { return (field & kSealsThis) != 0; }
 inline bool certified(std::uint16_t field) { return (field & kCertified) != 0; }
+// "proves itself with a certificate", or "has none (...)", for refusals.
+inline const char* describe_certified(std::uint16_t field) {
+  return certified(field) ? "proves itself with a certificate"
+                          : "has none (COLLIE_SEAL_CERT is not set there)";
+}
 inline Mode mode_of_field(std::uint16_t field) {
   const auto m = (field >> 4) & 3;
   return m <= 2 ? static_cast<Mode>(m) : Mode::Auto;
