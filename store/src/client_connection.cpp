@@ -23,6 +23,8 @@ namespace {
 
 // An attempt to connect gets until the connect deadline, and at least this.
 constexpr auto kMinAttemptTime = std::chrono::seconds(1);
+// After a failed send, how long the read in flight has to find why.
+constexpr auto kSendFailureGrace = std::chrono::seconds(2);
 
 bool is_blocking(wire::Op op) {
   return op == wire::Op::Get || op == wire::Op::Wait || op == wire::Op::MultiGet ||
@@ -205,6 +207,7 @@ void AsyncStoreClient::Impl::reconnect() {
   out_.clear();
   in_ = wire::FrameBuffer(limits_.max_message_bytes);
   reconnecting_ = true;
+  send_error_.clear();
   attempts_ = 0;
   last_error_.clear();
   backoff_ = std::chrono::duration<double, std::milli>(10.0);
@@ -237,6 +240,7 @@ void AsyncStoreClient::Impl::enqueue(std::vector<std::uint8_t> frame) {
 }
 
 void AsyncStoreClient::Impl::write() {
+  if (!send_error_.empty()) return;
   auto buffers = out_.start();
   if (buffers.empty()) return;
   auto written = [self = shared_from_this(), generation = generation_](std::error_code ec,
@@ -244,14 +248,28 @@ void AsyncStoreClient::Impl::write() {
     if (generation != self->generation_) return;  // a connection replaced since
     self->out_.finish();
     self->last_io_ = Clock::now();
-    if (ec) {
-      return self->fail(fmt::format("lost the connection to the store at {} while sending: {}",
-                                    self->address_, ec.message()));
-    }
+    if (ec) return self->send_failed(ec);
     self->write();
   };
   if (sealed_) return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
   asio::async_write(socket_, buffers, std::move(written));
+}
+
+void AsyncStoreClient::Impl::send_failed(std::error_code ec) {
+  send_error_ = fmt::format("lost the connection to the store at {} while sending: {}", address_,
+                            ec.message());
+  if (state_ != State::Ready) return fail(send_error_);
+  // A store that refuses what it reads (a changed record, a request over
+  // its limits) says why and closes, while this client may still be
+  // sending: its reason is in the socket's receive queue, ahead of the end
+  // of the stream, and the read in flight finds it (dispatch() then fails
+  // with it). A socket that broke without a word ends that read too; the
+  // timer only bounds the wait should neither come.
+  timer_.expires_after(kSendFailureGrace);
+  timer_.async_wait([self = shared_from_this(), generation = generation_](std::error_code e) {
+    if (e || generation != self->generation_) return;
+    self->fail(self->send_error_);
+  });
 }
 
 void AsyncStoreClient::Impl::read() {
@@ -294,6 +312,7 @@ void AsyncStoreClient::Impl::read_failed(std::error_code ec) {
                             address_, sealed_->failure()),
                 Failure::Kind::Protocol);
   }
+  if (!send_error_.empty()) return fail(send_error_);
   fail(ec == asio::error::eof
            ? fmt::format("the store at {} closed the connection", address_)
            : fmt::format("lost the connection to the store at {}: {}", address_, ec.message()));

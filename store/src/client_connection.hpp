@@ -93,6 +93,9 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   void read_sealed();
   // A read that ended the connection (eof, an error, a broken record).
   void read_failed(std::error_code ec);
+  // A send that failed: the store may have said why before it closed, so
+  // the read in flight gets a moment to find that first.
+  void send_failed(std::error_code ec);
   // Handles every complete reply received; false if the connection broke
   // (or a handler closed it).
   bool dispatch();
@@ -110,6 +113,7 @@ class AsyncStoreClient::Impl : public std::enable_shared_from_this<Impl> {
   FrameQueue out_;
   State state_ = State::Idle;
   std::string broken_reason_;
+  std::string send_error_;  // set once a send failed on this connection
 
   std::string host_;
   std::uint16_t port_ = 0;

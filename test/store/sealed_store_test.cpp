@@ -120,6 +120,30 @@ TEST_CASE("sealed store: a changed byte stream fails the client by name, never a
   }
 }
 
+
+TEST_CASE("sealed store: a client still sending when the store closes names the store's reason",
+          "[store][seal]") {
+  // A changed record early in a value of several MiB: the store closes
+  // while the client still writes the rest, and the client gets the
+  // store's reason and a reset together (the relay holds the rest of the
+  // client's bytes unread), so its send fails as its read finds the
+  // reason. The store said why, and that is what the client reports.
+  StoreFixture f(sealing_store());
+  Relay relay(f.server.port(), Change::FlipThenHold, kPastHandshake);
+  collie::store::StoreClient client("127.0.0.1", relay.port(), client_options());
+  const auto value = value_of(24 << 20, 3);
+  std::string error;
+  try {
+    client.set("big", value);
+  } catch (const collie::ProtocolError& e) {
+    error = e.what();
+  } catch (const collie::Error& e) {
+    error = std::string("not a ProtocolError: ") + e.what();
+  }
+  CHECK_THAT(error, ContainsSubstring("127.0.0.1") &&
+                        ContainsSubstring("sealed stream broke on its way to the store"));
+  CHECK_FALSE(f.client(client_options())->check({"big"}));
+}
 TEST_CASE("sealed store: settings that cannot agree are refused, both named", "[store][seal]") {
   SECTION("a store that seals, a client that is off") {
     StoreFixture f(sealing_store(collie::seal::Mode::On));

@@ -24,8 +24,13 @@ namespace collie::test {
 
 // What a relay does to the bytes from the connector to the acceptor.
 // Stall: the first half of the chunk goes on, then nothing more of the
-// connector's (its connection stays open).
-enum class Change { None, Flip, Drop, Duplicate, Reorder, Stall };
+// connector's (its connection stays open). FlipThenHold: a flip, then from
+// the acceptor's first bytes after it the relay reads nothing more of the
+// connector's (a connector with more to send waits on a full socket) and
+// keeps the acceptor's until it ends its side, then passes them on and
+// closes at once: the connector gets the acceptor's last words and a
+// reset together.
+enum class Change { None, Flip, Drop, Duplicate, Reorder, Stall, FlipThenHold };
 
 // A man in the middle: accepts one connection on a port of its
 // own, connects to `target`, and copies bytes both ways, recording them and
@@ -102,6 +107,7 @@ class Relay {
           captured_.insert(captured_.end(), bytes.begin(), bytes.end());
         }
         if (i == 0 && stalled) continue;
+        if (i == 1 && changed && change_ == Change::FlipThenHold) return hold(in, out, bytes);
         if (i == 0) {
           const std::size_t start = forward;
           forward += bytes.size();
@@ -109,7 +115,7 @@ class Relay {
               bytes.size() >= 200) {
             const std::size_t at = 0;
             changed = true;
-            if (change_ == Change::Flip) {
+            if (change_ == Change::Flip || change_ == Change::FlipThenHold) {
               bytes[at + 10] ^= 0x40;
             } else if (change_ == Change::Drop) {
               bytes.erase(bytes.begin() + static_cast<long>(at),
@@ -137,6 +143,29 @@ class Relay {
         }
       }
       if (over) break;
+    }
+    ::close(in);
+    ::close(out);
+  }
+
+  // FlipThenHold, from the acceptor's first bytes after the flip (`last`):
+  // the acceptor's bytes kept until its side ends, then sent to the
+  // connector just before both are closed (with the connector's unread
+  // bytes still queued, its side is reset).
+  void hold(int in, int out, std::vector<std::uint8_t> last) {
+    while (!stop_) {
+      pollfd p{out, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      std::uint8_t buffer[65536];
+      const ssize_t n = ::read(out, buffer, sizeof buffer);
+      if (n <= 0) break;
+      last.insert(last.end(), buffer, buffer + n);
+    }
+    std::size_t sent = 0;
+    while (sent < last.size()) {
+      const ssize_t w = ::send(in, last.data() + sent, last.size() - sent, MSG_NOSIGNAL);
+      if (w <= 0) break;
+      sent += static_cast<std::size_t>(w);
     }
     ::close(in);
     ::close(out);
