@@ -2,7 +2,6 @@
 // (client_options.hpp).
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -35,27 +34,8 @@ std::shared_ptr<const seal::Certificates> certificates_from_environment() {
   const auto get = [](const environment::Variable& v) {
     return environment::get(v).value_or("");
   };
-  const auto cert = get(environment::kSealCert);
-  auto key = get(environment::kSealKey);
-  const auto ca = get(environment::kSealCa);
-  if (cert.empty() && key.empty() && ca.empty()) return nullptr;
-  if (cert.empty() || ca.empty())
-    throw Error(fmt::format("{} and {} go together ({} too, unless the key is in the "
-                            "certificate's file): set them all, or none",
-                            environment::kSealCert.name, environment::kSealCa.name,
-                            environment::kSealKey.name));
-  if (key.empty()) key = cert;
-  // Loaded once for the same files: a launcher makes many clients.
-  static std::mutex mu;
-  static std::string loaded_from;
-  static std::shared_ptr<const seal::Certificates> loaded;
-  const auto files = cert + '\n' + key + '\n' + ca;
-  std::lock_guard lock(mu);
-  if (!loaded || loaded_from != files) {
-    loaded = seal::Certificates::load(cert, key, ca);
-    loaded_from = files;
-  }
-  return loaded;
+  return seal::Certificates::from_settings(get(environment::kSealCert),
+                                           get(environment::kSealKey), get(environment::kSealCa));
 }
 
 std::string random_token() {

@@ -72,7 +72,7 @@ std::vector<collie::check::CollectiveCase> board_cases(int world) {
 }  // namespace
 
 TEST_CASE("the board: every dtype and op, worlds 2 to 8, checked against the reference",
-          "[collective][board]") {
+          "[collective][board][volume]") {
   COLLIE_SKIP_WITHOUT_SHM(std::string("shm"));
   for (int world = 2; world <= 8; ++world) {
     INFO("world " << world);

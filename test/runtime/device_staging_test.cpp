@@ -91,7 +91,7 @@ TEST_CASE("every collective and algorithm on device buffers (CUDA stand-in), wor
   CHECK(device->waits_on_caller_streams() > 100);
 }
 
-TEST_CASE("every dtype and op on device buffers (CUDA stand-in), 3 ranks", "[device]") {
+TEST_CASE("every dtype and op on device buffers (CUDA stand-in), 3 ranks", "[device][volume]") {
   FakeDeviceScope device;
   auto cases = collie::check::matrix(3, true);
   // The dtype x op part of the matrix (count 1009 spans segments).

@@ -97,7 +97,7 @@ TEST_CASE("master-worker: a stopped worker is named, and goes on when continued"
 }
 
 TEST_CASE("master-worker: a copy chain between workers moves no payload through the master",
-          "[master_worker][launch]") {
+          "[master_worker][launch][volume]") {
   // Over TCP every byte the master's process receives or sends passes its
   // sockets: 64 MiB through three hops would be 192 MiB there.
   const auto r = launch(4, {kProgram, "chain", "64"}, true, {"COLLIE_TRANSPORT=tcp"});

@@ -59,7 +59,7 @@ mw::Kernels holding(std::atomic<bool>& go) {
 }  // namespace
 
 TEST_CASE("master-worker: every dtype goes through alloc, write and read intact, at every size",
-          "[master_worker]") {
+          "[master_worker][volume]") {
   const int world = GENERATE(2, 5);
   mw::Kernels none;
   run_job(world, none, [&](mw::Master& m) {
@@ -86,7 +86,7 @@ TEST_CASE("master-worker: every dtype goes through alloc, write and read intact,
 }
 
 TEST_CASE("master-worker: 64 MiB buffers on every worker at once go there and back intact",
-          "[master_worker]") {
+          "[master_worker][volume]") {
   // 4 workers (2 under the sanitizers, where 256 MiB of instrumented copies
   // outlast the test's minute on a busy machine).
   const int world = COLLIE_TEST_SANITIZED ? 3 : 5;

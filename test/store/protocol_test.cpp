@@ -190,7 +190,7 @@ TEST_CASE("limits give an error reply, not a closed connection", "[protocol]") {
   CHECK(parse(barrier_name_too_long).kind == ParsedRequest::Kind::LimitExceeded);
 }
 
-TEST_CASE("random bytes never crash the parser", "[protocol]") {
+TEST_CASE("random bytes never crash the parser", "[protocol][pure]") {
   std::mt19937 random(12345);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> length(0, 64);

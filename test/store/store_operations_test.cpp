@@ -40,7 +40,7 @@ TEST_CASE("empty keys, empty values and binary bytes are kept exactly", "[store]
   CHECK(c->num_keys() == 3);
 }
 
-TEST_CASE("values at the limit pass, one byte over fails, and the client stays usable", "[store]") {
+TEST_CASE("values at the limit pass, one byte over fails, and the client stays usable", "[store][volume]") {
   StoreFixture f;
   auto c = f.client();
   const auto limits = c->limits();

@@ -250,7 +250,7 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
 
 TEST_CASE("three hosts, ranks numbered round robin and hosts of different sizes: every "
           "collective and algorithm, checked",
-          "[multihost][hosts]") {
+          "[multihost][hosts][volume]") {
   // Real hosts as the transports see them (a network namespace each):
   // shared memory within a host, TCP over the bridge between, the group's
   // host map from the identities the ranks publish, rings by host and

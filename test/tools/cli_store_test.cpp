@@ -218,7 +218,7 @@ TEST_CASE("collie --help and --version describe the tool", "[cli][device]") {
   CHECK(r.exit_code != 0);
 }
 
-TEST_CASE("collie bench store runs a short measurement and prints JSON", "[cli][bench]") {
+TEST_CASE("collie bench store runs a short measurement and prints JSON", "[cli][bench][volume]") {
   auto r = run({kCollie, "bench", "store", "--seconds", "0.1", "--clients", "2", "--rendezvous",
                 "8,32", "--json"},
                {}, {}, 120s);

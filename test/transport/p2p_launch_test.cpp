@@ -215,7 +215,7 @@ TEST_CASE("p2p peer killed mid-transfer: the survivor fails within a second, nam
   CHECK(end->exit_code == 0);
 }
 
-TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch", "[p2p][bench]") {
+TEST_CASE("collie bench p2p measures collie and raw TCP, alone or under launch", "[p2p][bench][volume]") {
   const std::vector<std::string> options = {"--latency-iters",
                                             "200",
                                             "--latency-warmup",

@@ -45,7 +45,7 @@
 using namespace collie::test;
 using collie::test::expect;
 
-TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh]") {
+TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh][volume]") {
   const std::string backend = BACKENDS;
   COLLIE_SKIP_WITHOUT_SHM(backend);
   // Shared memory: with each way of storing into a ring (ring_copy.hpp).

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <collie/certificates.hpp>
 #include <collie/environment.hpp>
 #include <collie/error.hpp>
 #include <collie/job_config.hpp>
@@ -219,10 +220,9 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
   t.seal_cert = text_of(env::kSealCert, lookup);
   t.seal_key = text_of(env::kSealKey, lookup);
   t.seal_ca = text_of(env::kSealCa, lookup);
-  if (t.seal_cert.empty() != t.seal_ca.empty() || (t.seal_cert.empty() && !t.seal_key.empty()))
-    throw Error(fmt::format("{}: {} and {} go together ({} too, unless the key is in the "
-                            "certificate's file): set them all, or none",
-                            kWho, env::kSealCert.name, env::kSealCa.name, env::kSealKey.name));
+  if (auto problem = seal::Certificates::settings_problem(t.seal_cert, t.seal_key, t.seal_ca);
+      !problem.empty())
+    throw Error(fmt::format("{}: {}", kWho, problem));
   if (t.seal_key.empty()) t.seal_key = t.seal_cert;
 }
 

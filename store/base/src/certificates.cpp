@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <collie/environment.hpp>
 #include <collie/error.hpp>
 
 namespace collie::seal {
@@ -84,6 +86,33 @@ struct Certificates::Impl {
 
 Certificates::Certificates(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Certificates::~Certificates() = default;
+
+std::string Certificates::settings_problem(const std::string& cert, const std::string& key,
+                                           const std::string& ca) {
+  if (cert.empty() == ca.empty() && !(cert.empty() && !key.empty())) return std::string();
+  return fmt::format("{} and {} go together ({} too, unless the key is in the certificate's "
+                     "file): set them all, or none",
+                     environment::kSealCert.name, environment::kSealCa.name,
+                     environment::kSealKey.name);
+}
+
+std::shared_ptr<const Certificates> Certificates::from_settings(const std::string& cert,
+                                                                const std::string& key,
+                                                                const std::string& ca) {
+  if (cert.empty() && key.empty() && ca.empty()) return nullptr;
+  if (auto problem = settings_problem(cert, key, ca); !problem.empty()) throw Error(problem);
+  const auto& key_file = key.empty() ? cert : key;
+  static std::mutex mu;
+  static std::string loaded_from;
+  static std::shared_ptr<const Certificates> loaded;
+  const auto files = cert + '\n' + key_file + '\n' + ca;
+  std::lock_guard lock(mu);
+  if (!loaded || loaded_from != files) {
+    loaded = load(cert, key_file, ca);
+    loaded_from = files;
+  }
+  return loaded;
+}
 
 std::shared_ptr<const Certificates> Certificates::load(const std::string& cert_file,
                                                        const std::string& key_file,

@@ -166,9 +166,7 @@ struct TcpTransport::Impl {
 };
 
 std::shared_ptr<const seal::Certificates> load_certificates(const TransportSettings& t) {
-  if (t.seal_cert.empty()) return nullptr;
-  return seal::Certificates::load(t.seal_cert, t.seal_key.empty() ? t.seal_cert : t.seal_key,
-                                  t.seal_ca);
+  return seal::Certificates::from_settings(t.seal_cert, t.seal_key, t.seal_ca);
 }
 
 TcpTransport::TcpTransport(std::shared_ptr<store::Store> store, TransportOptions options) {

@@ -45,6 +45,19 @@ class Certificates {
   static std::shared_ptr<const Certificates> load(const std::string& cert_file,
                                                   const std::string& key_file,
                                                   const std::string& ca_file);
+  // The three settings (COLLIE_SEAL_CERT, COLLIE_SEAL_KEY, COLLIE_SEAL_CA)
+  // as given, empty where unset: none set is none (nullptr); otherwise
+  // load(), the key from the certificate's file unless given, and loaded
+  // once per set of files in a process (a launcher makes many clients, a
+  // job many groups). Throws collie::Error with settings_problem()'s words
+  // if they do not go together.
+  static std::shared_ptr<const Certificates> from_settings(const std::string& cert,
+                                                           const std::string& key,
+                                                           const std::string& ca);
+  // What is wrong with the three settings together (the certificate and
+  // the authorities go together; a key needs a certificate), or empty.
+  static std::string settings_problem(const std::string& cert, const std::string& key,
+                                      const std::string& ca);
   ~Certificates();
   Certificates(const Certificates&) = delete;
   Certificates& operator=(const Certificates&) = delete;
