@@ -202,10 +202,7 @@ void AsyncStoreClient::Impl::on_server_hello() {
     } catch (const std::exception& e) {
       return connect_failed(Failure{Failure::Kind::Connection, e.what()});
     }
-    certificate_out_.assign(2, 0);
-    certificate_out_[0] = static_cast<std::uint8_t>(mine.size());
-    certificate_out_[1] = static_cast<std::uint8_t>(mine.size() >> 8);
-    certificate_out_.insert(certificate_out_.end(), mine.begin(), mine.end());
+    certificate_out_ = seal::framed_proof(mine);
     certificate_transcript_.insert(certificate_transcript_.end(), mine.begin(), mine.end());
     out.push_back(asio::buffer(certificate_out_));
   }
@@ -287,15 +284,13 @@ void AsyncStoreClient::Impl::on_auth_status() {
     asio::async_read(
         socket_, asio::buffer(certificate_length_), [self](std::error_code ec, std::size_t) {
           if (ec) return self->handshake_io_failed(ec);
-          const std::size_t n = self->certificate_length_[0] | (self->certificate_length_[1] << 8);
-          if (n == 0 || n > seal::kMaxProofBytes) {
+          const auto length = seal::proof_length(self->certificate_length_);
+          if (!length.problem.empty()) {
             return self->connect_failed(
                 Failure{Failure::Kind::Protocol,
-                        fmt::format("the store at {} sent a certificate proof of {} bytes "
-                                    "(1 to {} may)",
-                                    self->address_, n, seal::kMaxProofBytes)});
+                        fmt::format("the store at {}: {}", self->address_, length.problem)});
           }
-          self->certificate_in_.resize(n);
+          self->certificate_in_.resize(length.bytes);
           asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
                            [self](std::error_code ec2, std::size_t) {
                              if (ec2) return self->handshake_io_failed(ec2);

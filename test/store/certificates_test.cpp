@@ -3,10 +3,15 @@
 // certificate holds, through an intermediate authority too, with P-256 and
 // Ed25519 keys; refused, saying why, for another name, another authority,
 // an expired certificate, another handshake's transcript, a changed or
-// cut proof; loading refuses a key that is not the certificate's and a
-// certificate its own authorities do not accept.
+// cut proof; a proof's length prefix out of bounds is named; loading
+// refuses a key that is not the certificate's and a certificate its own
+// authorities do not accept.
+#include <array>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "support/catch.hpp"
 
@@ -128,4 +133,33 @@ TEST_CASE("certificates: loading names the file and what is wrong with it", "[se
                         ContainsSubstring(other.ca_file));
   CHECK_THROWS_WITH(Certificates::load(a.cert, a.key, a.key),
                     ContainsSubstring("cannot load the certificate authorities"));
+}
+
+TEST_CASE("certificates: a proof travels after its length, and a length out of bounds is named",
+          "[seal][certificates][pure]") {
+  using collie::seal::kMaxProofBytes;
+  using collie::seal::kProofLengthBytes;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{256}, kMaxProofBytes}) {
+    INFO("proof of " << n << " bytes");
+    std::vector<std::uint8_t> proof(n);
+    for (std::size_t i = 0; i < n; ++i) proof[i] = static_cast<std::uint8_t>(i * 13 + 5);
+    const auto framed = collie::seal::framed_proof(proof);
+    REQUIRE(framed.size() == kProofLengthBytes + n);
+    // Little-endian, by hand.
+    CHECK(framed[0] == (n & 0xff));
+    CHECK(framed[1] == (n >> 8));
+    CHECK(std::vector<std::uint8_t>(framed.begin() + kProofLengthBytes, framed.end()) == proof);
+    const auto length = collie::seal::proof_length(
+        std::span<const std::uint8_t, kProofLengthBytes>(framed.data(), kProofLengthBytes));
+    CHECK(length.problem.empty());
+    CHECK(length.bytes == n);
+  }
+  for (const std::size_t n : {std::size_t{0}, kMaxProofBytes + 1, std::size_t{0xffff}}) {
+    INFO("a prefix saying " << n);
+    const std::array<std::uint8_t, kProofLengthBytes> prefix{static_cast<std::uint8_t>(n & 0xff),
+                                                             static_cast<std::uint8_t>(n >> 8)};
+    const auto length = collie::seal::proof_length(prefix);
+    CHECK(length.problem == fmt::format("its certificate proof says it holds {} bytes (1 to {} may)",
+                                        n, kMaxProofBytes));
+  }
 }

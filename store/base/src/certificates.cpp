@@ -2,6 +2,7 @@
 // (certificates.hpp).
 #include <collie/certificates.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -201,6 +202,23 @@ std::vector<std::uint8_t> Certificates::prove(std::span<const std::uint8_t> tran
     throw Error(fmt::format("a certificate proof of {} bytes is more than the {} a peer accepts",
                             out.size(), kMaxProofBytes));
   return out;
+}
+
+std::vector<std::uint8_t> framed_proof(std::span<const std::uint8_t> proof) {
+  std::vector<std::uint8_t> out(kProofLengthBytes + proof.size());
+  out[0] = static_cast<std::uint8_t>(proof.size());
+  out[1] = static_cast<std::uint8_t>(proof.size() >> 8);
+  std::copy(proof.begin(), proof.end(), out.begin() + kProofLengthBytes);
+  return out;
+}
+
+ProofLength proof_length(std::span<const std::uint8_t, kProofLengthBytes> prefix) {
+  ProofLength length;
+  length.bytes = static_cast<std::size_t>(prefix[0] | (prefix[1] << 8));
+  if (length.bytes == 0 || length.bytes > kMaxProofBytes)
+    length.problem = fmt::format("its certificate proof says it holds {} bytes (1 to {} may)",
+                                 length.bytes, kMaxProofBytes);
+  return length;
 }
 
 std::string Certificates::check(std::span<const std::uint8_t> proof,

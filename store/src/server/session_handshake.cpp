@@ -142,14 +142,10 @@ void Session::read_client_certificate() {
       socket_, asio::buffer(certificate_length_),
       [self = shared_from_this()](std::error_code ec, std::size_t) {
         if (ec) return self->lost(ec);
-        const std::size_t n = self->certificate_length_[0] | (self->certificate_length_[1] << 8);
-        if (n == 0 || n > seal::kMaxProofBytes) {
-          return self->close(spdlog::level::warn,
-                             fmt::format("refused: its certificate proof says it holds {} bytes "
-                                         "(1 to {} may)",
-                                         n, seal::kMaxProofBytes));
-        }
-        self->certificate_in_.resize(n);
+        const auto length = seal::proof_length(self->certificate_length_);
+        if (!length.problem.empty())
+          return self->close(spdlog::level::warn, "refused: " + length.problem);
+        self->certificate_in_.resize(length.bytes);
         asio::async_read(self->socket_, asio::buffer(self->certificate_in_),
                          [self](std::error_code ec2, std::size_t) {
                            if (ec2) return self->lost(ec2);
@@ -223,10 +219,9 @@ void Session::check_proof() {
     }
     transcript.insert(transcript.end(), certificate_in_.begin(), certificate_in_.end());
     const auto mine = server_.options().certificates->prove(transcript);
-    std::vector<std::uint8_t> out{static_cast<std::uint8_t>(wire::AuthStatus::Ok),
-                                  static_cast<std::uint8_t>(mine.size()),
-                                  static_cast<std::uint8_t>(mine.size() >> 8)};
-    out.insert(out.end(), mine.begin(), mine.end());
+    std::vector<std::uint8_t> out{static_cast<std::uint8_t>(wire::AuthStatus::Ok)};
+    const auto framed = seal::framed_proof(mine);
+    out.insert(out.end(), framed.begin(), framed.end());
     certificate_in_ = {};
     deliver(std::move(out));
   } else {

@@ -154,9 +154,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   std::vector<std::uint8_t> transcript;
   if (both_certified) {
     const auto mine = opt.certificates->prove(wire::certificate_transcript(challenge_bytes, out));
-    std::vector<std::uint8_t> block(2 + mine.size());
-    wire::put16(block.data(), static_cast<std::uint16_t>(mine.size()));
-    std::memcpy(block.data() + 2, mine.data(), mine.size());
+    auto block = seal::framed_proof(mine);
     if (auto e = transfer(false, block.data(), block.size(),
                           "the handshake could not be sent in time");
         !e.empty())
@@ -201,16 +199,13 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
         return fail_with("it did not prove itself with a certificate, and this rank requires "
                          "one (COLLIE_SEAL_CERT is set here)",
                          ErrorKind::Protocol);
-      std::array<std::uint8_t, 2> length{};
-      if (auto e = transfer(true, length.data(), length.size(), "no handshake reply in time");
+      std::array<std::uint8_t, seal::kProofLengthBytes> prefix{};
+      if (auto e = transfer(true, prefix.data(), prefix.size(), "no handshake reply in time");
           !e.empty())
         return fail_with(e);
-      const std::size_t n = wire::get16(length.data());
-      if (n == 0 || n > seal::kMaxProofBytes)
-        return fail_with(fmt::format("its certificate proof says it holds {} bytes (1 to {} may)",
-                                     n, seal::kMaxProofBytes),
-                         ErrorKind::Protocol);
-      std::vector<std::uint8_t> theirs(n);
+      const auto length = seal::proof_length(prefix);
+      if (!length.problem.empty()) return fail_with(length.problem, ErrorKind::Protocol);
+      std::vector<std::uint8_t> theirs(length.bytes);
       if (auto e = transfer(true, theirs.data(), theirs.size(), "no handshake reply in time");
           !e.empty())
         return fail_with(e);

@@ -279,7 +279,8 @@ void Listener::step(Handshake& h) {
 bool Listener::read_certificate(Handshake& h) {
   for (;;) {
     // Its length first, then the proof.
-    const std::size_t need = h.certificate_got < 2 ? 2 : h.certificate.size();
+    const std::size_t need =
+        h.certificate_got < seal::kProofLengthBytes ? seal::kProofLengthBytes : h.certificate.size();
     if (h.certificate.size() < need) h.certificate.resize(need);
     std::error_code ec;
     const std::size_t n = h.socket.read_some(
@@ -297,23 +298,21 @@ bool Listener::read_certificate(Handshake& h) {
     }
     h.certificate_got += n;
     if (h.certificate_got < need) return false;
-    if (need == 2) {
-      const std::size_t length = wire::get16(h.certificate.data());
-      if (length == 0 || length > seal::kMaxProofBytes) {
-        refuse(h,
-               fmt::format("its certificate proof says it holds {} bytes (1 to {} may)", length,
-                           seal::kMaxProofBytes),
-               true);
+    if (need == seal::kProofLengthBytes) {
+      const auto length = seal::proof_length(
+          std::span<const std::uint8_t, seal::kProofLengthBytes>(h.certificate.data(), need));
+      if (!length.problem.empty()) {
+        refuse(h, length.problem, true);
         return true;
       }
-      h.certificate.resize(2 + length);
+      h.certificate.resize(seal::kProofLengthBytes + length.bytes);
       continue;
     }
     break;
   }
   // Checked against the address it connected from, over the challenge and
   // its hello (proof included).
-  const auto proof = std::span<const std::uint8_t>(h.certificate).subspan(2);
+  const auto proof = std::span<const std::uint8_t>(h.certificate).subspan(seal::kProofLengthBytes);
   if (auto why = opt_.certificates->check(
           proof, wire::certificate_transcript(h.challenge, h.buffer), host_of(h.remote));
       !why.empty()) {

@@ -15,7 +15,8 @@
 // A proof on the wire:
 //   certificates u8 (1 to kMaxChain), then each: length u16, DER;
 //   signature length u16, signature
-// at most kMaxProofBytes in all. Thread-safe once loaded.
+// at most kMaxProofBytes in all, sent after its own length (u16,
+// framed_proof(), proof_length()). Thread-safe once loaded.
 //
 // The mesh's handshake (transport/src/tcp: connector.cpp, listener.cpp)
 // and the store's (store/src: client_handshake.cpp,
@@ -33,6 +34,19 @@ namespace collie::seal {
 
 inline constexpr std::size_t kMaxProofBytes = 16 * 1024;
 inline constexpr std::size_t kMaxChain = 4;
+inline constexpr std::size_t kProofLengthBytes = 2;
+
+// A proof as a handshake sends it: its length (u16, little-endian), then it.
+std::vector<std::uint8_t> framed_proof(std::span<const std::uint8_t> proof);
+
+// What a proof's length prefix says: `bytes`, or (1 to kMaxProofBytes
+// being allowed) `problem` in words, "its certificate proof says it holds
+// 0 bytes (1 to 16384 may)", for the caller to say whose proof it was.
+struct ProofLength {
+  std::size_t bytes = 0;
+  std::string problem;
+};
+ProofLength proof_length(std::span<const std::uint8_t, kProofLengthBytes> prefix);
 
 class Certificates {
  public:
