@@ -2,11 +2,13 @@
 // several nodes. The ranks are small /bin/sh programs.
 #include <algorithm>
 #include <cstdio>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <signal.h>
 #include <sstream>
+#include <sys/file.h>
 #include <thread>
 #include <unistd.h>
 
@@ -238,6 +240,50 @@ TEST_CASE("ranks die with their launcher, even one killed by SIGKILL", "[launch]
   CHECK(collie::test::eventually([&] { return !any_alive(); }, 10s));
   for (const pid_t p : ranks)
     if (alive(p)) ::kill(p, SIGKILL);  // not left behind if the check failed
+}
+
+TEST_CASE("a launcher killed by SIGKILL leaves its folder, and the next one of its user removes it",
+          "[launch]") {
+  const collie::test::ScratchDir tmp;
+  const std::vector<std::string> env = {"TMPDIR=" + tmp.path().string()};
+  namespace fs = std::filesystem;
+  auto launch_dirs = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+      if (e.path().filename().string().rfind("collie-launch-", 0) == 0)
+        names.insert(e.path().filename().string());
+    return names;
+  };
+  // A live launcher's folder (its lock held, here by this test), and one
+  // without a lock file (an older launcher's): both left alone.
+  fs::create_directories(tmp.path() / "collie-launch-live");
+  const int held = ::open((tmp.path() / "collie-launch-live" / ".lock").c_str(),
+                          O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  fs::create_directories(tmp.path() / "collie-launch-unlocked");
+
+  std::string killed;
+  {
+    Subprocess launcher({kCollie, "launch", "-n", "1", "--", "sleep", "60"}, env);
+    REQUIRE(collie::test::eventually([&] {
+      for (const auto& name : launch_dirs())
+        if (name != "collie-launch-live" && name != "collie-launch-unlocked" &&
+            fs::exists(tmp.path() / name / ".lock"))
+          killed = name;
+      return !killed.empty();
+    }, 30s));
+    launcher.signal(SIGKILL);
+    REQUIRE(launcher.wait(10s));
+  }
+  CHECK(fs::exists(tmp.path() / killed));  // nothing could remove it
+
+  const auto r = collie::test::collie_cli("launch", {"-n", "1", "--", "/bin/true"}, env);
+  CHECK(r.exit_code == 0);
+  // The killed launcher's folder is gone, the others stay, and the new
+  // launcher removed its own.
+  CHECK(launch_dirs() == std::set<std::string>{"collie-launch-live", "collie-launch-unlocked"});
+  ::close(held);
 }
 
 TEST_CASE("launch --tee also writes each rank's output to a log file", "[launch]") {

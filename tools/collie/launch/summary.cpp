@@ -7,6 +7,11 @@
 #include <optional>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "child_process.hpp"
@@ -14,17 +19,55 @@
 
 namespace collie::cli {
 
+namespace {
+
+constexpr const char* kLaunchDirPrefix = "collie-launch-";
+constexpr const char* kLaunchDirLock = ".lock";  // appears only once locked (ErrorFiles())
+
+// Removes the directories of this user's launchers that are gone: those
+// whose lock file this process can lock.
+void remove_orphaned_launch_dirs(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind(kLaunchDirPrefix, 0) != 0) continue;
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+      continue;
+    const int fd = ::open((entry.path() / kLaunchDirLock).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;  // no lock file: not made by this version; left alone
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code removed;
+      std::filesystem::remove_all(entry.path(), removed);
+    }
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
 ErrorFiles::ErrorFiles() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp")) +
-      "/collie-launch-XXXXXX";
-  if (mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
+  const std::string base = tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp");
+  remove_orphaned_launch_dirs(base);
+  std::string pattern = base + "/" + kLaunchDirPrefix + "XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) return;
+  dir_ = pattern;
+  // Locked under another name, then renamed: another launcher's sweep
+  // never finds the lock file unlocked while this one lives.
+  const auto fresh = dir_ + "/.lock-new";
+  lock_ = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (lock_ >= 0 && (::flock(lock_, LOCK_EX) != 0 ||
+                     ::rename(fresh.c_str(), (dir_ + "/" + kLaunchDirLock).c_str()) != 0)) {
+    ::close(lock_);
+    lock_ = -1;
+  }
 }
 
 ErrorFiles::~ErrorFiles() {
   std::error_code ec;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  if (lock_ >= 0) ::close(lock_);
 }
 
 std::string ErrorFiles::path(int attempt, int rank) const {

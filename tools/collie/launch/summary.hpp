@@ -9,8 +9,12 @@
 
 namespace collie::cli {
 
-// Where the ranks' error files go: a directory of the launcher's own,
-// removed when it ends.
+// Where the ranks' error files go: a directory of the launcher's own
+// ($TMPDIR/collie-launch-XXXXXX), removed when it ends. A launcher killed
+// by SIGKILL cannot remove it: each holds a lock on a file in its
+// directory (flock: the kernel lets go when the process is gone, however
+// it ends), and the next launcher of the same user removes the
+// directories whose lock it can take.
 class ErrorFiles {
  public:
   ErrorFiles();
@@ -24,6 +28,7 @@ class ErrorFiles {
 
  private:
   std::string dir_;
+  int lock_ = -1;  // the lock file, held while this launcher lives
 };
 
 // What the first rank here that recorded its exception raised, with the
