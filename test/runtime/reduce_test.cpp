@@ -1,6 +1,7 @@
 // The reduce kernels against element-by-element references written here:
 // every dtype and op, lengths that leave vector tails, wrap-around, NaN,
 // float16/bfloat16 rounding, and the averages' two halves.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -302,6 +303,22 @@ TEST_CASE("stream reducer: pieces of any length and alignment, elements cut betw
             REQUIRE(g == a + b);
           }
         }
+      }
+      // Whole elements at any offset, in any order: a TCP message striped
+      // over lanes hands its chunks over as they come (tcp/lanes.hpp).
+      for (int trial = 0; trial < 6; ++trial) {
+        const bool apart = trial % 2 == 1;
+        auto got = acc;
+        if (apart) std::fill(got.begin(), got.end(), std::byte{0x5a});
+        collie::StreamReducer r{type, ReduceOp::Sum, es, got.data(), apart ? acc.data() : nullptr};
+        const std::size_t chunk = es * (1 + rng() % 40);
+        std::vector<std::size_t> offsets;
+        for (std::size_t at = 0; at < in.size(); at += chunk)
+          offsets.push_back(at);
+        std::shuffle(offsets.begin(), offsets.end(), rng);
+        for (const std::size_t at : offsets)
+          r(at, {in.data() + at, std::min(chunk, in.size() - at)});
+        REQUIRE(got == want);
       }
     }
   }

@@ -217,6 +217,7 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
       env::bytes(env::kShmSingleCopy, text_of(env::kShmSingleCopy, lookup), kWho);
   t.shm_stores = env::choice(env::kShmStores, text_of(env::kShmStores, lookup), kWho);
   t.seal = env::choice(env::kSeal, text_of(env::kSeal, lookup), kWho);
+  t.streams = static_cast<int>(env::integer(env::kStreams, text_of(env::kStreams, lookup), kWho));
   t.seal_cert = text_of(env::kSealCert, lookup);
   t.seal_key = text_of(env::kSealKey, lookup);
   t.seal_ca = text_of(env::kSealCa, lookup);

@@ -49,7 +49,7 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 }  // namespace
 
 Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string& where,
-                        Clock::time_point deadline, bool avoid_pacing) {
+                        Clock::time_point deadline, bool avoid_pacing, int lane) {
   Attempt a;
   const auto split = split_host_port(where);
   if (!split) {
@@ -75,7 +75,9 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   set_close_on_exec(socket.native_handle());
   auto fail_with = [&](std::string text, ErrorKind kind = ErrorKind::Connection) {
     a.kind = kind;
-    a.error = fmt::format("cannot connect to rank {} at {}: {}", peer, where, text);
+    a.error = lane == 0 ? fmt::format("cannot connect to rank {} at {}: {}", peer, where, text)
+                        : fmt::format("cannot open lane {} to rank {} at {}: {}", lane, peer,
+                                      where, text);
     return std::move(a);
   };
   // Reads or writes `bytes` whole; "" or what went wrong.
@@ -122,6 +124,7 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   hello.from = static_cast<std::uint32_t>(opt.rank);
   hello.to = static_cast<std::uint32_t>(peer);
   hello.world_size = static_cast<std::uint32_t>(opt.world_size);
+  hello.lane = static_cast<std::uint16_t>(lane);
   // Both sides seal: an X25519 exchange keys the connection. Otherwise the
   // acceptor refuses it, naming both settings, or it stays clear.
   const bool both_seal = seals && seal::seals(challenge.sealing);
@@ -218,6 +221,23 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   }
   a.connection = release(socket);  // the data path's, outside Asio (sockets.hpp)
   return a;
+}
+
+std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
+                                   const std::string& where, Clock::time_point deadline,
+                                   bool avoid_pacing, int count, std::string& problem) {
+  std::vector<Attempt> opened;
+  for (int k = 1; k <= count; ++k) {
+    auto a = connect_to_peer(options, peer, where, deadline, avoid_pacing, k);
+    if (a.error.empty() && a.verdict != wire::Verdict::Accepted)
+      a.error = fmt::format("rank {} did not accept lane {}", peer, k);
+    if (!a.error.empty()) {
+      problem = std::move(a.error);
+      return {};
+    }
+    opened.push_back(std::move(a));
+  }
+  return opened;
 }
 
 }  // namespace collie::transport::tcp

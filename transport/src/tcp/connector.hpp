@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <collie/transport/transport.hpp>
 
@@ -32,8 +33,16 @@ struct Attempt {
 };
 
 // Connects to rank `peer`, which listens at `where` ("host:port");
-// `avoid_pacing`: as tune()'s (sockets.hpp).
+// `avoid_pacing`: as tune()'s (sockets.hpp); `lane`: 0 for the pair's
+// connection, k > 0 for this rank's sending lane k (lanes.hpp).
 Attempt connect_to_peer(const TransportOptions& options, int peer, const std::string& where,
-                        std::chrono::steady_clock::time_point deadline, bool avoid_pacing);
+                        std::chrono::steady_clock::time_point deadline, bool avoid_pacing,
+                        int lane = 0);
+// Opens this rank's sending lanes 1..count to `peer` (lanes.hpp), one after
+// another: all of them, or none and `problem` says why.
+std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
+                                   const std::string& where,
+                                   std::chrono::steady_clock::time_point deadline,
+                                   bool avoid_pacing, int count, std::string& problem);
 
 }  // namespace collie::transport::tcp

@@ -220,6 +220,11 @@ void Listener::step(Handshake& h) {
                               hello.group_id, hello.world_size, opt_.group, opt_.group_id, world),
                   true, "it belongs to another job or group");
   }
+  if (hello.lane > wire::kMaxLanes) {
+    return refuse(h, fmt::format("it asks for lane {} (1 to {} may be opened)", hello.lane,
+                                 wire::kMaxLanes),
+                  true);
+  }
   if (hello.to != static_cast<std::uint32_t>(opt_.rank) || hello.from >= world ||
       hello.from == static_cast<std::uint32_t>(opt_.rank)) {
     return refuse(h,
@@ -335,6 +340,28 @@ void Listener::decide(Handshake& h, const wire::Hello& hello, const wire::Proof&
                       const std::vector<std::uint8_t>* certificate) {
   std::lock_guard lock(table_.mu);
   auto& p = table_.peer(static_cast<int>(hello.from));
+  if (hello.lane > 0) {  // one of its sending lanes: beside the pair's connection
+    const bool open = std::any_of(p.in_lanes.begin(), p.in_lanes.end(),
+                                  [&](const auto& l) { return l->number == hello.lane; });
+    if (p.state == PeerState::Failed) {
+      send_verdict(h.socket, wire::Verdict::Refused,
+                   fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from,
+                               p.failure));
+    } else if (open || p.in_lanes.size() >= wire::kMaxLanes) {
+      send_verdict(h.socket, wire::Verdict::Refused,
+                   fmt::format("its lane {} is open already", hello.lane));
+    } else {
+      send_verdict(h.socket, wire::Verdict::Accepted, "", &proof, certificate);
+      p.add_in_lane(hello.lane, release(h.socket), std::move(seal));
+      table_.wake_pollers();
+      collie::log().debug("rank {}: accepted rank {}'s lane {} from {}", opt_.rank, hello.from,
+                          hello.lane, h.remote);
+    }
+    std::error_code ignored;
+    if (h.socket.is_open()) h.socket.close(ignored);
+    h.over = true;
+    return;
+  }
   const bool theirs_wins =
       p.state == PeerState::Unconnected ||
       (p.state == PeerState::Connecting && static_cast<int>(hello.from) < opt_.rank);

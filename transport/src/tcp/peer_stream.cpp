@@ -1,5 +1,5 @@
-// One peer's framed stream: the send queue, the receive state machine,
-// matching by tag (peer_stream.hpp).
+// One peer's framed stream: its failure, the receive state machine,
+// matching by tag (peer_stream.hpp; its send queue: peer_send.cpp).
 #include "peer_stream.hpp"
 
 #include <algorithm>
@@ -21,7 +21,6 @@ namespace {
 
 constexpr std::size_t kStagingBytes = 64 * 1024;
 constexpr std::size_t kDirectReadMin = 4096;  // smaller payloads go through the staging buffer
-constexpr std::size_t kPostFlushBytes = 64 * 1024;  // written by post_send() at once
 
 }  // namespace
 
@@ -32,10 +31,6 @@ void PeerStream::open(Descriptor c, std::unique_ptr<SealedState> seal) {
   // Sealed, it takes a whole record's plaintext behind a header's first
   // bytes and a consuming receive's phase (open_records()).
   staging.assign(sealed ? seal::kMaxRecordBytes + wire::kHeaderBytes + kPhase : kStagingBytes, 0);
-}
-
-bool PeerStream::wants_to_write() const {
-  return !sends.empty() || (sealed && sealed->out_begin < sealed->out_end);
 }
 
 std::string PeerStream::closed_reason() const {
@@ -89,6 +84,7 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
   collie::log().log(affects_work ? spdlog::level::warn : spdlog::level::debug, "rank {}: {}",
                     table.opt.rank, reason);
   state = PeerState::Failed;
+  undispensed_ = 0;
   if (rx == Rx::Paused) --table.paused_peers;
   rx = Rx::Header;
   failure = reason;
@@ -101,111 +97,19 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
     table.fail_for_peer(*current_recv, kind, reason);
     current_recv.reset();
   }
+  if (striped_handover) {
+    table.fail_for_peer(*striped_handover, kind, reason);
+    striped_handover.reset();
+  }
   if (current_unexpected && !current_unexpected->complete) {
     unexpected.erase(current.tag, current_unexpected);
     table.pool.release(*current_unexpected);
     current_unexpected.reset();
   }
+  fail_lanes();
   posted.drain([&](const TcpRequestPtr& r) { table.fail_for_peer(*r, kind, reason); });
   table.state_cv.notify_all();
   table.wake_pollers();
-}
-
-// ---- sending ----
-
-void PeerStream::post_send(TcpRequestPtr r) {
-  sends.push_back(std::move(r));
-  // Only the first kPostFlushBytes now, in the caller's thread: the rest is
-  // written by the poller, between reads. A collective posts its receives
-  // and sends together, and bytes its peers send it are read sooner (large
-  // all_reduce on a crowded host: a fifth faster; docs/transport.md).
-  if (sends.size() == 1) flush(kPostFlushBytes);
-}
-
-void PeerStream::send_to_self(TcpRequest& r) {
-  if (auto recv = posted.take_first(r.tag)) {
-    if (recv->bytes != r.bytes) {
-      table.fail_size_mismatch(*recv, r.bytes, r.fingerprint);
-    } else {
-      recv->fingerprint = r.fingerprint;
-      if (r.bytes == 0 || deliver(*recv, 0, {r.data, r.bytes})) {
-        recv->moved = r.bytes;
-        table.complete(*recv);
-      }
-    }
-  } else {
-    // Buffered: a send to oneself completes at once, whatever the queue holds.
-    auto u = table.pool.hold(r.bytes, r.fingerprint);
-    if (r.bytes > 0) std::memcpy(u->data.get(), r.data, r.bytes);
-    u->got = r.bytes;
-    u->complete = true;
-    unexpected.push(r.tag, std::move(u));
-  }
-  r.moved = r.bytes;
-  table.complete(r);
-}
-
-std::size_t PeerStream::gather(Pieces& pieces, std::size_t room, std::size_t& count) {
-  count = 0;
-  std::size_t asked = 0;
-  for (auto& r : sends) {
-    if (count + 2 > kMaxPieces || room == 0) break;
-    if (!r->header_built) {
-      wire::encode(wire::Header{r->tag, send_sequence++, r->bytes, r->fingerprint},
-                   r->header.data());
-      r->header_built = true;
-    }
-    if (r->header_sent < wire::kHeaderBytes) {
-      pieces[count++] = {r->header.data() + r->header_sent, wire::kHeaderBytes - r->header_sent};
-      asked += wire::kHeaderBytes - r->header_sent;
-    }
-    if (r->moved < r->bytes) {
-      const std::size_t take = std::min(r->bytes - r->moved, room);
-      pieces[count++] = {r->data + r->moved, take};
-      asked += take;
-      room -= take;
-      if (take < r->bytes - r->moved) break;
-    }
-  }
-  return asked;
-}
-
-void PeerStream::advance(std::size_t written) {
-  std::size_t left = written;
-  while (!sends.empty()) {
-    auto& r = *sends.front();
-    const std::size_t h = std::min(left, wire::kHeaderBytes - r.header_sent);
-    r.header_sent += h;
-    left -= h;
-    const std::size_t d = std::min(left, r.bytes - r.moved);
-    r.moved += d;
-    left -= d;
-    if (r.header_sent < wire::kHeaderBytes || r.moved < r.bytes) break;
-    auto done = std::move(sends.front());
-    sends.pop_front();
-    table.complete(*done);
-  }
-}
-
-void PeerStream::flush(std::size_t budget) {
-  if (sealed) return flush_sealed(budget);
-  while (!sends.empty() && state == PeerState::Ready && budget > 0) {
-    Pieces pieces;
-    std::size_t n = 0;
-    const std::size_t asked = gather(pieces, budget, n);
-    msghdr message{};
-    message.msg_iov = pieces.data();
-    message.msg_iovlen = n;
-    const ssize_t w = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w < 0) {
-      if (retry_after(errno)) continue;
-      return;
-    }
-    const auto written = static_cast<std::size_t>(w);
-    budget -= std::min(budget, written);
-    advance(written);
-    if (written < asked) return;  // the kernel's buffer is full
-  }
 }
 
 // ---- receiving ----
@@ -214,6 +118,18 @@ void PeerStream::post_recv(TcpRequestPtr r) {
   if (auto u = unexpected.take_first(r->tag)) {
     table.pool.release(*u);
     const bool in_flight = !u->complete;
+    if (in_flight && current_striped && u == current_unexpected) {
+      // Its chunks come in any order: the receive gets it whole, once it is.
+      if (u->length != r->bytes) {
+        table.fail_size_mismatch(*r, u->length, u->fingerprint);
+        current_unexpected.reset();  // the rest is read and dropped
+      } else {
+        r->fingerprint = u->fingerprint;
+        striped_handover = std::move(r);
+      }
+      table.resume_paused();
+      return;
+    }
     if (u->length != r->bytes) {
       table.fail_size_mismatch(*r, u->length, u->fingerprint);
       if (in_flight) current_unexpected.reset();  // the rest is read and dropped
@@ -250,6 +166,10 @@ bool PeerStream::withdraw(const TcpRequestPtr& r) {
   if (r->is_send) {
     if (r->header_built) return false;
     sends.erase_value(r);
+    return true;
+  }
+  if (striped_handover == r) {
+    striped_handover.reset();  // the message it waits for is dropped once whole
     return true;
   }
   if (current_recv == r) {
@@ -293,9 +213,22 @@ void PeerStream::finish_message() {
   }
   if (current_unexpected) {
     current_unexpected->complete = true;
+    if (striped_handover) {  // a receive matched half-way (post_recv)
+      auto r = std::move(striped_handover);
+      auto& u = *current_unexpected;
+      if (deliver(*r, 0, {u.data.get(), u.length})) {
+        r->moved = u.length;
+        table.complete(*r);
+      }
+      table.pool.recycle(std::move(u.data), u.length);
+    }
     current_unexpected.reset();
   }
   rx = Rx::Header;
+  if (current_striped) {
+    current_striped = false;
+    resume_connection_ = true;  // it reads on (pump())
+  }
 }
 
 void PeerStream::account(std::size_t n) {
@@ -331,8 +264,12 @@ void PeerStream::begin_message() {
     unexpected.push(h.tag, u);
     current_unexpected = std::move(u);
   }
-  rx = Rx::Payload;
-  if (h.length == 0) finish_message();
+  rx = current_striped ? Rx::Striped : Rx::Payload;
+  if (h.length == 0) {
+    finish_message();
+  } else if (current_striped) {
+    kick_lanes_ = true;  // lanes waiting for it read on (pump())
+  }
 }
 
 bool PeerStream::resume() {
@@ -343,12 +280,14 @@ bool PeerStream::resume() {
 bool PeerStream::parse_staged() {
   for (;;) {
     if (state != PeerState::Ready) return false;
-    if (rx == Rx::Paused) return false;
+    if (rx == Rx::Paused || rx == Rx::Striped) return false;
     const std::size_t avail = staged_end - staged_begin;
     if (rx == Rx::Header) {
       if (avail < wire::kHeaderBytes) return true;
       current = wire::decode_header(staging.data() + staged_begin);
       staged_begin += wire::kHeaderBytes;
+      current_striped = (current.length & wire::kStriped) != 0;
+      current.length &= ~wire::kStriped;
       if (current.sequence != recv_sequence) {
         fail(ErrorKind::Protocol,
              fmt::format("{} broke the protocol: message number {} arrived, {} was next",
@@ -373,6 +312,25 @@ bool PeerStream::parse_staged() {
 }
 
 void PeerStream::receive() {
+  receive_connection();
+  pump();
+}
+
+void PeerStream::pump() {
+  if (pumping_) return;  // the outer call runs what this one would
+  pumping_ = true;
+  while (state == PeerState::Ready && (kick_lanes_ || resume_connection_)) {
+    if (std::exchange(kick_lanes_, false)) {
+      for (auto& lane : in_lanes)
+        if (lane->waiting && rx == Rx::Striped) receive_lane(*lane);
+    }
+    if (std::exchange(resume_connection_, false)) receive_connection();
+  }
+  kick_lanes_ = resume_connection_ = false;
+  pumping_ = false;
+}
+
+void PeerStream::receive_connection() {
   if (sealed) return receive_sealed();
   for (;;) {
     if (!parse_staged()) return;

@@ -31,6 +31,7 @@
 
 #include <sys/uio.h>
 
+#include "lanes.hpp"
 #include "request.hpp"
 #include "sealed_stream.hpp"
 #include "sockets.hpp"
@@ -43,7 +44,11 @@ namespace collie::transport::tcp {
 class Connections;
 
 enum class PeerState { Unconnected, Connecting, Ready, Failed };
-enum class Rx { Header, Payload, Paused };
+// Striped: the message begun comes over the lanes (lanes.hpp); the
+// connection reads nothing more until it is whole.
+enum class Rx { Header, Payload, Paused, Striped };
+// Whether this rank's sending lanes to a peer are open.
+enum class LanesState { None, Opening, Open, Unavailable };
 
 struct PeerStream {
   // A consuming receive's byte o lands at o modulo this in the staging
@@ -59,6 +64,17 @@ struct PeerStream {
   void open(Descriptor c, std::unique_ptr<SealedState> seal = nullptr);
   // Something waits to be written: a queued send, or sealed bytes.
   bool wants_to_write() const;
+  // Lanes (lanes.cpp). Adds a sending lane (this rank's, `number`) or a
+  // receiving one (the peer's).
+  void add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
+  void add_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
+  // Whether a sending lane has a chunk to write, or may take one.
+  bool lane_wants_to_write(const Lane& lane) const;
+  // Writes the lane's chunk, or takes the next and writes it (poll() said
+  // it may: at most one new chunk a call).
+  void flush_lane(Lane& lane);
+  // Reads what a receiving lane has, while its chunks' message is begun.
+  void receive_lane(Lane& lane);
 
   // Queues a send and, if the queue was empty, writes at once.
   void post_send(TcpRequestPtr r);
@@ -127,6 +143,18 @@ struct PeerStream {
   // The connection's records, when it is sealed; null in the clear.
   std::unique_ptr<SealedState> sealed;
 
+  // Lanes (lanes.hpp): this rank's sending lanes to the peer, and the
+  // peer's to this rank. Each a unique_ptr: a poller holds a lane's index.
+  LanesState lanes = LanesState::None;
+  std::vector<std::unique_ptr<Lane>> out_lanes;
+  std::vector<std::unique_ptr<Lane>> in_lanes;
+  // The message begun came striped (Rx::Striped while it is read).
+  bool current_striped = false;
+  // A receive matched with a striped message half-way into the unexpected
+  // queue: its bytes are handed over once the message is whole (they came
+  // in any order).
+  TcpRequestPtr striped_handover;
+
  private:
   static constexpr std::size_t kMaxPieces = 64;  // per write: what one sendmsg takes (IOV_MAX is more)
   using Pieces = std::array<iovec, kMaxPieces>;
@@ -140,6 +168,40 @@ struct PeerStream {
   // The sealed stream's flush() and receive() (sealed_stream.cpp).
   void flush_sealed(std::size_t budget);
   void receive_sealed();
+  // The connection's own reading (receive() runs it, then what it wakes).
+  void receive_connection();
+  // Runs what a step of reading left to do: lanes waiting for the message
+  // just begun, and the connection once a striped message is whole. Not
+  // re-entered.
+  void pump();
+  bool kick_lanes_ = false;
+  bool resume_connection_ = false;
+  bool pumping_ = false;
+  // Lanes: a sending lane takes the next chunk (false: none to take); a
+  // striped send may be whole; a receiving lane's frame and chunk.
+  bool take_chunk(Lane& lane);
+  void finish_striped_send(TcpRequest& r);
+  // Takes a whole send out of the queue (wherever it is: a striped one
+  // may finish after those behind it) and completes it.
+  void complete_send(TcpRequest& r);
+  // Striped sends with chunks no lane has taken yet.
+  std::size_t undispensed_ = 0;
+  void receive_lane_clear(Lane& lane);
+  void receive_lane_sealed(Lane& lane);
+  void flush_lane_sealed(Lane& lane);
+  // A lane's frame was read whole: it is current. frame_ready(): its
+  // message is being read (and the frame fits it); false when the lane must
+  // wait, or the pair failed.
+  void new_frame(Lane& lane);
+  bool frame_ready(Lane& lane);
+  // Opens a sealed lane's whole records: false if it waits or failed.
+  bool open_lane_records(Lane& lane);
+  // `n` more bytes of the lane's chunk are in (at `target` + got or its
+  // staging): hands a finished chunk over and counts it.
+  void chunk_bytes(Lane& lane, std::size_t n);
+  std::byte* chunk_target(Lane& lane);
+  void fail_lanes();
+  std::string lane_name(const Lane& lane, bool sending) const;
   // Opens the whole records read and parses their plaintext. False if the
   // stream paused or failed.
   bool open_records();

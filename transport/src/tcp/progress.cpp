@@ -31,22 +31,60 @@ constexpr auto kActiveSpinMax = std::chrono::milliseconds(100);
 constexpr std::size_t kDirectPeers = 1;
 }  // namespace
 
-void Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
+// A lane's `who` in a poll set: past the ranks, by lane (sending lanes
+// first, then receiving ones, kMaxLanes of each).
+namespace {
+int lane_who(int rank, int world, std::size_t slot) {
+  return rank + world * (1 + static_cast<int>(slot));
+}
+}  // namespace
+
+bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
+  const int world = table_.opt.world_size;
+  bool lanes = false;
   for (int rank : table_.connected) {
     auto& p = table_.peer(rank);
     if (p.state != PeerState::Ready) continue;
     short events = 0;
-    if (p.rx != Rx::Paused) events |= POLLIN;
+    if (p.rx != Rx::Paused && p.rx != Rx::Striped) events |= POLLIN;
     if (p.wants_to_write()) events |= POLLOUT;
-    if (events == 0) continue;
-    fds.push_back({p.fd(), events, 0});
-    who.push_back(p.rank);
+    if (events != 0) {
+      fds.push_back({p.fd(), events, 0});
+      who.push_back(p.rank);
+    }
+    for (std::size_t i = 0; i < p.out_lanes.size(); ++i) {
+      if (!p.lane_wants_to_write(*p.out_lanes[i])) continue;
+      fds.push_back({p.out_lanes[i]->fd(), POLLOUT, 0});
+      who.push_back(lane_who(rank, world, i));
+      lanes = true;
+    }
+    for (std::size_t i = 0; i < p.in_lanes.size(); ++i) {
+      if (p.in_lanes[i]->waiting) continue;
+      fds.push_back({p.in_lanes[i]->fd(), POLLIN, 0});
+      who.push_back(lane_who(rank, world, wire::kMaxLanes + i));
+      lanes = true;
+    }
   }
+  return lanes;
 }
 
 void Progress::service(const std::vector<pollfd>& fds, const std::vector<int>& who) {
   for (std::size_t i = 0; i < fds.size(); ++i) {
     if (who[i] < 0 || fds[i].revents == 0) continue;
+    const int world = table_.opt.world_size;
+    if (who[i] >= world) {  // a lane
+      auto& p = table_.peer(who[i] % world);
+      if (p.state != PeerState::Ready) continue;
+      const auto slot = static_cast<std::size_t>(who[i] / world - 1);
+      if (slot < wire::kMaxLanes) {
+        if (slot < p.out_lanes.size() && p.out_lanes[slot]->fd() == fds[i].fd)
+          p.flush_lane(*p.out_lanes[slot]);
+      } else if (const auto in = slot - wire::kMaxLanes;
+                 in < p.in_lanes.size() && p.in_lanes[in]->fd() == fds[i].fd) {
+        p.receive_lane(*p.in_lanes[in]);
+      }
+      continue;
+    }
     auto& p = table_.peer(who[i]);
     if (p.state != PeerState::Ready || p.fd() != fds[i].fd) continue;
     if (fds[i].revents & POLLOUT) p.flush();
@@ -61,12 +99,13 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
   who.push_back(kWake);
   {
     std::lock_guard lock(table_.mu);
-    add_peers(fds, who);
+    const bool lanes = add_peers(fds, who);
     // Spinning over one peer: serve it as if poll() had found it ready. A
     // read that finds nothing costs one system call, as poll() does, and
     // one that finds the bytes needs no second. (The wake-up fd is left
     // for the next poll() that sleeps.)
-    if (timeout_ms == 0 && fds.size() <= 1 + kDirectPeers) {
+    // (Never with lanes: a lane takes a chunk only when poll() says it drained.)
+    if (timeout_ms == 0 && !lanes && fds.size() <= 1 + kDirectPeers) {
       for (std::size_t i = 1; i < fds.size(); ++i)
         fds[i].revents = fds[i].events;
       service(fds, who);

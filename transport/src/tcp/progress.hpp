@@ -47,7 +47,8 @@ class Progress {
 
  private:
   // Adds the Ready peers' sockets to a poll set (mu held).
-  void add_peers(std::vector<pollfd>& fds, std::vector<int>& who);
+  // True if it added a lane.
+  bool add_peers(std::vector<pollfd>& fds, std::vector<int>& who);
   // Moves data for the peers whose sockets are ready (mu held).
   void service(const std::vector<pollfd>& fds, const std::vector<int>& who);
   // One poll of the peers by the waiting thread (drive_mu held).

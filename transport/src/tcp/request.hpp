@@ -30,6 +30,10 @@ struct TcpRequest final : RequestState {
   bool header_built = false;
   std::size_t header_sent = 0;
   std::array<std::uint8_t, wire::kHeaderBytes> header{};
+  // Striped over the pair's lanes (lanes.hpp): its payload's bytes up to
+  // `dispensed` are a lane's; `moved` counts those written whole.
+  bool striped = false;
+  std::size_t dispensed = 0;
 };
 using TcpRequestPtr = std::shared_ptr<TcpRequest>;
 

@@ -39,6 +39,7 @@ void PeerStream::flush_sealed(std::size_t budget) {
     // gather() limits payload bytes; headers may take a batch past its
     // records, so it is cut where the records end.
     total = std::min(total, SealedState::kBatchRecords * seal::kMaxRecordBytes);
+    if (total == 0) return;  // a striped message's lanes carry the rest
     std::array<std::span<const std::byte>, kMaxPieces> spans;
     for (std::size_t i = 0; i < count; ++i)
       spans[i] = {static_cast<const std::byte*>(pieces[i].iov_base), pieces[i].iov_len};

@@ -121,6 +121,42 @@ struct TcpTransport::Impl {
     }
   }
 
+  // Opens this rank's sending lanes to a Ready peer (lanes.hpp), once: the
+  // caller's thread, without the lock, as ensure_connected(). A lane that
+  // cannot be opened leaves the pair on its connection alone, with a
+  // warning.
+  void open_lanes(int peer) {
+    std::unique_lock lock(table.mu);
+    auto& p = table.peer(peer);
+    if (p.lanes != LanesState::None || p.state != PeerState::Ready) return;
+    p.lanes = LanesState::Opening;
+    lock.unlock();
+    const auto deadline = Clock::now() + options.timeout;
+    Attempt a;
+    const auto where = find_address(peer, deadline, a);
+    std::string problem = a.error;
+    auto opened = problem.empty()
+                      ? connect_lanes(options, peer, where, deadline,
+                                      table.avoid_pacing.load(std::memory_order_relaxed),
+                                      std::min<int>(options.settings.streams, wire::kMaxLanes),
+                                      problem)
+                      : std::vector<Attempt>{};
+    lock.lock();
+    if (p.state != PeerState::Ready) return;  // failed meanwhile: the lanes close
+    if (!problem.empty()) {
+      p.lanes = LanesState::Unavailable;
+      collie::log().warn("rank {}: {}; its messages to {} go on one connection", options.rank,
+                         problem, table.describe_peer(peer));
+      return;
+    }
+    for (std::size_t k = 0; k < opened.size(); ++k)
+      p.add_out_lane(static_cast<int>(k) + 1, std::move(opened[k].connection),
+                     std::move(opened[k].seal));
+    p.lanes = LanesState::Open;
+    collie::log().debug("rank {}: {} lanes open to {}", options.rank, opened.size(),
+                        table.describe_peer(peer));
+  }
+
   RequestPtr post_recv(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume) {
     check_peer(options.rank, options.world_size, peer,
                consume ? "irecv_consume from" : "recv from");
@@ -203,7 +239,13 @@ TcpTransport::~TcpTransport() {
     p.posted.drain(
         [&](const TcpRequestPtr& r) { m.table.fail_for_peer(*r, ErrorKind::Connection, reason); });
     if (p.current_recv) m.table.fail_for_peer(*p.current_recv, ErrorKind::Connection, reason);
+    if (p.striped_handover)
+      m.table.fail_for_peer(*p.striped_handover, ErrorKind::Connection, reason);
     if (p.connection.valid()) ::shutdown(p.fd(), SHUT_WR);
+    for (auto& lane : p.out_lanes) {
+      lane->request = nullptr;
+      if (lane->connection.valid()) ::shutdown(lane->fd(), SHUT_WR);
+    }
   }
   // A lingering close: closing a socket with unread data in it sends a reset,
   // and a reset makes the peer's kernel drop what it had not yet read of
@@ -211,8 +253,12 @@ TcpTransport::~TcpTransport() {
   // each peer closes its side too (it does as soon as it sees ours), for at
   // most a quarter of a second, then close.
   std::vector<pollfd> open;
-  for (auto& p : m.table.peers)
+  for (auto& p : m.table.peers) {
     if (p.connection.valid()) open.push_back({p.fd(), POLLIN, 0});
+    for (auto* lanes : {&p.out_lanes, &p.in_lanes})
+      for (auto& lane : *lanes)
+        if (lane->connection.valid()) open.push_back({lane->fd(), POLLIN, 0});
+  }
   const auto linger_until = Clock::now() + 250ms;
   while (!open.empty() && Clock::now() < linger_until) {
     if (::poll(open.data(), open.size(), std::max(poll_ms_until(linger_until), 1)) < 0 &&
@@ -226,8 +272,11 @@ TcpTransport::~TcpTransport() {
     });
   }
   m.listener.close_all();
-  for (auto& p : m.table.peers)
+  for (auto& p : m.table.peers) {
     p.connection = Descriptor();
+    p.out_lanes.clear();
+    p.in_lanes.clear();
+  }
 }
 
 int TcpTransport::rank() const {
@@ -271,6 +320,15 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   // empty (otherwise it is in the poll set already). No system call per
   // send while a collective posts many; none either while the caller's
   // own waits keep moving the data (nudge_background).
+  if (bytes >= kStripeFrom && m.options.settings.streams > 1 && p.lanes == LanesState::None) {
+    lock.unlock();  // once per peer, at its first large message
+    m.open_lanes(peer);
+    lock.lock();
+    if (p.state != PeerState::Ready) {
+      m.table.fail_for_peer(*r, p.failure_kind, p.failure);
+      return r;
+    }
+  }
   const bool first = p.sends.empty();
   p.post_send(r);
   if (first && r->pending()) m.table.wake_pollers(/*urgent=*/false);
@@ -423,6 +481,18 @@ int TcpTransport::open_connections() const {
   return static_cast<int>(std::count_if(
       impl_->table.peers.begin(), impl_->table.peers.end(),
       [](const PeerStream& p) { return p.connection.valid() && p.state == PeerState::Ready; }));
+}
+
+std::vector<TcpTransport::LaneUse> TcpTransport::lanes(int peer) const {
+  std::vector<LaneUse> out;
+  if (peer < 0 || peer >= impl_->options.world_size) return out;
+  std::lock_guard lock(impl_->table.mu);
+  const auto& p = impl_->table.peer(peer);
+  for (const auto& lane : p.out_lanes)
+    out.push_back({lane->number, true, lane->chunks, lane->bytes});
+  for (const auto& lane : p.in_lanes)
+    out.push_back({lane->number, false, lane->chunks, lane->bytes});
+  return out;
 }
 
 }  // namespace collie::transport

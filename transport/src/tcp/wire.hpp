@@ -17,7 +17,9 @@
 
 namespace collie::transport::tcp::wire {
 
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: a hello names its lane (lanes.hpp), and a message may be striped
+// over the lanes (kStriped).
+inline constexpr std::uint16_t kProtocolVersion = 3;
 
 inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
 inline constexpr std::size_t kNonceBytes = 32;
@@ -27,8 +29,13 @@ inline constexpr std::size_t kProofBytes = crypto::kDigestBytes;
 // X25519 public key (zeros when the acceptor does not seal)
 inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + kNonceBytes + kPublicKeyBytes;
 // hello: magic, version u16, sealing u16, group id u64, from u32, to u32,
-// world size u32, X25519 public key (zeros when unsealed), proof
-inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4 + kPublicKeyBytes + kProofBytes;
+// world size u32, lane u16 (0: the pair's connection; k > 0: the
+// connector's sending lane k, lanes.hpp), reserved u16 (0), X25519 public
+// key (zeros when unsealed), proof
+inline constexpr std::size_t kHelloBytes =
+    4 + 2 + 2 + 8 + 4 + 4 + 4 + 2 + 2 + kPublicKeyBytes + kProofBytes;
+// The most sending lanes a rank opens to one peer.
+inline constexpr std::uint16_t kMaxLanes = 16;
 // verdict: code u8, flags u8 (kVerdictProof: the acceptor's proof follows),
 // reason length u16, [proof], then the reason (UTF-8), [certificate proof]
 inline constexpr std::size_t kVerdictBytes = 4;
@@ -39,8 +46,14 @@ inline constexpr std::uint8_t kVerdictProof = 1;
 // hello, when both hellos' sealing fields say so (seal::kCertified).
 inline constexpr std::uint8_t kVerdictCertificate = 2;
 inline constexpr std::size_t kMaxReasonBytes = 1024;
-// message header: tag u64, sequence u64, length u64, fingerprint u64
+// message header: tag u64, sequence u64, length u64, fingerprint u64;
+// the length's top bit (kStriped) says the payload does not follow on this
+// connection but comes in chunks over the sender's lanes (lanes.hpp)
 inline constexpr std::size_t kHeaderBytes = 32;
+inline constexpr std::uint64_t kStriped = std::uint64_t{1} << 63;
+// a lane's chunk frame: message sequence u64, offset u64, length u32,
+// reserved u32 (0); the chunk's bytes follow
+inline constexpr std::size_t kFrameBytes = 24;
 
 // The challenge's and hello's sealing field: seal::sealing_field.
 
@@ -127,6 +140,7 @@ struct Hello {
   std::uint32_t from = 0;
   std::uint32_t to = 0;
   std::uint32_t world_size = 0;
+  std::uint16_t lane = 0;
   seal::PublicKey key{};
   Proof proof{};
 };
@@ -142,7 +156,9 @@ inline void encode(const Hello& h, std::uint8_t* out) {
   put32(out + 16, h.from);
   put32(out + 20, h.to);
   put32(out + 24, h.world_size);
-  std::memcpy(out + 28, h.key.data(), kPublicKeyBytes);
+  put16(out + 28, h.lane);
+  put16(out + 30, 0);
+  std::memcpy(out + 32, h.key.data(), kPublicKeyBytes);
   std::memcpy(out + kHelloProofAt, h.proof.data(), kProofBytes);
 }
 inline Hello decode_hello(const std::uint8_t* in) {
@@ -153,9 +169,26 @@ inline Hello decode_hello(const std::uint8_t* in) {
   h.from = get32(in + 16);
   h.to = get32(in + 20);
   h.world_size = get32(in + 24);
-  std::memcpy(h.key.data(), in + 28, kPublicKeyBytes);
+  h.lane = get16(in + 28);
+  std::memcpy(h.key.data(), in + 32, kPublicKeyBytes);
   std::memcpy(h.proof.data(), in + kHelloProofAt, kProofBytes);
   return h;
+}
+
+struct Frame {
+  std::uint64_t sequence = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+
+inline void encode(const Frame& f, std::uint8_t* out) {
+  put64(out, f.sequence);
+  put64(out + 8, f.offset);
+  put32(out + 16, f.length);
+  put32(out + 20, 0);
+}
+inline Frame decode_frame(const std::uint8_t* in) {
+  return Frame{get64(in), get64(in + 8), get32(in + 16)};
 }
 
 inline bool has_magic(const std::uint8_t* in) {

@@ -172,6 +172,14 @@ inline constexpr Variable kShmStores{
     "ones where they measure several times faster, as when the two ranks' cores share no cache; "
     "large plain receives use non-temporal stores), `cached` (ordinary stores only) or "
     "`streaming` (non-temporal stores for every piece of 8 KiB or more)"};
+inline constexpr Variable kStreams{
+    "COLLIE_STREAMS", Kind::Integer, "connections", "1", "",
+    1, 16, false,
+    "TCP: the connections (lanes) that carry a rank's messages of 128 KiB or more to a peer, "
+    "opened at the first one: each message is cut in chunks of 64 KiB that the lanes take as "
+    "their flows drain (a slower flow takes fewer), beside the pair's own connection, which "
+    "keeps every header and every smaller message (`1`: that connection alone, no lanes); for "
+    "links whose one flow cannot fill them; [transport.md](transport.md)"};
 inline constexpr Variable kHostCpus{
     "COLLIE_HOST_CPUS", Kind::Integer, "processors", "", "",
     1, -1, false,
@@ -216,7 +224,7 @@ inline constexpr const Variable* kVariables[] = {
     &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
     &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kSealCert,      &kSealKey,
-    &kSealCa,        &kShmSingleCopy, &kShmStores,
+    &kSealCa,        &kShmSingleCopy, &kShmStores,     &kStreams,
     &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
     &kRestartCount,  &kJoin};
 

@@ -1,9 +1,11 @@
 // What a user chooses about the transport: which backend carries messages
-// between ranks of one host, how long a wait spins, and how shared memory
-// copies. One struct, under one set of names, from the environment
+// between ranks of one host, how long a wait spins, how shared memory
+// copies, what is sealed and how many connections carry a pair's large
+// messages. One struct, under one set of names, from the environment
 // (COLLIE_TRANSPORT, COLLIE_SPIN_US, COLLIE_SHM_SINGLE_COPY,
-// COLLIE_SHM_STORES, COLLIE_SEAL; the runtime's JobConfig::transport) to the backends
-// (TransportOptions::settings, transport.hpp). The defaults are the
+// COLLIE_SHM_STORES, COLLIE_SEAL, COLLIE_STREAMS; the runtime's
+// JobConfig::transport) to the backends (TransportOptions::settings,
+// transport.hpp). The defaults are the
 // variables' table's (collie/environment.hpp).
 #pragma once
 
@@ -53,6 +55,9 @@ struct TransportSettings {
   std::string seal_cert;
   std::string seal_key;
   std::string seal_ca;
+  // TCP: the lanes (extra connections) a rank opens to a peer for its large
+  // messages (tcp/lanes.hpp); 1: none, the pair's connection alone.
+  int streams = static_cast<int>(environment::default_number(environment::kStreams));
 };
 
 // The certificates `settings` name (seal_cert, seal_key, seal_ca), loaded;

@@ -102,6 +102,15 @@ class TcpTransport final : public Transport {
   // The peers this rank holds a connection to now: the mesh connects on
   // first use, so a ring holds two whatever the world's size.
   int open_connections() const;
+  // The lanes of the pair with `peer` (tcp/lanes.hpp): this rank's sending
+  // ones, then the peer's, each with the chunks and bytes it has carried.
+  struct LaneUse {
+    int number = 0;
+    bool sending = false;
+    std::uint64_t chunks = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<LaneUse> lanes(int peer) const;
 
  private:
   struct Impl;

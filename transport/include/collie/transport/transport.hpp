@@ -106,8 +106,10 @@ class Request {
 };
 using RequestPtr = std::shared_ptr<Request>;
 
-// Takes a receive's payload where it arrives: called with consecutive
-// pieces, in order, that together cover [0, bytes) exactly once.
+// Takes a receive's payload where it arrives: called with pieces that
+// together cover [0, bytes) exactly once: consecutive, in order, except a
+// TCP message striped over lanes (tcp/lanes.hpp), which comes in chunks at
+// multiples of 64 KiB, each whole (64 KiB, the last shorter), in any order.
 using Consumer = std::function<void(std::size_t offset, std::span<const std::byte> piece)>;
 
 // A claim on a backend's progress (Transport::claim_progress()): what
