@@ -251,7 +251,14 @@ void AsyncStoreClient::Impl::write() {
     if (ec) return self->send_failed(ec);
     self->write();
   };
-  if (sealed_) return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+  if (sealed_) {
+    // Frames a failure or a reconnection freed are never sealed.
+    auto alive = [self = shared_from_this(), generation = generation_] {
+      return generation == self->generation_ && self->state_ == State::Ready;
+    };
+    return async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written),
+                              std::move(alive));
+  }
   asio::async_write(socket_, buffers, std::move(written));
 }
 

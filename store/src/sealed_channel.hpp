@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <asio/buffer.hpp>
+#include <asio/error.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/write.hpp>
 
@@ -99,16 +100,22 @@ class SealedChannel {
 
 // asio::async_write of `buffers` through `channel`: sealed a batch at a
 // time, each written whole before the next is sealed; then
-// handler(error_code, plaintext bytes written). `buffers`' memory and the
-// channel must live until then (the caller's handler keeps its owner).
-template <class Handler>
+// handler(error_code, plaintext bytes written). The channel must live until
+// then (the caller's handler keeps its owner), and `buffers`' memory while
+// alive() says the write is still wanted: its owner may close the
+// connection and free the frames under way (a store that refused a
+// request, a client that failed), and a batch that was written just before
+// then must not go on to seal the next from freed memory (it ends with
+// operation_aborted instead).
+template <class Handler, class Alive>
 void async_write_sealed(asio::ip::tcp::socket& socket, SealedChannel& channel,
-                        std::vector<asio::const_buffer> buffers, Handler handler) {
+                        std::vector<asio::const_buffer> buffers, Handler handler, Alive alive) {
   struct Write {
     asio::ip::tcp::socket& socket;
     SealedChannel& channel;
     std::vector<asio::const_buffer> buffers;
     Handler handler;
+    Alive alive;
     std::size_t total = 0;
     std::size_t done = 0;
 
@@ -116,6 +123,10 @@ void async_write_sealed(asio::ip::tcp::socket& socket, SealedChannel& channel,
       if (w->done == w->total) {
         w->channel.written();
         return w->handler(std::error_code(), w->done);
+      }
+      if (!w->alive()) {
+        w->channel.written();
+        return w->handler(asio::error::operation_aborted, w->done);
       }
       std::size_t plain = 0;
       const auto sealed = w->channel.seal_next(w->buffers, w->done, plain);
@@ -132,7 +143,7 @@ void async_write_sealed(asio::ip::tcp::socket& socket, SealedChannel& channel,
     }
   };
   auto w = std::make_shared<Write>(
-      Write{socket, channel, std::move(buffers), std::move(handler), 0, 0});
+      Write{socket, channel, std::move(buffers), std::move(handler), std::move(alive), 0, 0});
   w->total = asio::buffer_size(w->buffers);
   Write::next(std::move(w));
 }

@@ -3,12 +3,17 @@
 // the channel holds (opened, or whole records read ahead) are announced so
 // that nobody waits on the socket for them; a changed, cut or badly
 // announced record is an error that says what was wrong, after the bytes
-// of the records before it and none of its own.
+// of the records before it and none of its own; a write its owner no
+// longer wants seals nothing more.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <thread>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 
 #include "support/catch.hpp"
 
@@ -254,4 +259,48 @@ TEST_CASE("sealed channel: memory is held only while bytes are under way, and bo
   CHECK(most > 0);
   CHECK(most <= bound);
   CHECK(b.held() == 0);  // everything taken: nothing held
+}
+
+TEST_CASE("sealed channel: a write no longer wanted seals no further batch of its frames",
+          "[store][seal]") {
+  // The store's and the client's writes: their owner may close the
+  // connection and free the frames under way just after a batch was
+  // written; the write must then end (operation_aborted), never seal the
+  // next batch from freed memory (a sealed store test crashed so, once in
+  // a few hundred runs under load).
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket writer(io), reader(io);
+  writer.connect(acceptor.local_endpoint());
+  acceptor.accept(reader);
+  SealedChannel channel(key(1), key(2));
+  const auto frame = bytes(3 * SealedChannel::kBatchBytes, 4);
+  std::vector<asio::const_buffer> buffers{asio::buffer(frame)};
+  int asked = 0;
+  std::error_code result;
+  std::size_t written = 0;
+  bool done = false;
+  collie::store::async_write_sealed(
+      writer, channel, buffers,
+      [&](std::error_code ec, std::size_t n) {
+        result = ec;
+        written = n;
+        done = true;
+      },
+      [&] { return ++asked < 2; });  // the first batch, then no more
+  // The reader drains what comes, so that every batch written completes.
+  std::vector<std::uint8_t> sink(1 << 20);
+  std::function<void()> drain = [&] {
+    reader.async_read_some(asio::buffer(sink), [&](std::error_code ec, std::size_t) {
+      if (!ec && !done) drain();
+    });
+  };
+  drain();
+  while (!done && io.run_one() > 0) {
+  }
+  CHECK(done);
+  CHECK(result == asio::error::operation_aborted);
+  CHECK(written == SealedChannel::kBatchBytes);  // the batches before it, and no more
+  CHECK(asked == 2);
+  CHECK(channel.held() == 0);  // its records went with it
 }

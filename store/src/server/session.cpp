@@ -384,7 +384,9 @@ void Session::write() {
     if (self->phase_ == Phase::Torch) self->torch_process();
   };
   if (sealed_) {
-    async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written));
+    // Once close() has freed the frames, no batch of them is sealed.
+    async_write_sealed(socket_, *sealed_, std::move(buffers), std::move(written),
+                       [self = shared_from_this()] { return self->phase_ != Phase::Closed; });
     return account_sealed();  // the first batch's records
   }
   asio::async_write(socket_, buffers, std::move(written));
