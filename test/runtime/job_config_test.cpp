@@ -431,14 +431,16 @@ TEST_CASE("COLLIE_TRANSPORT, COLLIE_SHM_SINGLE_COPY and COLLIE_SHM_STORES choose
   with["COLLIE_SHM_STORES"] = "fast";
   CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_SHM_STORES='fast'") &&
                                        ContainsSubstring("takes one of auto, cached, streaming"));
-  CHECK(resolve(job).transport.streams == 1);
+  CHECK(resolve(job).transport.streams == 0);  // auto: the link probe chooses
   with = job;
   with["COLLIE_STREAMS"] = "8";
   CHECK(resolve(with).transport.streams == 8);
-  for (const char* wrong : {"0", "17", "many"}) {
+  with["COLLIE_STREAMS"] = "auto";
+  CHECK(resolve(with).transport.streams == 0);
+  for (const char* wrong : {"0", "17", "many", "4x"}) {
     with["COLLIE_STREAMS"] = wrong;
     CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_STREAMS='" + std::string(wrong)) &&
-                                         ContainsSubstring("1 to 16"));
+                                         ContainsSubstring("auto, or 1 to 16"));
   }
 }
 

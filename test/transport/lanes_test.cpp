@@ -255,3 +255,39 @@ TEST_CASE("lanes: a peer that goes away fails the pair by name, lanes and all", 
     CHECK_THAT(e.what(), ContainsSubstring("rank 1"));
   }
 }
+
+TEST_CASE("lanes: under auto none until the runtime asks, then as many, and a user's number stays",
+          "[mesh][lanes]") {
+  const std::size_t n = 1 << 20;
+  const auto exchange = [&](Cluster& c, std::uint64_t tag) {
+    c.run([&](int r) {
+      if (r == 0) send(c[0], 1, tag, pattern(n, 0, tag));
+      else expect(recv(c[1], 0, tag, n) == pattern(n, 0, tag), "the message");
+    });
+  };
+  SECTION("auto (0)") {
+    Cluster c(2, lanes_of(0, "off"));
+    CHECK(c.tcp(0).streams() == 1);
+    exchange(c, 1);
+    CHECK(totals(c, 0, 1).open == 0);
+    c.tcp(0).set_streams(4);
+    exchange(c, 2);
+    auto t = totals(c, 0, 1);
+    CHECK(t.open == 4);
+    CHECK(t.sent == chunks_of(n));
+    c.tcp(0).set_streams(8);  // more: the pair opens the rest at its next large message
+    exchange(c, 3);
+    CHECK(totals(c, 0, 1).open == 8);
+    c.tcp(0).set_streams(1);  // fewer: nothing striped from now on
+    const auto before = totals(c, 0, 1).sent;
+    exchange(c, 4);
+    CHECK(totals(c, 0, 1).sent == before);
+  }
+  SECTION("a number the user set") {
+    Cluster c(2, lanes_of(2, "off"));
+    c.tcp(0).set_streams(8);
+    CHECK(c.tcp(0).streams() == 2);
+    exchange(c, 1);
+    CHECK(totals(c, 0, 1).open == 2);
+  }
+}

@@ -209,6 +209,11 @@ void PeerRouter::set_host_load(int ranks, int processors) {
     b->set_host_load(ranks, processors);
 }
 
+void PeerRouter::set_streams(int streams) {
+  for (auto& b : backends_)
+    b->set_streams(streams);
+}
+
 bool PeerRouter::shares_memory_with(int peer) const {
   if (peer < 0 || peer >= world_size()) return false;
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->shares_memory_with(peer);

@@ -300,6 +300,7 @@ std::shared_ptr<detail::Group> make_world(JobConfig job_config, const WorldSeed&
   // the store may finish and exit before the others connect to each other.
   if (config.world_size <= 4096) world->transport->prefetch();
   world->host_link = seed.host_link ? *seed.host_link : agree_on_host_link(*world);
+  world->transport->set_streams(world->host_link.streams);  // where COLLIE_STREAMS=auto
   collie::log().debug("rank {}/{} joined; {}", config.rank, config.world_size,
                       world->transport->describe());
   if (world->tracer) world->tracer->label("transport: " + world->transport->describe());

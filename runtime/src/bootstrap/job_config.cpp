@@ -2,6 +2,7 @@
 // one function per concern, each COLLIE_* variable read and checked by its
 // entry in the table (collie/environment.hpp); the launchers' variables in
 // launcher_variables.cpp.
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -217,7 +218,15 @@ void resolve_transport(const InitOptions& options, const EnvironmentLookup& look
       env::bytes(env::kShmSingleCopy, text_of(env::kShmSingleCopy, lookup), kWho);
   t.shm_stores = env::choice(env::kShmStores, text_of(env::kShmStores, lookup), kWho);
   t.seal = env::choice(env::kSeal, text_of(env::kSeal, lookup), kWho);
-  t.streams = static_cast<int>(env::integer(env::kStreams, text_of(env::kStreams, lookup), kWho));
+  if (const auto streams = text_of(env::kStreams, lookup); streams == "auto") {
+    t.streams = 0;
+  } else {
+    int n = 0;
+    const auto [end, error] = std::from_chars(streams.data(), streams.data() + streams.size(), n);
+    if (error != std::errc() || end != streams.data() + streams.size() || n < 1 || n > 16)
+      env::refuse(env::kStreams, streams, kWho);
+    t.streams = n;
+  }
   t.seal_cert = text_of(env::kSealCert, lookup);
   t.seal_key = text_of(env::kSealKey, lookup);
   t.seal_ca = text_of(env::kSealCa, lookup);

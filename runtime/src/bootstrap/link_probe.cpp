@@ -55,8 +55,31 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// The prober's side: returns {Gbit/s, latency us}.
-std::pair<double, double> probe(Probe& p) {
+// What the prober found.
+struct Measured {
+  double gbits = 0;       // with `streams` connections
+  double latency_us = 0;
+  int streams = 1;
+  double one_flow_gbits = 0;  // one connection alone, where more were measured
+};
+
+// The rate of two transfers of b1 < b2 bytes timed t1 and t2, bytes per
+// second: their difference cancels the round trip and the start; a noisy
+// pair (the larger no slower) falls back to the larger alone, and the
+// difference never reads more than 1.5 times the larger's own rate (a
+// pause in the smaller, or a bucket refilled during a pause before the
+// larger, once read 105 Gbit/s on 0.4).
+double rate_of(std::size_t b1, double t1, std::size_t b2, double t2) {
+  const double alone = static_cast<double>(b2) / t2;
+  return t2 > t1 ? std::min(static_cast<double>(b2 - b1) / (t2 - t1), 1.5 * alone) : alone;
+}
+
+// The prober's side. `choose_streams` (COLLIE_STREAMS=auto): one
+// connection's rate, then 4's together (the transport's lanes,
+// tcp/lanes.hpp), and where those paid 8's, each kept only where it beats
+// the fewer by kStreamsPay.
+constexpr double kStreamsPay = 1.2;
+Measured probe(Probe& p, bool choose_streams) {
   std::array<double, kPings> trips{};
   for (auto& trip : trips) {
     const auto start = Clock::now();
@@ -94,20 +117,35 @@ std::pair<double, double> probe(Probe& p) {
   // read 0.56 and 0.62 Gbit/s with tests running beside it, round trips of
   // 0.2-1 ms; beside six spinning processes 0.17-0.67 once, 0.34-0.41
   // timed twice.) A quiet machine is spared the time.
-  if (2 * latency > kBusyTrip) {
+  const bool busy = 2 * latency > kBusyTrip;
+  if (busy) {
     t1 = std::min(t1, transfer(b1));
     t2 = std::min(t2, transfer(b2));
   }
+  Measured m{rate_of(b1, t1, b2, t2) * 8 / 1e9, latency * 1e6, 1, 0};
+  if (choose_streams) {
+    const double one = m.gbits;
+    for (const int streams : {4, 8}) {
+      if (streams == 8 && m.streams != 4) break;  // 8 only where 4 paid
+      p.t.set_streams(streams);
+      transfer(kFirstBytes * 4);  // opens the lanes (at the first large message)
+      double s1 = transfer(b1), s2 = transfer(b2);
+      if (busy) {
+        s1 = std::min(s1, transfer(b1));
+        s2 = std::min(s2, transfer(b2));
+      }
+      const double gbits = rate_of(b1, s1, b2, s2) * 8 / 1e9;
+      collie::log().debug("link probe: {} streams: {:.3g} Gbit/s", streams, gbits);
+      if (gbits > kStreamsPay * m.gbits) {
+        m.gbits = gbits;
+        m.streams = streams;
+      }
+    }
+    p.t.set_streams(m.streams);
+    if (m.streams > 1) m.one_flow_gbits = one;
+  }
   p.send_word(kSize, 0);
-  // The difference cancels the round trip and the start; a noisy pair
-  // (the larger no slower) falls back to the larger alone, and the
-  // difference never reads more than 1.5 times the larger's own rate (a
-  // pause in the smaller, or a bucket refilled during a pause before the
-  // larger, once read 105 Gbit/s on 0.4).
-  const double alone = static_cast<double>(b2) / t2;
-  const double bytes_per_second =
-      t2 > t1 ? std::min(static_cast<double>(b2 - b1) / (t2 - t1), 1.5 * alone) : alone;
-  return {bytes_per_second * 8 / 1e9, latency * 1e6};
+  return m;
 }
 
 // The echo's side.
@@ -129,13 +167,21 @@ void echo(Probe& p) {
 }  // namespace
 
 std::string describe(const HostLink& link) {
-  return fmt::format("{:.3g} Gbit/s, {:.0f} us ({})", link.gbits, link.latency_us, link.source);
+  const std::string streams =
+      link.streams > 1
+          ? fmt::format(", {} streams a pair{}", link.streams,
+                        link.one_flow_gbits > 0
+                            ? fmt::format(" (one: {:.3g} Gbit/s)", link.one_flow_gbits)
+                            : std::string())
+          : std::string();
+  return fmt::format("{:.3g} Gbit/s, {:.0f} us{} ({})", link.gbits, link.latency_us, streams,
+                     link.source);
 }
 
 HostLink agree_on_host_link(World& world) {
   const auto& config = world.config;
   HostLink link{config.host_link_gbits, config.host_link_latency_us,
-                config.host_link_given ? "COLLIE_HOST_LINK" : "COLLIE_HOST_LINK's default"};
+                config.host_link_given ? "COLLIE_HOST_LINK" : "COLLIE_HOST_LINK's default", 1, 0};
   if (config.host_link_given || !world.hosts || world.hosts->hosts() < 2) return link;
   const int prober = world.hosts->ranks_on(0).front();
   const int peer = world.hosts->ranks_on(1).front();
@@ -149,9 +195,9 @@ HostLink agree_on_host_link(World& world) {
     } else {
       std::string text;
       try {
-        const auto [gbits, latency] = probe(p);
-        text = fmt::format("{} {} {} {} {}", gbits, latency, prober, peer,
-                           seconds_since(start) * 1e3);
+        const auto m = probe(p, config.transport.streams == 0);
+        text = fmt::format("{} {} {} {} {} {} {}", m.gbits, m.latency_us, prober, peer,
+                           seconds_since(start) * 1e3, m.streams, m.one_flow_gbits);
       } catch (const std::exception& e) {
         // Said to everyone, so that no rank waits its timeout for a result.
         store.set(keys::kHostLink, fmt::format("failed {}", e.what()));
@@ -185,14 +231,17 @@ HostLink agree_on_host_link(World& world) {
   std::istringstream in(text);
   double gbits = 0, latency = 0;
   int a = -1, b = -1;
-  double ms = 0;
-  if (!(in >> gbits >> latency >> a >> b >> ms) || gbits <= 0 || latency < 0)
+  double ms = 0, one_flow = 0;
+  int streams = 0;
+  if (!(in >> gbits >> latency >> a >> b >> ms >> streams >> one_flow) || gbits <= 0 ||
+      latency < 0 || streams < 1)
     throw Error(fmt::format(
         "rank {}: the store's '{}' holds '{}', not the link's \"<gbit/s> <latency us> <prober> "
-        "<echo> <ms>\": is another program using this store?",
+        "<echo> <ms> <streams> <one flow's gbit/s>\": is another program using this store?",
         self, keys::kHostLink, text));
   link = {gbits, latency,
-          fmt::format("measured between rank {} and rank {} in {:.0f} ms", a, b, ms)};
+          fmt::format("measured between rank {} and rank {} in {:.0f} ms", a, b, ms), streams,
+          one_flow};
   if (self == prober) collie::log().info("the link between hosts: {}", describe(link));
   return link;
 }

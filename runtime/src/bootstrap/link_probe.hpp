@@ -16,9 +16,14 @@
 // On 1 Gbit/s that is about 45 ms (64 KiB to 4 MiB), on 10 Gbit/s about
 // 20 (to 16 MiB); one host, or a set COLLIE_HOST_LINK, skips it. The prober
 // writes the result to the store (keys::kHostLink); every rank reads it
-// there, so every rank's Auto prices alike. One flow between two hosts is
-// measured: a network whose one flow is slower than its link (where many
-// streams are needed to fill it) reads as slower than it is.
+// there, so every rank's Auto prices alike. Under COLLIE_STREAMS=auto the
+// prober then times 4 connections together (the transport's lanes,
+// transport/src/tcp/lanes.hpp) over the same two sizes, and 8 where 4
+// paid, and keeps the count whose rate beats the fewer's by 1.2 times (a
+// network that caps each flow: 4 flows of 0.5 Gbit/s fill a 2 Gbit/s link
+// one flow could not); every rank then opens that many lanes per pair
+// (set_streams), and the link's rate is theirs together. That adds about
+// 70 ms on 1 Gbit/s where one flow fills the link.
 #pragma once
 
 #include <string>

@@ -48,7 +48,7 @@ namespace collie {
 namespace {
 
 // What a newcomer is told: "<world> <rank> <size> <first newcomer> <gbit/s>
-// <latency us>".
+// <latency us> <streams>".
 struct Admission {
   std::string world;
   int rank = 0;
@@ -56,21 +56,25 @@ struct Admission {
   int first_newcomer = 0;
   double gbits = 0;
   double latency_us = 0;
+  int streams = 1;
 };
 
 std::string encode(const Admission& a) {
-  return fmt::format("{} {} {} {} {} {}", a.world, a.rank, a.size, a.first_newcomer, a.gbits,
-                     a.latency_us);
+  return fmt::format("{} {} {} {} {} {} {}", a.world, a.rank, a.size, a.first_newcomer, a.gbits,
+                     a.latency_us, a.streams);
 }
 
 Admission decode_admission(const std::string& text) {
   Admission a;
   std::istringstream in(text);
-  in >> a.world >> a.rank >> a.size >> a.first_newcomer >> a.gbits >> a.latency_us;
-  if (!in || a.size < 1 || a.rank < 0 || a.rank >= a.size || a.first_newcomer > a.rank)
+  in >> a.world >> a.rank >> a.size >> a.first_newcomer >> a.gbits >> a.latency_us >>
+      a.streams;
+  if (!in || a.size < 1 || a.streams < 1 || a.rank < 0 || a.rank >= a.size ||
+      a.first_newcomer > a.rank)
     throw ProtocolError(fmt::format(
         "a newcomer's admission in the job's store reads '{}', not \"<world> <rank> <size> "
-        "<first newcomer> <gbit/s> <latency us>\": is another program using this store?",
+        "<first newcomer> <gbit/s> <latency us> <streams>\": is another program using this "
+        "store?",
         text));
   return a;
 }
@@ -174,8 +178,10 @@ Admitted admit(detail::Group& g, std::uint64_t n, std::int64_t from, std::int64_
   a.world = fmt::format("{:016x}-{}-{}", world.group_id, g.slot, n);
   for (std::int64_t t = from + 1; t <= to; ++t) {
     const int rank = members + static_cast<int>(t - from - 1);
-    const Admission mine{a.world, rank, a.size, members, world.host_link.gbits,
-                         world.host_link.latency_us};
+    const Admission mine{a.world,          rank,
+                         a.size,           members,
+                         world.host_link.gbits, world.host_link.latency_us,
+                         world.host_link.streams};
     const auto result = run.compare_set(keys::expand_admit(static_cast<std::uint64_t>(t)), "",
                                         encode(mine));
     if (!result.current || decode_admission(*result.current).world != a.world) {
@@ -325,7 +331,9 @@ std::shared_ptr<detail::Group> join_running_job(JobConfig config) {
   WorldSeed seed;
   seed.name = fmt::format("world of {} after expand ({} joined)", a.size, a.size - a.first_newcomer);
   seed.run_store = run;
-  seed.host_link = HostLink{a.gbits, a.latency_us, "as the members had it when they admitted this newcomer"};
+  seed.host_link = HostLink{a.gbits, a.latency_us,
+                            "as the members had it when they admitted this newcomer", a.streams,
+                            0};
   auto config_of_world = expanded_config(config, run, a.world, a.rank, a.size);
   std::shared_ptr<detail::Group> group;
   try {

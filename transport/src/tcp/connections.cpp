@@ -8,6 +8,7 @@ namespace collie::transport::tcp {
 
 Connections::Connections(const TransportOptions& options)
     : opt(options), pool(options.max_unexpected_bytes) {
+  streams.store(options.settings.streams > 0 ? options.settings.streams : 1);
   peers.reserve(static_cast<std::size_t>(options.world_size));
   for (int r = 0; r < options.world_size; ++r)
     peers.emplace_back(*this, r);

@@ -64,6 +64,9 @@ class Connections {
   // Connections opened from now on within the host avoid a pacing
   // congestion control (tune(), sockets.hpp; TcpTransport::set_host_load).
   std::atomic<bool> avoid_pacing{true};
+  // Lanes a rank opens to a peer (lanes.hpp): the user's COLLIE_STREAMS, or
+  // under auto 1 until set_streams(); a message is striped only while > 1.
+  std::atomic<int> streams{1};
 
   PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
   const PeerStream& peer(int rank) const { return peers[static_cast<std::size_t>(rank)]; }

@@ -1,8 +1,10 @@
 // The connecting side of the TCP mesh: connect and handshake with a
-// deadline (connector.hpp).
+// deadline, the pair's connection and its lanes (connector.hpp).
 #include "connector.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -18,8 +20,10 @@
 #include <collie/certificates.hpp>
 #include <collie/crypto.hpp>
 #include <collie/error.hpp>
+#include <collie/log.hpp>
 #include <collie/seal.hpp>
 
+#include "connections.hpp"
 #include "sockets.hpp"
 
 namespace collie::transport::tcp {
@@ -225,9 +229,9 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
 
 std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
                                    const std::string& where, Clock::time_point deadline,
-                                   bool avoid_pacing, int count, std::string& problem) {
+                                   bool avoid_pacing, int first, int last, std::string& problem) {
   std::vector<Attempt> opened;
-  for (int k = 1; k <= count; ++k) {
+  for (int k = first; k <= last; ++k) {
     auto a = connect_to_peer(options, peer, where, deadline, avoid_pacing, k);
     if (a.error.empty() && a.verdict != wire::Verdict::Accepted)
       a.error = fmt::format("rank {} did not accept lane {}", peer, k);
@@ -238,6 +242,45 @@ std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
     opened.push_back(std::move(a));
   }
   return opened;
+}
+
+void open_lanes(Connections& table, int peer,
+                const std::function<std::string(Attempt&)>& find_address) {
+  std::unique_lock lock(table.mu);
+  auto& p = table.peer(peer);
+  const int want = std::min<int>(table.streams.load(), wire::kMaxLanes);
+  const int have = static_cast<int>(p.out_lanes.size());
+  if (p.lanes == LanesState::Opening || p.lanes_final || p.state != PeerState::Ready ||
+      have >= want)
+    return;
+  const auto before = p.lanes;
+  p.lanes = LanesState::Opening;
+  lock.unlock();
+  const auto deadline = Clock::now() + table.opt.timeout;
+  Attempt a;
+  const auto where = find_address(a);
+  std::string problem = a.error;
+  auto opened = problem.empty()
+                    ? connect_lanes(table.opt, peer, where, deadline,
+                                    table.avoid_pacing.load(std::memory_order_relaxed),
+                                    have + 1, want, problem)
+                    : std::vector<Attempt>{};
+  lock.lock();
+  if (p.state != PeerState::Ready) return;  // failed meanwhile: the lanes close
+  if (!problem.empty()) {
+    p.lanes = have > 0 ? before : LanesState::Unavailable;
+    p.lanes_final = true;  // no more attempts
+    collie::log().warn("rank {}: {}; its large messages to {} go on {}", table.opt.rank, problem,
+                       table.describe_peer(peer),
+                       have > 0 ? fmt::format("{} lanes", have) : "one connection");
+    return;
+  }
+  for (std::size_t k = 0; k < opened.size(); ++k)
+    p.add_out_lane(have + static_cast<int>(k) + 1, std::move(opened[k].connection),
+                   std::move(opened[k].seal));
+  p.lanes = LanesState::Open;
+  collie::log().debug("rank {}: {} lanes open to {}", table.opt.rank, p.out_lanes.size(),
+                      table.describe_peer(peer));
 }
 
 }  // namespace collie::transport::tcp

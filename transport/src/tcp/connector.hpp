@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,11 +39,21 @@ struct Attempt {
 Attempt connect_to_peer(const TransportOptions& options, int peer, const std::string& where,
                         std::chrono::steady_clock::time_point deadline, bool avoid_pacing,
                         int lane = 0);
-// Opens this rank's sending lanes 1..count to `peer` (lanes.hpp), one after
-// another: all of them, or none and `problem` says why.
+// Opens this rank's sending lanes first..last to `peer` (lanes.hpp), one
+// after another: all of them, or none and `problem` says why.
 std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
                                    const std::string& where,
                                    std::chrono::steady_clock::time_point deadline,
-                                   bool avoid_pacing, int count, std::string& problem);
+                                   bool avoid_pacing, int first, int last, std::string& problem);
+
+class Connections;
+// Opens this rank's sending lanes to a Ready peer, up to the table's
+// `streams` (more, later, when set_streams() asks for more), at `where` as
+// find_address() gives it ("" and the Attempt's error when it cannot): the
+// caller's thread, without the table's lock, as the pair's connection is
+// opened. Lanes that cannot be opened leave the pair with those it has (its
+// connection alone at first), with a warning, and no more attempts.
+void open_lanes(Connections& table, int peer,
+                const std::function<std::string(Attempt&)>& find_address);
 
 }  // namespace collie::transport::tcp

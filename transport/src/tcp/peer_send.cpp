@@ -64,7 +64,8 @@ std::size_t PeerStream::gather(Pieces& pieces, std::size_t room, std::size_t& co
     if (count + 2 > kMaxPieces || room == 0) break;
     if (!r->header_built) {
       // Large enough, with the lanes open: its payload goes over them.
-      r->striped = r->bytes >= kStripeFrom && lanes == LanesState::Open;
+      r->striped = r->bytes >= kStripeFrom && lanes == LanesState::Open &&
+                   table.streams.load(std::memory_order_relaxed) > 1;
       if (r->striped) ++undispensed_;
       wire::encode(wire::Header{r->tag, send_sequence++,
                                 r->striped ? r->bytes | wire::kStriped : r->bytes,

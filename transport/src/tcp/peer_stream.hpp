@@ -146,6 +146,7 @@ struct PeerStream {
   // Lanes (lanes.hpp): this rank's sending lanes to the peer, and the
   // peer's to this rank. Each a unique_ptr: a poller holds a lane's index.
   LanesState lanes = LanesState::None;
+  bool lanes_final = false;  // a lane failed to open: no more attempts
   std::vector<std::unique_ptr<Lane>> out_lanes;
   std::vector<std::unique_ptr<Lane>> in_lanes;
   // The message begun came striped (Rx::Striped while it is read).

@@ -52,8 +52,14 @@ bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
       fds.push_back({p.fd(), events, 0});
       who.push_back(p.rank);
     }
+    const int streams = table_.streams.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < p.out_lanes.size(); ++i) {
-      if (!p.lane_wants_to_write(*p.out_lanes[i])) continue;
+      // A lane past `streams` takes no new chunk (set_streams() asked for fewer).
+      const auto& lane = *p.out_lanes[i];
+      if (!p.lane_wants_to_write(lane) || (lane.number > streams && lane.request == nullptr &&
+                                           !(lane.sealed && lane.sealed->out_begin <
+                                                                lane.sealed->out_end)))
+        continue;
       fds.push_back({p.out_lanes[i]->fd(), POLLOUT, 0});
       who.push_back(lane_who(rank, world, i));
       lanes = true;

@@ -121,40 +121,11 @@ struct TcpTransport::Impl {
     }
   }
 
-  // Opens this rank's sending lanes to a Ready peer (lanes.hpp), once: the
-  // caller's thread, without the lock, as ensure_connected(). A lane that
-  // cannot be opened leaves the pair on its connection alone, with a
-  // warning.
+  // Opens this rank's sending lanes to a Ready peer (connector.hpp).
   void open_lanes(int peer) {
-    std::unique_lock lock(table.mu);
-    auto& p = table.peer(peer);
-    if (p.lanes != LanesState::None || p.state != PeerState::Ready) return;
-    p.lanes = LanesState::Opening;
-    lock.unlock();
-    const auto deadline = Clock::now() + options.timeout;
-    Attempt a;
-    const auto where = find_address(peer, deadline, a);
-    std::string problem = a.error;
-    auto opened = problem.empty()
-                      ? connect_lanes(options, peer, where, deadline,
-                                      table.avoid_pacing.load(std::memory_order_relaxed),
-                                      std::min<int>(options.settings.streams, wire::kMaxLanes),
-                                      problem)
-                      : std::vector<Attempt>{};
-    lock.lock();
-    if (p.state != PeerState::Ready) return;  // failed meanwhile: the lanes close
-    if (!problem.empty()) {
-      p.lanes = LanesState::Unavailable;
-      collie::log().warn("rank {}: {}; its messages to {} go on one connection", options.rank,
-                         problem, table.describe_peer(peer));
-      return;
-    }
-    for (std::size_t k = 0; k < opened.size(); ++k)
-      p.add_out_lane(static_cast<int>(k) + 1, std::move(opened[k].connection),
-                     std::move(opened[k].seal));
-    p.lanes = LanesState::Open;
-    collie::log().debug("rank {}: {} lanes open to {}", options.rank, opened.size(),
-                        table.describe_peer(peer));
+    tcp::open_lanes(table, peer, [&](Attempt& a) {
+      return find_address(peer, Clock::now() + options.timeout, a);
+    });
   }
 
   RequestPtr post_recv(int peer, Tag tag, std::byte* data, std::size_t bytes, Consumer consume) {
@@ -320,7 +291,10 @@ RequestPtr TcpTransport::isend(int peer, Tag tag, const void* data, std::size_t 
   // empty (otherwise it is in the poll set already). No system call per
   // send while a collective posts many; none either while the caller's
   // own waits keep moving the data (nudge_background).
-  if (bytes >= kStripeFrom && m.options.settings.streams > 1 && p.lanes == LanesState::None) {
+  if (bytes >= kStripeFrom && !p.lanes_final &&
+      (p.lanes == LanesState::None || p.lanes == LanesState::Open) &&
+      static_cast<int>(p.out_lanes.size()) < m.table.streams.load(std::memory_order_relaxed) &&
+      m.table.streams.load(std::memory_order_relaxed) > 1) {
     lock.unlock();  // once per peer, at its first large message
     m.open_lanes(peer);
     lock.lock();
@@ -474,6 +448,15 @@ void TcpTransport::set_host_load(int ranks, int processors) {
   // Worth it where every rank has a processor; where ranks outnumber them,
   // a pacing algorithm's timer-driven sending measured faster.
   impl_->table.avoid_pacing.store(ranks <= processors, std::memory_order_relaxed);
+}
+
+void TcpTransport::set_streams(int streams) {
+  if (impl_->options.settings.streams > 0) return;  // the user's number stays
+  impl_->table.streams.store(std::clamp<int>(streams, 1, wire::kMaxLanes));
+}
+
+int TcpTransport::streams() const {
+  return impl_->table.streams.load();
 }
 
 int TcpTransport::open_connections() const {

@@ -107,7 +107,8 @@ inline constexpr Variable kHostLink{
     "1 is 1 Gbit/s; 25,5 is 25 Gbit/s and 5 us (30 where not given)",
     0, -1, false,
     "the link between hosts, for Auto's choice in a group that spans hosts (unset: measured "
-    "when the job starts, in about 50 ms on 1 Gbit/s; `collie bench` prints what it found)"};
+    "when the job starts, in about 50 ms on 1 Gbit/s, 120 where COLLIE_STREAMS=auto times 4 "
+    "connections too; `collie bench` prints what it found)"};
 inline constexpr Variable kSegmentBytes{
     "COLLIE_SEGMENT_BYTES", Kind::Bytes, "bytes", "256K", "",
     1024, 1 << 30, false,
@@ -173,13 +174,14 @@ inline constexpr Variable kShmStores{
     "large plain receives use non-temporal stores), `cached` (ordinary stores only) or "
     "`streaming` (non-temporal stores for every piece of 8 KiB or more)"};
 inline constexpr Variable kStreams{
-    "COLLIE_STREAMS", Kind::Integer, "connections", "1", "",
-    1, 16, false,
-    "TCP: the connections (lanes) that carry a rank's messages of 128 KiB or more to a peer, "
-    "opened at the first one: each message is cut in chunks of 64 KiB that the lanes take as "
-    "their flows drain (a slower flow takes fewer), beside the pair's own connection, which "
-    "keeps every header and every smaller message (`1`: that connection alone, no lanes); for "
-    "links whose one flow cannot fill them; [transport.md](transport.md)"};
+    "COLLIE_STREAMS", Kind::Text, "connections", "auto", "auto, or 1 to 16",
+    0, -1, false,
+    "TCP: the connections (lanes) that carry a rank's messages of 128 KiB or more "
+    "to a peer, opened at the first one: each message is cut in chunks of 64 KiB that the lanes "
+    "take as their flows drain (a slower flow takes fewer), beside the pair's own connection, "
+    "which keeps every header and every smaller message (`1`: that connection alone); `auto`: "
+    "as many as the link probe found to pay (1, 4 or 8: one flow measured against 4 together, "
+    "and 8 where 4 paid, where the world spans hosts; else 1); [transport.md](transport.md)"};
 inline constexpr Variable kHostCpus{
     "COLLIE_HOST_CPUS", Kind::Integer, "processors", "", "",
     1, -1, false,

@@ -58,6 +58,7 @@ class PeerRouter final : public Transport {
   // The board of the one backend that serves every other member, if one does.
   std::unique_ptr<Board> open_board(std::span<const int> members, std::uint32_t space) override;
   void set_host_load(int ranks, int processors) override;  // every backend's
+  void set_streams(int streams) override;                   // every backend's
   void prefetch() override;
 
  private:

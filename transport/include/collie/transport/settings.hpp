@@ -56,8 +56,10 @@ struct TransportSettings {
   std::string seal_key;
   std::string seal_ca;
   // TCP: the lanes (extra connections) a rank opens to a peer for its large
-  // messages (tcp/lanes.hpp); 1: none, the pair's connection alone.
-  int streams = static_cast<int>(environment::default_number(environment::kStreams));
+  // messages (tcp/lanes.hpp); 1: none, the pair's connection alone; 0
+  // (COLLIE_STREAMS=auto): none until Transport::set_streams() says how
+  // many (the runtime's link probe).
+  int streams = 0;
 };
 
 // The certificates `settings` name (seal_cert, seal_key, seal_ca), loaded;

@@ -95,6 +95,9 @@ class TcpTransport final : public Transport {
   void prefetch() override;
 
   void set_host_load(int ranks, int processors) override;
+  void set_streams(int streams) override;
+  // The connections that carry a pair's large messages now (1: no lanes).
+  int streams() const;
 
   const TransportOptions& options() const;
   // "host:port" this rank listens on.

@@ -292,6 +292,12 @@ class Transport {
   // control only where ranks outnumber processors; shared memory: waits
   // yield the processor where they do). Default: nothing.
   virtual void set_host_load(int /*ranks*/, int /*processors*/) {}
+
+  // How many connections carry a pair's large messages from now on, where
+  // the user left it to the runtime (COLLIE_STREAMS=auto; the link probe's
+  // choice): TCP opens that many lanes to a peer at its next large message
+  // (tcp/lanes.hpp; 1: none). A number the user set stays. Default: nothing.
+  virtual void set_streams(int /*streams*/) {}
 };
 
 }  // namespace collie::transport
