@@ -21,6 +21,12 @@ std::string PeerStream::lane_name(const Lane& lane, bool sending) const {
                      table.describe_peer(rank));
 }
 
+void PeerStream::lane_failed(const Lane& lane, int error) {
+  // As the pair's connection says it (a host gone: "cannot be reached"),
+  // and which lane.
+  fail(ErrorKind::Connection, fmt::format("{} (on lane {})", error_reason(error), lane.number));
+}
+
 void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {
   // poll() says a lane may write while its kernel holds less than this
   // unsent: chunks go to the lanes whose flows drain (lanes.hpp).
@@ -104,8 +110,7 @@ void PeerStream::flush_lane(Lane& lane) {
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        fail(ErrorKind::Connection,
-             fmt::format("{} failed: {}", lane_name(lane, true), std::strerror(errno)));
+        lane_failed(lane, errno);
       return;
     }
     auto written = static_cast<std::size_t>(w);
@@ -132,8 +137,7 @@ void PeerStream::flush_lane_sealed(Lane& lane) {
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-          fail(ErrorKind::Connection,
-               fmt::format("{} failed: {}", lane_name(lane, true), std::strerror(errno)));
+          lane_failed(lane, errno);
         return;
       }
       s.out_begin += static_cast<std::size_t>(w);
@@ -263,16 +267,13 @@ void PeerStream::receive_lane_clear(Lane& lane) {
       if (n > 0) chunk_bytes(lane, static_cast<std::size_t>(n));
     }
     if (n == 0) {
-      fail(ErrorKind::Connection,
-           fmt::format("{} closed {} (it exited, crashed or was killed)",
-                       table.describe_peer(rank), lane_name(lane, false)));
+      fail(ErrorKind::Connection, closed_reason() + fmt::format(" (on lane {})", lane.number));
       return;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        fail(ErrorKind::Connection,
-             fmt::format("{} failed: {}", lane_name(lane, false), std::strerror(errno)));
+        lane_failed(lane, errno);
       return;
     }
     if (static_cast<std::size_t>(n) < asked) return;  // drained
@@ -331,16 +332,13 @@ void PeerStream::receive_lane_sealed(Lane& lane) {
     const std::size_t asked = s.in.size() - s.in_end;
     const ssize_t n = ::recv(lane.fd(), s.in.data() + s.in_end, asked, MSG_DONTWAIT);
     if (n == 0) {
-      fail(ErrorKind::Connection,
-           fmt::format("{} closed {} (it exited, crashed or was killed)",
-                       table.describe_peer(rank), lane_name(lane, false)));
+      fail(ErrorKind::Connection, closed_reason() + fmt::format(" (on lane {})", lane.number));
       return;
     }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        fail(ErrorKind::Connection,
-             fmt::format("{} failed: {}", lane_name(lane, false), std::strerror(errno)));
+        lane_failed(lane, errno);
       return;
     }
     s.in_end += static_cast<std::size_t>(n);

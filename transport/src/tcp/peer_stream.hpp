@@ -202,6 +202,8 @@ struct PeerStream {
   void chunk_bytes(Lane& lane, std::size_t n);
   std::byte* chunk_target(Lane& lane);
   void fail_lanes();
+  // A lane's send or receive failed with `error`: the pair fails.
+  void lane_failed(const Lane& lane, int error);
   std::string lane_name(const Lane& lane, bool sending) const;
   // Opens the whole records read and parses their plaintext. False if the
   // stream paused or failed.
