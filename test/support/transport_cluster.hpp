@@ -21,6 +21,7 @@
 #include <collie/transport/tcp.hpp>
 
 #include "support/store_fixture.hpp"
+#include "support/thread_ranks.hpp"
 
 namespace collie::test {
 
@@ -107,6 +108,24 @@ inline std::vector<std::uint8_t> recv(Transport& m, int peer, std::uint64_t tag,
   std::vector<std::uint8_t> v(n, 0xEE);
   m.wait(m.irecv(peer, tag, v.data(), v.size()));
   return v;
+}
+
+// Ranks 0 and 1 of `c` send each other a message of every size in turn (0
+// first, 1 answering), each checked whole (tag: the size).
+inline void ping_pong(Cluster& c, const std::vector<std::size_t>& sizes) {
+  c.run([&](int r) {
+    auto& m = c[r];
+    for (std::size_t n : sizes) {
+      if (r == 0) {
+        send(m, 1, n, pattern(n, 0, n));
+        expect(recv(m, 1, n, n) == pattern(n, 1, n), "reply differs at size " + std::to_string(n));
+      } else if (r == 1) {
+        expect(recv(m, 0, n, n) == pattern(n, 0, n),
+               "message differs at size " + std::to_string(n));
+        send(m, 0, n, pattern(n, 1, n));
+      }
+    }
+  });
 }
 
 }  // namespace collie::test

@@ -77,19 +77,7 @@ TEST_CASE("lanes: large messages striped over the lanes arrive intact, every siz
   const std::vector<std::size_t> sizes = {1,           4096,        kStripeFrom - 1,
                                           kStripeFrom, kStripeFrom + 1, (1 << 20) + 5,
                                           (3 << 20) + 17, 8 << 20};
-  c.run([&](int r) {
-    auto& m = c[r];
-    for (std::size_t n : sizes) {
-      if (r == 0) {
-        send(m, 1, n, pattern(n, 0, n));
-        expect(recv(m, 1, n, n) == pattern(n, 1, n), "reply differs at size " + std::to_string(n));
-      } else {
-        expect(recv(m, 0, n, n) == pattern(n, 0, n),
-               "message differs at size " + std::to_string(n));
-        send(m, 0, n, pattern(n, 1, n));
-      }
-    }
-  });
+  ping_pong(c, sizes);
   std::uint64_t chunks = 0, bytes = 0;
   for (std::size_t n : sizes) {
     chunks += chunks_of(n);

@@ -56,19 +56,7 @@ TEST_CASE("mesh ping-pong carries every size intact, both ways", "[mesh][volume]
   const std::vector<std::size_t> sizes = {0,     1,     7,       31,          32,
                                           33,    4095,  4096,    8191,        8193,
                                           65537, 1 << 20, (3 << 20) + 5, (9 << 20) + 17};
-  c.run([&](int r) {
-    auto& m = c[r];
-    for (std::size_t n : sizes) {
-      if (r == 0) {
-        send(m, 1, n, pattern(n, 0, n));
-        expect(recv(m, 1, n, n) == pattern(n, 1, n), "reply differs at size " + std::to_string(n));
-      } else {
-        expect(recv(m, 0, n, n) == pattern(n, 0, n),
-               "message differs at size " + std::to_string(n));
-        send(m, 0, n, pattern(n, 1, n));
-      }
-    }
-  });
+  ping_pong(c, sizes);
   if (backend == "tcp") {
     CHECK(c.tcp(0).open_connections() == 1);
     CHECK(c.tcp(1).open_connections() == 1);

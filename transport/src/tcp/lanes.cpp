@@ -21,10 +21,17 @@ std::string PeerStream::lane_name(const Lane& lane, bool sending) const {
                      table.describe_peer(rank));
 }
 
-void PeerStream::lane_failed(const Lane& lane, int error) {
+bool PeerStream::lane_retry_after(const Lane& lane, int error) {
+  if (error == EINTR) return true;
   // As the pair's connection says it (a host gone: "cannot be reached"),
   // and which lane.
-  fail(ErrorKind::Connection, fmt::format("{} (on lane {})", error_reason(error), lane.number));
+  if (error != EAGAIN && error != EWOULDBLOCK)
+    fail(ErrorKind::Connection, fmt::format("{} (on lane {})", error_reason(error), lane.number));
+  return false;
+}
+
+void PeerStream::lane_closed(const Lane& lane) {
+  fail(ErrorKind::Connection, fmt::format("{} (on lane {})", closed_reason(), lane.number));
 }
 
 void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {
@@ -83,9 +90,12 @@ bool PeerStream::take_chunk(Lane& lane) {
   return true;
 }
 
-void PeerStream::finish_striped_send(TcpRequest& r) {
-  if (r.moved < r.bytes || r.header_sent < wire::kHeaderBytes) return;
-  complete_send(r);
+void PeerStream::chunk_sent(Lane& lane) {
+  auto& r = *std::exchange(lane.request, nullptr);
+  ++lane.chunks;
+  lane.bytes += lane.length;
+  r.moved += lane.length;
+  if (r.moved == r.bytes && r.header_sent == wire::kHeaderBytes) complete_send(r);
 }
 
 void PeerStream::flush_lane(Lane& lane) {
@@ -108,9 +118,7 @@ void PeerStream::flush_lane(Lane& lane) {
     message.msg_iovlen = static_cast<std::size_t>(n);
     const ssize_t w = ::sendmsg(lane.fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        lane_failed(lane, errno);
+      if (lane_retry_after(lane, errno)) continue;
       return;
     }
     auto written = static_cast<std::size_t>(w);
@@ -118,12 +126,7 @@ void PeerStream::flush_lane(Lane& lane) {
     lane.frame_sent += f;
     lane.sent += written - f;
     if (lane.sent < lane.length || lane.frame_sent < wire::kFrameBytes) return;  // kernel full
-    auto& r = *lane.request;
-    lane.request = nullptr;
-    ++lane.chunks;
-    lane.bytes += lane.length;
-    r.moved += lane.length;
-    finish_striped_send(r);
+    chunk_sent(lane);
   }
 }
 
@@ -135,22 +138,13 @@ void PeerStream::flush_lane_sealed(Lane& lane) {
       const ssize_t w = ::send(lane.fd(), s.out.data() + s.out_begin, s.out_end - s.out_begin,
                                MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-          lane_failed(lane, errno);
+        if (lane_retry_after(lane, errno)) continue;
         return;
       }
       s.out_begin += static_cast<std::size_t>(w);
       if (s.out_begin < s.out_end) return;  // the kernel's buffer is full
       s.out_begin = s.out_end = 0;
-      if (lane.request != nullptr) {  // the chunk is the kernel's
-        auto& r = *lane.request;
-        lane.request = nullptr;
-        ++lane.chunks;
-        lane.bytes += lane.length;
-        r.moved += lane.length;
-        finish_striped_send(r);
-      }
+      if (lane.request != nullptr) chunk_sent(lane);  // the chunk is the kernel's
       continue;
     }
     if (taken || !take_chunk(lane)) return;
@@ -267,13 +261,11 @@ void PeerStream::receive_lane_clear(Lane& lane) {
       if (n > 0) chunk_bytes(lane, static_cast<std::size_t>(n));
     }
     if (n == 0) {
-      fail(ErrorKind::Connection, closed_reason() + fmt::format(" (on lane {})", lane.number));
+      lane_closed(lane);
       return;
     }
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        lane_failed(lane, errno);
+      if (lane_retry_after(lane, errno)) continue;
       return;
     }
     if (static_cast<std::size_t>(n) < asked) return;  // drained
@@ -332,13 +324,11 @@ void PeerStream::receive_lane_sealed(Lane& lane) {
     const std::size_t asked = s.in.size() - s.in_end;
     const ssize_t n = ::recv(lane.fd(), s.in.data() + s.in_end, asked, MSG_DONTWAIT);
     if (n == 0) {
-      fail(ErrorKind::Connection, closed_reason() + fmt::format(" (on lane {})", lane.number));
+      lane_closed(lane);
       return;
     }
     if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        lane_failed(lane, errno);
+      if (lane_retry_after(lane, errno)) continue;
       return;
     }
     s.in_end += static_cast<std::size_t>(n);

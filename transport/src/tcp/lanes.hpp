@@ -41,6 +41,8 @@
 #include <memory>
 #include <vector>
 
+#include <collie/seal.hpp>
+
 #include "request.hpp"
 #include "sealed_stream.hpp"
 #include "sockets.hpp"
@@ -50,8 +52,9 @@ namespace collie::transport::tcp {
 
 // Messages of this size or more are striped over the lanes, when open.
 inline constexpr std::size_t kStripeFrom = 128 * 1024;
-// The chunk a lane takes at a time: one sealed record.
-inline constexpr std::size_t kChunkBytes = 64 * 1024;
+// The chunk a lane takes at a time: one sealed record, whose plaintext a
+// receiver opens straight into the buffer (flush_lane_sealed()).
+inline constexpr std::size_t kChunkBytes = seal::kMaxRecordBytes;
 // A sending lane is writable while its kernel holds fewer unsent bytes.
 inline constexpr int kLowWater = 256 * 1024;
 

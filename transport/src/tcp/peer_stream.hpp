@@ -181,7 +181,9 @@ struct PeerStream {
   // Lanes: a sending lane takes the next chunk (false: none to take); a
   // striped send may be whole; a receiving lane's frame and chunk.
   bool take_chunk(Lane& lane);
-  void finish_striped_send(TcpRequest& r);
+  // A lane's chunk is all in its kernel: counted, and its send completed
+  // once every chunk and the header are out.
+  void chunk_sent(Lane& lane);
   // Takes a whole send out of the queue (wherever it is: a striped one
   // may finish after those behind it) and completes it.
   void complete_send(TcpRequest& r);
@@ -202,8 +204,11 @@ struct PeerStream {
   void chunk_bytes(Lane& lane, std::size_t n);
   std::byte* chunk_target(Lane& lane);
   void fail_lanes();
-  // A lane's send or receive failed with `error`: the pair fails.
-  void lane_failed(const Lane& lane, int error);
+  // A lane's send or receive failed with `error`: true to try again
+  // (interrupted), else false, the pair failed unless the kernel only had
+  // no room or no bytes (retry_after()'s rule, naming the lane).
+  bool lane_retry_after(const Lane& lane, int error);
+  void lane_closed(const Lane& lane);
   std::string lane_name(const Lane& lane, bool sending) const;
   // Opens the whole records read and parses their plaintext. False if the
   // stream paused or failed.
