@@ -221,7 +221,12 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
   // and rank 0's kernel probes the zero window: no data is in flight to be
   // retransmitted, and keep-alive does not probe a connection with data
   // queued. Then rank 1's host goes silent, and only the unanswered window
-  // probes tell rank 0 that the host is gone.
+  // probes tell rank 0 that the host is gone. With lanes, the window that
+  // closes may be a lane's, while the pair's connection waits unread
+  // (paused, or on the lanes of a striped message) and its keep-alive
+  // verdict must still be heard.
+  const std::string streams = GENERATE(as<std::string>{}, "1", "4");
+  INFO("COLLIE_STREAMS=" << streams);
   NetworkNamespaces hosts(2);
   if (!hosts.ok()) {
     WARN("skipped: " << hosts.why());
@@ -230,7 +235,8 @@ TEST_CASE("two hosts: a host cut while its rank's receive window is closed is na
   HostStore store(hosts);
   REQUIRE_FALSE(store.port.empty());
   auto ranks = start_looping(hosts, store, 2, {std::to_string(std::size_t{1} << 23)},  // 32 MiB
-                             {"COLLIE_LOG_LEVEL=warn", "COLLIE_STALL_TIME=1"});
+                             {"COLLIE_LOG_LEVEL=warn", "COLLIE_STALL_TIME=1",
+                              "COLLIE_STREAMS=" + streams});
   ranks[1]->signal(SIGSTOP);
   // The stall inspector's report: rank 0 has waited a second for rank 1.
   if (!ranks[0]->wait_for_stderr("does not answer", 60s))

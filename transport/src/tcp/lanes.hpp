@@ -32,10 +32,13 @@
 // is opened straight into the buffer, as on the pair's connection.
 //
 // A lane that fails fails the pair, named, as its connection's failure
-// does. Guarded by the table's lock, as the PeerStream that holds it.
+// does; a sending lane whose data or window probes go unanswered is
+// failed as the pair's connection would be (check_alive()), and a waiting
+// lane is watched for errors though not read. Guarded by the table's lock, as the PeerStream that holds it.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -69,6 +72,8 @@ struct Lane {
   std::unique_ptr<SealedState> sealed;
   std::uint64_t chunks = 0;  // moved so far, for `collie explain` and the logs
   std::uint64_t bytes = 0;
+  // A sending lane's: since when check_alive() has seen it go unanswered.
+  std::chrono::steady_clock::time_point unacked_since{};
 
   // Sending: the chunk under way (request null: none).
   TcpRequest* request = nullptr;

@@ -55,26 +55,51 @@ std::string PeerStream::error_reason(int error) const {
                      std::strerror(error));
 }
 
+std::string PeerStream::silent_for(int fd, std::chrono::steady_clock::time_point& since,
+                                   std::chrono::steady_clock::time_point now) {
+  const auto h = tcp_health(fd);
+  if (!h.known || !(h.retransmitting || h.probing)) {
+    since = {};
+    return {};
+  }
+  if (since == std::chrono::steady_clock::time_point{}) since = now;
+  if (now - since < kLostAfter || h.since_last_ack < kLostAfter) return {};
+  const auto seconds = h.since_last_ack.count() / 1000;
+  return h.retransmitting
+             ? fmt::format("data sent to it has gone unacknowledged for {} s (retransmitted)",
+                           seconds)
+             : fmt::format("its receive window is closed and the probes sent to it have gone "
+                           "unanswered for {} s",
+                           seconds);
+}
+
 void PeerStream::check_alive(std::chrono::steady_clock::time_point now) {
   if (state != PeerState::Ready || !connection.valid()) return;
-  const auto h = tcp_health(fd());
-  if (!h.known || !(h.retransmitting || h.probing)) {
-    unacked_since = {};
-    return;
+  // The pair's connection, then each sending lane: a striped message's
+  // bytes wait in the lanes while the connection itself may be idle.
+  std::string why = silent_for(fd(), unacked_since, now);
+  std::string where;
+  for (auto& lane : out_lanes) {
+    if (!why.empty()) break;
+    if (!lane->connection.valid()) continue;
+    why = silent_for(lane->fd(), lane->unacked_since, now);
+    if (!why.empty()) where = fmt::format(" (on lane {})", lane->number);
   }
-  if (unacked_since == std::chrono::steady_clock::time_point{}) unacked_since = now;
-  if (now - unacked_since < kLostAfter || h.since_last_ack < kLostAfter) return;
-  const auto seconds = h.since_last_ack.count() / 1000;
+  if (why.empty()) return;
   fail(ErrorKind::Connection,
-       fmt::format("{} cannot be reached: {}: its host is down, or the network between is cut",
-                   table.describe_peer(rank),
-                   h.retransmitting
-                       ? fmt::format("data sent to it has gone unacknowledged for {} s "
-                                     "(retransmitted)",
-                                     seconds)
-                       : fmt::format("its receive window is closed and the probes sent to it "
-                                     "have gone unanswered for {} s",
-                                     seconds)));
+       fmt::format("{} cannot be reached: {}: its host is down, or the network between is cut{}",
+                   table.describe_peer(rank), why, where));
+}
+
+void PeerStream::socket_failed(int fd, const Lane* lane) {
+  int error = 0;
+  socklen_t length = sizeof error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+  const auto reason = error != 0 && error != EAGAIN && error != EWOULDBLOCK && error != EINTR
+                          ? error_reason(error)
+                          : closed_reason();
+  fail(ErrorKind::Connection,
+       lane != nullptr ? fmt::format("{} (on lane {})", reason, lane->number) : reason);
 }
 
 void PeerStream::fail(ErrorKind kind, const std::string& reason) {

@@ -99,12 +99,20 @@ struct PeerStream {
   // with `reason`, and so does every later one.
   void fail(ErrorKind kind, const std::string& reason);
 
-  // Fails a Ready stream whose unacknowledged data has been retransmitted,
-  // or whose probes have gone out, with no acknowledgement, for kLostAfter
-  // (sockets.hpp): its host is gone or cut off. A stopped peer's kernel
-  // still acknowledges, so it stays.
+  // Fails a Ready stream one of whose sending connections (its own or a
+  // sending lane) has had its unacknowledged data retransmitted, or its
+  // probes go out, with no acknowledgement, for kLostAfter (sockets.hpp):
+  // its host is gone or cut off. A stopped peer's kernel still
+  // acknowledges, so it stays.
   // Called about once a second.
   void check_alive(std::chrono::steady_clock::time_point now);
+
+  // poll() found an error or hang-up on a connection this stream is not
+  // reading now (its own while paused or reading a striped message, or a
+  // waiting lane's: `lane`, else null): fails it with the socket's error.
+  // Without this, keep-alive's verdict on a connection nobody reads would
+  // go unseen while its lanes wait on a host that is gone.
+  void socket_failed(int fd, const Lane* lane);
 
   // (peer, fingerprint) of each message queued under `tag`.
   void queued_fingerprints(Tag tag, std::vector<std::pair<int, std::uint64_t>>& out) const;
@@ -119,6 +127,10 @@ struct PeerStream {
   ErrorKind failure_kind = ErrorKind::None;
   // Since when check_alive() has seen it retransmit or probe without an ack.
   std::chrono::steady_clock::time_point unacked_since{};
+  // Why its host looks gone, from `fd`'s TCP_INFO; empty while it does not
+  // (or not for kLostAfter since `since`, which it keeps).
+  static std::string silent_for(int fd, std::chrono::steady_clock::time_point& since,
+                                std::chrono::steady_clock::time_point now);
   // Sending.
   Fifo<TcpRequestPtr> sends;
   std::uint64_t send_sequence = 0;

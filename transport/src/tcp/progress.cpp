@@ -46,9 +46,13 @@ bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
     auto& p = table_.peer(rank);
     if (p.state != PeerState::Ready) continue;
     short events = 0;
-    if (p.rx != Rx::Paused && p.rx != Rx::Striped) events |= POLLIN;
+    const bool reading = p.rx != Rx::Paused && p.rx != Rx::Striped;
+    if (reading) events |= POLLIN;
     if (p.wants_to_write()) events |= POLLOUT;
-    if (events != 0) {
+    // A connection not read now (paused, or waiting on its lanes) is
+    // watched all the same, for no event: poll() reports its error or
+    // hang-up regardless (keep-alive's verdict on a host gone).
+    if (events != 0 || p.rx == Rx::Striped || p.rx == Rx::Paused) {
       fds.push_back({p.fd(), events, 0});
       who.push_back(p.rank);
     }
@@ -65,8 +69,8 @@ bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
       lanes = true;
     }
     for (std::size_t i = 0; i < p.in_lanes.size(); ++i) {
-      if (p.in_lanes[i]->waiting) continue;
-      fds.push_back({p.in_lanes[i]->fd(), POLLIN, 0});
+      // A waiting lane is not read, only watched (as above).
+      fds.push_back({p.in_lanes[i]->fd(), p.in_lanes[i]->waiting ? short{0} : short{POLLIN}, 0});
       who.push_back(lane_who(rank, world, wire::kMaxLanes + i));
       lanes = true;
     }
@@ -82,6 +86,13 @@ void Progress::service(const std::vector<pollfd>& fds, const std::vector<int>& w
       auto& p = table_.peer(who[i] % world);
       if (p.state != PeerState::Ready) continue;
       const auto slot = static_cast<std::size_t>(who[i] / world - 1);
+      if (fds[i].events == 0) {  // watched, not read: only an error or hang-up reports
+        const auto in = slot - wire::kMaxLanes;
+        if (slot >= wire::kMaxLanes && in < p.in_lanes.size() &&
+            p.in_lanes[in]->fd() == fds[i].fd)
+          p.socket_failed(fds[i].fd, p.in_lanes[in].get());
+        continue;
+      }
       if (slot < wire::kMaxLanes) {
         if (slot < p.out_lanes.size() && p.out_lanes[slot]->fd() == fds[i].fd)
           p.flush_lane(*p.out_lanes[slot]);
@@ -93,6 +104,10 @@ void Progress::service(const std::vector<pollfd>& fds, const std::vector<int>& w
     }
     auto& p = table_.peer(who[i]);
     if (p.state != PeerState::Ready || p.fd() != fds[i].fd) continue;
+    if (fds[i].events == 0) {
+      p.socket_failed(fds[i].fd, nullptr);
+      continue;
+    }
     if (fds[i].revents & POLLOUT) p.flush();
     if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) p.receive();
   }

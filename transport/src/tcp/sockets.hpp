@@ -44,7 +44,10 @@ Descriptor release(asio::ip::tcp::socket& socket);
 // connection with data unacknowledged and retransmitting for kLostAfter, or
 // with data queued behind a closed receive window whose probes have gone
 // unanswered that long (keep-alive does not probe such a connection), is
-// failed by the transport (PeerStream::check_alive, every kCheckAliveEvery).
+// failed by the transport (PeerStream::check_alive, every kCheckAliveEvery,
+// for the pair's connection and each sending lane). A connection not read
+// for a while (paused, or waiting on lanes) stays in poll()'s set, so its
+// keep-alive failure is heard.
 // A live host's kernel acknowledges within a round trip however busy its
 // processes are, so only a host gone silent (or a network cut that long)
 // waits out these times; 3 s is past the kernel's own point of doubt
