@@ -279,3 +279,37 @@ TEST_CASE("lanes: under auto none until the runtime asks, then as many, and a us
     CHECK(totals(c, 0, 1).open == 2);
   }
 }
+
+TEST_CASE("lanes: a lane with bytes queued leaves a chunk to one that would deliver it well "
+          "sooner",
+          "[mesh][lanes]") {
+  using collie::transport::tcp::lane_rest;
+  using collie::transport::tcp::LaneLoad;
+  using namespace std::chrono;
+  constexpr std::size_t n = 64 * 1024;
+  constexpr double mbyte = 1e6;  // rates in bytes a second
+  const std::vector<LaneLoad> fast{{256 * 1024, 120 * mbyte}};
+  // Idle, or of a rate not yet known: it takes the chunk, however fast the others.
+  CHECK(lane_rest({0, 1 * mbyte}, fast, n) == nanoseconds(0));
+  CHECK(lane_rest({1 << 20, 0}, fast, n) == nanoseconds(0));
+  // As loaded and as fast as the others, or slower by less than the margin: it takes it.
+  CHECK(lane_rest({256 * 1024, 120 * mbyte}, fast, n) == nanoseconds(0));
+  CHECK(lane_rest({256 * 1024, 100 * mbyte}, fast, n) == nanoseconds(0));
+  // No other lane with a known rate: it takes it.
+  CHECK(lane_rest({1 << 20, 1 * mbyte}, std::vector<LaneLoad>{{0, 0}}, n) == nanoseconds(0));
+  CHECK(lane_rest({1 << 20, 1 * mbyte}, {}, n) == nanoseconds(0));
+  // Half as fast with as much queued: the other delivers it in 2.7 ms, this
+  // one in 5.5: it rests half the difference.
+  const auto rest = lane_rest({256 * 1024, 60 * mbyte}, fast, n);
+  const double mine = (256.0 * 1024 + n) / (60 * mbyte);
+  const double best = (256.0 * 1024 + n) / (120 * mbyte);
+  CHECK(duration<double>(rest).count() == Approx((mine - best) / 2).epsilon(1e-6));
+  // As fast, but with four times as much queued: it rests too.
+  CHECK(lane_rest({1 << 20, 120 * mbyte}, fast, n) > nanoseconds(0));
+  // The best of several counts (an idle one delivers in 1.1 ms); a rest is
+  // never longer than 2 ms.
+  const std::vector<LaneLoad> several{{1 << 20, 10 * mbyte}, {0, 60 * mbyte}, {4 << 20, 0}};
+  CHECK(lane_rest({4 << 20, 1 * mbyte}, several, n) == milliseconds(2));
+  CHECK(lane_rest({64 * 1024, 100 * mbyte}, several, n) == nanoseconds(0));  // 1.3 ms
+  CHECK(lane_rest({64 * 1024, 40 * mbyte}, several, n) > nanoseconds(0));    // 3.3 ms
+}

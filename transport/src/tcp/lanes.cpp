@@ -12,6 +12,7 @@
 #include <collie/log.hpp>
 
 #include "connections.hpp"
+#include "flow_stats.hpp"
 #include "peer_stream.hpp"
 
 namespace collie::transport::tcp {
@@ -46,6 +47,20 @@ void PeerStream::add_in_lane(int number, Descriptor c, std::unique_ptr<SealedSta
   in_lanes.push_back(std::make_unique<Lane>(number, std::move(c), std::move(seal)));
 }
 
+std::string PeerStream::lanes_report() const {
+  std::string each;
+  for (const auto& lane : out_lanes) {
+    const auto f = flow_stats(lane->fd());
+    each += fmt::format("{}lane {}: {} chunks, {:.1f} MiB", each.empty() ? "" : "; ", lane->number,
+                        lane->chunks, static_cast<double>(lane->bytes) / 1048576);
+    if (f.known && f.busy_us > 0)
+      each += fmt::format(" at {:.0f} Mbit/s over {:.2f} s busy",
+                          static_cast<double>(f.bytes_acked) * 8 / static_cast<double>(f.busy_us),
+                          static_cast<double>(f.busy_us) / 1e6);
+  }
+  return each;
+}
+
 void PeerStream::fail_lanes() {
   for (auto* lanes_of : {&out_lanes, &in_lanes}) {
     for (auto& lane : *lanes_of) {
@@ -77,6 +92,7 @@ bool PeerStream::take_chunk(Lane& lane) {
   if (found == nullptr) return false;
   auto& r = *found;
   const std::size_t n = std::min(kChunkBytes, r.bytes - r.dispensed);
+  if (lane_rests(lane, n)) return false;
   const auto sequence = wire::get64(r.header.data() + 8);
   wire::encode(wire::Frame{sequence, r.dispensed, static_cast<std::uint32_t>(n)},
                lane.frame.data());
@@ -87,6 +103,58 @@ bool PeerStream::take_chunk(Lane& lane) {
   lane.sent = 0;
   r.dispensed += n;
   if (r.dispensed == r.bytes) --undispensed_;
+  return true;
+}
+
+double PeerStream::lane_rate(Lane& lane, std::chrono::steady_clock::time_point now) {
+  // The kernel's sample moves with each acknowledgement; read it at most
+  // once a millisecond.
+  if (now - lane.rate_read >= std::chrono::milliseconds(1)) {
+    const auto f = flow_stats(lane.fd());
+    lane.rate = f.known ? static_cast<double>(f.rate) : 0.0;
+    lane.rate_read = now;
+  }
+  return lane.rate;
+}
+
+std::chrono::nanoseconds lane_rest(LaneLoad mine, std::span<const LaneLoad> others,
+                                   std::size_t n) {
+  // Less than this much sooner elsewhere, the lane takes the chunk: rates
+  // are samples, and a chunk kept back costs a wake-up.
+  constexpr double kMargin = 1.25;
+  constexpr std::chrono::nanoseconds kLongestRest = std::chrono::milliseconds(2);
+  // An idle lane always takes it (that is how a lane's rate is learnt), and
+  // so does one whose rate is not known yet.
+  if (mine.queued == 0 || mine.rate <= 0) return {};
+  const double my_time = static_cast<double>(mine.queued + n) / mine.rate;
+  double best = my_time;
+  for (const auto& other : others)
+    if (other.rate > 0) best = std::min(best, static_cast<double>(other.queued + n) / other.rate);
+  if (my_time <= best * kMargin) return {};
+  // Until about half the difference has drained.
+  const auto rest = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>((my_time - best) / 2));
+  return std::clamp(rest, std::chrono::nanoseconds(1), kLongestRest);
+}
+
+bool PeerStream::lane_rests(Lane& lane, std::size_t n) {
+  const int streams = table.streams.load(std::memory_order_relaxed);
+  if (out_lanes.size() < 2 || streams < 2) return false;
+  const auto mine = outstanding(lane.fd());
+  if (mine == 0) return false;  // (lane_rest()'s first rule, without a system call more)
+  const auto now = std::chrono::steady_clock::now();
+  std::array<LaneLoad, wire::kMaxLanes> others{};
+  std::size_t count = 0;
+  for (auto& other : out_lanes) {
+    if (other.get() == &lane || other->number > streams || !other->connection.valid() ||
+        count == others.size())
+      continue;
+    others[count++] = {outstanding(other->fd()), lane_rate(*other, now)};
+  }
+  const auto rest =
+      lane_rest({mine, lane_rate(lane, now)}, std::span(others.data(), count), n);
+  if (rest.count() == 0) return false;
+  lane.rest_until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(rest);
   return true;
 }
 

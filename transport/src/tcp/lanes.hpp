@@ -16,7 +16,10 @@
 // write; with TCP_NOTSENT_LOWAT that is when the kernel holds less than
 // kLowWater bytes it has not yet sent, so a lane whose flow drains faster
 // takes more chunks, and the pair is not held to its slowest flow times
-// the lanes' count. The next message's header follows on the pair's
+// the lanes' count. A lane with bytes still queued also leaves the chunk
+// to another that would deliver it sooner, by the bytes each has queued
+// and its measured rate: it rests a moment (lane_rests()). The next
+// message's header follows on the pair's
 // connection at once, and its chunks after the last of this one's; a
 // striped send completes once every chunk is in a kernel (it may complete
 // after sends queued behind it).
@@ -34,7 +37,8 @@
 // A lane that fails fails the pair, named, as its connection's failure
 // does; a sending lane whose data or window probes go unanswered is
 // failed as the pair's connection would be (check_alive()), and a waiting
-// lane is watched for errors though not read. Guarded by the table's lock, as the PeerStream that holds it.
+// lane is watched for errors though not read. Guarded by the table's
+// lock, as the PeerStream that holds it.
 #pragma once
 
 #include <array>
@@ -42,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include <collie/seal.hpp>
@@ -74,6 +79,12 @@ struct Lane {
   std::uint64_t bytes = 0;
   // A sending lane's: since when check_alive() has seen it go unanswered.
   std::chrono::steady_clock::time_point unacked_since{};
+  // A sending lane's rate (bytes a second, the kernel's latest sample,
+  // read at `rate_read`), and until when it takes no chunk: others would
+  // deliver the next one sooner (PeerStream::lane_rests()).
+  double rate = 0;
+  std::chrono::steady_clock::time_point rate_read{};
+  std::chrono::steady_clock::time_point rest_until{};
 
   // Sending: the chunk under way (request null: none).
   TcpRequest* request = nullptr;
@@ -97,5 +108,18 @@ struct Lane {
   // first use).
   std::vector<std::uint8_t> staging;
 };
+
+// A sending lane's load: bytes written and not yet acknowledged, and its
+// rate (bytes a second; 0: not known).
+struct LaneLoad {
+  std::size_t queued = 0;
+  double rate = 0;
+};
+// How long a lane loaded as `mine` leaves the next chunk (`n` bytes) to the
+// `others`, one of which would deliver it well before it would: zero when
+// it takes the chunk (always while it is idle or its rate is unknown), at
+// most 2 ms.
+std::chrono::nanoseconds lane_rest(LaneLoad mine, std::span<const LaneLoad> others,
+                                   std::size_t n);
 
 }  // namespace collie::transport::tcp

@@ -114,6 +114,9 @@ struct PeerStream {
   // go unseen while its lanes wait on a host that is gone.
   void socket_failed(int fd, const Lane* lane);
 
+  // What each sending lane carried, and its rate while busy (the debug log).
+  std::string lanes_report() const;
+
   // (peer, fingerprint) of each message queued under `tag`.
   void queued_fingerprints(Tag tag, std::vector<std::pair<int, std::uint64_t>>& out) const;
 
@@ -193,6 +196,11 @@ struct PeerStream {
   // Lanes: a sending lane takes the next chunk (false: none to take); a
   // striped send may be whole; a receiving lane's frame and chunk.
   bool take_chunk(Lane& lane);
+  // Whether a sending lane with bytes queued should leave the next chunk
+  // (of `n` bytes) to another that would deliver it well before it: then
+  // it rests a moment (Lane::rest_until).
+  bool lane_rests(Lane& lane, std::size_t n);
+  double lane_rate(Lane& lane, std::chrono::steady_clock::time_point now);
   // A lane's chunk is all in its kernel: counted, and its send completed
   // once every chunk and the header are out.
   void chunk_sent(Lane& lane);

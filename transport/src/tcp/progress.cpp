@@ -39,9 +39,11 @@ int lane_who(int rank, int world, std::size_t slot) {
 }
 }  // namespace
 
-bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
+bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who,
+                         Clock::time_point& rest_until) {
   const int world = table_.opt.world_size;
   bool lanes = false;
+  rest_until = Clock::time_point::max();
   for (int rank : table_.connected) {
     auto& p = table_.peer(rank);
     if (p.state != PeerState::Ready) continue;
@@ -58,12 +60,17 @@ bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who) {
     }
     const int streams = table_.streams.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < p.out_lanes.size(); ++i) {
-      // A lane past `streams` takes no new chunk (set_streams() asked for fewer).
+      // A lane past `streams` takes no new chunk (set_streams() asked for
+      // fewer), nor does a resting one (lane_rests()) until its rest ends.
       const auto& lane = *p.out_lanes[i];
-      if (!p.lane_wants_to_write(lane) || (lane.number > streams && lane.request == nullptr &&
-                                           !(lane.sealed && lane.sealed->out_begin <
-                                                                lane.sealed->out_end)))
+      if (!p.lane_wants_to_write(lane)) continue;
+      const bool mid_chunk = lane.request != nullptr ||
+                             (lane.sealed && lane.sealed->out_begin < lane.sealed->out_end);
+      if (!mid_chunk && lane.number > streams) continue;
+      if (!mid_chunk && lane.rest_until > Clock::time_point{} && lane.rest_until > Clock::now()) {
+        rest_until = std::min(rest_until, lane.rest_until);
         continue;
+      }
       fds.push_back({p.out_lanes[i]->fd(), POLLOUT, 0});
       who.push_back(lane_who(rank, world, i));
       lanes = true;
@@ -118,9 +125,10 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
   who.clear();
   fds.push_back({table_.driver_wake.fd(), POLLIN, 0});
   who.push_back(kWake);
+  auto rest_until = Clock::time_point::max();
   {
     std::lock_guard lock(table_.mu);
-    const bool lanes = add_peers(fds, who);
+    const bool lanes = add_peers(fds, who, rest_until);
     // Spinning over one peer: serve it as if poll() had found it ready. A
     // read that finds nothing costs one system call, as poll() does, and
     // one that finds the bytes needs no second. (The wake-up fd is left
@@ -133,6 +141,9 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
       return;
     }
   }
+  // A resting lane is looked at again when its rest ends.
+  if (rest_until != Clock::time_point::max())
+    timeout_ms = std::min(timeout_ms, std::max(poll_ms_until(rest_until), 0));
   const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
   if (ready <= 0) return;
   if (fds[0].revents & POLLIN) table_.driver_wake.drain();
@@ -247,7 +258,9 @@ void Progress::background_loop() {
           kQuiet;
       if (woken || Clock::now() >= quiet_from) {
         std::lock_guard lock(table_.mu);
-        add_peers(fds, who);
+        auto rest_until = Clock::time_point::max();
+        add_peers(fds, who, rest_until);
+        until = std::min(until, rest_until);
       } else {
         until = std::min(until, quiet_from);
       }

@@ -47,8 +47,10 @@ class Progress {
 
  private:
   // Adds the Ready peers' sockets to a poll set (mu held).
-  // True if it added a lane.
-  bool add_peers(std::vector<pollfd>& fds, std::vector<int>& who);
+  // True if it added a lane. `rest_until`: when the first resting lane
+  // (lanes.hpp) wants to be looked at again (max(): none rests).
+  bool add_peers(std::vector<pollfd>& fds, std::vector<int>& who,
+                 std::chrono::steady_clock::time_point& rest_until);
   // Moves data for the peers whose sockets are ready (mu held).
   void service(const std::vector<pollfd>& fds, const std::vector<int>& who);
   // One poll of the peers by the waiting thread (drive_mu held).

@@ -203,6 +203,11 @@ TcpTransport::~TcpTransport() {
   m.background.join();
   std::lock_guard drive(m.progress.drive_mu);
   std::lock_guard lock(m.table.mu);
+  if (collie::log().should_log(spdlog::level::debug))
+    for (const auto& p : m.table.peers)
+      if (!p.out_lanes.empty())
+        collie::log().debug("rank {}: lanes to {}: {}", rank(), m.table.describe_peer(p.rank),
+                            p.lanes_report());
   for (auto& p : m.table.peers) {
     const std::string reason = "the transport was shut down on this rank";
     for (auto& r : p.sends)
