@@ -91,8 +91,7 @@ bool PeerStream::take_chunk(Lane& lane) {
   }
   if (found == nullptr) return false;
   auto& r = *found;
-  const auto streams = static_cast<std::size_t>(table.streams.load(std::memory_order_relaxed));
-  const std::size_t n = chunk_size(r.bytes - r.dispensed, std::min(out_lanes.size(), streams));
+  const std::size_t n = std::min(kChunkBytes, r.bytes - r.dispensed);
   if (lane_rests(lane, n)) return false;
   const auto sequence = wire::get64(r.header.data() + 8);
   wire::encode(wire::Frame{sequence, r.dispensed, static_cast<std::uint32_t>(n)},
@@ -116,12 +115,6 @@ double PeerStream::lane_rate(Lane& lane, std::chrono::steady_clock::time_point n
     lane.rate_read = now;
   }
   return lane.rate;
-}
-
-std::size_t chunk_size(std::size_t left, std::size_t lanes) {
-  const std::size_t half_share = left / (2 * std::max<std::size_t>(lanes, 1));
-  const std::size_t n = std::max(kSmallestChunk, half_share / kChunkAlign * kChunkAlign);
-  return std::min({n, kChunkBytes, left});
 }
 
 std::chrono::nanoseconds lane_rest(LaneLoad mine, std::span<const LaneLoad> others,

@@ -63,16 +63,6 @@ inline constexpr std::size_t kStripeFrom = 128 * 1024;
 // The chunk a lane takes at a time: one sealed record, whose plaintext a
 // receiver opens straight into the buffer (flush_lane_sealed()).
 inline constexpr std::size_t kChunkBytes = seal::kMaxRecordBytes;
-// A message's last bytes go in smaller chunks, so that the lanes finish it
-// together: chunk_size().
-inline constexpr std::size_t kSmallestChunk = 16 * 1024;
-inline constexpr std::size_t kChunkAlign = 4096;
-// The next chunk of a message with `left` bytes not yet dealt, over `lanes`
-// lanes: kChunkBytes while the lanes have more than two each of those to
-// share, then half a lane's share, rounded down to kChunkAlign (so every
-// chunk but a message's last starts and ends on whole elements of any
-// type), at least kSmallestChunk; never more than `left`.
-std::size_t chunk_size(std::size_t left, std::size_t lanes);
 // A sending lane is writable while its kernel holds fewer unsent bytes.
 inline constexpr int kLowWater = 256 * 1024;
 
