@@ -9,6 +9,20 @@
 
 namespace collie::transport::tcp {
 
+TcpHealth tcp_health(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof info;
+  TcpHealth h;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return h;
+  h.known = true;
+  h.retransmitting = info.tcpi_unacked > 0 && info.tcpi_retransmits > 0;
+  // Probes with our data queued and none in flight: the zero-window probes
+  // of a closed receive window.
+  h.probing = info.tcpi_probes > 0 && info.tcpi_unacked == 0 && outstanding(fd) > 0;
+  h.since_last_ack = std::chrono::milliseconds(info.tcpi_last_ack_recv);
+  return h;
+}
+
 FlowStats flow_stats(int fd) {
   tcp_info info{};
   socklen_t length = sizeof info;
@@ -20,7 +34,6 @@ FlowStats flow_stats(int fd) {
   s.bytes_acked = info.tcpi_bytes_acked;
   s.busy_us = info.tcpi_busy_time;
   s.rate = info.tcpi_delivery_rate;
-  s.notsent = info.tcpi_notsent_bytes;
   return s;
 }
 

@@ -27,12 +27,12 @@ bool PeerStream::lane_retry_after(const Lane& lane, int error) {
   // As the pair's connection says it (a host gone: "cannot be reached"),
   // and which lane.
   if (error != EAGAIN && error != EWOULDBLOCK)
-    fail(ErrorKind::Connection, fmt::format("{} (on lane {})", error_reason(error), lane.number));
+    fail(ErrorKind::Connection, error_reason(error) + on_lane(lane));
   return false;
 }
 
 void PeerStream::lane_closed(const Lane& lane) {
-  fail(ErrorKind::Connection, fmt::format("{} (on lane {})", closed_reason(), lane.number));
+  fail(ErrorKind::Connection, closed_reason() + on_lane(lane));
 }
 
 void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {

@@ -14,6 +14,7 @@
 #include <collie/log.hpp>
 
 #include "connections.hpp"
+#include "flow_stats.hpp"
 
 namespace collie::transport::tcp {
 
@@ -83,7 +84,7 @@ void PeerStream::check_alive(std::chrono::steady_clock::time_point now) {
     if (!why.empty()) break;
     if (!lane->connection.valid()) continue;
     why = silent_for(lane->fd(), lane->unacked_since, now);
-    if (!why.empty()) where = fmt::format(" (on lane {})", lane->number);
+    if (!why.empty()) where = on_lane(*lane);
   }
   if (why.empty()) return;
   fail(ErrorKind::Connection,
@@ -95,11 +96,18 @@ void PeerStream::socket_failed(int fd, const Lane* lane) {
   int error = 0;
   socklen_t length = sizeof error;
   if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
-  const auto reason = error != 0 && error != EAGAIN && error != EWOULDBLOCK && error != EINTR
-                          ? error_reason(error)
-                          : closed_reason();
-  fail(ErrorKind::Connection,
-       lane != nullptr ? fmt::format("{} (on lane {})", reason, lane->number) : reason);
+  if (error == 0 || error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
+    // A hang-up with no error to say: the peer's end is closed.
+    if (lane != nullptr) lane_closed(*lane);
+    else fail(ErrorKind::Connection, closed_reason());
+    return;
+  }
+  if (lane != nullptr) lane_retry_after(*lane, error);
+  else retry_after(error);
+}
+
+std::string PeerStream::on_lane(const Lane& lane) {
+  return fmt::format(" (on lane {})", lane.number);
 }
 
 void PeerStream::fail(ErrorKind kind, const std::string& reason) {

@@ -230,6 +230,8 @@ struct PeerStream {
   bool lane_retry_after(const Lane& lane, int error);
   void lane_closed(const Lane& lane);
   std::string lane_name(const Lane& lane, bool sending) const;
+  // What a lane's failure adds to the pair's words: " (on lane N)".
+  static std::string on_lane(const Lane& lane);
   // Opens the whole records read and parses their plaintext. False if the
   // stream paused or failed.
   bool open_records();

@@ -143,7 +143,7 @@ void Progress::drive_once(int timeout_ms, std::vector<pollfd>& fds, std::vector<
   }
   // A resting lane is looked at again when its rest ends.
   if (rest_until != Clock::time_point::max())
-    timeout_ms = std::min(timeout_ms, std::max(poll_ms_until(rest_until), 0));
+    timeout_ms = std::min(timeout_ms, poll_ms_until(rest_until));
   const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
   if (ready <= 0) return;
   if (fds[0].revents & POLLIN) table_.driver_wake.drain();

@@ -7,10 +7,8 @@
 #include <collie/transport/tcp.hpp>
 
 #include <fcntl.h>
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -112,22 +110,6 @@ Descriptor release(asio::ip::tcp::socket& socket) {
   std::error_code ec;
   const int fd = socket.release(ec);
   return Descriptor(ec ? -1 : fd);
-}
-
-TcpHealth tcp_health(int fd) {
-  tcp_info info{};
-  socklen_t length = sizeof(info);
-  TcpHealth h;
-  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return h;
-  h.known = true;
-  h.retransmitting = info.tcpi_unacked > 0 && info.tcpi_retransmits > 0;
-  // Probes with our data queued (SIOCOUTQ: bytes not yet acknowledged) and
-  // none in flight: the zero-window probes of a closed receive window.
-  int queued = 0;
-  h.probing = info.tcpi_probes > 0 && info.tcpi_unacked == 0 &&
-              ::ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0;
-  h.since_last_ack = std::chrono::milliseconds(info.tcpi_last_ack_recv);
-  return h;
 }
 
 void set_close_on_exec(int fd) {

@@ -45,6 +45,7 @@ Descriptor release(asio::ip::tcp::socket& socket);
 // with data queued behind a closed receive window whose probes have gone
 // unanswered that long (keep-alive does not probe such a connection), is
 // failed by the transport (PeerStream::check_alive, every kCheckAliveEvery,
+// from tcp_health(), flow_stats.hpp,
 // for the pair's connection and each sending lane). A connection not read
 // for a while (paused, or waiting on lanes) stays in poll()'s set, so its
 // keep-alive failure is heard.
@@ -74,19 +75,6 @@ inline constexpr int kSameHostSendBuffer = 384 * 1024;
 // process a rank starts must not hold a peer's connection open (a dead
 // rank's end-of-stream would never come).
 void tune(asio::ip::tcp::socket& socket, bool avoid_pacing);
-
-// What TCP_INFO says of a connection, for check_alive().
-struct TcpHealth {
-  bool known = false;             // getsockopt worked
-  bool retransmitting = false;    // unacknowledged data is being sent again
-  // Our data waits behind a receive window the peer closed, and probes of
-  // the window have gone out since the last acknowledgement: a peer's kernel
-  // answers each, however stopped the process, so unanswered ones mean it
-  // is gone.
-  bool probing = false;
-  std::chrono::milliseconds since_last_ack{0};
-};
-TcpHealth tcp_health(int fd);
 
 // Sets close-on-exec on a descriptor Asio opened (it sets none itself).
 void set_close_on_exec(int fd);
