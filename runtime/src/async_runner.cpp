@@ -5,8 +5,9 @@
 namespace collie {
 
 AsyncRunner::~AsyncRunner() {
-  stop();
-  if (thread_.joinable()) thread_.join();
+  stop();  // (no post adds a thread after this)
+  for (auto& thread : threads_)
+    thread.join();
 }
 
 namespace {
@@ -29,10 +30,16 @@ bool AsyncRunner::post(Task task, Ticket* ticket) {
   // wait at once, so the thread looks again at the grace period's pace.
   const bool behind = !queue_.empty();
   queue_.push_back({t, std::move(task), last_post_});
-  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  // A thread for it where ours free are fewer than the tasks queued for
+  // them, and more may run.
+  if (static_cast<std::size_t>(threads_free_) < queue_.size() &&
+      static_cast<int>(threads_.size()) < width_) {
+    ++threads_free_;
+    threads_.emplace_back([this] { loop(); });
+  }
   const bool backed_off = behind && look_ > grace_;  // the thread may sleep that long
   if (behind) look_ = grace_;
-  if (grace_.count() == 0 || idle_ || backed_off) cv_.notify_all();
+  if (grace_.count() == 0 || idle_ > 0 || backed_off) cv_.notify_all();
   return true;
 }
 
@@ -48,29 +55,34 @@ void AsyncRunner::run_if_next(Ticket ticket) {
   Queued queued;
   {
     std::lock_guard lock(mu_);
-    if (busy_ || queue_.empty() || queue_.front().ticket != ticket) return;
+    if (!may_start() || queue_.front().ticket != ticket) return;
     queued = take();
   }
-  execute(queued);
+  execute(queued, false);
+}
+
+bool AsyncRunner::may_start() const {
+  return !queue_.empty() && running_ < width_;
 }
 
 AsyncRunner::Queued AsyncRunner::take() {
-  busy_ = true;
+  ++running_;
   Queued queued = std::move(queue_.front());
   queue_.pop_front();
   return queued;
 }
 
-void AsyncRunner::execute(Queued& queued) {
+void AsyncRunner::execute(Queued& queued, bool own_thread) {
   queued.task.run();
   queued.task.run = nullptr;  // its captures go before the next task runs
   bool wake = false;
   {
     std::lock_guard lock(mu_);
-    busy_ = false;
-    // With a grace period the thread, unless asleep with nothing to do,
-    // looks again by itself.
-    wake = grace_.count() == 0 || stopping_ || (idle_ && !queue_.empty());
+    --running_;
+    if (own_thread) ++threads_free_;
+    // With a grace period the threads, unless asleep with nothing to do,
+    // look again by themselves.
+    wake = grace_.count() == 0 || stopping_ || (idle_ > 0 && !queue_.empty());
   }
   if (wake) cv_.notify_all();
   if (queued.task.finish) queued.task.finish();
@@ -95,7 +107,7 @@ void AsyncRunner::loop() {
       std::unique_lock lock(mu_);
       for (;;) {
         const auto now = Clock::now();
-        if (!busy_ && !queue_.empty()) {
+        if (may_start()) {
           const auto due = queue_.front().posted + grace_;
           if (grace_.count() == 0 || stopping_ || now >= due) break;
           cv_.wait_until(lock, due);  // its caller may run it meanwhile
@@ -107,15 +119,16 @@ void AsyncRunner::loop() {
           if (queue_.empty())
             look_ = std::min<std::chrono::microseconds>(look_ * 2, kLongestLook);
         } else {
-          idle_ = true;
+          ++idle_;
           cv_.wait(lock);
-          idle_ = false;
+          --idle_;
         }
       }
       queued = take();
+      --threads_free_;
       look_ = grace_;  // nobody waited for this one: look at the grace period's pace
     }
-    execute(queued);
+    execute(queued, true);
   }
 }
 

@@ -292,8 +292,12 @@ Work ProcessGroup::start(Collective c, DataType dtype, const void* input, void* 
   // The runner is the group's own, and finishes its queue before the group
   // goes: a plain pointer (a shared one would let the group die on its own
   // thread).
+  // The queue by the call's largest buffer, the root's, which every rank
+  // reckons alike.
+  const auto root_ext = collectives::extents(c, n, call.count, call.root, call.root);
+  const std::size_t largest = std::max(root_ext.input.value_or(0), root_ext.output.value_or(0)) * es;
   return run_async(
-      g.runner,
+      g.runner_for(largest),
       fmt::format("{} #{} on {}", describe(call.signature(), false), call.sequence, g.name),
       call.timeout, [impl = &g, call] { execute_checked(*impl, call); });
 }

@@ -2,8 +2,8 @@
 //
 // A point-to-point Work waits on its transport request (with the transport
 // driving the sockets in the waiting thread). An async collective runs on
-// its group's AsyncRunner, one at a time in call order, and its Work waits
-// for the runner to say it is done (its own error, if it failed, is
+// one of its group's AsyncRunners (group.hpp), started in call order, and
+// its Work waits for the runner to say it is done (its own error, if it failed, is
 // rethrown by wait()).
 #pragma once
 

@@ -457,3 +457,24 @@ TEST_CASE("COLLIE_TRACE names the trace directory, InitOptions::trace_dir overri
   options.trace_dir = "elsewhere";
   CHECK(resolve(with, options).trace_dir == "elsewhere");
 }
+
+TEST_CASE("COLLIE_ASYNC_CALLS: how many async calls of a group run at once, checked, and "
+          "InitOptions::async_calls overrides it",
+          "[init]") {
+  const std::map<std::string, std::string> job{
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  CHECK(resolve(job).async_calls == 2);
+  auto with = job;
+  with["COLLIE_ASYNC_CALLS"] = "1";
+  CHECK(resolve(with).async_calls == 1);
+  InitOptions options;
+  options.async_calls = 4;
+  CHECK(resolve(with, options).async_calls == 4);
+  for (const char* bad : {"0", "17", "two", "-1"}) {
+    with["COLLIE_ASYNC_CALLS"] = bad;
+    CHECK_THROWS_WITH(resolve(with), ContainsSubstring("COLLIE_ASYNC_CALLS") &&
+                                         ContainsSubstring("1 to 16"));
+  }
+  options.async_calls = 0;
+  CHECK_THROWS_WITH(resolve(job, options), ContainsSubstring("InitOptions::async_calls"));
+}

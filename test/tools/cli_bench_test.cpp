@@ -402,3 +402,25 @@ TEST_CASE("bench over lanes: collectives whose messages are striped, every resul
                           ContainsSubstring("chunks"));
   }
 }
+
+TEST_CASE("bench buckets: async all_reduces of mixed sizes in flight, each timed alone and in "
+          "the set, every element checked") {
+  const auto r = bench({"buckets", "--ranks", "3", "--sizes", "64K,4,1K,12", "-n", "2", "-w", "1"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("3 ranks, 4 async all_reduces") != std::string::npos);
+  for (const char* row : {"64 KiB", "4 B", "1 KiB", "12 B"})
+    CHECK(r.out.find(row) != std::string::npos);
+  CHECK(r.out.find("\n   set ") != std::string::npos);
+  CHECK(r.out.find("wrong elements: 0") != std::string::npos);
+  // A wrong element fails it: one per set on the spoiling rank, 3 sets.
+  const auto spoiled =
+      bench({"buckets", "--ranks", "2", "--sizes", "8,64K", "-n", "2", "-w", "1"},
+            {"COLLIE_BENCH_SPOIL_RANK=1"});
+  INFO(spoiled.out << spoiled.err);
+  CHECK(spoiled.exit_code == 1);
+  CHECK(spoiled.out.find("wrong elements: 3") != std::string::npos);
+  const auto refused = bench({"buckets", "--ranks", "2", "--sizes", "4K,2"});
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.err.find("--sizes: 2 is under one float32") != std::string::npos);
+}

@@ -23,6 +23,8 @@ void add_bench_command(CLI::App& app);
 void add_bench_collective_commands(CLI::App& bench);
 // `collie bench p2p` (bench/p2p.cpp), added by add_bench_command.
 void add_bench_p2p_command(CLI::App& bench);
+// `collie bench buckets` (bench/buckets.cpp), added by add_bench_command.
+void add_bench_buckets_command(CLI::App& bench);
 // `collie bench kernels` (bench/kernels.cpp), added by add_bench_command.
 void add_bench_kernels_command(CLI::App& bench);
 // `collie bench store` (bench/store.cpp), added by add_bench_command.

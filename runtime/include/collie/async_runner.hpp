@@ -1,10 +1,12 @@
-// A queue of tasks run one at a time, in the order posted (public, so that
-// bindings built on the runtime share it): a group's async
-// collectives (work.hpp's run_async), and the torch backend's calls
-// (runtime/torch/). Each task runs on the runner's own thread (started by
-// the first post), or in a thread that waits for it while it is at the head
-// of the queue and nothing runs (run_if_next): a caller that waits at once
-// saves waking the runner's thread and being woken by it.
+// A queue of tasks started in the order posted, up to `width` at once
+// (public, so that bindings built on the runtime share it): a group's async
+// collectives (work.hpp's run_async; group.hpp says how many at once), and
+// the torch backend's calls (runtime/torch/, one at a time). Each task runs
+// on one of the runner's own threads (as many as run at once, started as
+// needed), or in a thread that waits for it while it is at the head of the
+// queue and a place is free (run_if_next): a caller that waits at once
+// saves waking the runner's thread and being woken by it. With a width of
+// 1, one at a time, in order.
 //
 // With a grace period, the runner's thread leaves a task alone until it
 // was queued that long, so that a caller that waits at once runs it
@@ -18,10 +20,10 @@
 // hand it back, two wake-ups on the call's path, and looking every 500 us
 // cost 8 ranks on 2 cores a third of each small call (388 us against 250-294).
 //
-// A task has two parts: `run`, then `finish`, called once the runner is
-// free again and `run`'s captures are gone (so a caller woken by `finish`
-// may run the next task itself, and the previous task's buffers are
-// released before it). Neither may throw. Thread-safe.
+// A task has two parts: `run`, then `finish`, called once its place in the
+// runner is free again and `run`'s captures are gone (so a caller woken by
+// `finish` may run the next task itself, and the previous task's buffers
+// are released before it). Neither may throw. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -31,6 +33,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace collie {
 
@@ -43,8 +46,10 @@ class AsyncRunner {
   };
 
   // grace: how long a task queued waits for its caller before the runner's
-  // thread runs it (0: at once).
-  explicit AsyncRunner(std::chrono::microseconds grace = {}) : grace_(grace) {}
+  // thread runs it (0: at once). width: how many tasks run at once (at
+  // least 1).
+  explicit AsyncRunner(std::chrono::microseconds grace = {}, int width = 1)
+      : grace_(grace), width_(width < 1 ? 1 : width) {}
   // Runs what was queued, then joins. stop() first refuses new tasks.
   ~AsyncRunner();
   AsyncRunner(const AsyncRunner&) = delete;
@@ -67,21 +72,24 @@ class AsyncRunner {
     Task task;
     Clock::time_point posted;
   };
-  Queued take();  // mu_ held
-  void execute(Queued& queued);
+  bool may_start() const;  // the head of the queue may start now (mu_ held)
+  Queued take();            // mu_ held
+  void execute(Queued& queued, bool own_thread);
   void loop();
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Queued> queue_;
   Ticket next_ticket_ = 0;
-  bool busy_ = false;
+  int running_ = 0;       // tasks running now, on any thread
+  int threads_free_ = 0;  // own threads not running a task
   bool stopping_ = false;
   const std::chrono::microseconds grace_;
-  bool idle_ = false;                        // the thread sleeps until woken (mu_)
-  std::chrono::microseconds look_ = grace_;  // its next look, in so long (mu_)
+  const int width_;
+  int idle_ = 0;                             // own threads asleep until woken (mu_)
+  std::chrono::microseconds look_ = grace_;  // their next look, in so long (mu_)
   Clock::time_point last_post_;              // (mu_)
-  std::thread thread_;                       // started by the first post
+  std::vector<std::thread> threads_;         // started as posts need them
 };
 
 }  // namespace collie

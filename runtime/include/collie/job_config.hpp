@@ -74,6 +74,7 @@ struct InitOptions {
   std::optional<std::string> transport;              // overrides COLLIE_TRANSPORT
   std::optional<std::string> trace_dir;              // overrides COLLIE_TRACE ("": off)
   std::optional<std::chrono::milliseconds> stall_time;  // overrides COLLIE_STALL_TIME (0: off)
+  std::optional<int> async_calls;                       // overrides COLLIE_ASYNC_CALLS
   // Join a running job as a newcomer (overrides COLLIE_JOIN): init() waits
   // until the job's members admit this process at their next
   // ProcessGroup::expand(), and returns the group they made with it, where
@@ -163,6 +164,8 @@ struct JobConfig {
   // docs/failures.md.
   std::chrono::milliseconds stall_time{
       static_cast<long long>(environment::default_number(environment::kStallTime) * 1000)};
+  // How many of a group's async collectives run at once (COLLIE_ASYNC_CALLS).
+  int async_calls = static_cast<int>(environment::default_number(environment::kAsyncCalls));
 };
 
 // Looks up one environment variable (nullopt when unset or empty).

@@ -45,8 +45,12 @@
 // - Blocking forms return when this rank's part is done: its output holds
 //   the result and its input may be reused. `*_async` forms return a Work at
 //   once; the buffers belong to collie until it completes. Async collectives
-//   run in call order on one thread per group; several may be in flight on
-//   one group and on different groups (each call has its own tag).
+//   start in call order on the group's threads, two at once by default
+//   (COLLIE_ASYNC_CALLS): calls of up to 64 KiB have a queue of their own, so
+//   a small call behind a large one ends first; each Work completes when its
+//   own call has ended (with COLLIE_ASYNC_CALLS=1, one at a time, in call
+//   order). Several may be in flight on one group and on different groups
+//   (each call has its own tag).
 // - Counts: `count` is per rank, as in torch.distributed. Inputs and
 //   outputs must not overlap unless a method says in-place.
 // - Reductions (ReduceOp, reduce.hpp): sum, prod, min, max, avg on every

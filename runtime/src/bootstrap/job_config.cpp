@@ -129,8 +129,13 @@ void resolve_method(const InitOptions& options, const EnvironmentLookup& lookup,
   }
 }
 
-// How long calls may take, and when the stall inspector looks.
+// How long calls may take, when the stall inspector looks, and how many
+// async calls run at once.
 void resolve_times(const InitOptions& options, const EnvironmentLookup& lookup, JobConfig& config) {
+  config.async_calls = static_cast<int>(env::integer(
+      env::kAsyncCalls,
+      options.async_calls ? std::to_string(*options.async_calls) : text_of(env::kAsyncCalls, lookup),
+      options.async_calls ? std::string(kWho) + ": InitOptions::async_calls" : std::string(kWho)));
   config.timeout = options.timeout ? *options.timeout : seconds_of(env::kTimeout, lookup);
   if (config.timeout <= std::chrono::milliseconds::zero())
     throw Error("collie::init: the timeout must be positive");

@@ -43,7 +43,7 @@ collectives::CostModel cost_model_for(const World& world, const std::vector<int>
 
 std::shared_ptr<detail::Group> make_group(std::shared_ptr<World> world, std::string name,
                                           std::vector<int> members, int rank, std::uint32_t slot) {
-  auto g = std::make_shared<detail::Group>();
+  auto g = std::make_shared<detail::Group>(world->config.async_calls);
   g->world = std::move(world);
   g->name = std::move(name);
   g->members = std::move(members);

@@ -101,11 +101,33 @@ struct detail::Group : AutoChoices, BoardState, BrokenState {
   std::shared_ptr<device::EnginePool> engines = std::make_shared<device::EnginePool>();
   // Where this rank is in the group's calls (stall.hpp).
   Progress progress;
-  AsyncRunner runner;  // last: stopped (and joined) first
+  // Its async calls, COLLIE_ASYNC_CALLS at once (JobConfig::async_calls),
+  // each queue starting its calls in call order. With 1, every call waits
+  // for the one before it. With more, calls whose largest buffer is at most
+  // kSmallCall (latency-bound: a DDP bucket of a few layers, a barrier, a
+  // board call) have a queue of their own, one at a time, so that none
+  // waits behind a large one; the larger take the other places. A call's
+  // queue is decided by its size alone, alike on every rank, and each
+  // queue starts in call order: the oldest call of each runs everywhere,
+  // so no rank waits for a call another has not started. (Last: stopped,
+  // and joined, first.)
+  static constexpr std::size_t kSmallCall = std::size_t{64} << 10;
+  AsyncRunner small_runner;
+  AsyncRunner runner;  // every async call where COLLIE_ASYNC_CALLS is 1
 
-  ~Group();  // leaves its world's list
+  explicit Group(int async_calls = 1)
+      : small_runner({}, 1), runner({}, async_calls > 1 ? async_calls - 1 : 1),
+        small_queue_(async_calls > 1) {}
+  ~Group();
+  // The runner of an async call whose largest buffer holds `bytes`.
+  AsyncRunner& runner_for(std::size_t bytes) {
+    return small_queue_ && bytes <= kSmallCall ? small_runner : runner;
+  }  // leaves its world's list
   transport::Transport& transport() const { return *world->transport; }
   void require_member(std::string_view what) const;
+
+ private:
+  bool small_queue_;
 };
 
 }  // namespace collie

@@ -113,15 +113,14 @@ std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::u
   const auto it = world.groups.find(slot);
   if (it == world.groups.end()) return std::nullopt;
   const auto& p = it->second->progress;
-  const auto current = p.current.load(std::memory_order_acquire);
   const auto seq = static_cast<std::int64_t>(sequence);
-  if (current == seq) {
-    const auto mine = p.current_fingerprint.load(std::memory_order_relaxed);
+  if (const auto running = p.running(seq); running.sequence >= 0) {
     // The asker's fingerprint is not known here: the asker compares.
-    return fmt::format("W {:x} {}", mine, describe(decode_fingerprint(mine), false));
+    return fmt::format("W {:x} {}", running.fingerprint,
+                       describe(decode_fingerprint(running.fingerprint), false));
   }
   const auto finished = p.finished.load(std::memory_order_relaxed);
-  if (finished >= seq)
+  if (p.ended(seq))
     return fmt::format("F it finished it {} ago",
                        describe_duration(since(p.finished_at.load(std::memory_order_relaxed))));
   std::string text =
@@ -131,12 +130,11 @@ std::optional<std::string> answer_query(World& world, std::uint32_t slot, std::u
                                  describe_duration(since(p.finished_at.load())));
   // Where it is instead: a call on another group, or its own code.
   for (const auto& [other_slot, group] : world.groups) {
-    const auto c = group->progress.current.load(std::memory_order_acquire);
-    if (c < 0) continue;
-    text +=
-        fmt::format("; it is in {} #{} on {} (for {})",
-                    describe(decode_fingerprint(group->progress.current_fingerprint.load()), false),
-                    c, group->name, describe_duration(since(group->progress.current_since.load())));
+    const auto c = group->progress.oldest();
+    if (c.sequence < 0) continue;
+    text += fmt::format("; it is in {} #{} on {} (for {})",
+                        describe(decode_fingerprint(c.fingerprint), false), c.sequence,
+                        group->name, describe_duration(since(c.since)));
     return text;
   }
   return text + "; it is in no collective call (its program is busy elsewhere)";

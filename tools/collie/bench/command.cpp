@@ -10,6 +10,7 @@ void add_bench_command(CLI::App& app) {
   bench->require_subcommand(1);
   add_bench_collective_commands(*bench);
   add_bench_p2p_command(*bench);
+  add_bench_buckets_command(*bench);
   add_bench_kernels_command(*bench);
   add_bench_store_command(*bench);
 }

@@ -89,6 +89,13 @@ inline constexpr Variable kStallTime{
     0, -1, false,
     "how long a collective waits before the stall inspector asks every rank where it is and "
     "logs who holds the call up (`0`: off); [failures.md](failures.md)"};
+inline constexpr Variable kAsyncCalls{
+    "COLLIE_ASYNC_CALLS", Kind::Integer, "count", "2", "",
+    1, 16, false,
+    "how many of a group's async collectives (`*_async`) run at once, each on a thread of the "
+    "group's, started in call order, each finishing when its own messages are done (so a small "
+    "call behind a large one need not wait for it); `1`: one at a time, finishing in call "
+    "order; [collectives.md](collectives.md)"};
 inline constexpr Variable kPortRange{
     "COLLIE_PORT_RANGE", Kind::Text, "LOW-HIGH", "20000-29999", "ports from 1 to 65535, LOW <= HIGH",
     0, -1, false,
@@ -223,7 +230,7 @@ inline constexpr Variable kJoin{
 // The table, in the order docs/environment.md shows it.
 inline constexpr const Variable* kVariables[] = {
     &kStoreToken,    &kStoreTokenFile,  &kInitMethod,      &kEtcdCacert,      &kEtcdCert,      &kEtcdKey,
-    &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,
+    &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,     &kAsyncCalls,
     &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
     &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kSealCert,      &kSealKey,
     &kSealCa,        &kShmSingleCopy, &kShmStores,     &kStreams,
