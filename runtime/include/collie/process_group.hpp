@@ -45,12 +45,8 @@
 // - Blocking forms return when this rank's part is done: its output holds
 //   the result and its input may be reused. `*_async` forms return a Work at
 //   once; the buffers belong to collie until it completes. Async collectives
-//   start in call order on the group's threads, two at once by default
-//   (COLLIE_ASYNC_CALLS): calls of up to 64 KiB have a queue of their own, so
-//   a small call behind a large one ends first; each Work completes when its
-//   own call has ended (with COLLIE_ASYNC_CALLS=1, one at a time, in call
-//   order). Several may be in flight on one group and on different groups
-//   (each call has its own tag).
+//   start in call order, two at once (COLLIE_ASYNC_CALLS; calls of up to 64
+//   KiB in a queue of their own), each Work completing when its call ends.
 // - Counts: `count` is per rank, as in torch.distributed. Inputs and
 //   outputs must not overlap unless a method says in-place.
 // - Reductions (ReduceOp, reduce.hpp): sum, prod, min, max, avg on every
