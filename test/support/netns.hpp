@@ -36,7 +36,9 @@ namespace collie::test {
 
 class NetworkNamespaces {
  public:
-  explicit NetworkNamespaces(int hosts) {
+  // `nics` links per host: link n on a bridge of its own, host i at
+  // address(i, n).
+  explicit NetworkNamespaces(int hosts, int nics = 1) {
     id_ = std::to_string(::getpid() % 100000);
     bridge_ = "cb" + id_;
     ip_ = find("ip");
@@ -49,14 +51,17 @@ class NetworkNamespaces {
           "--test installs iproute2)";
       return;
     }
-    if (!ip({"link", "add", bridge_, "type", "bridge"})) {
-      why_ = "cannot make a bridge (network namespaces need root): " + last_error_;
-      return;
-    }
-    made_bridge_ = true;
-    if (!ip({"link", "set", bridge_, "up"})) {
-      fail("bridge up");
-      return;
+    for (int n = 0; n < nics; ++n) {
+      const auto bridge = bridge_of(n);
+      if (!ip({"link", "add", bridge, "type", "bridge"})) {
+        why_ = "cannot make a bridge (network namespaces need root): " + last_error_;
+        return;
+      }
+      bridges_.push_back(bridge);
+      if (!ip({"link", "set", bridge, "up"})) {
+        fail("bridge up");
+        return;
+      }
     }
     for (int i = 0; i < hosts; ++i) {
       // The namespace's holder: it prints its pid once inside, then sleeps.
@@ -68,18 +73,25 @@ class NetworkNamespaces {
       }
       const auto pid = std::to_string(holders_.back()->pid());
       const auto n = std::to_string(i);
-      const auto outer = "cv" + id_ + "a" + n;
-      const auto inner = "cv" + id_ + "b" + n;
-      if (!ip({"link", "add", outer, "type", "veth", "peer", "name", inner})) {
-        fail("veth " + outer);
-        return;
+      for (int link = 0; link < nics; ++link) {
+        const auto outer = outer_name(i, link);
+        const auto inner = inner_name(i, link);
+        if (!ip({"link", "add", outer, "type", "veth", "peer", "name", inner})) {
+          fail("veth " + outer);
+          return;
+        }
+        outer_.push_back(outer);
+        if (!ip({"link", "set", inner, "netns", pid}) ||
+            !ip({"link", "set", outer, "master", bridge_of(link)}) ||
+            !ip({"link", "set", outer, "up"}) ||
+            !in(i, {"addr", "add", address(i, link) + "/24", "dev", inner}) ||
+            !in(i, {"link", "set", inner, "up"})) {
+          fail("set up host " + n + "'s link " + std::to_string(link));
+          return;
+        }
       }
-      outer_.push_back(outer);
-      if (!ip({"link", "set", inner, "netns", pid}) ||
-          !ip({"link", "set", outer, "master", bridge_}) || !ip({"link", "set", outer, "up"}) ||
-          !in(i, {"addr", "add", address(i) + "/24", "dev", inner}) ||
-          !in(i, {"link", "set", inner, "up"}) || !in(i, {"link", "set", "lo", "up"})) {
-        fail("set up host " + n);
+      if (!in(i, {"link", "set", "lo", "up"})) {
+        fail("set up host " + n + "'s loopback");
         return;
       }
     }
@@ -94,7 +106,8 @@ class NetworkNamespaces {
     }
     for (const auto& outer : outer_)
       ip({"link", "delete", outer});
-    if (made_bridge_) ip({"link", "delete", bridge_});
+    for (const auto& bridge : bridges_)
+      ip({"link", "delete", bridge});
   }
 
   NetworkNamespaces(const NetworkNamespaces&) = delete;
@@ -103,8 +116,10 @@ class NetworkNamespaces {
   bool ok() const { return ok_; }
   const std::string& why() const { return why_; }
 
-  // Host i's address: 10.77.0.(i + 1).
-  static std::string address(int i) { return "10.77.0." + std::to_string(i + 1); }
+  // Host i's address on link n: 10.77.n.(i + 1).
+  static std::string address(int i, int n = 0) {
+    return "10.77." + std::to_string(n) + "." + std::to_string(i + 1);
+  }
 
   // argv that runs `command` on host i.
   std::vector<std::string> exec(int i, const std::vector<std::string>& command) const {
@@ -152,7 +167,7 @@ class NetworkNamespaces {
   // Host i's link goes silent: its end leaves the bridge, so what it sends
   // is dropped and nothing reaches it, without an error on either side
   // (a pulled cable, a switch that died).
-  bool cut(int i) { return ip({"link", "set", outer_[static_cast<std::size_t>(i)], "nomaster"}); }
+  bool cut(int i, int n = 0) { return ip({"link", "set", outer_name(i, n), "nomaster"}); }
 
   // Host i's link shaped to `rate` (tc's words: "400mbit") both ways, as
   // tools/cluster.sh shapes its hosts: a token bucket of 256 KB. False
@@ -161,9 +176,8 @@ class NetworkNamespaces {
     const auto n = std::to_string(i);
     const std::vector<std::string> tbf{"root", "tbf", "rate", rate, "burst", "256kb", "latency",
                                        "20ms"};
-    auto outer = std::vector<std::string>{tc_, "qdisc", "replace", "dev",
-                                          outer_[static_cast<std::size_t>(i)]};
-    auto inner = exec(i, {tc_, "qdisc", "replace", "dev", "cv" + id_ + "b" + n});
+    auto outer = std::vector<std::string>{tc_, "qdisc", "replace", "dev", outer_name(i, 0)};
+    auto inner = exec(i, {tc_, "qdisc", "replace", "dev", inner_name(i, 0)});
     outer.insert(outer.end(), tbf.begin(), tbf.end());
     inner.insert(inner.end(), tbf.begin(), tbf.end());
     for (const auto& argv : {outer, inner}) {
@@ -177,6 +191,18 @@ class NetworkNamespaces {
   }
 
  private:
+  // Link n's bridge, and host i's ends of its link n (link 0 keeps the
+  // names of a host with one).
+  std::string bridge_of(int n) const {
+    return n == 0 ? bridge_ : bridge_ + "n" + std::to_string(n);
+  }
+  std::string outer_name(int i, int n) const {
+    return "cv" + id_ + "a" + std::to_string(i) + (n == 0 ? "" : "n" + std::to_string(n));
+  }
+  std::string inner_name(int i, int n) const {
+    return "cv" + id_ + "b" + std::to_string(i) + (n == 0 ? "" : "n" + std::to_string(n));
+  }
+
   static std::string find(const std::string& name) {
     for (const char* dir : {"/usr/sbin", "/sbin", "/usr/bin", "/bin"}) {
       const auto path = std::string(dir) + "/" + name;
@@ -203,7 +229,7 @@ class NetworkNamespaces {
   void fail(const std::string& step) { why_ = "network namespaces: " + step + ": " + last_error_; }
 
   std::string id_, bridge_, ip_, tc_, nsenter_;
-  bool made_bridge_ = false;
+  std::vector<std::string> bridges_;
   std::vector<std::unique_ptr<Subprocess>> holders_;
   std::vector<std::string> outer_;
   bool ok_ = false;

@@ -105,3 +105,48 @@ TEST_CASE("advertising loopback to a job whose master is on another host is an e
   // Another interface is fine whatever the master.
   CHECK(choose_advertised_address("eth0", "10.9.9.9", kHost) == "10.0.0.4");
 }
+
+TEST_CASE("COLLIE_LANE_IFNAME: a host's other interfaces for lanes, or none", "[interfaces]") {
+  using collie::transport::choose_lane_addresses;
+  using Addresses = std::vector<std::string>;
+  // auto: every other address of the primary's family, neither loopback
+  // nor link-local (docker0's too: a peer whose kernel does not route to it
+  // from a second NIC never uses it, lane_paths.hpp).
+  CHECK(choose_lane_addresses("auto", "10.0.0.4", kHost) ==
+        Addresses{"10.1.0.4", "172.17.0.1", "192.168.5.4"});
+  CHECK(choose_lane_addresses("", "10.0.0.4", kHost) ==
+        choose_lane_addresses("auto", "10.0.0.4", kHost));
+  CHECK(choose_lane_addresses("auto", "fd00::4", kHost).empty());  // no other IPv6 but link-local
+  CHECK(choose_lane_addresses("none", "10.0.0.4", kHost).empty());
+  // A list: those interfaces only, the primary left out.
+  CHECK(choose_lane_addresses("eth", "10.0.0.4", kHost) == Addresses{"10.1.0.4"});
+  CHECK(choose_lane_addresses("^docker,lo", "10.0.0.4", kHost) ==
+        Addresses{"10.1.0.4", "192.168.5.4"});
+  CHECK(choose_lane_addresses("=eth0", "10.0.0.4", kHost).empty());
+  // Every rank on one host (the primary on loopback): none.
+  CHECK(choose_lane_addresses("auto", "127.0.0.1", kHost).empty());
+  CHECK(choose_lane_addresses("eth1", "127.0.0.1", kHost).empty());
+  // A list that names no interface, or is malformed, names the variable.
+  CHECK_THROWS_WITH(choose_lane_addresses("wlan", "10.0.0.4", kHost),
+                    ContainsSubstring("COLLIE_LANE_IFNAME='wlan' matches no interface") &&
+                        ContainsSubstring("eth1 10.1.0.4"));
+  CHECK_THROWS_WITH(choose_lane_addresses("eth0,", "10.0.0.4", kHost),
+                    ContainsSubstring("COLLIE_LANE_IFNAME must name interfaces"));
+}
+
+TEST_CASE("a rank's published addresses: the advertised one first, then its lanes'",
+          "[interfaces]") {
+  using collie::transport::join_published;
+  using collie::transport::published_primary;
+  using collie::transport::split_published;
+  using Addresses = std::vector<std::string>;
+  const Addresses three{"10.0.0.4:4100", "10.1.0.4:4101", "[fd00::4]:4102"};
+  CHECK(join_published(three) == "10.0.0.4:4100,10.1.0.4:4101,[fd00::4]:4102");
+  CHECK(split_published(join_published(three)) == three);
+  CHECK(published_primary(join_published(three)) == "10.0.0.4:4100");
+  CHECK(join_published({"10.0.0.4:4100"}) == "10.0.0.4:4100");  // one: as before lanes had NICs
+  CHECK(split_published("10.0.0.4:4100") == Addresses{"10.0.0.4:4100"});
+  CHECK(published_primary("10.0.0.4:4100") == "10.0.0.4:4100");
+  CHECK(split_published("").empty());
+  CHECK(published_primary("").empty());
+}

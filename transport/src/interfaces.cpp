@@ -69,7 +69,7 @@ bool is_this_host(const std::string& host, const std::vector<InterfaceAddress>& 
 
 }  // namespace
 
-InterfaceFilter InterfaceFilter::parse(std::string_view spec) {
+InterfaceFilter InterfaceFilter::parse(std::string_view spec, std::string_view variable) {
   InterfaceFilter filter;
   if (spec.starts_with('^')) {
     filter.exclude = true;
@@ -89,9 +89,10 @@ InterfaceFilter InterfaceFilter::parse(std::string_view spec) {
   }
   if (empty_name) filter.names.clear();
   if (filter.names.empty()) {
-    throw Error(
-        "COLLIE_SOCKET_IFNAME must name interfaces: 'eth0', 'eth,ib', '=eth0' "
-        "(exact) or '^lo,docker' (all but these)");
+    throw Error(fmt::format(
+        "{} must name interfaces: 'eth0', 'eth,ib', '=eth0' (exact) or '^lo,docker' (all but "
+        "these)",
+        variable));
   }
   return filter;
 }
@@ -206,6 +207,55 @@ std::string choose_advertised_address(const std::string& ifname_spec,
         ifname_spec, best->address, best->name, master_host, reaching));
   }
   return best->address;
+}
+
+std::vector<std::string> choose_lane_addresses(const std::string& spec, const std::string& primary,
+                                               const std::vector<InterfaceAddress>& interfaces) {
+  if (spec == "none") return {};
+  const bool automatic = spec.empty() || spec == "auto";
+  const auto filter =
+      automatic ? InterfaceFilter{} : InterfaceFilter::parse(spec, "COLLIE_LANE_IFNAME");
+  const bool primary_v6 = primary.find(':') != std::string::npos;
+  bool primary_loopback = primary.rfind("127.", 0) == 0 || primary == "::1";
+  for (const auto& i : interfaces)
+    if (i.address == primary && i.is_loopback) primary_loopback = true;
+  std::vector<std::string> out;
+  bool named_any = false;
+  for (const auto& i : interfaces) {
+    if (!automatic && !filter.matches(i.name)) continue;
+    named_any = true;
+    if (i.is_v6 != primary_v6 || i.is_loopback || i.is_link_local || i.address == primary ||
+        std::find(out.begin(), out.end(), i.address) != out.end())
+      continue;
+    out.push_back(i.address);
+  }
+  if (!automatic && !named_any) {
+    throw Error(fmt::format("COLLIE_LANE_IFNAME='{}' matches no interface; this host has: {}", spec,
+                            describe(interfaces)));
+  }
+  if (primary_loopback) return {};
+  return out;
+}
+
+std::string join_published(const std::vector<std::string>& listening) {
+  std::string out;
+  for (const auto& a : listening)
+    out += (out.empty() ? "" : ",") + a;
+  return out;
+}
+
+std::vector<std::string> split_published(std::string_view published) {
+  std::vector<std::string> out;
+  for (std::size_t start = 0; start < published.size();) {
+    const auto comma = std::min(published.find(',', start), published.size());
+    if (comma > start) out.emplace_back(published.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string published_primary(std::string_view published) {
+  return std::string(published.substr(0, std::min(published.find(','), published.size())));
 }
 
 }  // namespace collie::transport

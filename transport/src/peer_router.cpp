@@ -243,6 +243,11 @@ std::string PeerRouter::failure_of(int peer) const {
   return backends_[backend_of_[static_cast<std::size_t>(peer)]]->failure_of(peer);
 }
 
+std::string PeerRouter::describe_lanes(int peer) const {
+  if (peer < 0 || peer >= world_size()) return {};
+  return backends_[backend_of_[static_cast<std::size_t>(peer)]]->describe_lanes(peer);
+}
+
 std::string PeerRouter::describe() const {
   std::string out;
   for (std::size_t b = 0; b < backends_.size(); ++b) {

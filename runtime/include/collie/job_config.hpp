@@ -136,6 +136,7 @@ struct JobConfig {
   std::chrono::milliseconds timeout{
       static_cast<long long>(environment::default_number(environment::kTimeout) * 1000)};
   std::string socket_ifname;  // as given; empty: the interface that routes to the master
+  std::string lane_ifname = "auto";  // COLLIE_LANE_IFNAME: lanes' other interfaces
   std::string token;
   std::string rank_source;        // which variables the rank came from, for messages
   // COLLIE_ALGO's rules (collectives/selection.hpp: the algorithm for each

@@ -278,6 +278,8 @@ std::shared_ptr<detail::Group> make_world(JobConfig job_config, const WorldSeed&
   transport_options.token = config.token;
   transport_options.timeout = config.timeout;
   transport_options.listen_address = world->advertised_host;
+  transport_options.lane_addresses = transport::choose_lane_addresses(
+      config.lane_ifname, world->advertised_host, transport::list_interfaces());
   transport_options.settings = config.transport;
   transport_options.group_id = agree_on_group_id(store, config);
   world->group_id = transport_options.group_id;

@@ -15,6 +15,7 @@
 #include <collie/job_config.hpp>
 #include <collie/store/client_options.hpp>
 #include <collie/store/etcd_store.hpp>
+#include <collie/transport/interfaces.hpp>
 
 #include "bootstrap/launcher_variables.hpp"
 
@@ -255,6 +256,9 @@ JobConfig resolve_job_config(const InitOptions& options, const EnvironmentLookup
   resolve_times(options, lookup, config);
   config.socket_ifname =
       options.socket_ifname.value_or(lookup(env::kSocketIfname.name).value_or(""));
+  config.lane_ifname = lookup(env::kLaneIfname.name).value_or("auto");
+  if (config.lane_ifname != "auto" && config.lane_ifname != "none")
+    transport::InterfaceFilter::parse(config.lane_ifname, env::kLaneIfname.name);
   resolve_launcher_settings(options, lookup, config);
   resolve_algorithm_settings(options, lookup, config);
   resolve_transport(options, lookup, config);

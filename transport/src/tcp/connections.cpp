@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <collie/transport/interfaces.hpp>
+
 namespace collie::transport::tcp {
 
 Connections::Connections(const TransportOptions& options)
@@ -102,7 +104,7 @@ void Connections::nudge_background() {
 std::string Connections::describe_peer(int rank) const {
   if (rank == opt.rank) return fmt::format("rank {} (itself)", rank);
   const auto& p = peers[static_cast<std::size_t>(rank)];
-  const auto& where = p.published.empty() ? p.address : p.published;
+  const auto where = p.published.empty() ? p.address : published_primary(p.published);
   if (where.empty()) return fmt::format("rank {}", rank);
   return fmt::format("rank {} at {}", rank, where);
 }

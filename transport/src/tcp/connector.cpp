@@ -22,6 +22,7 @@
 #include <collie/error.hpp>
 #include <collie/log.hpp>
 #include <collie/seal.hpp>
+#include <collie/transport/interfaces.hpp>
 
 #include "connections.hpp"
 #include "sockets.hpp"
@@ -53,7 +54,8 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 }  // namespace
 
 Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string& where,
-                        Clock::time_point deadline, bool avoid_pacing, int lane) {
+                        Clock::time_point deadline, bool avoid_pacing, int lane,
+                        const std::string& from) {
   Attempt a;
   const auto split = split_host_port(where);
   if (!split) {
@@ -80,10 +82,15 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
   auto fail_with = [&](std::string text, ErrorKind kind = ErrorKind::Connection) {
     a.kind = kind;
     a.error = lane == 0 ? fmt::format("cannot connect to rank {} at {}: {}", peer, where, text)
-                        : fmt::format("cannot open lane {} to rank {} at {}: {}", lane, peer,
-                                      where, text);
+                        : fmt::format("cannot open lane {} to rank {} at {}{}: {}", lane, peer,
+                                      where, from.empty() ? "" : " from " + from, text);
     return std::move(a);
   };
+  if (!from.empty()) {  // leave from that interface (a second NIC: lane_paths.hpp)
+    const auto source = asio::ip::make_address(from, ec);
+    if (!ec) socket.bind(asio::ip::tcp::endpoint(source, 0), ec);
+    if (ec) return fail_with(fmt::format("cannot bind to {}: {}", from, ec.message()));
+  }
   // Reads or writes `bytes` whole; "" or what went wrong.
   auto transfer = [&](bool read, std::uint8_t* bytes, std::size_t n, const char* late) {
     const auto e = run_until(local, socket, deadline, [&](auto handler) {
@@ -228,18 +235,32 @@ Attempt connect_to_peer(const TransportOptions& opt, int peer, const std::string
 }
 
 std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
-                                   const std::string& where, Clock::time_point deadline,
+                                   std::vector<LanePath>& paths, Clock::time_point deadline,
                                    bool avoid_pacing, int first, int last, std::string& problem) {
   std::vector<Attempt> opened;
-  for (int k = first; k <= last; ++k) {
-    auto a = connect_to_peer(options, peer, where, deadline, avoid_pacing, k);
+  for (int k = first; k <= last;) {
+    const auto path = path_of_lane(k, paths.size());
+    // Another NIC's path gets the handshake's time, not the whole timeout:
+    // a dead NIC leaves its lanes to the pair's interface.
+    const auto until =
+        path == 0 ? deadline : std::min(deadline, Clock::now() + options.handshake_timeout);
+    auto a = connect_to_peer(options, peer, paths[path].remote, until, avoid_pacing, k,
+                             paths[path].local);
     if (a.error.empty() && a.verdict != wire::Verdict::Accepted)
       a.error = fmt::format("rank {} did not accept lane {}", peer, k);
+    if (!a.error.empty() && path > 0) {
+      collie::log().warn("rank {}: {}; its lanes to rank {} leave from the other interfaces",
+                         options.rank, a.error, peer);
+      paths.erase(paths.begin() + static_cast<std::ptrdiff_t>(path));
+      continue;  // lane k again, over the paths left
+    }
     if (!a.error.empty()) {
       problem = std::move(a.error);
       return {};
     }
+    a.from = paths[path].local;
     opened.push_back(std::move(a));
+    ++k;
   }
   return opened;
 }
@@ -260,11 +281,22 @@ void open_lanes(Connections& table, int peer,
   Attempt a;
   const auto where = find_address(a);
   std::string problem = a.error;
-  auto opened = problem.empty()
-                    ? connect_lanes(table.opt, peer, where, deadline,
-                                    table.avoid_pacing.load(std::memory_order_relaxed),
-                                    have + 1, want, problem)
-                    : std::vector<Attempt>{};
+  std::vector<LanePath> paths;
+  if (problem.empty()) {
+    paths = lane_paths(split_published(where), table.opt.listen_address, table.opt.lane_addresses,
+                       [](const std::string& host) {
+                         try {
+                           return route_source_address(host);
+                         } catch (const Error&) {
+                           return std::string();
+                         }
+                       });
+    if (paths.empty()) problem = fmt::format("rank {} published no address", peer);
+  }
+  auto opened = problem.empty() ? connect_lanes(table.opt, peer, paths, deadline,
+                                                table.avoid_pacing.load(std::memory_order_relaxed),
+                                                have + 1, want, problem)
+                                : std::vector<Attempt>{};
   lock.lock();
   if (p.state != PeerState::Ready) return;  // failed meanwhile: the lanes close
   if (!problem.empty()) {
@@ -275,12 +307,14 @@ void open_lanes(Connections& table, int peer,
                        have > 0 ? fmt::format("{} lanes", have) : "one connection");
     return;
   }
-  for (std::size_t k = 0; k < opened.size(); ++k)
-    p.add_out_lane(have + static_cast<int>(k) + 1, std::move(opened[k].connection),
-                   std::move(opened[k].seal));
+  for (std::size_t k = 0; k < opened.size(); ++k) {
+    const int number = have + static_cast<int>(k) + 1;
+    p.add_out_lane(number, std::move(opened[k].connection), std::move(opened[k].seal),
+                   std::move(opened[k].from));
+  }
   p.lanes = LanesState::Open;
-  collie::log().debug("rank {}: {} lanes open to {}", table.opt.rank, p.out_lanes.size(),
-                      table.describe_peer(peer));
+  collie::log().debug("rank {}: {} lanes open to {} over {} path(s)", table.opt.rank,
+                      p.out_lanes.size(), table.describe_peer(peer), paths.size());
 }
 
 }  // namespace collie::transport::tcp

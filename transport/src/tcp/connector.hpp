@@ -18,6 +18,7 @@
 
 #include <collie/transport/transport.hpp>
 
+#include "lane_paths.hpp"
 #include "request.hpp"
 #include "sealed_stream.hpp"
 #include "sockets.hpp"
@@ -31,25 +32,31 @@ struct Attempt {
   wire::Verdict verdict = wire::Verdict::Refused;
   std::string error;  // empty: the handshake completed with `verdict`
   ErrorKind kind = ErrorKind::Connection;
+  std::string from;  // a lane's source address, where it was bound to one (lane_paths.hpp)
 };
 
 // Connects to rank `peer`, which listens at `where` ("host:port");
 // `avoid_pacing`: as tune()'s (sockets.hpp); `lane`: 0 for the pair's
-// connection, k > 0 for this rank's sending lane k (lanes.hpp).
+// connection, k > 0 for this rank's sending lane k (lanes.hpp); `from`:
+// the local address to leave from ("": as the kernel routes).
 Attempt connect_to_peer(const TransportOptions& options, int peer, const std::string& where,
                         std::chrono::steady_clock::time_point deadline, bool avoid_pacing,
-                        int lane = 0);
+                        int lane = 0, const std::string& from = {});
 // Opens this rank's sending lanes first..last to `peer` (lanes.hpp), one
-// after another: all of them, or none and `problem` says why.
+// after another, lane k over path_of_lane(k) of `paths` (lane_paths.hpp):
+// all of them, or none and `problem` says why. A path past the first that
+// fails within the handshake's timeout is left out of `paths`, with a
+// warning, and the lanes open again over those left.
 std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
-                                   const std::string& where,
+                                   std::vector<LanePath>& paths,
                                    std::chrono::steady_clock::time_point deadline,
                                    bool avoid_pacing, int first, int last, std::string& problem);
 
 class Connections;
 // Opens this rank's sending lanes to a Ready peer, up to the table's
-// `streams` (more, later, when set_streams() asks for more), at `where` as
-// find_address() gives it ("" and the Attempt's error when it cannot): the
+// `streams` (more, later, when set_streams() asks for more), at what it
+// published as find_address() gives it ("" and the Attempt's error when it
+// cannot), over the paths lane_paths() finds to it: the
 // caller's thread, without the table's lock, as the pair's connection is
 // opened. Lanes that cannot be opened leave the pair with those it has (its
 // connection alone at first), with a warning, and no more attempts.

@@ -35,12 +35,14 @@ void PeerStream::lane_closed(const Lane& lane) {
   fail(ErrorKind::Connection, closed_reason() + on_lane(lane));
 }
 
-void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {
+void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal,
+                              std::string from) {
   // poll() says a lane may write while its kernel holds less than this
   // unsent: chunks go to the lanes whose flows drain (lanes.hpp).
   const int low = kLowWater;
   ::setsockopt(c.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &low, sizeof low);
   out_lanes.push_back(std::make_unique<Lane>(number, std::move(c), std::move(seal)));
+  out_lanes.back()->from = std::move(from);
 }
 
 void PeerStream::add_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {
@@ -51,8 +53,9 @@ std::string PeerStream::lanes_report() const {
   std::string each;
   for (const auto& lane : out_lanes) {
     const auto f = flow_stats(lane->fd());
-    each += fmt::format("{}lane {}: {} chunks, {:.1f} MiB", each.empty() ? "" : "; ", lane->number,
-                        lane->chunks, static_cast<double>(lane->bytes) / 1048576);
+    each += fmt::format("{}lane {}{}: {} chunks, {:.1f} MiB", each.empty() ? "" : "; ",
+                        lane->number, lane->from.empty() ? "" : " from " + lane->from, lane->chunks,
+                        static_cast<double>(lane->bytes) / 1048576);
     if (f.known && f.busy_us > 0)
       each += fmt::format(" at {:.0f} Mbit/s over {:.2f} s busy",
                           static_cast<double>(f.bytes_acked) * 8 / static_cast<double>(f.busy_us),

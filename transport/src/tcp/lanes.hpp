@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <collie/seal.hpp>
@@ -74,6 +75,9 @@ struct Lane {
 
   int number;  // 1, 2, ...: the hello's lane
   Descriptor connection;
+  // A sending lane's source address, where it leaves from another NIC than
+  // the pair's connection (lane_paths.hpp); "": the same.
+  std::string from;
   std::unique_ptr<SealedState> sealed;
   std::uint64_t chunks = 0;  // moved so far, for `collie explain` and the logs
   std::uint64_t bytes = 0;

@@ -15,6 +15,7 @@
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/log.hpp>
+#include <collie/transport/interfaces.hpp>
 
 #include "connections.hpp"
 #include "sockets.hpp"
@@ -24,29 +25,45 @@ namespace collie::transport::tcp {
 using Clock = std::chrono::steady_clock;
 
 Listener::Listener(const TransportOptions& options, asio::io_context& io, Connections& table)
-    : opt_(options), io_(io), table_(table), acceptor_(io) {
-  std::error_code ec;
-  const auto host = asio::ip::make_address(options.listen_address, ec);
-  if (ec) {
-    throw Error(fmt::format("rank {} cannot listen on '{}': it is not an IP address ({})",
-                            options.rank, options.listen_address, ec.message()));
-  }
-  const asio::ip::tcp::endpoint wanted(host, 0);
-  if (acceptor_.open(wanted.protocol(), ec); !ec) acceptor_.bind(wanted, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (!ec) acceptor_.non_blocking(true, ec);
-  if (ec) {
+    : opt_(options), io_(io), table_(table) {
+  // Listens on an ephemeral port of `address`; "" or what went wrong.
+  const auto listen_on = [&](const std::string& address) -> std::string {
+    std::error_code ec;
+    const auto host = asio::ip::make_address(address, ec);
+    if (ec) return fmt::format("'{}' is not an IP address ({})", address, ec.message());
+    const asio::ip::tcp::endpoint wanted(host, 0);
+    asio::ip::tcp::acceptor acceptor(io);
+    if (acceptor.open(wanted.protocol(), ec); !ec) acceptor.bind(wanted, ec);
+    if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) acceptor.non_blocking(true, ec);
+    if (ec) return ec.message();
+    set_close_on_exec(acceptor.native_handle());
+    acceptors_.push_back(std::move(acceptor));
+    return {};
+  };
+  if (const auto error = listen_on(options.listen_address); !error.empty()) {
     throw Error(fmt::format("rank {} cannot listen on {}: {}", options.rank, options.listen_address,
-                            ec.message()));
+                            error));
   }
-  set_close_on_exec(acceptor_.native_handle());
-  address_ = endpoint_text(acceptor_.local_endpoint());
+  address_ = endpoint_text(acceptors_.front().local_endpoint());
+  std::vector<std::string> listening{address_};
+  for (const auto& lane_address : options.lane_addresses) {
+    if (const auto error = listen_on(lane_address); !error.empty()) {
+      collie::log().warn("rank {} cannot listen on {} too, for lanes: {}; its lanes leave from {}",
+                         options.rank, lane_address, error, options.listen_address);
+      continue;
+    }
+    listening.push_back(endpoint_text(acceptors_.back().local_endpoint()));
+  }
+  published_ = join_published(listening);
 }
 
 Clock::time_point Listener::add_to_poll(std::vector<pollfd>& fds, std::vector<int>& who,
                                         Clock::time_point until) {
-  fds.push_back({acceptor_.native_handle(), POLLIN, 0});
-  who.push_back(kListening);
+  for (auto& acceptor : acceptors_) {
+    fds.push_back({acceptor.native_handle(), POLLIN, 0});
+    who.push_back(kListening);
+  }
   for (std::size_t i = 0; i < handshakes_.size(); ++i) {
     fds.push_back({handshakes_[i].socket.native_handle(), POLLIN, 0});
     who.push_back(kHandshake - static_cast<int>(i));
@@ -61,7 +78,9 @@ void Listener::service(const std::vector<pollfd>& fds, const std::vector<int>& w
   const auto now = Clock::now();
   for (std::size_t i = 0; i < fds.size(); ++i) {
     if (who[i] == kListening) {
-      if (fds[i].revents & POLLIN) accept_all();
+      if ((fds[i].revents & POLLIN) == 0) continue;
+      for (auto& acceptor : acceptors_)
+        if (acceptor.native_handle() == fds[i].fd) accept_all(acceptor);
     } else if (who[i] <= kHandshake) {
       auto& h = handshakes_[static_cast<std::size_t>(kHandshake - who[i])];
       if (fds[i].revents != 0) {
@@ -81,16 +100,17 @@ void Listener::close_all() {
   handshakes_.clear();  // closes their sockets
 }
 
-void Listener::accept_all() {
+void Listener::accept_all(asio::ip::tcp::acceptor& acceptor) {
   for (;;) {
     asio::ip::tcp::socket socket(io_);
     asio::ip::tcp::endpoint remote;
     std::error_code ec;
-    acceptor_.accept(socket, remote, ec);
+    acceptor.accept(socket, remote, ec);
     if (ec) {
       if (ec == asio::error::interrupted || ec == asio::error::connection_aborted) continue;
       if (ec != asio::error::would_block && ec != asio::error::try_again) {
-        collie::log().warn("rank {}: accept on {} failed: {}", opt_.rank, address_, ec.message());
+        collie::log().warn("rank {}: accept on {} failed: {}", opt_.rank,
+                           endpoint_text(acceptor.local_endpoint(ec)), ec.message());
       }
       return;
     }

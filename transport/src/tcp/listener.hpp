@@ -31,12 +31,17 @@ class Connections;
 
 class Listener {
  public:
-  // Listens on an ephemeral port of `options.listen_address`. Throws
-  // collie::Error naming the address if it cannot.
+  // Listens on an ephemeral port of `options.listen_address`, and of each
+  // of `options.lane_addresses` (one that cannot is left out, with a
+  // warning). Throws collie::Error naming the address if it cannot listen
+  // on the first.
   Listener(const TransportOptions& options, asio::io_context& io, Connections& table);
 
-  // "host:port" it listens on.
+  // "host:port" it listens on (the advertised address).
   const std::string& address() const { return address_; }
+  // What the rank publishes: address(), then each lane address's
+  // ",host:port" (join_published(), interfaces.hpp).
+  const std::string& published() const { return published_; }
 
   // Adds the acceptor and the handshakes' sockets to a poll set (`who`:
   // kListening, or kHandshake - i for handshake i); returns the earliest
@@ -73,7 +78,7 @@ class Listener {
     seal::SessionKeys keys{};
   };
 
-  void accept_all();
+  void accept_all(asio::ip::tcp::acceptor& acceptor);
   void step(Handshake& h);  // reads what came; decides once the hello is whole
   // The connector's certificate proof, read after its hello: true once it
   // is whole (or the handshake was refused).
@@ -90,8 +95,9 @@ class Listener {
   const TransportOptions& opt_;
   asio::io_context& io_;
   Connections& table_;
-  asio::ip::tcp::acceptor acceptor_;
+  std::vector<asio::ip::tcp::acceptor> acceptors_;  // the advertised address's first
   std::string address_;
+  std::string published_;
   std::vector<Handshake> handshakes_;
   // Refusals, at most one line per address every 10 s (a stranger's flood
   // does not flood the rank's log).

@@ -66,7 +66,8 @@ struct PeerStream {
   bool wants_to_write() const;
   // Lanes (lanes.cpp). Adds a sending lane (this rank's, `number`) or a
   // receiving one (the peer's).
-  void add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
+  void add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal,
+                    std::string from = {});
   void add_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
   // Whether a sending lane has a chunk to write, or may take one.
   bool lane_wants_to_write(const Lane& lane) const;

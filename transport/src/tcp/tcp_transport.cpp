@@ -12,12 +12,14 @@
 #include <asio/io_context.hpp>
 #include <fmt/format.h>
 
+#include <collie/address.hpp>
 #include <collie/certificates.hpp>
 #include <collie/deadline.hpp>
 #include <collie/duration.hpp>
 #include <collie/error.hpp>
 #include <collie/interrupt.hpp>
 #include <collie/log.hpp>
+#include <collie/transport/interfaces.hpp>
 #include <collie/transport/keys.hpp>
 #include <collie/transport/tcp.hpp>
 
@@ -99,7 +101,7 @@ struct TcpTransport::Impl {
     lock.unlock();
     Attempt a;
     if (const auto where = find_address(peer, deadline, a); !where.empty())
-      a = connect_to_peer(options, peer, where, deadline,
+      a = connect_to_peer(options, peer, published_primary(where), deadline,
                           table.avoid_pacing.load(std::memory_order_relaxed));
     lock.lock();
     if (!a.error.empty()) {
@@ -185,16 +187,16 @@ TcpTransport::TcpTransport(std::shared_ptr<store::Store> store, TransportOptions
   impl_ = std::make_unique<Impl>(std::move(store), std::move(options));
   auto& m = *impl_;
   const int rank = m.options.rank;
-  m.table.peer(rank).published = m.listener.address();
+  m.table.peer(rank).published = m.listener.published();
   m.background = std::thread([&m] { m.progress.background_loop(); });
   try {
-    m.store->set(m.key(rank), m.listener.address());
+    m.store->set(m.key(rank), m.listener.published());
   } catch (...) {
     m.progress.stop();
     m.background.join();
     throw;
   }
-  collie::log().debug("rank {} listens on {}", rank, m.listener.address());
+  collie::log().debug("rank {} listens on {}", rank, m.listener.published());
 }
 
 TcpTransport::~TcpTransport() {
@@ -431,7 +433,19 @@ std::string TcpTransport::failure_of(int peer) const {
 }
 
 std::string TcpTransport::describe() const {
-  return "tcp on " + address();
+  const auto all = split_published(impl_->listener.published());
+  std::string lanes;
+  for (std::size_t i = 1; i < all.size(); ++i)
+    if (const auto split = split_host_port(all[i]))
+      lanes += (lanes.empty() ? " (lanes also from " : ", ") + split->host;
+  return "tcp on " + address() + lanes + (lanes.empty() ? "" : ")");
+}
+
+std::string TcpTransport::describe_lanes(int peer) const {
+  if (peer < 0 || peer >= impl_->options.world_size) return {};
+  std::lock_guard lock(impl_->table.mu);
+  const auto& p = impl_->table.peer(peer);
+  return p.out_lanes.empty() ? std::string() : p.lanes_report();
 }
 
 std::string TcpTransport::address() const {
@@ -477,9 +491,9 @@ std::vector<TcpTransport::LaneUse> TcpTransport::lanes(int peer) const {
   std::lock_guard lock(impl_->table.mu);
   const auto& p = impl_->table.peer(peer);
   for (const auto& lane : p.out_lanes)
-    out.push_back({lane->number, true, lane->chunks, lane->bytes});
+    out.push_back({lane->number, true, lane->chunks, lane->bytes, lane->from});
   for (const auto& lane : p.in_lanes)
-    out.push_back({lane->number, false, lane->chunks, lane->bytes});
+    out.push_back({lane->number, false, lane->chunks, lane->bytes, {}});
   return out;
 }
 

@@ -211,6 +211,15 @@ inline constexpr Variable kSocketIfname{
     0, -1, false,
     "the interfaces ranks advertise (unset: the one that routes to the master); a loopback "
     "address with the master on another host is an error at init"};
+inline constexpr Variable kLaneIfname{
+    "COLLIE_LANE_IFNAME", Kind::Text, "interfaces", "auto",
+    "auto; none; or as COLLIE_SOCKET_IFNAME",
+    0, -1, false,
+    "TCP: the other interfaces a pair's lanes may leave from besides the advertised one (a "
+    "second NIC): each is listened on and published, and a lane goes over one where the kernel "
+    "routes a peer's published address from it; `auto`: every interface's address of the "
+    "advertised one's family that is not loopback or link-local; `none`: the advertised one "
+    "alone; [transport.md](transport.md)"};
 inline constexpr Variable kStoreHosted{
     "COLLIE_STORE_HOSTED", Kind::Choice, "choice", "0", "0, 1",
     0, -1, false,
@@ -229,13 +238,13 @@ inline constexpr Variable kJoin{
 
 // The table, in the order docs/environment.md shows it.
 inline constexpr const Variable* kVariables[] = {
-    &kStoreToken,    &kStoreTokenFile,  &kInitMethod,      &kEtcdCacert,      &kEtcdCert,      &kEtcdKey,
-    &kEtcdInsecure,  &kLogLevel,        &kTimeout,       &kStallTime,     &kAsyncCalls,
-    &kPortRange,     &kAlgo,            &kHostLink,        &kSegmentBytes,  &kStageWholeBytes,
-    &kStageChunkBytes, &kSpinUs,        &kTransport,       &kSeal,           &kSealCert,      &kSealKey,
-    &kSealCa,        &kShmSingleCopy, &kShmStores,     &kStreams,
-    &kHostCpus,      &kHostId,          &kTrace,           &kSocketIfname,  &kStoreHosted,
-    &kRestartCount,  &kJoin};
+    &kStoreToken,      &kStoreTokenFile,  &kInitMethod,   &kEtcdCacert,    &kEtcdCert,
+    &kEtcdKey,         &kEtcdInsecure,    &kLogLevel,     &kTimeout,       &kStallTime,
+    &kAsyncCalls,      &kPortRange,       &kAlgo,         &kHostLink,      &kSegmentBytes,
+    &kStageWholeBytes, &kStageChunkBytes, &kSpinUs,       &kTransport,     &kSeal,
+    &kSealCert,        &kSealKey,         &kSealCa,       &kShmSingleCopy, &kShmStores,
+    &kStreams,         &kHostCpus,        &kHostId,       &kTrace,         &kSocketIfname,
+    &kLaneIfname,      &kStoreHosted,     &kRestartCount, &kJoin};
 
 // A variable's default as a value, at compile time, so that the structs
 // that hold the settings (JobConfig, TransportSettings) start from the

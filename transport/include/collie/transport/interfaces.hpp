@@ -8,6 +8,11 @@
 //   eth,ib        starts with "eth" or "ib" (the order is the preference)
 //   =eth0         exactly "eth0"
 //   ^lo,docker    any interface except those starting with "lo" or "docker"
+//
+// A host's other interfaces may carry a pair's lanes (the extra connections
+// of its large messages, transport/src/tcp/lanes.hpp): COLLIE_LANE_IFNAME
+// says which (choose_lane_addresses()); a rank listens on each and
+// publishes them after its advertised address.
 #pragma once
 
 #include <string>
@@ -30,8 +35,9 @@ struct InterfaceFilter {
   bool exact = false;    // '='
   std::vector<std::string> names;
 
-  // Throws collie::Error on an empty or malformed spec.
-  static InterfaceFilter parse(std::string_view spec);
+  // Throws collie::Error on an empty or malformed spec, naming `variable`.
+  static InterfaceFilter parse(std::string_view spec,
+                               std::string_view variable = "COLLIE_SOCKET_IFNAME");
   bool matches(std::string_view interface_name) const;
   // Whether `interface_name` is what the listed `entry` names (prefix, or
   // exact with '='), before any '^' exclusion.
@@ -54,5 +60,22 @@ std::string route_source_address(const std::string& host);
 std::string choose_advertised_address(const std::string& ifname_spec,
                                       const std::string& master_host,
                                       const std::vector<InterfaceAddress>& interfaces);
+
+// The addresses besides `primary` (the advertised one) that a rank's lanes
+// may leave from, as COLLIE_LANE_IFNAME's `spec` says: "" or "auto", every
+// up interface's address of the primary's family that is neither loopback
+// nor link-local; "none", none; else those of the interfaces it names (as
+// COLLIE_SOCKET_IFNAME does). None while the primary is a loopback address
+// (every rank on one host). Throws collie::Error naming the variable and
+// the interfaces there are when a named list matches none.
+std::vector<std::string> choose_lane_addresses(const std::string& spec, const std::string& primary,
+                                               const std::vector<InterfaceAddress>& interfaces);
+
+// What a rank publishes in the store: where it listens, "host:port", then
+// ",host:port" for each lane address it listens on too. `published_primary`
+// is the first (what a pair's own connection reaches and messages name).
+std::string join_published(const std::vector<std::string>& listening);
+std::vector<std::string> split_published(std::string_view published);
+std::string published_primary(std::string_view published);
 
 }  // namespace collie::transport

@@ -51,6 +51,7 @@ class PeerRouter final : public Transport {
   ProgressClaim claim_progress() override;
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;
+  std::string describe_lanes(int peer) const override;
   // Each backend with the ranks it serves: "tcp on 10.0.0.4:41234 (ranks
   // 2-7); shm (ranks 0-1)".
   std::string describe() const override;

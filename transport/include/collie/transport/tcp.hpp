@@ -92,6 +92,7 @@ class TcpTransport final : public Transport {
   std::string failure_of(int peer) const override;
   std::string describe_peer(int peer) const override;
   std::string describe() const override;  // "tcp on 10.0.0.4:41234"
+  std::string describe_lanes(int peer) const override;
   void prefetch() override;
 
   void set_host_load(int ranks, int processors) override;
@@ -112,6 +113,7 @@ class TcpTransport final : public Transport {
     bool sending = false;
     std::uint64_t chunks = 0;
     std::uint64_t bytes = 0;
+    std::string from;  // a sending lane's source on another NIC; "": the pair's
   };
   std::vector<LaneUse> lanes(int peer) const;
 

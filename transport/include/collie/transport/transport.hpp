@@ -80,6 +80,10 @@ struct TransportOptions {
   std::uint64_t group_id = 0;   // the same on every rank, different per job (handshakes)
   std::string token;            // shared secret; empty: no secret, still checked equal
   std::string listen_address = "127.0.0.1";  // TCP: advertised to peers; the port is ephemeral
+  // TCP: this host's other interfaces' addresses (choose_lane_addresses(),
+  // interfaces.hpp): listened on too and published, so that a pair's lanes
+  // may go over a second NIC (tcp/lane_paths.hpp).
+  std::vector<std::string> lane_addresses;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // connect and default waits
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};  // per accepted socket
   std::size_t max_unexpected_bytes = std::size_t{256} << 20;  // queued before their receive
@@ -264,6 +268,10 @@ class Transport {
   // What carries this rank's messages, for logs and tools:
   // "tcp on 10.0.0.4:41234".
   virtual std::string describe() const = 0;
+  // The connections that carry this rank's large messages to `peer` beside
+  // the pair's own, for tools: "lane 1: 40 chunks, 2.5 MiB at 480 Mbit/s
+  // over 0.04 s busy; lane 2 from 10.79.0.1: ..."; empty: none.
+  virtual std::string describe_lanes(int /*peer*/) const { return {}; }
 
   // Whether messages to `peer` go through memory shared with it (and so
   // cost what shared memory costs: the runtime's cost model). Both ranks
