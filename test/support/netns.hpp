@@ -169,15 +169,15 @@ class NetworkNamespaces {
   // (a pulled cable, a switch that died).
   bool cut(int i, int n = 0) { return ip({"link", "set", outer_name(i, n), "nomaster"}); }
 
-  // Host i's link shaped to `rate` (tc's words: "400mbit") both ways, as
+  // Host i's link (`link`: its link n) shaped to `rate` (tc's words: "400mbit") both ways, as
   // tools/cluster.sh shapes its hosts: a token bucket of 256 KB. False
   // (why() says) where tc cannot.
-  bool shape(int i, const std::string& rate) {
+  bool shape(int i, const std::string& rate, int link = 0) {
     const auto n = std::to_string(i);
     const std::vector<std::string> tbf{"root", "tbf", "rate", rate, "burst", "256kb", "latency",
                                        "20ms"};
-    auto outer = std::vector<std::string>{tc_, "qdisc", "replace", "dev", outer_name(i, 0)};
-    auto inner = exec(i, {tc_, "qdisc", "replace", "dev", inner_name(i, 0)});
+    auto outer = std::vector<std::string>{tc_, "qdisc", "replace", "dev", outer_name(i, link)};
+    auto inner = exec(i, {tc_, "qdisc", "replace", "dev", inner_name(i, link)});
     outer.insert(outer.end(), tbf.begin(), tbf.end());
     inner.insert(inner.end(), tbf.begin(), tbf.end());
     for (const auto& argv : {outer, inner}) {

@@ -5,6 +5,7 @@
 // second link dead, the lanes go over the first, named in a warning, and
 // the message still arrives. The hosts are skipped where namespaces cannot
 // be made (not root, no iproute2).
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <collie/transport/tcp.hpp>
 
 #include "support/catch.hpp"
+#include "support/eventually.hpp"
 #include "support/netns.hpp"
 #include "support/store_fixture.hpp"
 #include "support/transport_cluster.hpp"
@@ -177,5 +179,77 @@ TEST_CASE("lanes over two NICs: a dead second link leaves the lanes to the first
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << job.meshes[static_cast<std::size_t>(r)]->describe_lanes(1 - r));
     CHECK(job.carried(r, "") == std::pair<std::uint64_t, int>{(4 << 20) + 1, 2});
+  }
+}
+
+TEST_CASE(
+    "lanes over two NICs: a second link cut mid-transfer loses its lanes, not the pair, "
+    "and every message arrives whole",
+    "[mesh][lanes][nics][multihost]") {
+  NetworkNamespaces hosts(2, 2);
+  if (!hosts.ok()) {
+    WARN("skipped: " << hosts.why());
+    return;
+  }
+  // Slow enough that the cut lands while chunks are on their way.
+  for (int i = 0; i < 2; ++i)
+    for (int link = 0; link < 2; ++link)
+      if (!hosts.shape(i, "100mbit", link)) {
+        WARN("skipped: " << hosts.why());
+        return;
+      }
+  TwoNicRanks job(hosts, 4);
+  constexpr int kMessages = 10;
+  constexpr std::size_t kBytes = (4 << 20) + 7;
+  std::atomic<int> arrived{0};
+  std::string errors[2];
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < 2; ++r)
+    done.push_back(std::async(std::launch::async, [&, r] {
+      try {
+        hosts.enter(r);
+        auto& m = *job.meshes[static_cast<std::size_t>(r)];
+        // Both ways at once: each pair's connection also waits on the
+        // other's striped messages while confirmations come back.
+        for (int k = 0; k < kMessages; ++k) {
+          const auto tag = static_cast<std::uint64_t>(k);
+          const auto mine = pattern(kBytes, r, tag);
+          std::vector<std::uint8_t> got(kBytes, 0xEE);
+          auto in = m.irecv(1 - r, tag, got.data(), kBytes);
+          auto out = m.isend(1 - r, tag, mine.data(), kBytes);
+          m.wait(out);
+          m.wait(in);
+          if (got != pattern(kBytes, 1 - r, tag))
+            errors[r] += "message " + std::to_string(k) + " differs; ";
+          if (r == 1) ++arrived;
+        }
+      } catch (const std::exception& e) {
+        errors[r] += e.what();
+      }
+    }));
+  // Once two messages are in, host 1's second link goes silent.
+  REQUIRE(eventually([&] { return arrived.load() >= 2; }, 120s));
+  REQUIRE(hosts.cut(1, 1));
+  for (auto& f : done)
+    f.get();
+  CHECK(errors[0] == "");
+  CHECK(errors[1] == "");
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << job.meshes[static_cast<std::size_t>(r)]->describe_lanes(1 - r));
+    // The cut link's two lanes lost, and opened again over the first link.
+    int lost = 0, open = 0, reopened = 0;
+    for (const auto& l : job.meshes[static_cast<std::size_t>(r)]->lanes(1 - r)) {
+      if (!l.sending) continue;
+      if (l.lost) {
+        ++lost;
+        CHECK(l.from == NetworkNamespaces::address(r, 1));  // only the cut link's
+      } else {
+        ++open;
+        if ((l.number == 2 || l.number == 4) && l.from.empty()) ++reopened;
+      }
+    }
+    CHECK(lost == 2);
+    CHECK(open == 4);
+    CHECK(reopened == 2);
   }
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -67,6 +68,9 @@ class Connections {
   // Lanes a rank opens to a peer (lanes.hpp): the user's COLLIE_STREAMS, or
   // under auto 1 until set_streams(); a message is striped only while > 1.
   std::atomic<int> streams{1};
+  // A sending lane was lost (lane_failover.cpp): wakes the lane keeper
+  // (lane_keeper.hpp), with mu held. Empty: nobody opens it again.
+  std::function<void()> lanes_lost;
 
   PeerStream& peer(int rank) { return peers[static_cast<std::size_t>(rank)]; }
   const PeerStream& peer(int rank) const { return peers[static_cast<std::size_t>(rank)]; }

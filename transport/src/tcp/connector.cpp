@@ -265,6 +265,18 @@ std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
   return opened;
 }
 
+std::vector<LanePath> find_lane_paths(const TransportOptions& options,
+                                      const std::string& published) {
+  return lane_paths(split_published(published), options.listen_address, options.lane_addresses,
+                    [](const std::string& host) {
+                      try {
+                        return route_source_address(host);
+                      } catch (const Error&) {
+                        return std::string();
+                      }
+                    });
+}
+
 void open_lanes(Connections& table, int peer,
                 const std::function<std::string(Attempt&)>& find_address) {
   std::unique_lock lock(table.mu);
@@ -283,14 +295,7 @@ void open_lanes(Connections& table, int peer,
   std::string problem = a.error;
   std::vector<LanePath> paths;
   if (problem.empty()) {
-    paths = lane_paths(split_published(where), table.opt.listen_address, table.opt.lane_addresses,
-                       [](const std::string& host) {
-                         try {
-                           return route_source_address(host);
-                         } catch (const Error&) {
-                           return std::string();
-                         }
-                       });
+    paths = find_lane_paths(table.opt, where);
     if (paths.empty()) problem = fmt::format("rank {} published no address", peer);
   }
   auto opened = problem.empty() ? connect_lanes(table.opt, peer, paths, deadline,

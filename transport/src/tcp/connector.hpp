@@ -52,6 +52,11 @@ std::vector<Attempt> connect_lanes(const TransportOptions& options, int peer,
                                    std::chrono::steady_clock::time_point deadline,
                                    bool avoid_pacing, int first, int last, std::string& problem);
 
+// The paths to a peer that published `published` (lane_paths()), routed
+// by this host's kernel.
+std::vector<LanePath> find_lane_paths(const TransportOptions& options,
+                                      const std::string& published);
+
 class Connections;
 // Opens this rank's sending lanes to a Ready peer, up to the table's
 // `streams` (more, later, when set_streams() asks for more), at what it

@@ -25,24 +25,29 @@ std::string PeerStream::lane_name(const Lane& lane, bool sending) const {
 bool PeerStream::lane_retry_after(const Lane& lane, int error) {
   if (error == EINTR) return true;
   // As the pair's connection says it (a host gone: "cannot be reached"),
-  // and which lane.
-  if (error != EAGAIN && error != EWOULDBLOCK)
+  // and which lane, unless the others carry on without it.
+  if (error != EAGAIN && error != EWOULDBLOCK && !lose_lane(lane, error_reason(error)))
     fail(ErrorKind::Connection, error_reason(error) + on_lane(lane));
   return false;
 }
 
 void PeerStream::lane_closed(const Lane& lane) {
-  fail(ErrorKind::Connection, closed_reason() + on_lane(lane));
+  if (!lose_lane(lane, closed_reason()))
+    fail(ErrorKind::Connection, closed_reason() + on_lane(lane));
 }
 
 void PeerStream::add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal,
                               std::string from) {
   // poll() says a lane may write while its kernel holds less than this
   // unsent: chunks go to the lanes whose flows drain (lanes.hpp).
-  const int low = kLowWater;
-  ::setsockopt(c.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &low, sizeof low);
   out_lanes.push_back(std::make_unique<Lane>(number, std::move(c), std::move(seal)));
   out_lanes.back()->from = std::move(from);
+  set_low_water(*out_lanes.back());
+}
+
+void PeerStream::set_low_water(Lane& lane) {
+  const int low = kLowWater;
+  ::setsockopt(lane.fd(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &low, sizeof low);
 }
 
 void PeerStream::add_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal) {
@@ -51,17 +56,33 @@ void PeerStream::add_in_lane(int number, Descriptor c, std::unique_ptr<SealedSta
 
 std::string PeerStream::lanes_report() const {
   std::string each;
-  for (const auto& lane : out_lanes) {
+  std::vector<const Lane*> all;
+  for (const auto* lanes_of : {&out_lanes, &retired_out})
+    for (const auto& lane : *lanes_of)
+      all.push_back(lane.get());
+  for (const Lane* lane : all) {
     const auto f = flow_stats(lane->fd());
-    each += fmt::format("{}lane {}{}: {} chunks, {:.1f} MiB", each.empty() ? "" : "; ",
-                        lane->number, lane->from.empty() ? "" : " from " + lane->from, lane->chunks,
-                        static_cast<double>(lane->bytes) / 1048576);
+    each +=
+        fmt::format("{}lane {}{}{}: {} chunks, {:.1f} MiB", each.empty() ? "" : "; ", lane->number,
+                    lane->from.empty() ? "" : " from " + lane->from, lane->lost ? " (lost)" : "",
+                    lane->chunks, static_cast<double>(lane->bytes) / 1048576);
     if (f.known && f.busy_us > 0)
       each += fmt::format(" at {:.0f} Mbit/s over {:.2f} s busy",
                           static_cast<double>(f.bytes_acked) * 8 / static_cast<double>(f.busy_us),
                           static_cast<double>(f.busy_us) / 1e6);
   }
   return each;
+}
+
+std::vector<TcpTransport::LaneUse> PeerStream::lane_uses() const {
+  std::vector<TcpTransport::LaneUse> out;
+  for (const auto* among : {&out_lanes, &retired_out})
+    for (const auto& lane : *among)
+      out.push_back({lane->number, true, lane->chunks, lane->bytes, lane->from, lane->lost});
+  for (const auto* among : {&in_lanes, &retired_in})
+    for (const auto& lane : *among)
+      out.push_back({lane->number, false, lane->chunks, lane->bytes, {}, lane->lost});
+  return out;
 }
 
 void PeerStream::fail_lanes() {
@@ -76,12 +97,14 @@ void PeerStream::fail_lanes() {
 // ---- sending ----
 
 bool PeerStream::lane_wants_to_write(const Lane& lane) const {
+  if (lane.lost) return false;
   if (lane.request != nullptr) return true;
   if (lane.sealed && lane.sealed->out_begin < lane.sealed->out_end) return true;
-  return undispensed_ > 0;
+  return undispensed_ > 0 || redo_for(lane);
 }
 
 bool PeerStream::take_chunk(Lane& lane) {
+  if (redo_for(lane) && take_redo(lane)) return true;
   if (undispensed_ == 0) return false;
   // The first striped message with chunks left (its header is built: it
   // has its sequence number).
@@ -96,17 +119,22 @@ bool PeerStream::take_chunk(Lane& lane) {
   auto& r = *found;
   const std::size_t n = std::min(kChunkBytes, r.bytes - r.dispensed);
   if (lane_rests(lane, n)) return false;
-  const auto sequence = wire::get64(r.header.data() + 8);
-  wire::encode(wire::Frame{sequence, r.dispensed, static_cast<std::uint32_t>(n)},
-               lane.frame.data());
-  lane.request = &r;
-  lane.frame_sent = 0;
-  lane.data = r.data + r.dispensed;
-  lane.length = n;
-  lane.sent = 0;
+  give_chunk(lane, r, r.dispensed, n);
   r.dispensed += n;
   if (r.dispensed == r.bytes) --undispensed_;
   return true;
+}
+
+void PeerStream::give_chunk(Lane& lane, TcpRequest& r, std::size_t offset, std::size_t n) {
+  const auto sequence = wire::get64(r.header.data() + 8);
+  wire::encode(wire::Frame{sequence, offset, static_cast<std::uint32_t>(n)}, lane.frame.data());
+  lane.request = &r;
+  lane.frame_sent = 0;
+  lane.data = r.data + offset;
+  lane.length = n;
+  lane.sent = 0;
+  lane.last_sequence = std::max(lane.last_sequence, sequence);
+  if (r.confirm) r.chunk_lanes[offset / kChunkBytes] = static_cast<std::uint8_t>(lane.number);
 }
 
 double PeerStream::lane_rate(Lane& lane, std::chrono::steady_clock::time_point now) {
@@ -150,7 +178,7 @@ bool PeerStream::lane_rests(Lane& lane, std::size_t n) {
   std::size_t count = 0;
   for (auto& other : out_lanes) {
     if (other.get() == &lane || other->number > streams || !other->connection.valid() ||
-        count == others.size())
+        other->lost || count == others.size())
       continue;
     others[count++] = {outstanding(other->fd()), lane_rate(*other, now)};
   }
@@ -165,12 +193,15 @@ void PeerStream::chunk_sent(Lane& lane) {
   auto& r = *std::exchange(lane.request, nullptr);
   ++lane.chunks;
   lane.bytes += lane.length;
-  r.moved += lane.length;
-  if (r.moved == r.bytes && r.header_sent == wire::kHeaderBytes) complete_send(r);
+  r.moved = std::min(r.bytes, r.moved + lane.length);  // a chunk sent again counts once
+  if (r.confirm)
+    complete_if_confirmed(r);
+  else if (r.moved == r.bytes && r.header_sent == wire::kHeaderBytes)
+    complete_send(r);
 }
 
 void PeerStream::flush_lane(Lane& lane) {
-  if (state != PeerState::Ready) return;
+  if (state != PeerState::Ready || lane.lost) return;
   if (lane.sealed) return flush_lane_sealed(lane);
   bool taken = false;
   for (;;) {
@@ -235,16 +266,23 @@ void PeerStream::flush_lane_sealed(Lane& lane) {
 // ---- receiving ----
 
 // Checks a frame against the message it belongs to: the chunk fits in it,
-// whole, and is not more than the message has left.
+// whole, and is not more than the message has left; of a confirmed
+// message, where a chunk may come twice, it is one of its chunks.
 static std::string frame_problem(const wire::Frame& f, std::uint64_t message_length,
-                                 std::uint64_t got) {
+                                 std::uint64_t got, bool confirm) {
   if (f.length == 0 || f.length > kChunkBytes)
     return fmt::format("a chunk of {} bytes (1 to {} may come)", f.length, kChunkBytes);
   if (f.offset > message_length || f.length > message_length - f.offset)
     return fmt::format("a chunk of {} bytes at offset {} of a message of {}", f.length, f.offset,
                        message_length);
-  if (f.length > message_length - got)
+  if (confirm) {
+    if (f.offset % kChunkBytes != 0 ||
+        f.length != std::min<std::uint64_t>(kChunkBytes, message_length - f.offset))
+      return fmt::format("a chunk of {} bytes at offset {}, not one of a message's", f.length,
+                         f.offset);
+  } else if (f.length > message_length - got) {
     return fmt::format("more chunks than a message of {} bytes holds", message_length);
+  }
   return {};
 }
 
@@ -252,9 +290,10 @@ bool PeerStream::frame_ready(Lane& lane) {
   const auto& f = lane.current;
   if (rx == Rx::Striped && f.sequence == current.sequence) {
     lane.waiting = false;
+    lane.stale = false;
     if (!lane.checked) {
       lane.checked = true;
-      if (auto why = frame_problem(f, current.length, current_got); !why.empty()) {
+      if (auto why = frame_problem(f, current.length, current_got, current_confirm); !why.empty()) {
         fail(ErrorKind::Protocol, fmt::format("{} broke the protocol: {} came on {}",
                                               table.describe_peer(rank), why,
                                               lane_name(lane, false)));
@@ -267,6 +306,12 @@ bool PeerStream::frame_ready(Lane& lane) {
   if (f.sequence >= recv_sequence || (rx == Rx::Paused && f.sequence == current.sequence)) {
     lane.waiting = true;
     return false;
+  }
+  // A chunk sent again, of a confirmed message that came whole without it.
+  if (peer_confirms && f.length <= kChunkBytes) {
+    lane.waiting = false;
+    lane.stale = true;
+    return true;
   }
   fail(ErrorKind::Protocol,
        fmt::format("{} broke the protocol: a chunk of message number {} came on {} after that "
@@ -283,7 +328,7 @@ void PeerStream::new_frame(Lane& lane) {
 }
 
 std::byte* PeerStream::chunk_target(Lane& lane) {
-  auto* target = current_target();
+  auto* target = lane.stale ? nullptr : current_target();
   if (target != nullptr) return target + lane.current.offset;
   if (lane.staging.size() < kChunkBytes) lane.staging.resize(kChunkBytes);
   return reinterpret_cast<std::byte*>(lane.staging.data());
@@ -297,6 +342,12 @@ void PeerStream::chunk_bytes(Lane& lane, std::size_t n) {
   lane.frame_got = 0;
   ++lane.chunks;
   lane.bytes += lane.got;
+  if (std::exchange(lane.stale, false)) return;  // dropped
+  if (current_confirm) {                         // a chunk sent again after a lost lane counts once
+    auto& in = chunks_in[offset / kChunkBytes];
+    if (in != 0) return;
+    in = 1;
+  }
   if (current_recv && current_recv->consume) {
     const std::span<const std::byte> chunk(reinterpret_cast<const std::byte*>(lane.staging.data()),
                                            lane.got);
@@ -306,7 +357,7 @@ void PeerStream::chunk_bytes(Lane& lane, std::size_t n) {
 }
 
 void PeerStream::receive_lane(Lane& lane) {
-  if (state != PeerState::Ready) return;
+  if (state != PeerState::Ready || lane.lost) return;
   if (lane.sealed)
     receive_lane_sealed(lane);
   else

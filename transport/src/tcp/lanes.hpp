@@ -75,6 +75,9 @@ struct Lane {
 
   int number;  // 1, 2, ...: the hello's lane
   Descriptor connection;
+  // Lost (lane_failover.cpp): shut down, no longer polled or used; its
+  // chunks went again over the others.
+  bool lost = false;
   // A sending lane's source address, where it leaves from another NIC than
   // the pair's connection (lane_paths.hpp); "": the same.
   std::string from;
@@ -90,6 +93,10 @@ struct Lane {
   std::chrono::steady_clock::time_point rate_read{};
   std::chrono::steady_clock::time_point rest_until{};
 
+  // Sending: the highest message number of a chunk it took: a chunk sent
+  // again goes only on a lane with nothing of a later message before it
+  // (lane_failover.cpp).
+  std::uint64_t last_sequence = 0;
   // Sending: the chunk under way (request null: none).
   TcpRequest* request = nullptr;
   std::array<std::uint8_t, wire::kFrameBytes> frame{};
@@ -108,6 +115,9 @@ struct Lane {
   // Its chunk belongs to a message the connection has not begun: not read
   // until it has.
   bool waiting = false;
+  // Its chunk belongs to a confirmed message already whole (sent again
+  // after a lane was lost): read and dropped.
+  bool stale = false;
   // A chunk for a consuming receive or one being dropped (allocated on
   // first use).
   std::vector<std::uint8_t> staging;

@@ -367,6 +367,10 @@ void Listener::decide(Handshake& h, const wire::Hello& hello, const wire::Proof&
       send_verdict(h.socket, wire::Verdict::Refused,
                    fmt::format("rank {} already gave up on rank {}: {}", opt_.rank, hello.from,
                                p.failure));
+    } else if (open && p.peer_confirms) {  // a lane it lost, opened again (lane_keeper.hpp)
+      send_verdict(h.socket, wire::Verdict::Accepted, "", &proof, certificate);
+      p.reopen_in_lane(hello.lane, release(h.socket), std::move(seal));
+      table_.wake_pollers();
     } else if (open || p.in_lanes.size() >= wire::kMaxLanes) {
       send_verdict(h.socket, wire::Verdict::Refused,
                    fmt::format("its lane {} is open already", hello.lane));

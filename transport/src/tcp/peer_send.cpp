@@ -63,14 +63,24 @@ std::size_t PeerStream::gather(Pieces& pieces, std::size_t room, std::size_t& co
   for (auto& r : sends) {
     if (count + 2 > kMaxPieces || room == 0) break;
     if (!r->header_built) {
-      // Large enough, with the lanes open: its payload goes over them.
+      // Large enough, with the lanes open: its payload goes over them, kept
+      // until confirmed where they leave from more than one interface.
       r->striped = r->bytes >= kStripeFrom && lanes == LanesState::Open &&
                    table.streams.load(std::memory_order_relaxed) > 1;
-      if (r->striped) ++undispensed_;
-      wire::encode(wire::Header{r->tag, send_sequence++,
-                                r->striped ? r->bytes | wire::kStriped : r->bytes,
-                                r->fingerprint},
-                   r->header.data());
+      std::uint64_t length = r->bytes;
+      if (r->striped) {
+        ++undispensed_;
+        length |= wire::kStriped;
+        r->confirm = lanes_spread();
+        if (r->confirm) {
+          length |= wire::kConfirm;
+          r->chunk_lanes.assign((r->bytes + kChunkBytes - 1) / kChunkBytes, 0);
+        }
+      }
+      if (r->whole) length = wire::kWhole;
+      wire::encode(
+          wire::Header{r->tag, send_sequence++, length, r->whole ? r->whole_of : r->fingerprint},
+          r->header.data());
       r->header_built = true;
     }
     if (r->header_sent < wire::kHeaderBytes) {
@@ -105,7 +115,7 @@ void PeerStream::advance(std::size_t written) {
       r.moved += d;
       left -= d;
     }
-    if (r.header_sent == wire::kHeaderBytes && r.moved == r.bytes) {
+    if (r.header_sent == wire::kHeaderBytes && r.moved == r.bytes && !r.confirm) {
       if (wholes < whole.size()) whole[wholes++] = &r;
     } else if (!r.striped || r.header_sent < wire::kHeaderBytes) {
       break;  // the kernel took this one in part

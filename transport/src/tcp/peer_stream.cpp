@@ -82,8 +82,12 @@ void PeerStream::check_alive(std::chrono::steady_clock::time_point now) {
   std::string where;
   for (auto& lane : out_lanes) {
     if (!why.empty()) break;
-    if (!lane->connection.valid()) continue;
+    if (!lane->connection.valid() || lane->lost) continue;
     why = silent_for(lane->fd(), lane->unacked_since, now);
+    if (!why.empty() &&
+        lose_lane(*lane,
+                  fmt::format("{}: its interface is down, or the network between is cut", why)))
+      why.clear();  // the other lanes carry on
     if (!why.empty()) where = on_lane(*lane);
   }
   if (why.empty()) return;
@@ -118,6 +122,7 @@ void PeerStream::fail(ErrorKind kind, const std::string& reason) {
                     table.opt.rank, reason);
   state = PeerState::Failed;
   undispensed_ = 0;
+  redo_.clear();
   if (rx == Rx::Paused) --table.paused_peers;
   rx = Rx::Header;
   failure = reason;
@@ -261,6 +266,7 @@ void PeerStream::finish_message() {
   if (current_striped) {
     current_striped = false;
     resume_connection_ = true;  // it reads on (pump())
+    if (std::exchange(current_confirm, false)) confirm_whole(current.sequence);
   }
 }
 
@@ -298,6 +304,7 @@ void PeerStream::begin_message() {
     current_unexpected = std::move(u);
   }
   rx = current_striped ? Rx::Striped : Rx::Payload;
+  if (current_confirm) chunks_in.assign((h.length + kChunkBytes - 1) / kChunkBytes, 0);
   if (h.length == 0) {
     finish_message();
   } else if (current_striped) {
@@ -320,7 +327,9 @@ bool PeerStream::parse_staged() {
       current = wire::decode_header(staging.data() + staged_begin);
       staged_begin += wire::kHeaderBytes;
       current_striped = (current.length & wire::kStriped) != 0;
-      current.length &= ~wire::kStriped;
+      current_confirm = current_striped && (current.length & wire::kConfirm) != 0;
+      const bool whole = (current.length & wire::kWhole) != 0;
+      current.length &= ~wire::kLengthFlags;
       if (current.sequence != recv_sequence) {
         fail(ErrorKind::Protocol,
              fmt::format("{} broke the protocol: message number {} arrived, {} was next",
@@ -328,6 +337,12 @@ bool PeerStream::parse_staged() {
         return false;
       }
       ++recv_sequence;
+      if (whole) {  // the peer confirms one of this rank's striped sends whole
+        current_striped = false;
+        whole_confirmed(current.fingerprint);
+        continue;
+      }
+      if (current_confirm && !peer_confirms) peer_confirms = true;
       begin_message();
       continue;
     }

@@ -20,22 +20,23 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
+#include <sys/uio.h>
 #include <utility>
 #include <vector>
 
-#include <sys/uio.h>
+#include <collie/transport/tcp.hpp>
 
+#include "../tag_queues.hpp"
 #include "lanes.hpp"
 #include "request.hpp"
 #include "sealed_stream.hpp"
 #include "sockets.hpp"
-#include "../tag_queues.hpp"
 #include "unexpected_pool.hpp"
 #include "wire.hpp"
 
@@ -69,6 +70,13 @@ struct PeerStream {
   void add_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal,
                     std::string from = {});
   void add_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
+  // A lost lane's number opened again (lane_keeper.hpp): this rank's, in
+  // the lost one's place; or the peer's, in place of its lane of that
+  // number, lost or not yet seen to be (false: the peer does not confirm,
+  // and its lane of that number is not to be replaced).
+  void reopen_out_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal,
+                       std::string from);
+  bool reopen_in_lane(int number, Descriptor c, std::unique_ptr<SealedState> seal);
   // Whether a sending lane has a chunk to write, or may take one.
   bool lane_wants_to_write(const Lane& lane) const;
   // Writes the lane's chunk, or takes the next and writes it (poll() said
@@ -115,8 +123,10 @@ struct PeerStream {
   // go unseen while its lanes wait on a host that is gone.
   void socket_failed(int fd, const Lane* lane);
 
-  // What each sending lane carried, and its rate while busy (the debug log).
+  // What each sending lane carried, and its rate while busy (the debug log),
+  // and every lane's use (TcpTransport::lanes()).
   std::string lanes_report() const;
+  std::vector<TcpTransport::LaneUse> lane_uses() const;
 
   // (peer, fingerprint) of each message queued under `tag`.
   void queued_fingerprints(Tag tag, std::vector<std::pair<int, std::uint64_t>>& out) const;
@@ -165,8 +175,21 @@ struct PeerStream {
   bool lanes_final = false;  // a lane failed to open: no more attempts
   std::vector<std::unique_ptr<Lane>> out_lanes;
   std::vector<std::unique_ptr<Lane>> in_lanes;
-  // The message begun came striped (Rx::Striped while it is read).
+  // The message begun came striped (Rx::Striped while it is read), and
+  // asks to be confirmed whole (wire::kConfirm): then `chunks_in` says
+  // which of its chunks came (a chunk sent again is read once).
   bool current_striped = false;
+  bool current_confirm = false;
+  std::vector<std::uint8_t> chunks_in;
+  // The peer has sent a message to be confirmed: its lanes leave from more
+  // than one interface, and a lane of its that is lost is not the pair's end.
+  bool peer_confirms = false;
+  // Sending lanes lost, to open again (their numbers, and where they left
+  // from), and the lanes lost and replaced: shut down, kept (a poller may
+  // still hold a descriptor) and reported.
+  std::vector<std::pair<int, std::string>> to_reopen;
+  std::vector<std::unique_ptr<Lane>> retired_out;
+  std::vector<std::unique_ptr<Lane>> retired_in;
   // A receive matched with a striped message half-way into the unexpected
   // queue: its bytes are handed over once the message is whole (they came
   // in any order).
@@ -210,6 +233,34 @@ struct PeerStream {
   void complete_send(TcpRequest& r);
   // Striped sends with chunks no lane has taken yet.
   std::size_t undispensed_ = 0;
+  // Lanes lost (lane_failover.cpp). Whether this rank's lanes to the peer
+  // leave from more than one interface (its striped sends then ask to be
+  // confirmed whole); drops a lost lane, its chunks to go again (true), or
+  // false where the pair cannot go on without it.
+  bool lanes_spread() const;
+  bool lose_lane(const Lane& lane, const std::string& why);
+  // Chunks of confirmed sends to go again (the request, the chunk's
+  // index), taken before any new one.
+  struct Redo {
+    TcpRequest* request;
+    std::size_t chunk;
+  };
+  std::vector<Redo> redo_;
+  // Whether `lane` may take a chunk to go again: one of a message no
+  // earlier than the last it took (a receiver would not read it past a
+  // later one's, which waits for it); a lane opened again takes them first.
+  bool redo_for(const Lane& lane) const;
+  bool take_redo(Lane& lane);
+  // A sending lane's TCP_NOTSENT_LOWAT (lanes.hpp, kLowWater).
+  static void set_low_water(Lane& lane);
+  // The chunk a lane takes: `r`'s chunk at `offset`.
+  void give_chunk(Lane& lane, TcpRequest& r, std::size_t offset, std::size_t n);
+  // The peer confirmed message `sequence` whole; a confirmed send
+  // completes once no lane still writes a chunk of it.
+  void whole_confirmed(std::uint64_t sequence);
+  void complete_if_confirmed(TcpRequest& r);
+  // Tells the peer that its message `sequence` came whole.
+  void confirm_whole(std::uint64_t sequence);
   void receive_lane_clear(Lane& lane);
   void receive_lane_sealed(Lane& lane);
   void flush_lane_sealed(Lane& lane);

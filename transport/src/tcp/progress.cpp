@@ -76,6 +76,7 @@ bool Progress::add_peers(std::vector<pollfd>& fds, std::vector<int>& who,
       lanes = true;
     }
     for (std::size_t i = 0; i < p.in_lanes.size(); ++i) {
+      if (p.in_lanes[i]->lost) continue;  // shut down (lane_failover.cpp)
       // A waiting lane is not read, only watched (as above).
       fds.push_back({p.in_lanes[i]->fd(), p.in_lanes[i]->waiting ? short{0} : short{POLLIN}, 0});
       who.push_back(lane_who(rank, world, wire::kMaxLanes + i));

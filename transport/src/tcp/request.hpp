@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <collie/transport/transport.hpp>
 
@@ -34,6 +35,17 @@ struct TcpRequest final : RequestState {
   // `dispensed` are a lane's; `moved` counts those written whole.
   bool striped = false;
   std::size_t dispensed = 0;
+  // Striped over lanes that leave from more than one interface: kept until
+  // the peer confirms it whole (wire::kConfirm), so that the chunks a lost
+  // lane carried can go again over the others (lane_failover.cpp). Each
+  // chunk's lane number (0: not taken yet).
+  bool confirm = false;
+  bool confirmed = false;
+  std::vector<std::uint8_t> chunk_lanes;
+  // A confirmation this rank sends: message number `whole_of` of the peer's
+  // came whole (no payload, no caller waits for it).
+  bool whole = false;
+  std::uint64_t whole_of = 0;
 };
 using TcpRequestPtr = std::shared_ptr<TcpRequest>;
 

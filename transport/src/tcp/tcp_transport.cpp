@@ -26,6 +26,7 @@
 #include "../block_pool.hpp"
 #include "connections.hpp"
 #include "connector.hpp"
+#include "lane_keeper.hpp"
 #include "listener.hpp"
 #include "progress.hpp"
 
@@ -41,7 +42,12 @@ struct TcpTransport::Impl {
         store(std::move(s)),
         table(options),
         listener(options, io, table),
-        progress(table, listener) {}
+        progress(table, listener),
+        keeper(table, [this](int peer, Attempt& a) {
+          return find_address(peer, Clock::now() + options.timeout, a);
+        }) {
+    table.lanes_lost = [this] { keeper.wake(); };
+  }
 
   TransportOptions options;
   std::shared_ptr<store::Store> store;
@@ -49,6 +55,7 @@ struct TcpTransport::Impl {
   Connections table;
   Listener listener;
   Progress progress;
+  LaneKeeper keeper;  // opens lost lanes again
   std::thread background;
 
   std::string key(int rank) const { return keys::tcp_address(options.group, rank); }
@@ -444,8 +451,7 @@ std::string TcpTransport::describe() const {
 std::string TcpTransport::describe_lanes(int peer) const {
   if (peer < 0 || peer >= impl_->options.world_size) return {};
   std::lock_guard lock(impl_->table.mu);
-  const auto& p = impl_->table.peer(peer);
-  return p.out_lanes.empty() ? std::string() : p.lanes_report();
+  return impl_->table.peer(peer).lanes_report();  // empty without lanes
 }
 
 std::string TcpTransport::address() const {
@@ -486,15 +492,9 @@ int TcpTransport::open_connections() const {
 }
 
 std::vector<TcpTransport::LaneUse> TcpTransport::lanes(int peer) const {
-  std::vector<LaneUse> out;
-  if (peer < 0 || peer >= impl_->options.world_size) return out;
+  if (peer < 0 || peer >= impl_->options.world_size) return {};
   std::lock_guard lock(impl_->table.mu);
-  const auto& p = impl_->table.peer(peer);
-  for (const auto& lane : p.out_lanes)
-    out.push_back({lane->number, true, lane->chunks, lane->bytes, lane->from});
-  for (const auto& lane : p.in_lanes)
-    out.push_back({lane->number, false, lane->chunks, lane->bytes, {}});
-  return out;
+  return impl_->table.peer(peer).lane_uses();
 }
 
 }  // namespace collie::transport

@@ -18,8 +18,9 @@
 namespace collie::transport::tcp::wire {
 
 // 3: a hello names its lane (lanes.hpp), and a message may be striped
-// over the lanes (kStriped).
-inline constexpr std::uint16_t kProtocolVersion = 3;
+// over the lanes (kStriped). 4: a striped message may ask to be
+// confirmed whole (kConfirm), and the answer is a header of its own (kWhole).
+inline constexpr std::uint16_t kProtocolVersion = 4;
 
 inline constexpr std::array<std::uint8_t, 4> kMagic = {'C', 'L', 'P', 'M'};
 inline constexpr std::size_t kNonceBytes = 32;
@@ -51,6 +52,14 @@ inline constexpr std::size_t kMaxReasonBytes = 1024;
 // connection but comes in chunks over the sender's lanes (lanes.hpp)
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr std::uint64_t kStriped = std::uint64_t{1} << 63;
+// A striped message's length may also carry kConfirm: the receiver answers
+// when it is whole with a header whose length is kWhole (no payload, tag
+// 0, the message's sequence number in the fingerprint's place), and the
+// sender keeps the send until then, to send again what a lost lane carried
+// (lane_failover.cpp). The length's other bits are the payload's bytes.
+inline constexpr std::uint64_t kConfirm = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t kWhole = std::uint64_t{1} << 61;
+inline constexpr std::uint64_t kLengthFlags = kStriped | kConfirm | kWhole;
 // a lane's chunk frame: message sequence u64, offset u64, length u32,
 // reserved u32 (0); the chunk's bytes follow
 inline constexpr std::size_t kFrameBytes = 24;

@@ -114,6 +114,7 @@ class TcpTransport final : public Transport {
     std::uint64_t chunks = 0;
     std::uint64_t bytes = 0;
     std::string from;  // a sending lane's source on another NIC; "": the pair's
+    bool lost = false;  // lost while the pair went on (tcp/lane_failover.cpp)
   };
   std::vector<LaneUse> lanes(int peer) const;
 
