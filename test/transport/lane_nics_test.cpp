@@ -56,9 +56,12 @@ struct TwoNicRanks {
     }
   }
 
-  // Each rank sends the other a message of `n` bytes and checks the one it
-  // gets, element by element against the sender's pattern.
-  void exchange(std::size_t n) {
+  // Each rank sends the other `messages` messages of `n` bytes, both ways
+  // at once (each pair's connection also waits on the other's striped
+  // messages while confirmations come back), and checks each one it gets,
+  // element by element against the sender's pattern; `arrived` counts
+  // rank 1's. "" or what went wrong on each rank.
+  std::string exchange(std::size_t n, int messages = 1, std::atomic<int>* arrived = nullptr) {
     std::string errors[2];
     std::vector<std::future<void>> done;
     for (int r = 0; r < 2; ++r)
@@ -66,21 +69,27 @@ struct TwoNicRanks {
         try {
           hosts.enter(r);
           auto& m = *meshes[static_cast<std::size_t>(r)];
-          const auto mine = pattern(n, r, n);
-          std::vector<std::uint8_t> got(n, 0xEE);
-          auto in = m.irecv(1 - r, n, got.data(), n);
-          auto out = m.isend(1 - r, n, mine.data(), n);
-          m.wait(out);
-          m.wait(in);
-          if (got != pattern(n, 1 - r, n)) errors[r] = "a wrong result";
+          for (int k = 0; k < messages; ++k) {
+            const auto tag = (static_cast<std::uint64_t>(n) << 8) + static_cast<std::uint64_t>(k);
+            const auto mine = pattern(n, r, tag);
+            std::vector<std::uint8_t> got(n, 0xEE);
+            auto in = m.irecv(1 - r, tag, got.data(), n);
+            auto out = m.isend(1 - r, tag, mine.data(), n);
+            m.wait(out);
+            m.wait(in);
+            if (got != pattern(n, 1 - r, tag))
+              errors[r] += "message " + std::to_string(k) + " differs; ";
+            if (r == 1 && arrived != nullptr) ++*arrived;
+          }
         } catch (const std::exception& e) {
-          errors[r] = e.what();
+          errors[r] += e.what();
         }
       }));
     for (auto& f : done)
       f.get();
-    CHECK(errors[0] == "");
-    CHECK(errors[1] == "");
+    return errors[0].empty() && errors[1].empty()
+               ? ""
+               : "rank 0: " + errors[0] + " | rank 1: " + errors[1];
   }
 
   // How many bytes rank `r`'s sending lanes to the other carried from
@@ -151,7 +160,7 @@ TEST_CASE("lanes over two NICs: half leave from the second, and messages arrive 
   CHECK_THAT(job.meshes[0]->describe(),
              ContainsSubstring("lanes also from " + NetworkNamespaces::address(0, 1)));
   for (const std::size_t n : {std::size_t{1}, std::size_t{(8 << 20) + 3}, std::size_t{(1 << 20)}})
-    job.exchange(n);
+    CHECK(job.exchange(n) == "");
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << job.meshes[static_cast<std::size_t>(r)]->describe_lanes(1 - r));
     const auto [first_bytes, first_lanes] = job.carried(r, "");
@@ -175,7 +184,7 @@ TEST_CASE("lanes over two NICs: a dead second link leaves the lanes to the first
   }
   REQUIRE(hosts.cut(1, 1));  // host 1's second link: silent, no error on either side
   TwoNicRanks job(hosts, 2);
-  job.exchange((4 << 20) + 1);
+  CHECK(job.exchange((4 << 20) + 1) == "");
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << job.meshes[static_cast<std::size_t>(r)]->describe_lanes(1 - r));
     CHECK(job.carried(r, "") == std::pair<std::uint64_t, int>{(4 << 20) + 1, 2});
@@ -199,41 +208,13 @@ TEST_CASE(
         return;
       }
   TwoNicRanks job(hosts, 4);
-  constexpr int kMessages = 10;
-  constexpr std::size_t kBytes = (4 << 20) + 7;
   std::atomic<int> arrived{0};
-  std::string errors[2];
-  std::vector<std::future<void>> done;
-  for (int r = 0; r < 2; ++r)
-    done.push_back(std::async(std::launch::async, [&, r] {
-      try {
-        hosts.enter(r);
-        auto& m = *job.meshes[static_cast<std::size_t>(r)];
-        // Both ways at once: each pair's connection also waits on the
-        // other's striped messages while confirmations come back.
-        for (int k = 0; k < kMessages; ++k) {
-          const auto tag = static_cast<std::uint64_t>(k);
-          const auto mine = pattern(kBytes, r, tag);
-          std::vector<std::uint8_t> got(kBytes, 0xEE);
-          auto in = m.irecv(1 - r, tag, got.data(), kBytes);
-          auto out = m.isend(1 - r, tag, mine.data(), kBytes);
-          m.wait(out);
-          m.wait(in);
-          if (got != pattern(kBytes, 1 - r, tag))
-            errors[r] += "message " + std::to_string(k) + " differs; ";
-          if (r == 1) ++arrived;
-        }
-      } catch (const std::exception& e) {
-        errors[r] += e.what();
-      }
-    }));
+  auto run =
+      std::async(std::launch::async, [&] { return job.exchange((4 << 20) + 7, 10, &arrived); });
   // Once two messages are in, host 1's second link goes silent.
   REQUIRE(eventually([&] { return arrived.load() >= 2; }, 120s));
   REQUIRE(hosts.cut(1, 1));
-  for (auto& f : done)
-    f.get();
-  CHECK(errors[0] == "");
-  CHECK(errors[1] == "");
+  CHECK(run.get() == "");
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r << ": " << job.meshes[static_cast<std::size_t>(r)]->describe_lanes(1 - r));
     // The cut link's two lanes lost, and opened again over the first link.
