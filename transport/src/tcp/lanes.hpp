@@ -64,6 +64,11 @@ inline constexpr std::size_t kStripeFrom = 128 * 1024;
 // The chunk a lane takes at a time: one sealed record, whose plaintext a
 // receiver opens straight into the buffer (flush_lane_sealed()).
 inline constexpr std::size_t kChunkBytes = seal::kMaxRecordBytes;
+// The chunks a striped message of `bytes` is cut in (the sender's map of
+// which lane took each, the receiver's of which came: lane_failover.cpp).
+inline std::size_t chunks_of(std::uint64_t bytes) {
+  return static_cast<std::size_t>((bytes + kChunkBytes - 1) / kChunkBytes);
+}
 // A sending lane is writable while its kernel holds fewer unsent bytes.
 inline constexpr int kLowWater = 256 * 1024;
 

@@ -74,7 +74,7 @@ std::size_t PeerStream::gather(Pieces& pieces, std::size_t room, std::size_t& co
         r->confirm = lanes_spread();
         if (r->confirm) {
           length |= wire::kConfirm;
-          r->chunk_lanes.assign((r->bytes + kChunkBytes - 1) / kChunkBytes, 0);
+          r->chunk_lanes.assign(chunks_of(r->bytes), 0);
         }
       }
       if (r->whole) length = wire::kWhole;

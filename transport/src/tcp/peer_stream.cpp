@@ -304,7 +304,7 @@ void PeerStream::begin_message() {
     current_unexpected = std::move(u);
   }
   rx = current_striped ? Rx::Striped : Rx::Payload;
-  if (current_confirm) chunks_in.assign((h.length + kChunkBytes - 1) / kChunkBytes, 0);
+  if (current_confirm) chunks_in.assign(chunks_of(h.length), 0);
   if (h.length == 0) {
     finish_message();
   } else if (current_striped) {
